@@ -1,0 +1,81 @@
+"""pyrula-stream: run LLM agents as Apache Kafka stream processors.
+
+Turn requests arrive on ``<prefix>.<agent>.turns``; ``@kafka_agent`` workers (one consumer
+group) run the model's tool loop, journal every step to a compacted changelog, and publish
+the turn's events exactly once to ``<prefix>.<agent>.events``.
+"""
+
+from pyrula_stream.agent import AgentTopics, KafkaAgent, MCPServer, kafka_agent
+from pyrula_stream.client import KafkaAgentClient, TurnHandle
+from pyrula_stream.context import AgentContext
+from pyrula_stream.errors import (
+    AgentRegistrationError,
+    BudgetExceeded,
+    ConcurrentCallIdError,
+    ConfigurationError,
+    ContextWindowExceeded,
+    ErrorCode,
+    Fatal,
+    KafkaLimitError,
+    LLMProviderUnavailable,
+    LLMRateLimited,
+    MalformedRecordError,
+    NestedDurableOperationError,
+    Poison,
+    ProviderStreamTruncated,
+    PyrulaError,
+    ReplayInputChanged,
+    ToolCallRejected,
+    ToolRegistrationError,
+    TopicDriftError,
+    TurnFailure,
+    UserError,
+)
+from pyrula_stream.limits import AgentLimits
+from pyrula_stream.retry import RetryPolicy
+from pyrula_stream.serde import Event, EventType, TurnRequest
+from pyrula_stream.tools import ToolContext, tool
+from pyrula_stream.worker import KafkaWorker, PoisonOptions, WorkerOptions
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentContext",
+    "AgentLimits",
+    "AgentRegistrationError",
+    "AgentTopics",
+    "BudgetExceeded",
+    "ConcurrentCallIdError",
+    "ConfigurationError",
+    "ContextWindowExceeded",
+    "ErrorCode",
+    "Event",
+    "EventType",
+    "Fatal",
+    "KafkaAgent",
+    "KafkaAgentClient",
+    "KafkaLimitError",
+    "KafkaWorker",
+    "LLMProviderUnavailable",
+    "LLMRateLimited",
+    "MCPServer",
+    "MalformedRecordError",
+    "NestedDurableOperationError",
+    "Poison",
+    "PoisonOptions",
+    "ProviderStreamTruncated",
+    "PyrulaError",
+    "ReplayInputChanged",
+    "RetryPolicy",
+    "ToolCallRejected",
+    "ToolContext",
+    "ToolRegistrationError",
+    "TopicDriftError",
+    "TurnFailure",
+    "TurnHandle",
+    "TurnRequest",
+    "UserError",
+    "WorkerOptions",
+    "kafka_agent",
+    "tool",
+]

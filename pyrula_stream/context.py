@@ -1,0 +1,207 @@
+"""``AgentContext``: the durable operations an agent body may call.
+
+``ctx.llm.run/stream`` (the tool loop), direct tool calls, ``ctx.step``, ``ctx.sleep`` and
+``ctx.emit_status``. Every durable call is journaled; the body must be deterministic
+outside them. APIs that wait for a person or a signal are refused: a Kafka consumer
+cannot hold a partition while someone decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from pyrula_stream.errors import (
+    ConcurrentCallIdError,
+    KafkaLimitError,
+    NestedDurableOperationError,
+    TurnFailure,
+)
+from pyrula_stream.journal import fingerprint
+from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
+from pyrula_stream.loop import ToolLoop, ToolResultBlock, outcome_data
+from pyrula_stream.serde import EventType
+from pyrula_stream.tools import (
+    ToolCallable,
+    current_boundary,
+    durable_boundary,
+    encode_result,
+)
+from pyrula_stream.turn import StepData, TurnRuntime
+
+if TYPE_CHECKING:
+    from pyrula_stream.serde import TurnRequest
+
+KAFKA_WAIT_LIMIT = (
+    "a Kafka agent cannot wait for a person or a signal: its worker must keep consuming "
+    "its partitions. Split the flow into two turns (submit a new turn when the answer "
+    "arrives) or run this agent outside Kafka"
+)
+
+
+def _refuse_nested(operation: str, name: str) -> None:
+    boundary = current_boundary()
+    if boundary is not None:
+        raise NestedDurableOperationError(operation, name, boundary[0], boundary[1])
+
+
+class LLMHandle:
+    """``ctx.llm``: the agent's model, bound to this turn's journal."""
+
+    def __init__(self, loop: ToolLoop) -> None:
+        self._loop = loop
+
+    @property
+    def client(self) -> Any:
+        return self._loop.llm
+
+    async def run(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: Sequence[ToolCallable] | None = None,
+        system: str | None = None,
+    ) -> str:
+        """Run the tool loop with the agent's tools (or ``tools``); return the final text."""
+        _refuse_nested("ctx.llm.run", "llm")
+        return await self._loop.run(messages, tools=tools, system=system)
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: Sequence[ToolCallable] | None = None,
+        system: str | None = None,
+    ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock]:
+        """The tool loop as an iterator of content blocks: text, tool calls, tool results."""
+        _refuse_nested("ctx.llm.stream", "llm")
+        async for item in self._loop.stream(messages, tools=tools, system=system):
+            if not isinstance(item, ModelResponse):
+                yield item
+
+
+class AgentContext:
+    """What an agent body receives as its first argument."""
+
+    def __init__(self, turn: TurnRuntime, loop: ToolLoop, *, deps: Any = None) -> None:
+        self._turn = turn
+        self._loop = loop
+        self.llm = LLMHandle(loop)
+        self.deps = deps
+        self._direct_counters: dict[str, int] = {}
+        self._running_ids: set[tuple[str, str]] = set()
+
+    @property
+    def turn_id(self) -> str:
+        return self._turn.turn_id
+
+    @property
+    def run_id(self) -> str:
+        return self._turn.turn_id
+
+    @property
+    def request(self) -> TurnRequest:
+        return self._turn.request
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._turn.request.metadata
+
+    @property
+    def thread_id(self) -> str | None:
+        return self._turn.request.thread_id
+
+    @property
+    def attempt(self) -> int:
+        return self._turn.attempt
+
+    @property
+    def cancelled(self) -> bool:
+        return self._turn.cancelled
+
+    async def emit_status(self, text: str) -> None:
+        """An ephemeral ``status`` event: published, never journaled."""
+        self._turn.emit(EventType.STATUS, {"text": text})
+
+    async def step(
+        self, name: str, fn: Callable[..., Awaitable[Any] | Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run ``fn`` once per turn and journal its (JSON) result; a replay returns it."""
+        _refuse_nested("ctx.step", name)
+
+        async def live() -> StepData:
+            with durable_boundary("step", name):
+                value = fn(*args, **kwargs)
+                if asyncio.iscoroutine(value):
+                    value = await value
+            encode_result(value, name)  # fails fast, naming the step, if not serializable
+            return {"value": value}
+
+        data, _ = await self._turn.durable_step(
+            "step", name, fingerprint([list(args), kwargs]), live
+        )
+        return data["value"]
+
+    async def sleep(self, duration: timedelta | float) -> None:
+        """A durable sleep: the wake time is journaled, so a replay sleeps only what is left."""
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+        _refuse_nested("ctx.sleep", "sleep")
+
+        async def live() -> StepData:
+            return {"wake_at_ms": int((time.time() + seconds) * 1000)}
+
+        data, _ = await self._turn.durable_step("sleep", "sleep", fingerprint(seconds), live)
+        await asyncio.sleep(max(0.0, data["wake_at_ms"] / 1000 - time.time()))
+
+    async def _durable_tool_call(
+        self, tool: ToolCallable, kwargs: dict[str, Any], *, call_id: str | None
+    ) -> Any:
+        """A tool called from agent code: durable, keyed by a per-name counter or ``id=``."""
+        _refuse_nested("tool call", tool.name)
+        if call_id is None:
+            n = self._direct_counters.get(tool.name, 0)
+            self._direct_counters[tool.name] = n + 1
+            call_key = f"direct:{tool.name}#{n}"
+        else:
+            call_key = f"direct:{tool.name}#id={call_id}"
+            if (tool.name, call_id) in self._running_ids:
+                raise ConcurrentCallIdError(tool.name, call_id)
+        turn = self._turn
+
+        async def live() -> StepData:
+            args = tool.validate_arguments(kwargs)
+            turn.emit(EventType.TOOL_START, {"call_key": call_key, "tool": tool.name,
+                                             "input": kwargs})
+            outcome = await tool.invoke(self._loop._tool_context(tool, None, call_key), args)
+            data = outcome_data(call_key, outcome)
+            if not outcome.is_error:
+                data["value"] = outcome.value
+            return data
+
+        def events(data: StepData) -> list[tuple[str, dict[str, Any]]]:
+            return [(EventType.TOOL_RESULT, {
+                "call_key": call_key, "tool": tool.name, "status": data["status"],
+                "output": data["text"], "attempts": data.get("attempts", 0)})]
+
+        if call_id is not None:
+            self._running_ids.add((tool.name, call_id))
+        try:
+            data, _ = await turn.durable_step("tool", tool.name, fingerprint(kwargs), live, events)
+        finally:
+            if call_id is not None:
+                self._running_ids.discard((tool.name, call_id))
+        if data["status"] != "ok":
+            raise TurnFailure(f"tool '{tool.name}' failed: {data['text']}",
+                              code=None, detail={"tool": tool.name})
+        return data.get("value")
+
+    # -- what a Kafka consumer cannot do --------------------------------------------------
+
+    async def interrupt(self, *args: Any, **kwargs: Any) -> Any:
+        raise KafkaLimitError(f"ctx.interrupt is not available: {KAFKA_WAIT_LIMIT}")
+
+    async def wait_for_signal(self, *args: Any, **kwargs: Any) -> Any:
+        raise KafkaLimitError(f"ctx.wait_for_signal is not available: {KAFKA_WAIT_LIMIT}")

@@ -1,0 +1,240 @@
+"""Error codes and the exception tree.
+
+Every error a user can see derives from ``PyrulaError`` and carries an ``ErrorCode``.
+``retriable`` says whether trying the same thing again can help; the worker uses it to
+choose between a retry and the dead-letter topic.
+
+    PyrulaError
+    ├── UserError                      usage mistakes, raised where the mistake is made
+    │   ├── ConfigurationError
+    │   ├── ToolRegistrationError      bind-time refusals (approval, bad tool name)
+    │   ├── AgentRegistrationError
+    │   ├── ConcurrentCallIdError
+    │   ├── NestedDurableOperationError
+    │   └── KafkaLimitError            an API that needs a person or a timer loop
+    ├── TopicDriftError                existing topics differ from their spec
+    ├── BrokerUnavailableError         no local broker could be started or reached
+    ├── MalformedRecordError           a record that cannot be decoded (goes to the DLQ)
+    └── TurnFailure                    a turn ended with an error code
+        ├── ToolCallRejected
+        ├── ReplayInputChanged
+        ├── BudgetExceeded
+        ├── ContextWindowExceeded
+        ├── LLMRateLimited
+        ├── LLMProviderUnavailable
+        │   └── ProviderStreamTruncated
+        ├── ToolTimeout
+        ├── Fatal                      a tool error that must not be retried
+        ├── Poison                     a tool error that quarantines the turn
+        ├── TurnCancelled
+        └── PayloadTooLarge
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    """Codes a turn reports. The set is open: compare by value and keep a fallback."""
+
+    STORE_UNAVAILABLE = "store_unavailable"
+    STREAM_TOO_LARGE = "stream_too_large"
+    TURN_TIMEOUT = "turn_timeout"
+    VERSION_SKEW = "version_skew"
+    CANCELLED = "cancelled"
+    PAUSED = "paused"
+    TOOL_ERROR = "tool_error"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    AGENT_ERROR = "agent_error"
+    BUFFER_OVERFLOW = "buffer_overflow"
+    LLM_ERROR = "llm_error"
+    LLM_RATE_LIMITED = "llm_rate_limited"
+    LLM_PROVIDER_UNAVAILABLE = "llm_provider_unavailable"
+    POISON_QUARANTINE = "poison_quarantine"
+    MAX_RETRIES = "max_retries"
+    OUTPUT_VALIDATION = "output_validation"
+    AUTH_MISSING = "auth_missing"
+    AUTH_INVALID = "auth_invalid"
+    AUTH_FORBIDDEN = "auth_forbidden"
+    NOT_FOUND = "not_found"
+    INVALID_REQUEST = "invalid_request"
+    BACKPRESSURE_REJECTED = "backpressure_rejected"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    INTERNAL = "internal"
+    WAIT_TIMEOUT = "wait_timeout"
+    CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
+    AUTH_UNAVAILABLE = "auth_unavailable"
+    WRITE_TOOL_BLOCKED = "write_tool_blocked"
+    CONTINUE_AS_NEW_NOT_SUPPORTED = "continue_as_new_not_supported"
+    DUPLICATE_RUN = "duplicate_run"
+    FATAL = "fatal"
+    POISON = "poison"
+    REPLAY_INPUT_CHANGED = "replay_input_changed"
+    STREAM_CARRY_MISSING = "stream_carry_missing"
+    INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
+
+
+class PyrulaError(Exception):
+    """Root of every pyrula-stream error."""
+
+    code: ErrorCode | None = ErrorCode.INTERNAL
+    retriable: bool = False
+
+    def __init__(self, message: str = "", *, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UserError(PyrulaError):
+    """A usage mistake: fix the code or the configuration, a retry cannot help."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class ConfigurationError(UserError):
+    pass
+
+
+class ToolRegistrationError(UserError):
+    """A tool cannot be offered to this agent (bad name, or needs a person's approval)."""
+
+
+class AgentRegistrationError(UserError):
+    pass
+
+
+class KafkaLimitError(UserError):
+    """An API that needs a person or a timer loop, which a Kafka consumer cannot host."""
+
+
+class ConcurrentCallIdError(UserError):
+    """Two direct calls of one tool name are running together under one ``id=``."""
+
+    def __init__(self, tool_name: str, call_id: str) -> None:
+        super().__init__(
+            f"two calls of tool '{tool_name}' are running together under id={call_id!r}; "
+            "pass a distinct id= to each concurrent call"
+        )
+        self.tool_name = tool_name
+        self.call_id = call_id
+
+
+class NestedDurableOperationError(UserError):
+    """Durable orchestration attempted inside an atomic step or tool."""
+
+    def __init__(
+        self, operation: str, operation_name: str, boundary_kind: str, boundary_name: str
+    ) -> None:
+        super().__init__(
+            f"{operation} '{operation_name}' cannot run inside {boundary_kind} "
+            f"'{boundary_name}': durable operations are only allowed in the agent body"
+        )
+        self.operation = operation
+        self.operation_name = operation_name
+        self.boundary_kind = boundary_kind
+        self.boundary_name = boundary_name
+
+
+class TopicDriftError(PyrulaError):
+    """Existing topics differ from their spec; the message lists every difference."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class BrokerUnavailableError(PyrulaError):
+    """No broker could be started or reached."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+    retriable = True
+
+
+class MalformedRecordError(PyrulaError):
+    """A record that cannot be decoded or validated; it goes to the dead-letter topic."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class TurnFailure(PyrulaError):
+    """A turn ended with an error code; published as ``run:error``."""
+
+    code = ErrorCode.AGENT_ERROR
+
+    def __init__(
+        self, message: str = "", *, code: ErrorCode | None = None, detail: Any = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.detail = detail
+
+
+class ToolCallRejected(TurnFailure):
+    code = ErrorCode.TOOL_ERROR
+
+    def __init__(self, tool_name: str, *, reason: str | None = None, expired: bool = False) -> None:
+        super().__init__(f"call to tool '{tool_name}' was not approved")
+        self.tool_name = tool_name
+        self.reason = reason
+        self.expired = expired
+
+
+class ReplayInputChanged(TurnFailure):
+    code = ErrorCode.REPLAY_INPUT_CHANGED
+
+
+class BudgetExceeded(TurnFailure):
+    code = ErrorCode.BUDGET_EXCEEDED
+
+
+class ContextWindowExceeded(TurnFailure):
+    code = ErrorCode.CONTEXT_WINDOW_EXCEEDED
+
+
+class LLMError(TurnFailure):
+    code = ErrorCode.LLM_ERROR
+
+
+class LLMRateLimited(TurnFailure):
+    code = ErrorCode.LLM_RATE_LIMITED
+    retriable = True
+
+
+class LLMProviderUnavailable(TurnFailure):
+    code = ErrorCode.LLM_PROVIDER_UNAVAILABLE
+    retriable = True
+
+
+class ProviderStreamTruncated(LLMProviderUnavailable):
+    """A provider stream ended without its terminal event after it was read to the end."""
+
+
+class ToolTimeout(TurnFailure):
+    code = ErrorCode.TOOL_ERROR
+    retriable = True
+
+
+class Fatal(TurnFailure):
+    """Raise from a tool to fail the call without any retry."""
+
+    code = ErrorCode.FATAL
+
+
+class Poison(TurnFailure):
+    """Raise from a tool to quarantine the turn: no retry, the turn goes to the DLQ."""
+
+    code = ErrorCode.POISON
+
+
+class TurnCancelled(TurnFailure):
+    code = ErrorCode.CANCELLED
+
+
+class PayloadTooLarge(TurnFailure):
+    """A record would exceed the broker's size limit; fails fast, never retried."""
+
+    code = ErrorCode.STREAM_TOO_LARGE

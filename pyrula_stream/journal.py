@@ -1,0 +1,140 @@
+"""What a turn has already done: its journaled steps, progress and terminal record.
+
+On replay the agent body runs again from the top and each durable call asks the journal
+for the entry at its step index. A recorded entry whose input fingerprint differs from the
+call's input fails the turn with ``replay_input_changed``, naming the step and what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyrula_stream.errors import ReplayInputChanged
+from pyrula_stream.serde import JournalEntry
+
+PROGRESS = "progress"
+TERMINAL = "terminal"
+IDEMPOTENCY_PREFIX = "idem/"
+
+
+def fingerprint(value: Any) -> str:
+    """A short, stable hash of a JSON-able value (sorted keys, compact)."""
+    raw = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+
+
+def model_call_fingerprint(
+    messages: list[dict[str, Any]], system: str | None, tools: list[dict[str, Any]]
+) -> str:
+    """``system.tools.messages.count``: each part hashed alone so a mismatch can be named."""
+    return ".".join(
+        [fingerprint(system or ""), fingerprint(tools), fingerprint(messages), str(len(messages))]
+    )
+
+
+def describe_model_input_change(recorded: str, live: str) -> str:
+    try:
+        r_sys, r_tools, r_msgs, r_n = recorded.split(".")
+        l_sys, l_tools, l_msgs, l_n = live.split(".")
+    except ValueError:
+        return "the model input changed"
+    changes = []
+    if r_sys != l_sys:
+        changes.append("the system prompt changed")
+    if r_tools != l_tools:
+        changes.append("the offered tools (names, descriptions or schemas) changed")
+    if r_n != l_n:
+        changes.append(f"the conversation has {l_n} messages, the recording had {r_n}")
+    elif r_msgs != l_msgs:
+        changes.append("the conversation messages changed")
+    return "; ".join(changes) or "the model input changed"
+
+
+@dataclass
+class TurnJournal:
+    """Everything the journal holds about one unfinished (or finished) turn."""
+
+    turn_id: str
+    steps: dict[int, JournalEntry] = field(default_factory=dict)
+    progress: JournalEntry | None = None
+    terminal: JournalEntry | None = None
+
+    @property
+    def attempt(self) -> int:
+        return int(self.progress.data.get("attempt", 0)) if self.progress else 0
+
+    @property
+    def next_seq(self) -> int:
+        return int(self.progress.data.get("next_seq", 0)) if self.progress else 0
+
+    @property
+    def stalled_attempts(self) -> int:
+        return int(self.progress.data.get("stalled", 0)) if self.progress else 0
+
+    def apply(self, key: str, entry: JournalEntry | None) -> None:
+        """Fold one journal record (``None`` is a tombstone) into this view."""
+        suffix = key.rsplit("/", 1)[-1]
+        if suffix == PROGRESS:
+            self.progress = entry
+        elif suffix == TERMINAL:
+            self.terminal = entry
+        elif suffix.isdigit():
+            if entry is None:
+                self.steps.pop(int(suffix), None)
+            else:
+                self.steps[int(suffix)] = entry
+
+    def recorded(self, step: int, kind: str, name: str, input_hash: str) -> JournalEntry | None:
+        """The entry for this call if it was journaled; raises if its input changed."""
+        entry = self.steps.get(step)
+        if entry is None:
+            return None
+        if entry.kind != kind or entry.name != name:
+            raise ReplayInputChanged(
+                f"step {step}: the recording has {entry.kind} '{entry.name}' there, "
+                f"the code now makes {kind} '{name}'",
+                detail={"step": step, "recorded": [entry.kind, entry.name], "live": [kind, name]},
+            )
+        if entry.input_hash != input_hash:
+            what = (
+                describe_model_input_change(entry.input_hash, input_hash)
+                if kind == "llm"
+                else "its arguments changed"
+            )
+            raise ReplayInputChanged(
+                f"step {step} ({kind} '{name}'): {what}",
+                detail={"step": step, "kind": kind, "name": name},
+            )
+        return entry
+
+
+@dataclass
+class PartitionJournal:
+    """The restored journal of one partition: unfinished turns and terminal records."""
+
+    partition: int
+    turns: dict[str, TurnJournal] = field(default_factory=dict)
+    idempotency: dict[str, str] = field(default_factory=dict)
+    records_read: int = 0
+
+    def apply(self, key: str, entry: JournalEntry | None) -> None:
+        self.records_read += 1
+        if key.startswith(IDEMPOTENCY_PREFIX):
+            idem_key = key[len(IDEMPOTENCY_PREFIX):]
+            if entry is None:
+                self.idempotency.pop(idem_key, None)
+            else:
+                self.idempotency[idem_key] = entry.turn_id
+            return
+        turn_id = key.rsplit("/", 1)[0]
+        turn = self.turns.get(turn_id)
+        if turn is None:
+            if entry is None:
+                return
+            turn = self.turns[turn_id] = TurnJournal(turn_id)
+        turn.apply(key, entry)
+        if not turn.steps and turn.progress is None and turn.terminal is None:
+            del self.turns[turn_id]

@@ -1,0 +1,142 @@
+"""Topic specs from ``topics/agent.yaml`` and applying them: create missing, report drift.
+
+Applying never deletes or alters an existing topic: a difference is reported as drift so a
+person decides, because repartitioning a co-partitioned journal would lose turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import yaml
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from pyrula_stream.kafka.config import base_config
+
+DEFAULT_PREFIX = "pyrula"
+DEFAULT_PARTITIONS = 6
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ApplyReport:
+    created: list[str] = field(default_factory=list)
+    matched: list[str] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.drift
+
+    def describe(self) -> str:
+        lines = [f"created {name}" for name in self.created]
+        lines += [f"ok      {name}" for name in self.matched]
+        lines += [f"DRIFT   {d}" for d in self.drift]
+        return "\n".join(lines)
+
+
+def agent_topic_specs(
+    agent: str, *, prefix: str = DEFAULT_PREFIX, partitions: int = DEFAULT_PARTITIONS
+) -> list[TopicSpec]:
+    """The agent's topics, read from the declarative spec shipped with the package."""
+    text = resources.files("pyrula_stream").joinpath("topics/agent.yaml").read_text()
+    raw = yaml.safe_load(text)
+    fill = {"prefix": prefix, "agent": agent, "partitions": str(partitions)}
+    return [
+        TopicSpec(
+            name=t["name"].format(**fill),
+            partitions=int(str(t["partitions"]).format(**fill)),
+            config={k: str(v).format(**fill) for k, v in (t.get("config") or {}).items()},
+        )
+        for t in raw["topics"]
+    ]
+
+
+def admin_client(bootstrap_servers: str) -> AdminClient:
+    return AdminClient(base_config(bootstrap_servers))
+
+
+def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
+    """Whether the cluster answers a metadata request within the timeout."""
+    try:
+        md = admin_client(bootstrap_servers).list_topics(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return bool(md.brokers)
+
+
+def apply_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30.0) -> ApplyReport:
+    """Create what is missing, leave what matches, report every difference as drift."""
+    admin = admin_client(bootstrap_servers)
+    existing = admin.list_topics(timeout=timeout_s).topics
+    report = ApplyReport()
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(s.name, s.partitions, replication_factor=-1, config=s.config)
+             for s in missing],
+            operation_timeout=timeout_s,
+        )
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                report.created.append(name)
+            except KafkaException as exc:
+                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise
+                report.matched.append(name)
+    present = [s for s in specs if s.name in existing]
+    if present:
+        actual_configs = _describe_configs(admin, [s.name for s in present], timeout_s)
+        for spec in present:
+            before = len(report.drift)
+            actual_parts = len(existing[spec.name].partitions)
+            if actual_parts != spec.partitions:
+                report.drift.append(
+                    f"{spec.name}: partitions is {actual_parts}, spec says {spec.partitions}"
+                )
+            actual = actual_configs[spec.name]
+            for key, want in spec.config.items():
+                have = actual.get(key)
+                if have != want:
+                    report.drift.append(f"{spec.name}: {key} is {have!r}, spec says {want!r}")
+            if len(report.drift) == before:
+                report.matched.append(spec.name)
+    _wait_for_metadata(admin, [s.name for s in missing], timeout_s)
+    return report
+
+
+def _describe_configs(
+    admin: AdminClient, names: list[str], timeout_s: float
+) -> dict[str, dict[str, str]]:
+    resources_ = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    out: dict[str, dict[str, str]] = {}
+    for res, fut in admin.describe_configs(resources_, request_timeout=timeout_s).items():
+        entries: dict[str, Any] = fut.result()
+        out[res.name] = {k: v.value for k, v in entries.items()}
+    return out
+
+
+def _wait_for_metadata(admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """New topics are usable only once every partition has a leader."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    pending = set(names)
+    while pending and time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=timeout_s).topics
+        for name in list(pending):
+            t = topics.get(name)
+            if t and t.error is None and all(p.leader >= 0 for p in t.partitions.values()):
+                pending.discard(name)
+        if pending:
+            time.sleep(0.05)

@@ -1,0 +1,98 @@
+"""The worker's consumers: the group consumer of turns, journal restore, and control.
+
+Restore reads a journal partition to its last stable offset under ``read_committed``.
+Catch-up is ``position >= end`` (or the partition-EOF event), never ``==``: transaction
+markers occupy offsets, so the position can pass the last data record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from pyrula_stream.kafka.config import base_config
+
+RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
+
+
+def group_consumer(
+    bootstrap_servers: str,
+    group_id: str,
+    *,
+    client_id: str,
+    exactly_once: bool,
+    extra: dict[str, Any] | None = None,
+) -> Consumer:
+    """The turns consumer: cooperative rebalancing, manual offsets, committed reads only."""
+    conf = base_config(
+        bootstrap_servers,
+        **{
+            "group.id": group_id,
+            "client.id": client_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 1_000,
+            "max.poll.interval.ms": 300_000,
+        },
+    )
+    conf.update(extra or {})
+    return Consumer(conf)
+
+
+def reader_consumer(bootstrap_servers: str, *, client_id: str) -> Consumer:
+    """A group-less reader (restore, control, clients): assigned partitions, never commits."""
+    return Consumer(
+        base_config(
+            bootstrap_servers,
+            **{
+                "group.id": f"{client_id}-reader",
+                "client.id": client_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 50,
+            },
+        )
+    )
+
+
+def read_partition_to_end(
+    consumer: Consumer, topic: str, partition: int, *, timeout_s: float = 120.0
+) -> Iterator[tuple[str, bytes | None, list[tuple[str, bytes]] | None]]:
+    """Yield ``(key, value, headers)`` of every committed record of one partition."""
+    tp = TopicPartition(topic, partition)
+    low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+    if high <= low:
+        return
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            reached_eof = False
+            for msg in consumer.consume(1000, timeout=0.2):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        reached_eof = True
+                        continue
+                    raise KafkaException(err)
+                key = msg.key()
+                yield (key.decode() if key else "", msg.value(), msg.headers())
+            position = consumer.position([tp])[0].offset
+            if reached_eof or position >= high:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"reading {topic}[{partition}] stopped at {position}, end is {high}"
+                )
+    finally:
+        consumer.unassign()

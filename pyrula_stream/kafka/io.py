@@ -1,0 +1,107 @@
+"""Plain producing and reading for clients: submit records, read a partition from a time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.consumers import reader_consumer
+from pyrula_stream.kafka.partitioner import PARTITIONER, partition_for
+
+
+@dataclass(frozen=True)
+class Delivered:
+    topic: str
+    partition: int
+    offset: int
+
+
+class RecordProducer:
+    """An idempotent producer whose ``send`` returns once the broker acknowledged."""
+
+    def __init__(self, bootstrap_servers: str, **extra: Any) -> None:
+        self._producer = Producer(base_config(
+            bootstrap_servers,
+            **{"enable.idempotence": True, "acks": "all", "linger.ms": 1,
+               "partitioner": PARTITIONER}, **extra))
+
+    def send_sync(
+        self, topic: str, key: bytes | None, value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None, timeout_s: float = 30.0,
+    ) -> Delivered:
+        result: list[Any] = []
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            result.append(err if err is not None else msg)
+
+        self._producer.produce(topic, key=key, value=value, headers=headers or [],
+                               on_delivery=on_delivery)
+        self._producer.flush(timeout_s)
+        if not result:
+            raise TimeoutError(f"no acknowledgement from {topic} within {timeout_s}s")
+        if isinstance(result[0], KafkaError):
+            raise KafkaException(result[0])
+        msg = result[0]
+        return Delivered(msg.topic(), msg.partition(), msg.offset())
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None,
+                   headers: list[tuple[str, bytes]] | None = None) -> Delivered:
+        return await asyncio.to_thread(self.send_sync, topic, key, value, headers)
+
+    def close(self) -> None:
+        self._producer.flush(10)
+
+
+class PartitionReader:
+    """Reads committed records of the partition that holds ``key``, from a timestamp."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, *, client_id: str) -> None:
+        self.topic = topic
+        self._consumer: Consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+
+    def partitions(self) -> int:
+        md = self._consumer.list_topics(self.topic, timeout=10)
+        topic = md.topics.get(self.topic)
+        if topic is None or topic.error is not None:
+            raise KafkaException(f"topic {self.topic} not found")
+        return len(topic.partitions)
+
+    def seek_key(self, key: bytes, since_ms: int | None) -> int:
+        partition = partition_for(key, self.partitions())
+        self.seek_partitions([partition], since_ms)
+        return partition
+
+    def seek_partitions(self, partitions: list[int] | None, since_ms: int | None) -> None:
+        parts = partitions if partitions is not None else list(range(self.partitions()))
+        start = []
+        for p in parts:
+            offset = OFFSET_BEGINNING
+            if since_ms is not None:
+                found = self._consumer.offsets_for_times(
+                    [TopicPartition(self.topic, p, since_ms)], timeout=10)[0]
+                offset = found.offset if found.offset >= 0 else OFFSET_BEGINNING
+                if found.offset < 0:
+                    _, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(self.topic, p), timeout=10, cached=False)
+                    offset = high
+            start.append(TopicPartition(self.topic, p, offset))
+        self._consumer.assign(start)
+
+    def poll(self, timeout_s: float) -> Iterator[tuple[bytes | None, bytes | None, dict[str, str], int, int]]:
+        """Yield ``(key, value, headers, partition, offset)``; partition-EOF is skipped."""
+        for msg in self._consumer.consume(500, timeout=timeout_s):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(err)
+            headers = {k: (v or b"").decode("utf-8", "replace") for k, v in (msg.headers() or [])}
+            yield msg.key(), msg.value(), headers, msg.partition(), msg.offset()
+
+    def close(self) -> None:
+        self._consumer.close()

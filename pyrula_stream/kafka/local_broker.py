@@ -1,0 +1,258 @@
+"""A real single-node Apache Kafka broker (KRaft, combined mode), started from Maven jars.
+
+No Docker and no Kafka install: Maven fetches ``org.apache.kafka:kafka_2.13`` and a log4j
+binding into a cache folder once; every later start reuses it. The broker runs as a child
+JVM on free loopback ports and is stopped cleanly (SIGTERM, then SIGKILL after a grace).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pyrula_stream.errors import BrokerUnavailableError
+
+KAFKA_VERSION = "4.1.1"
+LOG4J_VERSION = "2.24.3"
+MIN_JAVA = 17
+
+INSTALL_HINT = (
+    "Install Java 17+ and Maven (e.g. `apt-get install openjdk-17-jre-headless maven`), "
+    "or set KAFKA_BOOTSTRAP_SERVERS to an existing broker, "
+    "or run `docker compose up -d` and set KAFKA_BOOTSTRAP_SERVERS=localhost:9092."
+)
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>io.pyrula.stream</groupId><artifactId>local-broker</artifactId>
+  <version>1</version><packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
+      <version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId><version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J = """status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = FILE
+"""
+
+
+def cache_root() -> Path:
+    """Where jars and broker state live; ``PYRULA_STREAM_CACHE`` overrides."""
+    env = os.environ.get("PYRULA_STREAM_CACHE")
+    base = Path(env) if env else Path.home() / ".cache" / "pyrula-stream"
+    return base
+
+
+def _java_binary() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise BrokerUnavailableError(f"Java was not found. {INSTALL_HINT}")
+    return found
+
+
+def check_java() -> str:
+    """Return the java binary, or explain what to install when it is missing or too old."""
+    java = _java_binary()
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    major = int(match.group(1)) if match else 0
+    if major == 1 and match and match.group(2):
+        major = int(match.group(2))
+    if major < MIN_JAVA:
+        raise BrokerUnavailableError(
+            f"Java {MIN_JAVA}+ is needed to run the local Kafka broker, found {major or 'unknown'}"
+            f" at {java}. {INSTALL_HINT}"
+        )
+    return java
+
+
+def fetch_jars(version: str = KAFKA_VERSION) -> Path:
+    """Fetch the broker's jars with Maven once; later calls return the cached folder."""
+    folder = cache_root() / f"kafka-{version}"
+    libs = folder / "libs"
+    marker = folder / ".complete"
+    if marker.exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise BrokerUnavailableError(f"Maven (mvn) was not found. {INSTALL_HINT}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
+    result = subprocess.run(
+        [mvn, "-q", "-B", "-f", str(folder / "pom.xml"), "dependency:copy-dependencies",
+         f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise BrokerUnavailableError(
+            f"Maven could not fetch Apache Kafka {version}:\n{result.stdout[-2000:]}"
+            f"{result.stderr[-2000:]}\n{INSTALL_HINT}"
+        )
+    marker.write_text(version)
+    return libs
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    return f"""process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={data_dir / "log"}
+num.partitions=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+log.cleaner.backoff.ms=100
+log.cleaner.threads=1
+"""
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to SIGTERM the JVM when its parent dies (no stray JVMs)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    os.setsid()
+
+
+@dataclass
+class LocalBroker:
+    """A running broker started by this module."""
+
+    bootstrap_servers: str
+    pid: int
+    data_dir: str
+    log_file: str
+    owns_data_dir: bool = True
+
+    def is_running(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        with contextlib.suppress(ChildProcessError):
+            done, _ = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                return False
+        return True
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM the JVM, wait for a clean shutdown, SIGKILL if it hangs. Safe to repeat."""
+        if self.is_running():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while self.is_running() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self.is_running():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.pid, signal.SIGKILL)
+                while self.is_running():
+                    time.sleep(0.05)
+        if self.owns_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def wait_until_ready(bootstrap_servers: str, timeout_s: float = 60.0) -> None:
+    """Block until the broker answers a metadata request."""
+    from pyrula_stream.kafka.admin import broker_answers
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if broker_answers(bootstrap_servers, timeout_s=2.0):
+            return
+        time.sleep(0.2)
+    raise BrokerUnavailableError(
+        f"Kafka at {bootstrap_servers} did not answer metadata within {timeout_s:.0f}s"
+    )
+
+
+def start_local_broker(
+    *,
+    data_dir: Path | None = None,
+    port: int | None = None,
+    die_with_parent: bool = True,
+    heap: str = "768m",
+) -> LocalBroker:
+    """Format storage and start a single-node KRaft broker; return once it answers."""
+    java = check_java()
+    libs = fetch_jars()
+    owns = data_dir is None
+    data = Path(data_dir or tempfile.mkdtemp(prefix="pyrula-kafka-"))
+    data.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    controller_port = free_port()
+    props = data / "server.properties"
+    props.write_text(_server_properties(data, port, controller_port))
+    log_file = data / "broker.log"
+    (data / "log4j2.properties").write_text(_LOG4J.format(log=log_file))
+    classpath = f"{libs}/*"
+    jvm = [java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+           f"-Dlog4j2.configurationFile={data / 'log4j2.properties'}", "-cp", classpath]
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    fmt = subprocess.run(
+        [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+        capture_output=True, text=True, check=False,
+    )
+    if fmt.returncode != 0:
+        raise BrokerUnavailableError(f"formatting Kafka storage failed:\n{fmt.stderr[-2000:]}")
+    with open(data / "broker.out", "wb") as out:
+        proc = subprocess.Popen(
+            [*jvm, "kafka.Kafka", str(props)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if die_with_parent else os.setsid,  # noqa: PLW1509
+        )
+    broker = LocalBroker(f"127.0.0.1:{port}", proc.pid, str(data), str(log_file), owns)
+    try:
+        wait_until_ready(broker.bootstrap_servers)
+    except BaseException:
+        tail = (data / "broker.out").read_text(errors="replace")[-3000:]
+        broker.stop()
+        raise BrokerUnavailableError(f"the local Kafka broker did not start:\n{tail}") from None
+    return broker

@@ -1,0 +1,172 @@
+"""The provider-neutral model interface: messages, content blocks, responses, usage.
+
+Messages use one internal shape (Anthropic-like) everywhere: the journal, ``FakeLLM`` and
+the tool loop. Each provider adapter converts to and from its own wire format.
+
+A message is ``{"role": "user" | "assistant", "content": str | list[block]}`` where a
+block is one of::
+
+    {"type": "text", "text": "..."}
+    {"type": "tool_use", "id": "...", "name": "...", "input": {...}}
+    {"type": "tool_result", "tool_use_id": "...", "content": "...", "is_error": false}
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+DEFAULT_MAX_RETRIES = 3
+
+
+class StreamingMode(StrEnum):
+    """SAFE buffers nothing the journal has not seen; deltas are for display only."""
+
+    SAFE = "safe"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """What the model sees of one tool."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class TextBlock(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolUseBlock(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+ContentBlock = Annotated[TextBlock | ToolUseBlock, Field(discriminator="type")]
+
+
+class Usage(BaseModel):
+    """Token counts as the provider billed them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    @property
+    def billed_tokens(self) -> int:
+        """Tokens that count toward ``max_total_tokens``: cache reads are excluded."""
+        return self.input_tokens + self.output_tokens + self.cache_creation_input_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + other.cache_creation_input_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+
+class ModelResponse(BaseModel):
+    """One complete model reply: what the journal records for a model call."""
+
+    content: list[ContentBlock] = Field(default_factory=list)
+    stop_reason: str = "end_turn"
+    usage: Usage = Field(default_factory=Usage)
+    model: str = ""
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+    @property
+    def tool_calls(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def as_message(self) -> dict[str, Any]:
+        """The assistant message that goes back into the conversation."""
+        return {"role": "assistant", "content": [b.model_dump() for b in self.content]}
+
+
+CompletionResult = ModelResponse
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of text while the model is still writing (display only, not journaled)."""
+
+    text: str
+
+
+StreamItem = TextDelta | ModelResponse
+"""What ``LLMClient.stream`` yields: any number of deltas, then exactly one response."""
+
+content_blocks_adapter: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRate:
+    """A request and token budget per minute, shared by every turn in a worker process."""
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+
+
+class LLMClient(ABC):
+    """Abstract base for provider adapters.
+
+    The frozen core is ``stream`` and ``complete``. Optional keywords (``tool_choice``) are
+    passed only when ``accepts_keyword`` finds them on the adapter's signature.
+    """
+
+    provider: str | None = None
+    model: str = ""
+    streaming_mode: StreamingMode = StreamingMode.SAFE
+    max_buffer_bytes: int = 5 * 1024 * 1024
+    max_retries: int = DEFAULT_MAX_RETRIES
+
+    @abstractmethod
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[ToolDefinition] | None = None,
+        system: str | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        """Yield text deltas while the model writes, then the complete ``ModelResponse``."""
+
+    async def complete(
+        self, messages: list[dict[str, Any]], system: str | None = None
+    ) -> ModelResponse:
+        """One call without tools; the default drains ``stream``."""
+        final: ModelResponse | None = None
+        async for item in self.stream(messages, None, system):
+            if isinstance(item, ModelResponse):
+                final = item
+        if final is None:
+            from pyrula_stream.errors import ProviderStreamTruncated
+
+            raise ProviderStreamTruncated(f"{self.provider} stream ended without a response")
+        return final
+
+    def accepts_keyword(self, name: str) -> bool:
+        """Whether ``stream`` takes the optional keyword ``name``."""
+        return name in inspect.signature(self.stream).parameters
+
+    def describe(self) -> str:
+        """A short label for logs and the demo banner; never includes secrets."""
+        return f"{type(self).__name__}({self.model})"
+
+

@@ -1,0 +1,98 @@
+"""Test helpers for users and for our own suite: a real broker, a worker in-process.
+
+``kafka_bootstrap_servers`` (pytest fixture, session scope) and ``local_kafka()`` give a
+bootstrap address:
+
+- ``KAFKA_BOOTSTRAP_SERVERS`` set: that cluster is used as is;
+- ``PYRULA_KAFKA=testcontainers``: a Kafka container via testcontainers (needs Docker);
+- otherwise a real single-node Apache Kafka broker (KRaft) is started from Maven jars
+  with the machine's Java 17+, and stopped when the session ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.kafka.local_broker import start_local_broker
+from pyrula_stream.worker import KafkaWorker, WorkerOptions
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+
+@contextlib.contextmanager
+def local_kafka() -> Iterator[str]:
+    """Yield a bootstrap address, starting (and later stopping) a broker when needed."""
+    existing = os.environ.get(BOOTSTRAP_ENV)
+    if existing:
+        yield existing
+        return
+    if os.environ.get("PYRULA_KAFKA") == "testcontainers":
+        try:
+            from testcontainers.kafka import KafkaContainer
+        except ImportError as exc:
+            raise ConfigurationError(
+                "PYRULA_KAFKA=testcontainers needs `pip install 'pyrula-stream[dev]'` and Docker"
+            ) from exc
+        with KafkaContainer().with_kraft() as container:
+            yield container.get_bootstrap_server()
+        return
+    broker = start_local_broker()
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap_servers() -> Iterator[str]:
+    """A real Kafka for the whole test session (see the module docstring)."""
+    with local_kafka() as bootstrap:
+        yield bootstrap
+
+
+def unique_name(base: str = "t") -> str:
+    """A fresh agent name or prefix, so tests sharing a broker never share topics."""
+    return f"{base}{uuid.uuid4().hex[:10]}"
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    agent: KafkaAgent,
+    bootstrap_servers: str,
+    options: WorkerOptions | None = None,
+    *,
+    wait_assigned: bool = True,
+    timeout_s: float = 60.0,
+) -> AsyncIterator[KafkaWorker]:
+    """Run a worker in this event loop; stop it gracefully on exit."""
+    worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
+    task = asyncio.create_task(worker.run(), name=f"worker-{agent.name}")
+    try:
+        if wait_assigned:
+            await wait_for(lambda: task.done() or worker.assigned_partitions > 0, timeout_s,
+                           f"worker of {agent.name} got no partitions")
+            if task.done():
+                task.result()
+        yield worker
+    finally:
+        worker.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, timeout_s)
+
+
+async def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` until true; raise ``TimeoutError`` naming ``what``."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(what)
+        await asyncio.sleep(0.05)

@@ -1,0 +1,577 @@
+"""The consumer-group worker: assignment, restore, per-turn tasks, commit, cancel, poison.
+
+One asyncio loop runs many turns. The group consumer polls in a thread; its rebalance
+callbacks hand over to the loop and wait, so a partition is restored from its journal
+before any of its turns runs, and revoked turns stop before the partition moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from pyrula_stream import serde
+from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.committer import GroupCommitter
+from pyrula_stream.context import AgentContext
+from pyrula_stream.errors import (
+    ErrorCode,
+    MalformedRecordError,
+    Poison,
+    PyrulaError,
+    TopicDriftError,
+    TurnCancelled,
+)
+from pyrula_stream.journal import PartitionJournal, TurnJournal
+from pyrula_stream.kafka.admin import apply_topics
+from pyrula_stream.kafka.consumers import group_consumer, read_partition_to_end, reader_consumer
+from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
+from pyrula_stream.llm.fake import FakeLLM
+from pyrula_stream.loop import ToolLoop
+from pyrula_stream.partition import PartitionState, QueuedTurn
+from pyrula_stream.records import OutRecord
+from pyrula_stream.serde import EventType, TurnRequest
+from pyrula_stream.tools import encode_result
+from pyrula_stream.turn import TurnRuntime, TurnTopics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoisonOptions:
+    """A turn whose attempts make no progress ``max_retries`` times is quarantined."""
+
+    max_retries: int = 3
+    retry_ttl_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Tuning for a worker process.
+
+    ``processing_guarantee="exactly_once_v2"`` commits journal, events and input offsets
+    in one transaction; ``"at_least_once"`` (brokers without transactions) writes with an
+    idempotent producer and commits offsets afterwards, so events may repeat (dedupe on
+    ``turn_id`` + ``seq``). ``commit_interval_s`` caps how often a commit starts (0: as
+    soon as the previous one ends). ``worker_id`` makes the transactional id stable across
+    restarts, so a restarted worker aborts its predecessor's open transaction at once.
+    """
+
+    max_concurrent_turns: int = 50
+    shutdown_grace: float = 30.0
+    cancel_timeout: float = 5.0
+    poison: PoisonOptions = field(default_factory=PoisonOptions)
+    health_port: int | None = None
+    health_host: str = "127.0.0.1"
+    processing_guarantee: Literal["exactly_once_v2", "at_least_once"] = "exactly_once_v2"
+    commit_interval_s: float = 0.0
+    idempotency_ttl_s: float = 86400.0
+    worker_id: str | None = None
+    group_id: str | None = None
+    max_record_bytes: int = 1_000_000
+    apply_topics: bool = True
+    consumer_config: dict[str, Any] = field(default_factory=dict)
+    producer_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Running:
+    runtime: TurnRuntime
+    task: asyncio.Task[None]
+    partition: int
+    offset: int
+
+
+class _Revoked(Exception):
+    """Internal: a turn stopped because this worker lost its partition or is draining."""
+
+
+class KafkaWorker:
+    """Runs one agent's turns as a member of the agent's consumer group."""
+
+    def __init__(
+        self, agent: KafkaAgent, *, bootstrap_servers: str, options: WorkerOptions | None = None
+    ) -> None:
+        self.agent = agent
+        self.bootstrap_servers = bootstrap_servers
+        self.options = options or WorkerOptions()
+        self.topics = agent.topics
+        self.worker_id = self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.group_id = self.options.group_id or f"{agent.prefix}.{agent.name}.workers"
+        self.llm = agent.llm or FakeLLM()
+        self._parts: dict[int, PartitionState] = {}
+        self._running: dict[str, _Running] = {}
+        self._cancels: dict[str, tuple[str, str]] = {}
+        self._waiting: list[tuple[int, QueuedTurn]] = []
+        self._paused = False
+        self._stop_requested = False
+        self._ready = False
+        self.turns_finished = 0
+        self.restored_records = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def assigned_partitions(self) -> int:
+        return len(self._parts)
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self._stop_requested
+
+    def stop(self) -> None:
+        """Ask the worker to stop: stop fetching, let turns reach a step boundary, leave."""
+        self._stop_requested = True
+
+    async def run(self) -> None:
+        """Run until ``stop()``; recreates the clients after a fatal (fenced) error."""
+        if self.options.apply_topics:
+            report = await asyncio.to_thread(
+                apply_topics, self.bootstrap_servers, self.agent.topic_specs()
+            )
+            if not report.ok:
+                raise TopicDriftError(
+                    f"agent '{self.agent.name}' refuses to start: its topics differ from the "
+                    "spec:\n  " + "\n  ".join(report.drift)
+                )
+        async with httpx.AsyncClient() as http:
+            self._http = http
+            while not self._stop_requested:
+                try:
+                    await self._session()
+                except ProducerFenced as exc:
+                    log.warning("producer fenced (%s): dropping turns and rejoining", exc)
+                    await self._drop_all_turns()
+
+    async def _session(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        exactly_once = self.options.processing_guarantee == "exactly_once_v2"
+        self._writer = BatchWriter(
+            self.bootstrap_servers,
+            transactional_id=f"{self.agent.prefix}.{self.agent.name}.{self.worker_id}",
+            exactly_once=exactly_once,
+            extra=self.options.producer_config,
+        )
+        await asyncio.to_thread(self._writer.start)
+        self._consumer = group_consumer(
+            self.bootstrap_servers, self.group_id, client_id=self.worker_id,
+            exactly_once=exactly_once, extra=self.options.consumer_config,
+        )
+        self._restorer = reader_consumer(self.bootstrap_servers, client_id=f"{self.worker_id}-restore")
+        self._control = reader_consumer(self.bootstrap_servers, client_id=f"{self.worker_id}-control")
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        self._control.assign([TopicPartition(self.topics.control, 0, OFFSET_BEGINNING)])
+        self.committer = GroupCommitter(
+            self._write, self._committable_offsets, self._on_abort,
+            interval_s=self.options.commit_interval_s,
+        )
+        self._consumer.subscribe(
+            [self.topics.turns], on_assign=self._on_assign_cb, on_revoke=self._on_revoke_cb,
+            on_lost=self._on_revoke_cb,
+        )
+        committer_task = asyncio.create_task(self.committer.run(), name="committer")
+        health = await self._start_health()
+        self._ready = True
+        try:
+            await self._poll_loop(committer_task)
+        finally:
+            self._ready = False
+            await self._drain()
+            committer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ProducerFenced):
+                await committer_task
+            await asyncio.to_thread(self._consumer.close)
+            self._restorer.close()
+            self._control.close()
+            self._writer.close()
+            if health is not None:
+                health.close()
+
+    async def _poll_loop(self, committer_task: asyncio.Task[None]) -> None:
+        while not self._stop_requested:
+            if committer_task.done():
+                committer_task.result()  # re-raises ProducerFenced
+            msgs = await asyncio.to_thread(self._consumer.consume, 256, 0.05)
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.fatal():
+                        raise ProducerFenced(f"consumer fatal error: {err.str()}")
+                    log.warning("consumer error: %s", err.str())
+                    continue
+                self._on_turn_record(msg)
+            for msg in self._control.consume(100, 0):
+                if msg.error() is None:
+                    self._on_control_record(msg.value())
+            self._apply_backpressure()
+
+    async def _drain(self) -> None:
+        """Stop fetching; give running turns ``shutdown_grace`` to finish, then stop them."""
+        if self._running:
+            deadline = time.monotonic() + self.options.shutdown_grace
+            while self._running and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        await self._drop_all_turns(flush=True)
+
+    async def _drop_all_turns(self, *, flush: bool = False) -> None:
+        ids = set(self._running)
+        for rt in list(self._running.values()):
+            rt.task.cancel()
+        for rt in list(self._running.values()):
+            with contextlib.suppress(BaseException):
+                await rt.task
+        self._running.clear()
+        if hasattr(self, "committer"):
+            self.committer.purge(ids)
+            if flush:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.committer.flush(), self.options.cancel_timeout)
+        self._parts.clear()
+        self._waiting.clear()
+
+    # -- rebalance (called in the consumer thread) ----------------------------------------
+
+    def _on_assign_cb(self, consumer: Any, partitions: list[Any]) -> None:
+        restored = {tp.partition: self._restore(tp.partition) for tp in partitions}
+        asyncio.run_coroutine_threadsafe(self._install(restored), self._loop).result()
+        if self._paused and partitions:
+            consumer.pause(partitions)
+
+    def _on_revoke_cb(self, consumer: Any, partitions: list[Any]) -> None:
+        lost = {tp.partition for tp in partitions}
+        asyncio.run_coroutine_threadsafe(self._revoke(lost), self._loop).result()
+
+    def _restore(self, partition: int) -> PartitionJournal:
+        journal = PartitionJournal(partition)
+        for key, value, headers in read_partition_to_end(
+            self._restorer, self.topics.journal, partition
+        ):
+            if value is None:
+                journal.apply(key, None)
+                continue
+            try:
+                entry = serde.decode_journal_entry(value, serde.headers_dict(headers))
+            except MalformedRecordError as exc:
+                log.error("journal %s[%d] key %s unreadable: %s", self.topics.journal,
+                          partition, key, exc)
+                continue
+            journal.apply(key, entry)
+        self.restored_records += journal.records_read
+        return journal
+
+    async def _install(self, restored: dict[int, PartitionJournal]) -> None:
+        for p, journal in restored.items():
+            self._parts[p] = PartitionState(p, journal)
+
+    async def _revoke(self, partitions: set[int]) -> None:
+        ids = {t for t, r in self._running.items() if r.partition in partitions}
+        for t in ids:
+            self._running[t].task.cancel()
+        for t in ids:
+            with contextlib.suppress(BaseException):
+                await self._running[t].task
+            self._running.pop(t, None)
+        self.committer.purge(ids)
+        await self.committer.wait_idle()
+        self._waiting = [(p, q) for p, q in self._waiting if p not in partitions]
+        for p in partitions:
+            self._parts.pop(p, None)
+        self.committer.forget_offsets({(self.topics.turns, p) for p in partitions})
+
+    # -- records --------------------------------------------------------------------------
+
+    def _on_turn_record(self, msg: Any) -> None:
+        p, offset = msg.partition(), msg.offset()
+        ps = self._parts.get(p)
+        if ps is None:
+            return
+        ps.watermark.track(offset)
+        headers = serde.headers_dict(msg.headers())
+        try:
+            request = serde.decode_turn_request(msg.value(), headers)
+            if request.agent != self.agent.name:
+                raise MalformedRecordError(
+                    f"turn is for agent {request.agent!r}, this topic belongs to "
+                    f"{self.agent.name!r}"
+                )
+        except MalformedRecordError as exc:
+            self._dead_letter(msg, str(exc), ErrorCode.INVALID_REQUEST)
+            ps.watermark.done(offset)
+            self.committer.offsets_changed()
+            return
+        if ps.is_finished(request) or request.turn_id in self._running or any(
+            q.request.turn_id == request.turn_id for qs in ps.queues.values() for q in qs
+        ):
+            ps.watermark.done(offset)
+            self.committer.offsets_changed()
+            return
+        queued = QueuedTurn(offset, request)
+        if ps.enqueue(queued):
+            self._admit(p, queued)
+
+    def _admit(self, partition: int, queued: QueuedTurn) -> None:
+        if len(self._running) >= self.options.max_concurrent_turns:
+            self._waiting.append((partition, queued))
+        else:
+            self._start_turn(partition, queued)
+
+    def _apply_backpressure(self) -> None:
+        while self._waiting and len(self._running) < self.options.max_concurrent_turns:
+            p, queued = self._waiting.pop(0)
+            if p in self._parts:
+                self._start_turn(p, queued)
+        full = len(self._running) + len(self._waiting) >= self.options.max_concurrent_turns
+        if full != self._paused:
+            assignment = self._consumer.assignment()
+            if full:
+                self._consumer.pause(assignment)
+            else:
+                self._consumer.resume(assignment)
+            self._paused = full
+
+    def _dead_letter(self, msg: Any, reason: str, code: ErrorCode) -> None:
+        headers = [
+            ("pyrula.dlq.reason", reason.encode()),
+            ("pyrula.dlq.code", str(code).encode()),
+            ("pyrula.dlq.source", f"{msg.topic()}[{msg.partition()}]@{msg.offset()}".encode()),
+            ("pyrula.dlq.worker", self.worker_id.encode()),
+            *[(f"pyrula.original.{k}", v or b"") for k, v in (msg.headers() or [])],
+        ]
+        self.committer.add_records(
+            [OutRecord(self.topics.dlq, msg.key() or b"", msg.value(), headers)]
+        )
+        log.warning("dead-lettered %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(),
+                    reason)
+
+    def _on_control_record(self, value: bytes | None) -> None:
+        import json
+
+        try:
+            body = json.loads(value or b"")
+            turn_id, action = str(body["turn_id"]), str(body["action"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring unreadable control record: %r", value)
+            return
+        reason = str(body.get("reason") or action)[:500]
+        self._cancels[turn_id] = (action, reason)
+        running = self._running.get(turn_id)
+        if running is None:
+            return
+        running.runtime.cancel_reason = reason
+        if action == "terminate":
+            running.task.cancel(msg="terminate")
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def _start_turn(self, partition: int, queued: QueuedTurn) -> None:
+        ps = self._parts[partition]
+        journal = ps.journal.turns.get(queued.request.turn_id) or TurnJournal(queued.request.turn_id)
+        runtime = self._new_runtime(partition, queued.request, journal)
+        task = asyncio.create_task(self._run_turn(runtime, queued), name=runtime.turn_id)
+        self._running[runtime.turn_id] = _Running(runtime, task, partition, queued.offset)
+
+    def _new_runtime(self, partition: int, request: TurnRequest, journal: TurnJournal) -> TurnRuntime:
+        events = self.agent.topics.events
+        runtime = TurnRuntime(
+            request=request,
+            topics=TurnTopics(self.topics.journal, [events], partition),
+            output=self.committer,
+            journal=journal,
+            attempt=journal.attempt + 1,
+            max_record_bytes=self.options.max_record_bytes,
+            max_event_count=self.agent.limits.max_event_count_per_turn,
+        )
+        cancel = self._cancels.get(request.turn_id)
+        if cancel is not None:
+            runtime.cancel_reason = cancel[1]
+        return runtime
+
+    async def _run_turn(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
+        try:
+            await self._execute(runtime)
+        except asyncio.CancelledError:
+            if self._cancels.get(runtime.turn_id, ("",))[0] == "terminate" and not runtime.finished:
+                with contextlib.suppress(Exception):
+                    await runtime.finish(EventType.RUN_ERROR, self._error_data(
+                        TurnCancelled(f"turn terminated: {runtime.cancel_reason}")))
+                    self._turn_done(runtime, queued)
+                return
+            raise
+        self._turn_done(runtime, queued)
+
+    def _turn_done(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
+        self._running.pop(runtime.turn_id, None)
+        ps = self._parts.get(runtime.topics.partition)
+        if ps is None:
+            return
+        ps.finished.add(runtime.turn_id)
+        ps.journal.turns.pop(runtime.turn_id, None)
+        ps.watermark.done(queued.offset)
+        self.turns_finished += 1
+        self.committer.offsets_changed()
+        nxt = ps.dequeue(queued.request.key)
+        if nxt is not None:
+            self._admit(runtime.topics.partition, nxt)
+
+    async def _execute(self, runtime: TurnRuntime) -> None:
+        """Run the agent body once (replaying what the journal holds) and finish the turn."""
+        journal, request = runtime.journal, runtime.request
+        if runtime.attempt > 1:
+            progressed = journal.progress is not None and int(
+                journal.progress.data.get("steps", -1)) != len(journal.steps)
+            fresh = journal.progress is not None and (
+                time.time() * 1000 - journal.progress.ts_ms
+                > self.options.poison.retry_ttl_s * 1000)
+            stalled = 0 if progressed or fresh else journal.stalled_attempts + 1
+            if stalled >= self.options.poison.max_retries:
+                await self._quarantine(runtime, f"{stalled} attempts made no progress")
+                return
+            await runtime.begin_attempt(stalled)
+        try:
+            await runtime.durable_step(
+                "start", "start", "", self._start_data(request),
+                lambda data: [(EventType.RUN_START, data)],
+            )
+            loop = ToolLoop(runtime, self.llm, self.agent.tools, self.agent.limits,
+                            http=self._http, deps=self.agent.deps)
+            ctx = AgentContext(runtime, loop, deps=self.agent.deps)
+            async with asyncio.timeout(self.agent.timeout):
+                result = await self.agent.fn(ctx, **request.params)
+            runtime.raise_if_cancelled()
+            value = _jsonable(result, self.agent.name)
+            await runtime.finish(EventType.RUN_COMPLETE,
+                                 {"result": value, "usage": runtime.spend.as_dict()})
+        except asyncio.CancelledError:
+            raise
+        except Poison as exc:
+            await self._quarantine(runtime, f"tool raised Poison: {exc.message}")
+        except TimeoutError:
+            await runtime.finish(EventType.RUN_ERROR, {
+                "code": ErrorCode.TURN_TIMEOUT,
+                "message": f"turn exceeded the agent timeout of {self.agent.timeout}s"})
+        except PyrulaError as exc:
+            await runtime.finish(EventType.RUN_ERROR, self._error_data(exc))
+        except TypeError as exc:
+            await runtime.finish(EventType.RUN_ERROR, {
+                "code": ErrorCode.INVALID_REQUEST if "argument" in str(exc) else ErrorCode.AGENT_ERROR,
+                "message": f"{type(exc).__name__}: {exc}"})
+        except Exception as exc:
+            log.exception("turn %s failed", runtime.turn_id)
+            await runtime.finish(EventType.RUN_ERROR, {
+                "code": ErrorCode.AGENT_ERROR, "message": f"{type(exc).__name__}: {exc}"})
+
+    def _start_data(self, request: TurnRequest) -> Any:
+        async def live() -> dict[str, Any]:
+            return {"params": request.params, "metadata": request.metadata,
+                    "thread_id": request.thread_id, "worker": self.worker_id}
+
+        return live
+
+    @staticmethod
+    def _error_data(exc: PyrulaError) -> dict[str, Any]:
+        data: dict[str, Any] = {"code": str(exc.code or ErrorCode.INTERNAL),
+                                "message": exc.message, "error_type": type(exc).__name__}
+        detail = getattr(exc, "detail", None)
+        if detail is not None:
+            data["detail"] = detail
+        return data
+
+    async def _quarantine(self, runtime: TurnRuntime, reason: str) -> None:
+        req = runtime.request
+        self.committer.add_records([OutRecord(
+            self.topics.dlq, req.key.encode(), serde.encode("turn_request", req),
+            [(serde.CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode()),
+             ("pyrula.dlq.reason", reason.encode()),
+             ("pyrula.dlq.code", ErrorCode.POISON_QUARANTINE.encode()),
+             ("pyrula.dlq.worker", self.worker_id.encode())],
+        )])
+        await runtime.finish(EventType.RUN_ERROR, {
+            "code": ErrorCode.POISON_QUARANTINE, "message": f"turn quarantined: {reason}"})
+
+    # -- commit plumbing ------------------------------------------------------------------
+
+    async def _write(self, records: list[OutRecord], offsets: Offsets) -> None:
+        await asyncio.to_thread(self._writer.write, records, offsets, self._consumer)
+
+    def _committable_offsets(self) -> Offsets:
+        out: Offsets = {}
+        for p, ps in self._parts.items():
+            offset = ps.watermark.committable()
+            if offset is not None:
+                out[(self.topics.turns, p)] = offset
+        return out
+
+    def _on_abort(self, turn_ids: set[str]) -> None:
+        """A transaction aborted: restart its turns from what is durably journaled."""
+        for turn_id in turn_ids:
+            running = self._running.get(turn_id)
+            if running is None:
+                continue
+            running.task.cancel()
+            old = running.runtime
+            journal = TurnJournal(turn_id, steps=dict(old.journal.steps),
+                                  progress=old.journal.progress)
+            queued = QueuedTurn(running.offset, old.request)
+            runtime = self._new_runtime(running.partition, old.request, journal)
+            runtime.attempt = old.attempt + 1
+            runtime.next_seq = runtime.committed_seq = old.committed_seq
+            task = asyncio.create_task(self._run_turn(runtime, queued), name=turn_id)
+            self._running[turn_id] = _Running(runtime, task, running.partition, running.offset)
+
+    # -- health ---------------------------------------------------------------------------
+
+    async def _start_health(self) -> asyncio.Server | None:
+        if self.options.health_port is None:
+            return None
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            line = (await reader.readline()).decode(errors="replace")
+            path = line.split(" ")[1] if " " in line else "/"
+            ok = path == "/livez" or (path == "/readyz" and self.ready)
+            status = "200 OK" if ok else ("404 Not Found" if path not in ("/livez", "/readyz")
+                                          else "503 Service Unavailable")
+            body = status.split(" ", 1)[1].encode()
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n"
+                         "Connection: close\r\n\r\n".encode() + body)
+            await writer.drain()
+            writer.close()
+
+        return await asyncio.start_server(handle, self.options.health_host, self.options.health_port)
+
+
+def _jsonable(value: Any, agent: str) -> Any:
+    """The agent's return value as JSON data (pydantic models dumped)."""
+    import json
+
+    return json.loads(encode_result(value, agent)) if not isinstance(value, str) else value
+
+
+def run_worker(agent: KafkaAgent, bootstrap_servers: str, options: WorkerOptions | None = None,
+               *, handle_signals: bool = True) -> None:
+    """Run a worker until SIGTERM/SIGINT (graceful: drain, commit, leave the group)."""
+    import signal
+
+    worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
+
+    async def main() -> None:
+        if handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+
+    asyncio.run(main())
+
+
+__all__: Sequence[str] = ["KafkaWorker", "PoisonOptions", "WorkerOptions", "run_worker"]
