@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyrula_stream.errors import BrokerUnavailableError
@@ -167,8 +167,11 @@ class LocalBroker:
     data_dir: str
     log_file: str
     owns_data_dir: bool = True
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def is_running(self) -> bool:
+        if self.process is not None:
+            return self.process.poll() is None
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -196,7 +199,9 @@ class LocalBroker:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps({"bootstrap_servers": self.bootstrap_servers, "pid": self.pid,
+                           "data_dir": self.data_dir, "log_file": self.log_file,
+                           "owns_data_dir": self.owns_data_dir})
 
 
 def wait_until_ready(bootstrap_servers: str, timeout_s: float = 60.0) -> None:
@@ -248,7 +253,7 @@ def start_local_broker(
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent if die_with_parent else os.setsid,  # noqa: PLW1509
         )
-    broker = LocalBroker(f"127.0.0.1:{port}", proc.pid, str(data), str(log_file), owns)
+    broker = LocalBroker(f"127.0.0.1:{port}", proc.pid, str(data), str(log_file), owns, proc)
     try:
         wait_until_ready(broker.bootstrap_servers)
     except BaseException:

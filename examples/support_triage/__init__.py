@@ -1,0 +1,1 @@
+"""A support-triage agent: looks up orders, searches the FAQ, opens tickets."""

@@ -1,0 +1,88 @@
+"""A turn flows through a real broker: request, worker, journal, events, client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
+from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call, reply_tool_calls
+from pyrula_stream.testing import running_worker, unique_name
+
+
+@tool(read_only=True)
+async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
+    """Look up an order."""
+    return {"order_id": order_id, "status": "shipped"}
+
+
+@tool
+async def broken(ctx: ToolContext) -> str:
+    """Always fails."""
+    raise RuntimeError("backend down")
+
+
+def make_agent(script: list[Any], tools: list[Any]) -> Any:
+    @kafka_agent(name=unique_name("e2e"), llm=FakeLLM(script), tools=tools, partitions=2)
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    return agent
+
+
+async def test_turn_publishes_ordered_events_and_result(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    agent = make_agent([reply_tool_call("lookup_order", order_id="9"), "It shipped."],
+                       [lookup_order])
+    async with running_worker(agent, kafka_bootstrap_servers):
+        events = await client.run(agent.name, question="where is 9?", timeout=60)
+    types = [e.type for e in events]
+    assert types[0] == "run:start"
+    assert types[-1] == "run:complete"
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert types.count("llm:complete") == 2
+    assert types.index("tool:start") < types.index("tool:result")
+    result = next(e for e in events if e.type == "tool:result")
+    assert result.data["status"] == "ok"
+    assert result.data["output"] == '{"order_id":"9","status":"shipped"}'
+    assert events[-1].data["result"] == "It shipped."
+    assert events[-1].data["usage"]["llm_calls"] == 2
+    assert all(e.attempt == 1 and e.agent == agent.name for e in events)
+
+
+async def test_unknown_and_failing_tools_keep_the_turn_going(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    agent = make_agent(
+        [reply_tool_calls(("nope", {}), ("broken", {}), ("lookup_order", {"id": 1})), "done"],
+        [lookup_order, broken],
+    )
+    async with running_worker(agent, kafka_bootstrap_servers):
+        events = await client.run(agent.name, question="q", timeout=60)
+    results = [e.data for e in events if e.type == "tool:result"]
+    assert [r["tool"] for r in results] == ["nope", "broken", "lookup_order"]
+    assert all(r["status"] == "error" for r in results)
+    assert results[0]["output"] == "unknown tool 'nope'; available: broken, lookup_order"
+    assert "backend down" in results[1]["output"]
+    assert "order_id" in results[2]["output"]
+    started = [e.data["tool"] for e in events if e.type == "tool:start"]
+    assert started == ["broken"]  # no tool:start for unknown or invalid calls
+    assert events[-1].type == "run:complete"
+
+
+async def test_turns_of_one_thread_run_in_submission_order(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    order: list[str] = []
+
+    @kafka_agent(name=unique_name("thread"), llm=FakeLLM([reply_text("ok")]), partitions=2)
+    async def agent(ctx: AgentContext, n: str) -> str:
+        order.append(n)
+        return n
+
+    async with running_worker(agent, kafka_bootstrap_servers):
+        handles = [await client.submit(agent.name, thread_id="t1", n=str(i)) for i in range(5)]
+        for h in handles:
+            async for _ in client.stream(agent.name, h.turn_id, since_ms=h.submitted_ms - 5000):
+                pass
+    assert order == [str(i) for i in range(5)]
