@@ -96,3 +96,28 @@ async def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(what)
         await asyncio.sleep(0.05)
+
+
+def read_topic(
+    bootstrap_servers: str, topic: str, *, timeout_s: float = 30.0
+) -> list[tuple[bytes | None, bytes | None, dict[str, str]]]:
+    """Every committed record of ``topic`` now, as ``(key, value, headers)`` (for asserts)."""
+    from pyrula_stream.kafka.consumers import read_partition_to_end, reader_consumer
+    from pyrula_stream.kafka.io import PartitionReader
+
+    count = PartitionReader(bootstrap_servers, topic, client_id=unique_name("count"))
+    try:
+        partitions = count.partitions()
+    finally:
+        count.close()
+    consumer = reader_consumer(bootstrap_servers, client_id=unique_name("read"))
+    out: list[tuple[bytes | None, bytes | None, dict[str, str]]] = []
+    try:
+        for p in range(partitions):
+            for key, value, headers in read_partition_to_end(consumer, topic, p,
+                                                             timeout_s=timeout_s):
+                out.append((key.encode() if key else None, value,
+                            {k: (v or b"").decode() for k, v in (headers or [])}))
+    finally:
+        consumer.close()
+    return out

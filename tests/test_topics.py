@@ -1,0 +1,54 @@
+"""`topics apply` creates what is missing, keeps what matches, reports drift, never deletes."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyrula_stream import AgentContext, TopicDriftError, kafka_agent
+from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+from pyrula_stream.testing import running_worker, unique_name
+
+
+def test_apply_creates_then_matches(kafka_bootstrap_servers: str) -> None:
+    agent = unique_name("topics")
+    specs = agent_topic_specs(agent, partitions=3)
+    assert [s.name for s in specs] == [
+        f"pyrula.{agent}.turns", f"pyrula.{agent}.events", f"pyrula.{agent}.journal",
+        f"pyrula.{agent}.control", f"pyrula.{agent}.dlq",
+    ]
+    journal = specs[2]
+    assert journal.config["cleanup.policy"] == "compact"
+    assert journal.partitions == specs[0].partitions == 3
+
+    first = apply_topics(kafka_bootstrap_servers, specs)
+    assert sorted(first.created) == sorted(s.name for s in specs)
+    assert first.ok
+
+    again = apply_topics(kafka_bootstrap_servers, specs)
+    assert again.created == []
+    assert sorted(again.matched) == sorted(s.name for s in specs)
+
+
+def test_drift_is_reported_and_nothing_changes(kafka_bootstrap_servers: str) -> None:
+    agent = unique_name("drift")
+    apply_topics(kafka_bootstrap_servers, agent_topic_specs(agent, partitions=2))
+    report = apply_topics(kafka_bootstrap_servers, agent_topic_specs(agent, partitions=4))
+    assert not report.ok
+    assert f"pyrula.{agent}.turns: partitions is 2, spec says 4" in report.drift
+    assert f"pyrula.{agent}.journal: partitions is 2, spec says 4" in report.drift
+    # still 2: apply never alters an existing topic
+    unchanged = apply_topics(kafka_bootstrap_servers, agent_topic_specs(agent, partitions=2))
+    assert unchanged.ok
+
+
+async def test_worker_refuses_to_start_on_drift(kafka_bootstrap_servers: str) -> None:
+    name = unique_name("refuse")
+    apply_topics(kafka_bootstrap_servers, agent_topic_specs(name, partitions=1))
+
+    @kafka_agent(name=name, partitions=3)
+    async def agent(ctx: AgentContext) -> str:
+        return "never"
+
+    with pytest.raises(TopicDriftError, match="partitions is 1, spec says 3"):
+        async with running_worker(agent, kafka_bootstrap_servers):
+            pass
