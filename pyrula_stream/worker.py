@@ -117,6 +117,7 @@ class KafkaWorker:
         self._ready = False
         self.turns_finished = 0
         self.restored_records = 0
+        self.sessions = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -153,6 +154,7 @@ class KafkaWorker:
                     await self._drop_all_turns()
 
     async def _session(self) -> None:
+        self.sessions += 1
         loop = asyncio.get_running_loop()
         self._loop = loop
         exactly_once = self.options.processing_guarantee == "exactly_once_v2"
@@ -217,8 +219,11 @@ class KafkaWorker:
             self._apply_backpressure()
 
     async def _drain(self) -> None:
-        """Stop fetching; give running turns ``shutdown_grace`` to finish, then stop them."""
-        if self._running:
+        """Stop fetching; give running turns ``shutdown_grace`` to finish, then stop them.
+
+        Only a requested stop waits: after fencing the turns are no longer ours to finish.
+        """
+        if self._running and self._stop_requested:
             deadline = time.monotonic() + self.options.shutdown_grace
             while self._running and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)

@@ -1,0 +1,1 @@
+"""Agents that tests run in separate worker processes (imported as MODULE:AGENT)."""
