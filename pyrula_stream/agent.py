@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyrula_stream.errors import AgentRegistrationError, ToolRegistrationError
-from pyrula_stream.kafka.admin import DEFAULT_PARTITIONS, DEFAULT_PREFIX, TopicSpec, agent_topic_specs
+from pyrula_stream.kafka.admin import (
+    DEFAULT_PARTITIONS,
+    DEFAULT_PREFIX,
+    TopicSpec,
+    agent_topic_specs,
+)
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.tools import ToolCallable, check_bindable
@@ -35,8 +40,9 @@ class AgentTopics:
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
         base = f"{prefix}.{agent}"
-        return cls(f"{base}.turns", f"{base}.events", f"{base}.journal",
-                   f"{base}.control", f"{base}.dlq")
+        return cls(
+            f"{base}.turns", f"{base}.events", f"{base}.journal", f"{base}.control", f"{base}.dlq"
+        )
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,9 @@ class KafkaAgent:
 
     def event_topics(self, event_type: str) -> list[str]:
         """``<agent>.events`` plus any output topics routed for this event type."""
-        routed = list(self.output_topics.get(event_type, ())) + list(self.output_topics.get("*", ()))
+        routed = list(self.output_topics.get(event_type, ())) + list(
+            self.output_topics.get("*", ())
+        )
         return [self.topics.events, *[t for t in routed if t != self.topics.events]]
 
     async def __call__(self, ctx: Any, /, **params: Any) -> Any:
@@ -125,8 +133,14 @@ def kafka_agent(
         if partitions < 1:
             raise AgentRegistrationError(f"agent '{agent_name}': partitions must be >= 1")
         return KafkaAgent(
-            name=agent_name, fn=fn, llm=llm, tools=tuple(tools), limits=limits or AgentLimits(),
-            prefix=prefix, partitions=partitions, deps=deps,
+            name=agent_name,
+            fn=fn,
+            llm=llm,
+            tools=tuple(tools),
+            limits=limits or AgentLimits(),
+            prefix=prefix,
+            partitions=partitions,
+            deps=deps,
             output_topics={k: tuple(v) for k, v in (output_topics or {}).items()},
             timeout=timeout,
         )

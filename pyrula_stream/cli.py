@@ -71,11 +71,15 @@ def format_event(event: Any) -> str:
     detail = {
         "run:start": lambda: json.dumps(data.get("params", {}), ensure_ascii=False),
         "llm:delta": lambda: repr(data.get("text", "")),
-        "llm:complete": lambda: (f"{len(data.get('tool_calls', []))} tool call(s)"
-                                 if data.get("tool_calls") else repr(data.get("text", ""))[:120]),
+        "llm:complete": lambda: (
+            f"{len(data.get('tool_calls', []))} tool call(s)"
+            if data.get("tool_calls")
+            else repr(data.get("text", ""))[:120]
+        ),
         "tool:start": lambda: f"{data.get('tool')}({json.dumps(data.get('input', {}))})",
-        "tool:result": lambda: f"{data.get('tool')} {data.get('status')}: "
-                               f"{str(data.get('output', ''))[:100]}",
+        "tool:result": lambda: (
+            f"{data.get('tool')} {data.get('status')}: {str(data.get('output', ''))[:100]}"
+        ),
         "status": lambda: str(data.get("text", "")),
         "run:complete": lambda: json.dumps(data.get("result"), ensure_ascii=False)[:200],
         "run:error": lambda: f"{data.get('code')}: {data.get('message')}",
@@ -117,8 +121,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
         print("not running")
         return 1
     answers = broker_answers(current.bootstrap_servers)
-    print(f"{'running' if answers else 'not answering'} pid {current.pid} "
-          f"at {current.bootstrap_servers}")
+    print(
+        f"{'running' if answers else 'not answering'} pid {current.pid} "
+        f"at {current.bootstrap_servers}"
+    )
     return 0 if answers else 1
 
 
@@ -143,8 +149,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     agent = load_agent(args.agent)
     options = WorkerOptions(
-        max_concurrent_turns=args.max_concurrent_turns, worker_id=args.worker_id,
-        health_port=args.health_port, processing_guarantee=args.processing_guarantee,
+        max_concurrent_turns=args.max_concurrent_turns,
+        worker_id=args.worker_id,
+        health_port=args.health_port,
+        processing_guarantee=args.processing_guarantee,
         shutdown_grace=args.shutdown_grace,
     )
     run_worker(agent, bootstrap_from(args), options)
@@ -158,14 +166,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with KafkaAgentClient(bootstrap_from(args), prefix=args.prefix) as client:
-            handle = await client.submit(args.agent, idempotency_key=args.idempotency_key,
-                                         thread_id=args.thread, **params)
+            handle = await client.submit(
+                args.agent, idempotency_key=args.idempotency_key, thread_id=args.thread, **params
+            )
             print(handle.turn_id)
             if not args.wait:
                 return 0
             code = 0
-            async for event in client.stream(args.agent, handle.turn_id,
-                                             since_ms=handle.submitted_ms - 60_000):
+            async for event in client.stream(
+                args.agent, handle.turn_id, since_ms=handle.submitted_ms - 60_000
+            ):
                 print(format_event(event))
                 if event.type == "run:error":
                     code = 1
@@ -209,8 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_bootstrap(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--bootstrap-servers", help="default: $KAFKA_BOOTSTRAP_SERVERS, "
-                       "else the broker `broker start` ran, else 127.0.0.1:9092")
+        p.add_argument(
+            "--bootstrap-servers",
+            help="default: $KAFKA_BOOTSTRAP_SERVERS, "
+            "else the broker `broker start` ran, else 127.0.0.1:9092",
+        )
         p.add_argument("--prefix", default="pyrula")
         return p
 
@@ -231,8 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-concurrent-turns", type=int, default=50)
     w.add_argument("--health-port", type=int, default=None)
     w.add_argument("--shutdown-grace", type=float, default=30.0)
-    w.add_argument("--processing-guarantee", default="exactly_once_v2",
-                   choices=["exactly_once_v2", "at_least_once"])
+    w.add_argument(
+        "--processing-guarantee",
+        default="exactly_once_v2",
+        choices=["exactly_once_v2", "at_least_once"],
+    )
     w.set_defaults(func=cmd_worker)
 
     s = with_bootstrap(sub.add_parser("submit", help="submit a turn: AGENT key=value ..."))
@@ -254,8 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return int(args.func(args))
     except PyrulaError as exc:

@@ -85,20 +85,30 @@ class KafkaAgentClient:
     ) -> TurnHandle:
         """Produce a turn request; returns once the broker acknowledged it."""
         request = TurnRequest(
-            turn_id=turn_id_for(idempotency_key), agent=agent, params=params,
-            metadata=metadata or {}, thread_id=thread_id, idempotency_key=idempotency_key,
+            turn_id=turn_id_for(idempotency_key),
+            agent=agent,
+            params=params,
+            metadata=metadata or {},
+            thread_id=thread_id,
+            idempotency_key=idempotency_key,
             submitted_ms=int(time.time() * 1000),
         )
         return await self.submit_request(request)
 
     async def submit_request(self, request: TurnRequest) -> TurnHandle:
         delivered = await self._get_producer().send(
-            self._topics(request.agent).turns, request.key.encode(),
+            self._topics(request.agent).turns,
+            request.key.encode(),
             serde.encode("turn_request", request),
             [(serde.CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode())],
         )
-        return TurnHandle(request.turn_id, request.agent, delivered.partition, delivered.offset,
-                          request.submitted_ms)
+        return TurnHandle(
+            request.turn_id,
+            request.agent,
+            delivered.partition,
+            delivered.offset,
+            request.submitted_ms,
+        )
 
     async def stream(
         self,
@@ -113,8 +123,11 @@ class KafkaAgentClient:
         ``since_ms`` starts reading at that time (a handle's ``submitted_ms``); without it
         the turn's partition is read from its beginning.
         """
-        reader = PartitionReader(self.bootstrap_servers, self._topics(agent).events,
-                                 client_id=f"pyrula-client-{uuid.uuid4().hex[:8]}")
+        reader = PartitionReader(
+            self.bootstrap_servers,
+            self._topics(agent).events,
+            client_id=f"pyrula-client-{uuid.uuid4().hex[:8]}",
+        )
         try:
             await asyncio.to_thread(reader.seek_key, turn_id.encode(), since_ms)
             key = turn_id.encode()
@@ -134,10 +147,9 @@ class KafkaAgentClient:
                     if event.is_terminal:
                         return
                 if idle_timeout_seconds is not None and (
-                        time.monotonic() - last_seen > idle_timeout_seconds):
-                    raise TimeoutError(
-                        f"no event of turn {turn_id} for {idle_timeout_seconds}s"
-                    )
+                    time.monotonic() - last_seen > idle_timeout_seconds
+                ):
+                    raise TimeoutError(f"no event of turn {turn_id} for {idle_timeout_seconds}s")
         finally:
             await asyncio.to_thread(reader.close)
 
@@ -148,17 +160,19 @@ class KafkaAgentClient:
         idempotency_key: str | None = None,
         metadata: dict[str, Any] | None = None,
         thread_id: str | None = None,
-        timeout: float | None = 300.0,
+        timeout: float | None = 300.0,  # noqa: ASYNC109 (seconds for the whole turn)
         **params: Any,
     ) -> list[Event]:
         """Submit a turn and collect its events until the terminal one."""
-        handle = await self.submit(agent, idempotency_key=idempotency_key, metadata=metadata,
-                                   thread_id=thread_id, **params)
+        handle = await self.submit(
+            agent, idempotency_key=idempotency_key, metadata=metadata, thread_id=thread_id, **params
+        )
         events: list[Event] = []
 
         async def collect() -> None:
-            async for event in self.stream(agent, handle.turn_id,
-                                           since_ms=handle.submitted_ms - 60_000):
+            async for event in self.stream(
+                agent, handle.turn_id, since_ms=handle.submitted_ms - 60_000
+            ):
                 events.append(event)
 
         await asyncio.wait_for(collect(), timeout)
@@ -175,8 +189,15 @@ class KafkaAgentClient:
     async def _control(self, agent: str, turn_id: str, action: str, reason: str | None) -> None:
         if reason is not None and len(reason) > MAX_REASON:
             raise ConfigurationError(f"reason is {len(reason)} characters; at most {MAX_REASON}")
-        body = {"turn_id": turn_id, "action": action, "reason": reason,
-                "ts_ms": int(time.time() * 1000)}
-        await self._get_producer().send(self._topics(agent).control, turn_id.encode(),
-                                        json.dumps(body).encode(),
-                                        [(serde.CONTENT_TYPE_HEADER, b"application/json")])
+        body = {
+            "turn_id": turn_id,
+            "action": action,
+            "reason": reason,
+            "ts_ms": int(time.time() * 1000),
+        }
+        await self._get_producer().send(
+            self._topics(agent).control,
+            turn_id.encode(),
+            json.dumps(body).encode(),
+            [(serde.CONTENT_TYPE_HEADER, b"application/json")],
+        )

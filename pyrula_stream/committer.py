@@ -60,6 +60,7 @@ class GroupCommitter:
         self._last_offsets: Offsets = {}
         self._idle = asyncio.Event()
         self._idle.set()
+        self._looped = asyncio.Event()
         self.stats = CommitStats()
 
     # -- what turns call ------------------------------------------------------------------
@@ -100,9 +101,10 @@ class GroupCommitter:
 
     async def flush(self) -> None:
         """Commit whatever is buffered now and wait for it."""
-        self._wake.set()
         while not self._pending.empty() or self._offsets_dirty():
-            await asyncio.sleep(0.005)
+            self._looped.clear()
+            self._wake.set()
+            await self._looped.wait()
         await self._idle.wait()
 
     def _offsets_dirty(self) -> bool:
@@ -118,6 +120,7 @@ class GroupCommitter:
     async def run(self) -> None:
         last = 0.0
         while True:
+            self._looped.set()
             await self._wake.wait()
             self._wake.clear()
             if self._interval_s:

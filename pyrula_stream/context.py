@@ -173,8 +173,9 @@ class AgentContext:
 
         async def live() -> StepData:
             args = tool.validate_arguments(kwargs)
-            turn.emit(EventType.TOOL_START, {"call_key": call_key, "tool": tool.name,
-                                             "input": kwargs})
+            turn.emit(
+                EventType.TOOL_START, {"call_key": call_key, "tool": tool.name, "input": kwargs}
+            )
             outcome = await tool.invoke(self._loop._tool_context(tool, None, call_key), args)
             data = outcome_data(call_key, outcome)
             if not outcome.is_error:
@@ -182,9 +183,18 @@ class AgentContext:
             return data
 
         def events(data: StepData) -> list[tuple[str, dict[str, Any]]]:
-            return [(EventType.TOOL_RESULT, {
-                "call_key": call_key, "tool": tool.name, "status": data["status"],
-                "output": data["text"], "attempts": data.get("attempts", 0)})]
+            return [
+                (
+                    EventType.TOOL_RESULT,
+                    {
+                        "call_key": call_key,
+                        "tool": tool.name,
+                        "status": data["status"],
+                        "output": data["text"],
+                        "attempts": data.get("attempts", 0),
+                    },
+                )
+            ]
 
         if call_id is not None:
             self._running_ids.add((tool.name, call_id))
@@ -194,8 +204,9 @@ class AgentContext:
             if call_id is not None:
                 self._running_ids.discard((tool.name, call_id))
         if data["status"] != "ok":
-            raise TurnFailure(f"tool '{tool.name}' failed: {data['text']}",
-                              code=None, detail={"tool": tool.name})
+            raise TurnFailure(
+                f"tool '{tool.name}' failed: {data['text']}", code=None, detail={"tool": tool.name}
+            )
         return data.get("value")
 
     # -- what a Kafka consumer cannot do --------------------------------------------------

@@ -123,7 +123,7 @@ class PartitionJournal:
     def apply(self, key: str, entry: JournalEntry | None) -> None:
         self.records_read += 1
         if key.startswith(IDEMPOTENCY_PREFIX):
-            idem_key = key[len(IDEMPOTENCY_PREFIX):]
+            idem_key = key[len(IDEMPOTENCY_PREFIX) :]
             if entry is None:
                 self.idempotency.pop(idem_key, None)
             else:

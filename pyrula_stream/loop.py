@@ -144,14 +144,20 @@ class ToolLoop:
             results = await self.dispatch(response, calls, offered)
             for r in results:
                 yield r
-            conversation.append({
-                "role": "user",
-                "content": [
-                    {"type": "tool_result", "tool_use_id": r.tool_use_id,
-                     "content": r.content, "is_error": r.is_error}
-                    for r in results
-                ],
-            })
+            conversation.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": r.tool_use_id,
+                            "content": r.content,
+                            "is_error": r.is_error,
+                        }
+                        for r in results
+                    ],
+                }
+            )
 
     # -- model calls ----------------------------------------------------------------------
 
@@ -163,9 +169,12 @@ class ToolLoop:
         turn.model_calls += 1
         definitions = [t.definition() for t in offered]
         input_hash = model_call_fingerprint(
-            messages, system,
-            [{"name": d.name, "description": d.description, "schema": d.input_schema}
-             for d in definitions],
+            messages,
+            system,
+            [
+                {"name": d.name, "description": d.description, "schema": d.input_schema}
+                for d in definitions
+            ],
         )
 
         async def live() -> StepData:
@@ -176,16 +185,23 @@ class ToolLoop:
         def events(data: StepData) -> list[tuple[str, dict[str, Any]]]:
             response = ModelResponse.model_validate(data["response"])
             self._bill(response)
-            return [(EventType.LLM_COMPLETE, {
-                "call": index,
-                "model": response.model,
-                "text": response.text,
-                "tool_calls": [{"id": c.id, "name": c.name, "input": c.input}
-                               for c in response.tool_calls],
-                "stop_reason": response.stop_reason,
-                "usage": response.usage.model_dump(),
-                "total": turn.spend.as_dict(),
-            })]
+            return [
+                (
+                    EventType.LLM_COMPLETE,
+                    {
+                        "call": index,
+                        "model": response.model,
+                        "text": response.text,
+                        "tool_calls": [
+                            {"id": c.id, "name": c.name, "input": c.input}
+                            for c in response.tool_calls
+                        ],
+                        "stop_reason": response.stop_reason,
+                        "usage": response.usage.model_dump(),
+                        "total": turn.spend.as_dict(),
+                    },
+                )
+            ]
 
         data, replayed = await turn.durable_step("llm", "llm", input_hash, live, events)
         response = ModelResponse.model_validate(data["response"])
@@ -218,8 +234,10 @@ class ToolLoop:
             if isinstance(item, TextDelta):
                 pending.append(item.text)
                 pending_chars += len(item.text)
-                if (pending_chars >= DELTA_FLUSH_CHARS
-                        or time.monotonic() - last_flush >= DELTA_FLUSH_SECONDS):
+                if (
+                    pending_chars >= DELTA_FLUSH_CHARS
+                    or time.monotonic() - last_flush >= DELTA_FLUSH_SECONDS
+                ):
                     flush()
             else:
                 final = item
@@ -257,28 +275,33 @@ class ToolLoop:
         """Before each live call: the run's budget and the context window."""
         lim, spend = self.limits, self.turn.spend
         if lim.max_llm_calls is not None and spend.llm_calls >= lim.max_llm_calls:
-            raise BudgetExceeded(f"max_llm_calls={lim.max_llm_calls} reached",
-                                 detail={"limit": "max_llm_calls"})
+            raise BudgetExceeded(
+                f"max_llm_calls={lim.max_llm_calls} reached", detail={"limit": "max_llm_calls"}
+            )
         if lim.max_total_tokens is not None and spend.billed_tokens >= lim.max_total_tokens:
             raise BudgetExceeded(
                 f"max_total_tokens={lim.max_total_tokens} reached ({spend.billed_tokens} used)",
-                detail={"limit": "max_total_tokens"})
+                detail={"limit": "max_total_tokens"},
+            )
         if lim.max_cost_usd is not None:
             if self._price(self.llm.model) is None:
                 raise BudgetExceeded(
                     f"model '{self.llm.model}' has no price, so max_cost_usd cannot be enforced; "
                     "add it to AgentLimits(prices=...)",
-                    detail={"limit": "max_cost_usd", "reason": "unpriced_model"})
+                    detail={"limit": "max_cost_usd", "reason": "unpriced_model"},
+                )
             if spend.cost_usd >= lim.max_cost_usd:
                 raise BudgetExceeded(
                     f"max_cost_usd={lim.max_cost_usd} reached (${spend.cost_usd:.4f} spent)",
-                    detail={"limit": "max_cost_usd"})
+                    detail={"limit": "max_cost_usd"},
+                )
         if lim.max_turn_wall_seconds is not None:
             elapsed = time.monotonic() - self.turn.started_at
             if elapsed >= lim.max_turn_wall_seconds:
                 raise BudgetExceeded(
                     f"max_turn_wall_seconds={lim.max_turn_wall_seconds} reached",
-                    detail={"limit": "max_turn_wall_seconds"})
+                    detail={"limit": "max_turn_wall_seconds"},
+                )
         if lim.context_window is not None:
             from pyrula_stream.llm.tokens import estimate_tokens
 
@@ -287,7 +310,8 @@ class ToolLoop:
             if estimate > room:
                 raise ContextWindowExceeded(
                     f"the request is about {estimate} tokens; the context window leaves {room}",
-                    detail={"estimate": estimate, "context_window": lim.context_window})
+                    detail={"estimate": estimate, "context_window": lim.context_window},
+                )
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -297,11 +321,15 @@ class ToolLoop:
         """Run one response's tool calls concurrently; results in the order the model asked."""
         turn, lim = self.turn, self.limits
         index = turn.model_calls - 1
-        if lim.max_tool_calls is not None and turn.spend.tool_calls + len(calls) > lim.max_tool_calls:
+        if (
+            lim.max_tool_calls is not None
+            and turn.spend.tool_calls + len(calls) > lim.max_tool_calls
+        ):
             raise BudgetExceeded(
                 f"max_tool_calls={lim.max_tool_calls} reached: the model asked for "
                 f"{len(calls)} more after {turn.spend.tool_calls}",
-                detail={"limit": "max_tool_calls"})
+                detail={"limit": "max_tool_calls"},
+            )
         turn.spend.tool_calls += len(calls)
         first = turn.allocate_steps(len(calls))
         by_name = {t.name: t for t in offered}
@@ -324,39 +352,67 @@ class ToolLoop:
         async def live() -> StepData:
             if tool is None:
                 listed = ", ".join(sorted(by_name)[:MAX_LISTED_TOOLS])
-                return {"call_key": call_key, "status": "error", "unknown": True,
-                        "text": f"unknown tool '{name}'; available: {listed}", "attempts": 0}
+                return {
+                    "call_key": call_key,
+                    "status": "error",
+                    "unknown": True,
+                    "text": f"unknown tool '{name}'; available: {listed}",
+                    "attempts": 0,
+                }
             try:
                 args = tool.validate_arguments(call.input)
             except InvalidToolArguments as exc:
-                return {"call_key": call_key, "status": "error", "invalid": True,
-                        "text": str(exc), "attempts": 0}
-            turn.emit(EventType.TOOL_START,
-                      {"call_key": call_key, "tool": tool.name, "input": call.input})
+                return {
+                    "call_key": call_key,
+                    "status": "error",
+                    "invalid": True,
+                    "text": str(exc),
+                    "attempts": 0,
+                }
+            turn.emit(
+                EventType.TOOL_START, {"call_key": call_key, "tool": tool.name, "input": call.input}
+            )
             outcome = await tool.invoke(self._tool_context(tool, call.id, call_key), args)
             return outcome_data(call_key, outcome)
 
         def events(data: StepData) -> list[tuple[str, dict[str, Any]]]:
-            return [(EventType.TOOL_RESULT, {
-                "call_key": call_key, "tool": name, "tool_use_id": call.id,
-                "status": data["status"],
-                "output": truncate_for_model(data["text"], self.limits.max_tool_result_bytes),
-                "attempts": data.get("attempts", 0),
-                **({"error_code": data["error_code"]} if data.get("error_code") else {}),
-            })]
+            return [
+                (
+                    EventType.TOOL_RESULT,
+                    {
+                        "call_key": call_key,
+                        "tool": name,
+                        "tool_use_id": call.id,
+                        "status": data["status"],
+                        "output": truncate_for_model(
+                            data["text"], self.limits.max_tool_result_bytes
+                        ),
+                        "attempts": data.get("attempts", 0),
+                        **({"error_code": data["error_code"]} if data.get("error_code") else {}),
+                    },
+                )
+            ]
 
         data, _ = await turn.durable_step("tool", name, input_hash, live, events, step=step)
         if data.get("poison"):
             raise Poison(f"tool '{name}' raised Poison: {data['text']}")
         return ToolResultBlock(
-            call.id, name, truncate_for_model(data["text"], self.limits.max_tool_result_bytes),
+            call.id,
+            name,
+            truncate_for_model(data["text"], self.limits.max_tool_result_bytes),
             data["status"] != "ok",
         )
 
-    def _tool_context(self, tool: ToolCallable, tool_use_id: str | None, call_key: str) -> ToolContext:
+    def _tool_context(
+        self, tool: ToolCallable, tool_use_id: str | None, call_key: str
+    ) -> ToolContext:
         return ToolContext(
-            http=self.http, deps=self.deps, tool_name=tool.name, tool_use_id=tool_use_id,
-            call_key=call_key, runtime=self.tool_runtime,
+            http=self.http,
+            deps=self.deps,
+            tool_name=tool.name,
+            tool_use_id=tool_use_id,
+            call_key=call_key,
+            runtime=self.tool_runtime,
         )
 
 

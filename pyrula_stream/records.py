@@ -15,4 +15,6 @@ class OutRecord:
 
     @property
     def size(self) -> int:
-        return len(self.key) + len(self.value or b"") + sum(len(k) + len(v) for k, v in self.headers)
+        return (
+            len(self.key) + len(self.value or b"") + sum(len(k) + len(v) for k, v in self.headers)
+        )

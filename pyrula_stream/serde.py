@@ -143,13 +143,13 @@ def _decode_body(record: str, payload: bytes, headers: dict[str, str]) -> dict[s
             "or 'application/json'"
         )
     try:
-        decoded: dict[str, Any] = fastavro.schemaless_reader(
-            io.BytesIO(payload), parsed_schema(record), None
-        )
+        decoded = fastavro.schemaless_reader(io.BytesIO(payload), parsed_schema(record), None)
     except Exception as exc:  # fastavro raises many types on corrupt input
         raise MalformedRecordError(
             f"value does not decode as {record}.avsc: {type(exc).__name__}: {exc}"
         ) from None
+    if not isinstance(decoded, dict):
+        raise MalformedRecordError(f"value of {record} is not a record")
     return decoded
 
 
@@ -193,6 +193,13 @@ def decode_journal_entry(payload: bytes, headers: dict[str, str]) -> JournalEntr
     return JournalEntry(**body)
 
 
-def headers_dict(raw: list[tuple[str, bytes | None]] | None) -> dict[str, str]:
+RawHeaders = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+"""Headers as the Kafka client returns them."""
+
+
+def headers_dict(raw: RawHeaders) -> dict[str, str]:
     """Kafka headers as a dict of text (last value of a repeated header wins)."""
-    return {k: (v or b"").decode("utf-8", "replace") for k, v in (raw or [])}
+    items = raw.items() if isinstance(raw, dict) else (raw or [])
+    return {
+        k: v.decode("utf-8", "replace") if isinstance(v, bytes) else (v or "") for k, v in items
+    }

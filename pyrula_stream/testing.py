@@ -78,8 +78,11 @@ async def running_worker(
     task = asyncio.create_task(worker.run(), name=f"worker-{agent.name}")
     try:
         if wait_assigned:
-            await wait_for(lambda: task.done() or worker.assigned_partitions > 0, timeout_s,
-                           f"worker of {agent.name} got no partitions")
+            await wait_for(
+                lambda: task.done() or worker.assigned_partitions > 0,
+                timeout_s,
+                f"worker of {agent.name} got no partitions",
+            )
             if task.done():
                 task.result()
         yield worker
@@ -114,10 +117,10 @@ def read_topic(
     out: list[tuple[bytes | None, bytes | None, dict[str, str]]] = []
     try:
         for p in range(partitions):
-            for key, value, headers in read_partition_to_end(consumer, topic, p,
-                                                             timeout_s=timeout_s):
-                out.append((key.encode() if key else None, value,
-                            {k: (v or b"").decode() for k, v in (headers or [])}))
+            for key, value, headers in read_partition_to_end(
+                consumer, topic, p, timeout_s=timeout_s
+            ):
+                out.append((key.encode() if key else None, value, headers))
     finally:
         consumer.close()
     return out

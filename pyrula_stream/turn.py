@@ -114,7 +114,10 @@ class TurnRuntime:
 
     def _record(self, topic: str, key: str, value: bytes | None, ctype: str) -> OutRecord:
         rec = OutRecord(
-            topic, key.encode(), value, [(serde.CONTENT_TYPE_HEADER, ctype.encode())],
+            topic,
+            key.encode(),
+            value,
+            [(serde.CONTENT_TYPE_HEADER, ctype.encode())],
             self.topics.partition if topic == self.topics.journal else None,
         )
         if rec.size > self.max_record_bytes:
@@ -127,11 +130,18 @@ class TurnRuntime:
 
     def event_records(self, type_: str, data: dict[str, Any]) -> list[OutRecord]:
         """Build one event (taking the next ``seq``) for every events topic."""
-        if self.max_event_count is not None and self.next_seq >= self.max_event_count:
-            if type_ not in (EventType.RUN_COMPLETE, EventType.RUN_ERROR):
-                return []
-        event = Event(type_, self.turn_id, self.agent, self.next_seq,
-                      int(time.time() * 1000), self.attempt, data)
+        over_limit = self.max_event_count is not None and self.next_seq >= self.max_event_count
+        if over_limit and type_ not in (EventType.RUN_COMPLETE, EventType.RUN_ERROR):
+            return []
+        event = Event(
+            type_,
+            self.turn_id,
+            self.agent,
+            self.next_seq,
+            int(time.time() * 1000),
+            self.attempt,
+            data,
+        )
         self.next_seq += 1
         value = serde.encode("event", event)
         ctype = serde.content_type("event")
@@ -144,11 +154,18 @@ class TurnRuntime:
     def progress_record(self) -> OutRecord:
         """The turn's progress (attempt, next seq): rides every commit that touches the turn."""
         entry = JournalEntry(
-            self.turn_id, -1, PROGRESS,
-            data={"attempt": self.attempt, "next_seq": self.next_seq,
-                  "steps": len(self.journal.steps), "stalled": self._stalled,
-                  "started_ms": int(time.time() * 1000)},
-            attempt=self.attempt, ts_ms=int(time.time() * 1000),
+            self.turn_id,
+            -1,
+            PROGRESS,
+            data={
+                "attempt": self.attempt,
+                "next_seq": self.next_seq,
+                "steps": len(self.journal.steps),
+                "stalled": self._stalled,
+                "started_ms": int(time.time() * 1000),
+            },
+            attempt=self.attempt,
+            ts_ms=int(time.time() * 1000),
         )
         return self.journal_record(entry, serde.journal_key(self.turn_id, -1, PROGRESS))
 
@@ -179,10 +196,11 @@ class TurnRuntime:
             return recorded.data, True
         self.raise_if_cancelled()
         data = await live()
-        entry = JournalEntry(self.turn_id, index, kind, name, input_hash, data,
-                             self.attempt, int(time.time() * 1000))
+        entry = JournalEntry(
+            self.turn_id, index, kind, name, input_hash, data, self.attempt, int(time.time() * 1000)
+        )
         records = [self.journal_record(entry, entry.key)]
-        for type_, event_data in (events(data) if events else []):
+        for type_, event_data in events(data) if events else []:
             records += self.event_records(type_, event_data)
         await self.output.durable(self, records)
         self.journal.steps[index] = entry
@@ -198,16 +216,25 @@ class TurnRuntime:
     def closing_records(self, type_: str, data: dict[str, Any]) -> list[OutRecord]:
         now = int(time.time() * 1000)
         terminal = JournalEntry(
-            self.turn_id, -1, TERMINAL, type_,
-            data={"status": "completed" if type_ == EventType.RUN_COMPLETE else "failed",
-                  "code": data.get("code"), "events": self.next_seq,
-                  "idempotency_key": self.request.idempotency_key},
-            attempt=self.attempt, ts_ms=now,
+            self.turn_id,
+            -1,
+            TERMINAL,
+            type_,
+            data={
+                "status": "completed" if type_ == EventType.RUN_COMPLETE else "failed",
+                "code": data.get("code"),
+                "events": self.next_seq,
+                "idempotency_key": self.request.idempotency_key,
+            },
+            attempt=self.attempt,
+            ts_ms=now,
         )
         keys = [serde.journal_key(self.turn_id, i) for i in sorted(self.journal.steps)]
         keys.append(serde.journal_key(self.turn_id, -1, PROGRESS))
         records = [self.journal_record(None, k) for k in keys]
         records.append(self.journal_record(terminal, serde.journal_key(self.turn_id, -1, TERMINAL)))
         if self.request.idempotency_key:
-            records.append(self.journal_record(terminal, IDEMPOTENCY_PREFIX + self.request.idempotency_key))
+            records.append(
+                self.journal_record(terminal, IDEMPOTENCY_PREFIX + self.request.idempotency_key)
+            )
         return records

@@ -166,20 +166,31 @@ class KafkaWorker:
         )
         await asyncio.to_thread(self._writer.start)
         self._consumer = group_consumer(
-            self.bootstrap_servers, self.group_id, client_id=self.worker_id,
-            exactly_once=exactly_once, extra=self.options.consumer_config,
+            self.bootstrap_servers,
+            self.group_id,
+            client_id=self.worker_id,
+            exactly_once=exactly_once,
+            extra=self.options.consumer_config,
         )
-        self._restorer = reader_consumer(self.bootstrap_servers, client_id=f"{self.worker_id}-restore")
-        self._control = reader_consumer(self.bootstrap_servers, client_id=f"{self.worker_id}-control")
+        self._restorer = reader_consumer(
+            self.bootstrap_servers, client_id=f"{self.worker_id}-restore"
+        )
+        self._control = reader_consumer(
+            self.bootstrap_servers, client_id=f"{self.worker_id}-control"
+        )
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         self._control.assign([TopicPartition(self.topics.control, 0, OFFSET_BEGINNING)])
         self.committer = GroupCommitter(
-            self._write, self._committable_offsets, self._on_abort,
+            self._write,
+            self._committable_offsets,
+            self._on_abort,
             interval_s=self.options.commit_interval_s,
         )
         self._consumer.subscribe(
-            [self.topics.turns], on_assign=self._on_assign_cb, on_revoke=self._on_revoke_cb,
+            [self.topics.turns],
+            on_assign=self._on_assign_cb,
+            on_revoke=self._on_revoke_cb,
             on_lost=self._on_revoke_cb,
         )
         committer_task = asyncio.create_task(self.committer.run(), name="committer")
@@ -224,9 +235,8 @@ class KafkaWorker:
         Only a requested stop waits: after fencing the turns are no longer ours to finish.
         """
         if self._running and self._stop_requested:
-            deadline = time.monotonic() + self.options.shutdown_grace
-            while self._running and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            tasks = [r.task for r in self._running.values()]
+            await asyncio.wait(tasks, timeout=self.options.shutdown_grace)
         await self._drop_all_turns(flush=True)
 
     async def _drop_all_turns(self, *, flush: bool = False) -> None:
@@ -266,10 +276,11 @@ class KafkaWorker:
                 journal.apply(key, None)
                 continue
             try:
-                entry = serde.decode_journal_entry(value, serde.headers_dict(headers))
+                entry = serde.decode_journal_entry(value, headers)
             except MalformedRecordError as exc:
-                log.error("journal %s[%d] key %s unreadable: %s", self.topics.journal,
-                          partition, key, exc)
+                log.error(
+                    "journal %s[%d] key %s unreadable: %s", self.topics.journal, partition, key, exc
+                )
                 continue
             journal.apply(key, entry)
         self.restored_records += journal.records_read
@@ -315,8 +326,10 @@ class KafkaWorker:
             ps.watermark.done(offset)
             self.committer.offsets_changed()
             return
-        if ps.is_finished(request) or request.turn_id in self._running or any(
-            q.request.turn_id == request.turn_id for qs in ps.queues.values() for q in qs
+        if (
+            ps.is_finished(request)
+            or request.turn_id in self._running
+            or any(q.request.turn_id == request.turn_id for qs in ps.queues.values() for q in qs)
         ):
             ps.watermark.done(offset)
             self.committer.offsets_changed()
@@ -326,6 +339,8 @@ class KafkaWorker:
             self._admit(p, queued)
 
     def _admit(self, partition: int, queued: QueuedTurn) -> None:
+        if self._stop_requested:
+            return  # not started, not committed: the next owner of the partition runs it
         if len(self._running) >= self.options.max_concurrent_turns:
             self._waiting.append((partition, queued))
         else:
@@ -356,8 +371,9 @@ class KafkaWorker:
         self.committer.add_records(
             [OutRecord(self.topics.dlq, msg.key() or b"", msg.value(), headers)]
         )
-        log.warning("dead-lettered %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(),
-                    reason)
+        log.warning(
+            "dead-lettered %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason
+        )
 
     def _on_control_record(self, value: bytes | None) -> None:
         import json
@@ -381,12 +397,16 @@ class KafkaWorker:
 
     def _start_turn(self, partition: int, queued: QueuedTurn) -> None:
         ps = self._parts[partition]
-        journal = ps.journal.turns.get(queued.request.turn_id) or TurnJournal(queued.request.turn_id)
+        journal = ps.journal.turns.get(queued.request.turn_id) or TurnJournal(
+            queued.request.turn_id
+        )
         runtime = self._new_runtime(partition, queued.request, journal)
         task = asyncio.create_task(self._run_turn(runtime, queued), name=runtime.turn_id)
         self._running[runtime.turn_id] = _Running(runtime, task, partition, queued.offset)
 
-    def _new_runtime(self, partition: int, request: TurnRequest, journal: TurnJournal) -> TurnRuntime:
+    def _new_runtime(
+        self, partition: int, request: TurnRequest, journal: TurnJournal
+    ) -> TurnRuntime:
         events = self.agent.topics.events
         runtime = TurnRuntime(
             request=request,
@@ -408,8 +428,12 @@ class KafkaWorker:
         except asyncio.CancelledError:
             if self._cancels.get(runtime.turn_id, ("",))[0] == "terminate" and not runtime.finished:
                 with contextlib.suppress(Exception):
-                    await runtime.finish(EventType.RUN_ERROR, self._error_data(
-                        TurnCancelled(f"turn terminated: {runtime.cancel_reason}")))
+                    await runtime.finish(
+                        EventType.RUN_ERROR,
+                        self._error_data(
+                            TurnCancelled(f"turn terminated: {runtime.cancel_reason}")
+                        ),
+                    )
                     self._turn_done(runtime, queued)
                 return
             raise
@@ -434,10 +458,11 @@ class KafkaWorker:
         journal, request = runtime.journal, runtime.request
         if runtime.attempt > 1:
             progressed = journal.progress is not None and int(
-                journal.progress.data.get("steps", -1)) != len(journal.steps)
+                journal.progress.data.get("steps", -1)
+            ) != len(journal.steps)
             fresh = journal.progress is not None and (
-                time.time() * 1000 - journal.progress.ts_ms
-                > self.options.poison.retry_ttl_s * 1000)
+                time.time() * 1000 - journal.progress.ts_ms > self.options.poison.retry_ttl_s * 1000
+            )
             stalled = 0 if progressed or fresh else journal.stalled_attempts + 1
             if stalled >= self.options.poison.max_retries:
                 await self._quarantine(runtime, f"{stalled} attempts made no progress")
@@ -445,48 +470,77 @@ class KafkaWorker:
             await runtime.begin_attempt(stalled)
         try:
             await runtime.durable_step(
-                "start", "start", "", self._start_data(request),
+                "start",
+                "start",
+                "",
+                self._start_data(request),
                 lambda data: [(EventType.RUN_START, data)],
             )
-            loop = ToolLoop(runtime, self.llm, self.agent.tools, self.agent.limits,
-                            http=self._http, deps=self.agent.deps)
+            loop = ToolLoop(
+                runtime,
+                self.llm,
+                self.agent.tools,
+                self.agent.limits,
+                http=self._http,
+                deps=self.agent.deps,
+            )
             ctx = AgentContext(runtime, loop, deps=self.agent.deps)
             async with asyncio.timeout(self.agent.timeout):
                 result = await self.agent.fn(ctx, **request.params)
             runtime.raise_if_cancelled()
             value = _jsonable(result, self.agent.name)
-            await runtime.finish(EventType.RUN_COMPLETE,
-                                 {"result": value, "usage": runtime.spend.as_dict()})
+            await runtime.finish(
+                EventType.RUN_COMPLETE, {"result": value, "usage": runtime.spend.as_dict()}
+            )
         except asyncio.CancelledError:
             raise
         except Poison as exc:
             await self._quarantine(runtime, f"tool raised Poison: {exc.message}")
         except TimeoutError:
-            await runtime.finish(EventType.RUN_ERROR, {
-                "code": ErrorCode.TURN_TIMEOUT,
-                "message": f"turn exceeded the agent timeout of {self.agent.timeout}s"})
+            await runtime.finish(
+                EventType.RUN_ERROR,
+                {
+                    "code": ErrorCode.TURN_TIMEOUT,
+                    "message": f"turn exceeded the agent timeout of {self.agent.timeout}s",
+                },
+            )
         except PyrulaError as exc:
             await runtime.finish(EventType.RUN_ERROR, self._error_data(exc))
         except TypeError as exc:
-            await runtime.finish(EventType.RUN_ERROR, {
-                "code": ErrorCode.INVALID_REQUEST if "argument" in str(exc) else ErrorCode.AGENT_ERROR,
-                "message": f"{type(exc).__name__}: {exc}"})
+            await runtime.finish(
+                EventType.RUN_ERROR,
+                {
+                    "code": ErrorCode.INVALID_REQUEST
+                    if "argument" in str(exc)
+                    else ErrorCode.AGENT_ERROR,
+                    "message": f"{type(exc).__name__}: {exc}",
+                },
+            )
         except Exception as exc:
             log.exception("turn %s failed", runtime.turn_id)
-            await runtime.finish(EventType.RUN_ERROR, {
-                "code": ErrorCode.AGENT_ERROR, "message": f"{type(exc).__name__}: {exc}"})
+            await runtime.finish(
+                EventType.RUN_ERROR,
+                {"code": ErrorCode.AGENT_ERROR, "message": f"{type(exc).__name__}: {exc}"},
+            )
 
     def _start_data(self, request: TurnRequest) -> Any:
         async def live() -> dict[str, Any]:
-            return {"params": request.params, "metadata": request.metadata,
-                    "thread_id": request.thread_id, "worker": self.worker_id}
+            return {
+                "params": request.params,
+                "metadata": request.metadata,
+                "thread_id": request.thread_id,
+                "worker": self.worker_id,
+            }
 
         return live
 
     @staticmethod
     def _error_data(exc: PyrulaError) -> dict[str, Any]:
-        data: dict[str, Any] = {"code": str(exc.code or ErrorCode.INTERNAL),
-                                "message": exc.message, "error_type": type(exc).__name__}
+        data: dict[str, Any] = {
+            "code": str(exc.code or ErrorCode.INTERNAL),
+            "message": exc.message,
+            "error_type": type(exc).__name__,
+        }
         detail = getattr(exc, "detail", None)
         if detail is not None:
             data["detail"] = detail
@@ -494,15 +548,25 @@ class KafkaWorker:
 
     async def _quarantine(self, runtime: TurnRuntime, reason: str) -> None:
         req = runtime.request
-        self.committer.add_records([OutRecord(
-            self.topics.dlq, req.key.encode(), serde.encode("turn_request", req),
-            [(serde.CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode()),
-             ("pyrula.dlq.reason", reason.encode()),
-             ("pyrula.dlq.code", ErrorCode.POISON_QUARANTINE.encode()),
-             ("pyrula.dlq.worker", self.worker_id.encode())],
-        )])
-        await runtime.finish(EventType.RUN_ERROR, {
-            "code": ErrorCode.POISON_QUARANTINE, "message": f"turn quarantined: {reason}"})
+        self.committer.add_records(
+            [
+                OutRecord(
+                    self.topics.dlq,
+                    req.key.encode(),
+                    serde.encode("turn_request", req),
+                    [
+                        (serde.CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode()),
+                        ("pyrula.dlq.reason", reason.encode()),
+                        ("pyrula.dlq.code", ErrorCode.POISON_QUARANTINE.encode()),
+                        ("pyrula.dlq.worker", self.worker_id.encode()),
+                    ],
+                )
+            ]
+        )
+        await runtime.finish(
+            EventType.RUN_ERROR,
+            {"code": ErrorCode.POISON_QUARANTINE, "message": f"turn quarantined: {reason}"},
+        )
 
     # -- commit plumbing ------------------------------------------------------------------
 
@@ -525,8 +589,9 @@ class KafkaWorker:
                 continue
             running.task.cancel()
             old = running.runtime
-            journal = TurnJournal(turn_id, steps=dict(old.journal.steps),
-                                  progress=old.journal.progress)
+            journal = TurnJournal(
+                turn_id, steps=dict(old.journal.steps), progress=old.journal.progress
+            )
             queued = QueuedTurn(running.offset, old.request)
             runtime = self._new_runtime(running.partition, old.request, journal)
             runtime.attempt = old.attempt + 1
@@ -544,15 +609,27 @@ class KafkaWorker:
             line = (await reader.readline()).decode(errors="replace")
             path = line.split(" ")[1] if " " in line else "/"
             ok = path == "/livez" or (path == "/readyz" and self.ready)
-            status = "200 OK" if ok else ("404 Not Found" if path not in ("/livez", "/readyz")
-                                          else "503 Service Unavailable")
+            status = (
+                "200 OK"
+                if ok
+                else (
+                    "404 Not Found"
+                    if path not in ("/livez", "/readyz")
+                    else "503 Service Unavailable"
+                )
+            )
             body = status.split(" ", 1)[1].encode()
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n"
-                         "Connection: close\r\n\r\n".encode() + body)
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + body
+            )
             await writer.drain()
             writer.close()
 
-        return await asyncio.start_server(handle, self.options.health_host, self.options.health_port)
+        return await asyncio.start_server(
+            handle, self.options.health_host, self.options.health_port
+        )
 
 
 def _jsonable(value: Any, agent: str) -> Any:
@@ -562,8 +639,13 @@ def _jsonable(value: Any, agent: str) -> Any:
     return json.loads(encode_result(value, agent)) if not isinstance(value, str) else value
 
 
-def run_worker(agent: KafkaAgent, bootstrap_servers: str, options: WorkerOptions | None = None,
-               *, handle_signals: bool = True) -> None:
+def run_worker(
+    agent: KafkaAgent,
+    bootstrap_servers: str,
+    options: WorkerOptions | None = None,
+    *,
+    handle_signals: bool = True,
+) -> None:
     """Run a worker until SIGTERM/SIGINT (graceful: drain, commit, leave the group)."""
     import signal
 

@@ -19,10 +19,15 @@ from pyrula_stream.testing import unique_name
 ROOT = Path(__file__).parent.parent
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pyrula_stream.cli", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
     )
 
@@ -37,16 +42,37 @@ def http_status(url: str) -> int:
 
 def test_topics_apply_reports_drift_with_a_nonzero_exit(kafka_bootstrap_servers: str) -> None:
     agent = unique_name("cli")
-    created = cli("topics", "apply", agent, "--partitions", "2",
-                  "--bootstrap-servers", kafka_bootstrap_servers)
+    created = cli(
+        "topics",
+        "apply",
+        agent,
+        "--partitions",
+        "2",
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+    )
     assert created.returncode == 0, created.stderr
     assert f"created pyrula.{agent}.journal" in created.stdout
-    same = cli("topics", "apply", agent, "--partitions", "2",
-               "--bootstrap-servers", kafka_bootstrap_servers)
+    same = cli(
+        "topics",
+        "apply",
+        agent,
+        "--partitions",
+        "2",
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+    )
     assert same.returncode == 0
     assert f"ok      pyrula.{agent}.turns" in same.stdout
-    drift = cli("topics", "apply", agent, "--partitions", "3",
-                "--bootstrap-servers", kafka_bootstrap_servers)
+    drift = cli(
+        "topics",
+        "apply",
+        agent,
+        "--partitions",
+        "3",
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+    )
     assert drift.returncode == 2
     assert f"DRIFT   pyrula.{agent}.turns: partitions is 2, spec says 3" in drift.stdout
 
@@ -56,11 +82,24 @@ def test_worker_submit_tail_and_graceful_sigterm(kafka_bootstrap_servers: str) -
     env = {"ECHO_AGENT_NAME": agent}
     port = free_port()
     worker = subprocess.Popen(
-        [sys.executable, "-m", "pyrula_stream.cli", "worker", "tests.agents.echo:echo",
-         "--bootstrap-servers", kafka_bootstrap_servers, "--worker-id", "cli-1",
-         "--health-port", str(port)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pyrula_stream.cli",
+            "worker",
+            "tests.agents.echo:echo",
+            "--bootstrap-servers",
+            kafka_bootstrap_servers,
+            "--worker-id",
+            "cli-1",
+            "--health-port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -73,15 +112,31 @@ def test_worker_submit_tail_and_graceful_sigterm(kafka_bootstrap_servers: str) -
             time.sleep(0.2)
         assert http_status(f"http://127.0.0.1:{port}/livez") == 200
 
-        submitted = cli("submit", agent, "text=hello", "--wait",
-                        "--bootstrap-servers", kafka_bootstrap_servers, env=env)
+        submitted = cli(
+            "submit",
+            agent,
+            "text=hello",
+            "--wait",
+            "--bootstrap-servers",
+            kafka_bootstrap_servers,
+            env=env,
+        )
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         turn_id = submitted.stdout.splitlines()[0]
         assert "run:complete" in submitted.stdout
         assert "shout ok: HELLO" in submitted.stdout
 
-        tailed = cli("tail", agent, "--turn", turn_id, "--from-beginning", "--timeout", "30",
-                     "--bootstrap-servers", kafka_bootstrap_servers)
+        tailed = cli(
+            "tail",
+            agent,
+            "--turn",
+            turn_id,
+            "--from-beginning",
+            "--timeout",
+            "30",
+            "--bootstrap-servers",
+            kafka_bootstrap_servers,
+        )
         assert tailed.returncode == 0
         lines = tailed.stdout.splitlines()
         assert "run:start" in lines[0] and "run:complete" in lines[-1]
@@ -111,7 +166,7 @@ def test_broker_start_status_stop(tmp_path: Path) -> None:
         bootstrap = started.stdout.strip().splitlines()[-1]
         assert bootstrap.startswith("127.0.0.1:")
         status = cli("broker", "status", env=env)
-        assert status.returncode == 0 and f"running pid" in status.stdout
+        assert status.returncode == 0 and "running pid" in status.stdout
     finally:
         stopped = cli("broker", "stop", env=env)
     assert stopped.returncode == 0

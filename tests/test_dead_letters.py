@@ -20,8 +20,12 @@ async def test_malformed_record_is_dead_lettered_and_next_turn_completes(
     producer = RecordProducer(kafka_bootstrap_servers)
     async with running_worker(agent, kafka_bootstrap_servers):
         await producer.send(agent.topics.turns, b"k1", b"\x00\x01garbage")
-        await producer.send(agent.topics.turns, b"k2", json.dumps({"agent": agent.name}).encode(),
-                            [("content-type", b"application/json")])
+        await producer.send(
+            agent.topics.turns,
+            b"k2",
+            json.dumps({"agent": agent.name}).encode(),
+            [("content-type", b"application/json")],
+        )
         events = await client.run(agent.name, question="still there?", timeout=60)
         assert events[-1].type == "run:complete"
 

@@ -128,8 +128,12 @@ async def test_cancel_stops_at_the_next_step_and_terminate_at_once(
         return "never"
 
     def looping(name: str) -> Any:
-        @kafka_agent(name=unique_name("cancel"), llm=FakeLLM([reply_tool_call(name)]),
-                     tools=[slow, stuck], partitions=1)
+        @kafka_agent(
+            name=unique_name("cancel"),
+            llm=FakeLLM([reply_tool_call(name)]),
+            tools=[slow, stuck],
+            partitions=1,
+        )
         async def agent(ctx: AgentContext) -> str:
             return await ctx.llm.run([{"role": "user", "content": "loop"}])
 
@@ -189,7 +193,8 @@ async def test_at_least_once_mode_completes_turns(
     options = WorkerOptions(processing_guarantee="at_least_once")
     async with running_worker(agent, kafka_bootstrap_servers, options):
         results = await asyncio.gather(
-            *(client.run(agent.name, q=str(i), timeout=60) for i in range(5)))
+            *(client.run(agent.name, q=str(i), timeout=60) for i in range(5))
+        )
     for events in results:
         assert events[-1].type == "run:complete"
         assert [e.seq for e in events] == list(range(len(events)))

@@ -31,8 +31,12 @@ async def test_a_turn_that_keeps_stalling_is_quarantined(
         await asyncio.sleep(3600)
         return "never"
 
-    @kafka_agent(name=unique_name("poison"), llm=FakeLLM([reply_tool_call("hang")]),
-                 tools=[hang], partitions=1)
+    @kafka_agent(
+        name=unique_name("poison"),
+        llm=FakeLLM([reply_tool_call("hang")]),
+        tools=[hang],
+        partitions=1,
+    )
     async def agent(ctx: AgentContext) -> str:
         return await ctx.llm.run([{"role": "user", "content": "go"}])
 
@@ -62,8 +66,12 @@ async def test_a_tool_raising_poison_quarantines_the_turn(
         """Input this system can never process."""
         raise Poison("record refers to a deleted tenant")
 
-    @kafka_agent(name=unique_name("poisontool"), llm=FakeLLM([reply_tool_call("bad_input")]),
-                 tools=[bad_input], partitions=1)
+    @kafka_agent(
+        name=unique_name("poisontool"),
+        llm=FakeLLM([reply_tool_call("bad_input")]),
+        tools=[bad_input],
+        partitions=1,
+    )
     async def agent(ctx: AgentContext) -> str:
         return await ctx.llm.run([{"role": "user", "content": "go"}])
 
@@ -88,8 +96,12 @@ async def test_a_fenced_worker_rejoins_and_finishes_its_turns(
         await gate.wait()
         return "through"
 
-    @kafka_agent(name=unique_name("fence"), llm=FakeLLM([reply_tool_call("wait_gate"), "ok"]),
-                 tools=[wait_gate], partitions=1)
+    @kafka_agent(
+        name=unique_name("fence"),
+        llm=FakeLLM([reply_tool_call("wait_gate"), "ok"]),
+        tools=[wait_gate],
+        partitions=1,
+    )
     async def agent(ctx: AgentContext) -> str:
         return await ctx.llm.run([{"role": "user", "content": "go"}])
 
@@ -98,13 +110,15 @@ async def test_a_fenced_worker_rejoins_and_finishes_its_turns(
         handle = await client.submit(agent.name)
         await wait_for(lambda: len(runs) == 1, 30, "tool started")
         # Another producer with the same transactional id takes over: ours is now a zombie.
-        usurper = BatchWriter(kafka_bootstrap_servers,
-                              transactional_id=f"pyrula.{agent.name}.fenced-1")
+        usurper = BatchWriter(
+            kafka_bootstrap_servers, transactional_id=f"pyrula.{agent.name}.fenced-1"
+        )
         await asyncio.to_thread(usurper.start)
         usurper.close()
         gate.set()
         events = await asyncio.wait_for(
-            asyncio.gather(*[_collect(client, agent.name, handle.turn_id)]), 90)
+            asyncio.gather(*[_collect(client, agent.name, handle.turn_id)]), 90
+        )
         assert worker.sessions >= 2, "the worker recreated its clients after being fenced"
     turn_events = events[0]
     assert [e.type for e in turn_events].count("run:complete") == 1

@@ -20,8 +20,9 @@ SAMPLES = Path(__file__).parent / "data" / "v1"
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -62,8 +63,11 @@ def test_samples_written_by_v1_still_decode(record: str) -> None:
     """Bytes written by the first release (tests/data/v1) must decode forever."""
     body = (SAMPLES / f"{record}.avro").read_bytes()
     expected = json.loads((SAMPLES / f"{record}.json").read_text())
-    decoder = {"turn_request": serde.decode_turn_request, "event": serde.decode_event,
-               "journal_entry": serde.decode_journal_entry}[record]
+    decoder = {
+        "turn_request": serde.decode_turn_request,
+        "event": serde.decode_event,
+        "journal_entry": serde.decode_journal_entry,
+    }[record]
     decoded = decoder(body, {})
     assert {k: getattr(decoded, k) for k in expected} == expected
 

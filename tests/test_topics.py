@@ -13,8 +13,11 @@ def test_apply_creates_then_matches(kafka_bootstrap_servers: str) -> None:
     agent = unique_name("topics")
     specs = agent_topic_specs(agent, partitions=3)
     assert [s.name for s in specs] == [
-        f"pyrula.{agent}.turns", f"pyrula.{agent}.events", f"pyrula.{agent}.journal",
-        f"pyrula.{agent}.control", f"pyrula.{agent}.dlq",
+        f"pyrula.{agent}.turns",
+        f"pyrula.{agent}.events",
+        f"pyrula.{agent}.journal",
+        f"pyrula.{agent}.control",
+        f"pyrula.{agent}.dlq",
     ]
     journal = specs[2]
     assert journal.config["cleanup.policy"] == "compact"

@@ -32,8 +32,9 @@ def make_agent(script: list[Any], tools: list[Any]) -> Any:
 async def test_turn_publishes_ordered_events_and_result(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
-    agent = make_agent([reply_tool_call("lookup_order", order_id="9"), "It shipped."],
-                       [lookup_order])
+    agent = make_agent(
+        [reply_tool_call("lookup_order", order_id="9"), "It shipped."], [lookup_order]
+    )
     async with running_worker(agent, kafka_bootstrap_servers):
         events = await client.run(agent.name, question="where is 9?", timeout=60)
     types = [e.type for e in events]

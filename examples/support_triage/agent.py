@@ -46,8 +46,9 @@ async def search_faq(ctx: ToolContext, query: str) -> list[dict[str, str]]:
 async def create_ticket(ctx: ToolContext, order_id: str, reason: str) -> dict[str, str]:
     """Open a support ticket for an order (refunds, damaged goods)."""
     key = ctx.idempotency_key or f"{order_id}:{reason}"
-    ticket = TICKETS.setdefault(key, {"ticket_id": f"T-{len(TICKETS) + 1:04d}",
-                                      "order_id": order_id, "reason": reason})
+    ticket = TICKETS.setdefault(
+        key, {"ticket_id": f"T-{len(TICKETS) + 1:04d}", "order_id": order_id, "reason": reason}
+    )
     await ctx.emit_status(f"ticket {ticket['ticket_id']} opened")
     return ticket
 
@@ -61,19 +62,24 @@ def scripted_support_model(
     order = re.search(r"\b(\d{4})\b", question)
     if count_model_calls(messages) == 0:
         if order and ("refund" in lowered or "broken" in lowered):
-            return reply_tool_call("create_ticket", order_id=order.group(1),
-                                   reason="damaged item, refund requested")
+            return reply_tool_call(
+                "create_ticket", order_id=order.group(1), reason="damaged item, refund requested"
+            )
         if order:
             return reply_tool_call("lookup_order", order_id=order.group(1))
-        topic = next((t for t in ("returns", "shipping", "warranty", "payment")
-                      if t.rstrip("s") in lowered), "returns")
+        topic = next(
+            (t for t in ("returns", "shipping", "warranty", "payment") if t.rstrip("s") in lowered),
+            "returns",
+        )
         return reply_tool_call("search_faq", query=topic)
     result = json.loads(last_tool_results(messages)[0] or "null")
     if isinstance(result, list):
         return reply_text(result[0]["answer"] if result else "I could not find that policy.")
     if isinstance(result, dict) and "ticket_id" in result:
-        return reply_text(f"I opened ticket {result['ticket_id']} for order "
-                          f"{result['order_id']}; a refund will follow once it is reviewed.")
+        return reply_text(
+            f"I opened ticket {result['ticket_id']} for order "
+            f"{result['order_id']}; a refund will follow once it is reviewed."
+        )
     if isinstance(result, dict) and result.get("found"):
         eta = f", expected {result['eta']}" if result.get("eta") else ""
         return reply_text(f"Order {result['order_id']} is {result['status']}{eta}.")
@@ -89,8 +95,10 @@ def choose_llm() -> LLMClient:
     if os.environ.get("OPENAI_API_KEY"):
         from pyrula_stream.llm import OpenAILLM
 
-        return OpenAILLM(os.environ.get("PYRULA_OPENAI_MODEL", "gpt-4.1-mini"),
-                         base_url=os.environ.get("OPENAI_BASE_URL"))
+        return OpenAILLM(
+            os.environ.get("PYRULA_OPENAI_MODEL", "gpt-4.1-mini"),
+            base_url=os.environ.get("OPENAI_BASE_URL"),
+        )
     return FakeLLM(scripted_support_model, latency_s=0.05)
 
 

@@ -16,12 +16,11 @@ import sys
 import time
 from collections import Counter
 
+from examples.support_triage.agent import DATA, support
 from pyrula_stream import Event, KafkaAgentClient
 from pyrula_stream.cli import format_event
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.testing import local_kafka
-
-from examples.support_triage.agent import DATA, support
 
 AGENT = "examples.support_triage.agent:support"
 
@@ -38,13 +37,15 @@ async def run_batch(bootstrap: str) -> dict[str, list[Event]]:
 
         async def follow(turn_id: str, since_ms: int) -> None:
             events[turn_id] = []
-            async for event in client.stream(support.name, turn_id, since_ms=since_ms - 60_000,
-                                             idle_timeout_seconds=60):
+            async for event in client.stream(
+                support.name, turn_id, since_ms=since_ms - 60_000, idle_timeout_seconds=60
+            ):
                 events[turn_id].append(event)
                 print(format_event(event), flush=True)
 
         await asyncio.wait_for(
-            asyncio.gather(*(follow(h.turn_id, h.submitted_ms) for h in handles)), 180)
+            asyncio.gather(*(follow(h.turn_id, h.submitted_ms) for h in handles)), 180
+        )
     return events
 
 
@@ -76,8 +77,17 @@ def main() -> int:
         if not report.ok:
             return 2
         worker = subprocess.Popen(
-            [sys.executable, "-m", "pyrula_stream.cli", "worker", AGENT,
-             "--bootstrap-servers", bootstrap, "--worker-id", "demo-1"],
+            [
+                sys.executable,
+                "-m",
+                "pyrula_stream.cli",
+                "worker",
+                AGENT,
+                "--bootstrap-servers",
+                bootstrap,
+                "--worker-id",
+                "demo-1",
+            ],
             env={**os.environ, "PYTHONPATH": os.getcwd()},
         )
         started = time.monotonic()

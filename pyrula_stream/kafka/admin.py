@@ -12,7 +12,11 @@ from typing import Any
 
 import yaml
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
 
 from pyrula_stream.kafka.config import base_config
 
@@ -74,7 +78,9 @@ def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
     return bool(md.brokers)
 
 
-def apply_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30.0) -> ApplyReport:
+def apply_topics(
+    bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30.0
+) -> ApplyReport:
     """Create what is missing, leave what matches, report every difference as drift."""
     admin = admin_client(bootstrap_servers)
     existing = admin.list_topics(timeout=timeout_s).topics
@@ -82,8 +88,10 @@ def apply_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: floa
     missing = [s for s in specs if s.name not in existing]
     if missing:
         futures = admin.create_topics(
-            [NewTopic(s.name, s.partitions, replication_factor=-1, config=s.config)
-             for s in missing],
+            [
+                NewTopic(s.name, s.partitions, replication_factor=-1, config=s.config)
+                for s in missing
+            ],
             operation_timeout=timeout_s,
         )
         for name, fut in futures.items():

@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from pyrula_stream.kafka.config import base_config
+from pyrula_stream.serde import headers_dict
 
 RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
 
@@ -67,7 +68,7 @@ def reader_consumer(bootstrap_servers: str, *, client_id: str) -> Consumer:
 
 def read_partition_to_end(
     consumer: Consumer, topic: str, partition: int, *, timeout_s: float = 120.0
-) -> Iterator[tuple[str, bytes | None, list[tuple[str, bytes]] | None]]:
+) -> Iterator[tuple[str, bytes | None, dict[str, str]]]:
     """Yield ``(key, value, headers)`` of every committed record of one partition."""
     tp = TopicPartition(topic, partition)
     low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
@@ -86,7 +87,7 @@ def read_partition_to_end(
                         continue
                     raise KafkaException(err)
                 key = msg.key()
-                yield (key.decode() if key else "", msg.value(), msg.headers())
+                yield (key.decode() if key else "", msg.value(), headers_dict(msg.headers()))
             position = consumer.position([tp])[0].offset
             if reached_eof or position >= high:
                 return

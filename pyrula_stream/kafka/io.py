@@ -7,11 +7,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from pyrula_stream.kafka.config import base_config
 from pyrula_stream.kafka.consumers import reader_consumer
 from pyrula_stream.kafka.partitioner import PARTITIONER, partition_for
+from pyrula_stream.serde import headers_dict
 
 
 @dataclass(frozen=True)
@@ -25,22 +33,35 @@ class RecordProducer:
     """An idempotent producer whose ``send`` returns once the broker acknowledged."""
 
     def __init__(self, bootstrap_servers: str, **extra: Any) -> None:
-        self._producer = Producer(base_config(
-            bootstrap_servers,
-            **{"enable.idempotence": True, "acks": "all", "linger.ms": 1,
-               "partitioner": PARTITIONER}, **extra))
+        self._producer = Producer(
+            base_config(
+                bootstrap_servers,
+                **{
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 1,
+                    "partitioner": PARTITIONER,
+                },
+                **extra,
+            )
+        )
 
     def send_sync(
-        self, topic: str, key: bytes | None, value: bytes | None,
-        headers: list[tuple[str, bytes]] | None = None, timeout_s: float = 30.0,
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+        timeout_s: float = 30.0,
     ) -> Delivered:
         result: list[Any] = []
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
             result.append(err if err is not None else msg)
 
-        self._producer.produce(topic, key=key, value=value, headers=headers or [],
-                               on_delivery=on_delivery)
+        self._producer.produce(
+            topic, key=key, value=value, headers=headers or [], on_delivery=on_delivery
+        )
         self._producer.flush(timeout_s)
         if not result:
             raise TimeoutError(f"no acknowledgement from {topic} within {timeout_s}s")
@@ -49,8 +70,13 @@ class RecordProducer:
         msg = result[0]
         return Delivered(msg.topic(), msg.partition(), msg.offset())
 
-    async def send(self, topic: str, key: bytes | None, value: bytes | None,
-                   headers: list[tuple[str, bytes]] | None = None) -> Delivered:
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> Delivered:
         return await asyncio.to_thread(self.send_sync, topic, key, value, headers)
 
     def close(self) -> None:
@@ -83,16 +109,20 @@ class PartitionReader:
             offset = OFFSET_BEGINNING
             if since_ms is not None:
                 found = self._consumer.offsets_for_times(
-                    [TopicPartition(self.topic, p, since_ms)], timeout=10)[0]
+                    [TopicPartition(self.topic, p, since_ms)], timeout=10
+                )[0]
                 offset = found.offset if found.offset >= 0 else OFFSET_BEGINNING
                 if found.offset < 0:
                     _, high = self._consumer.get_watermark_offsets(
-                        TopicPartition(self.topic, p), timeout=10, cached=False)
+                        TopicPartition(self.topic, p), timeout=10, cached=False
+                    )
                     offset = high
             start.append(TopicPartition(self.topic, p, offset))
         self._consumer.assign(start)
 
-    def poll(self, timeout_s: float) -> Iterator[tuple[bytes | None, bytes | None, dict[str, str], int, int]]:
+    def poll(
+        self, timeout_s: float
+    ) -> Iterator[tuple[bytes | None, bytes | None, dict[str, str], int, int]]:
         """Yield ``(key, value, headers, partition, offset)``; partition-EOF is skipped."""
         for msg in self._consumer.consume(500, timeout=timeout_s):
             err = msg.error()
@@ -100,8 +130,14 @@ class PartitionReader:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
                 raise KafkaException(err)
-            headers = {k: (v or b"").decode("utf-8", "replace") for k, v in (msg.headers() or [])}
-            yield msg.key(), msg.value(), headers, msg.partition(), msg.offset()
+            key = msg.key()
+            yield (
+                key.encode() if isinstance(key, str) else key,
+                msg.value(),
+                headers_dict(msg.headers()),
+                msg.partition() or 0,
+                msg.offset() or 0,
+            )
 
     def close(self) -> None:
         self._consumer.close()

@@ -105,9 +105,19 @@ def fetch_jars(version: str = KAFKA_VERSION) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
     result = subprocess.run(
-        [mvn, "-q", "-B", "-f", str(folder / "pom.xml"), "dependency:copy-dependencies",
-         f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
-        capture_output=True, text=True, check=False,
+        [
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(folder / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={libs}",
+            "-DincludeScope=runtime",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode != 0:
         raise BrokerUnavailableError(
@@ -199,9 +209,15 @@ class LocalBroker:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def to_json(self) -> str:
-        return json.dumps({"bootstrap_servers": self.bootstrap_servers, "pid": self.pid,
-                           "data_dir": self.data_dir, "log_file": self.log_file,
-                           "owns_data_dir": self.owns_data_dir})
+        return json.dumps(
+            {
+                "bootstrap_servers": self.bootstrap_servers,
+                "pid": self.pid,
+                "data_dir": self.data_dir,
+                "log_file": self.log_file,
+                "owns_data_dir": self.owns_data_dir,
+            }
+        )
 
 
 def wait_until_ready(bootstrap_servers: str, timeout_s: float = 60.0) -> None:
@@ -238,20 +254,32 @@ def start_local_broker(
     log_file = data / "broker.log"
     (data / "log4j2.properties").write_text(_LOG4J.format(log=log_file))
     classpath = f"{libs}/*"
-    jvm = [java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-           f"-Dlog4j2.configurationFile={data / 'log4j2.properties'}", "-cp", classpath]
+    jvm = [
+        java,
+        f"-Xmx{heap}",
+        "-Xms128m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={data / 'log4j2.properties'}",
+        "-cp",
+        classpath,
+    ]
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     fmt = subprocess.run(
         [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if fmt.returncode != 0:
         raise BrokerUnavailableError(f"formatting Kafka storage failed:\n{fmt.stderr[-2000:]}")
     with open(data / "broker.out", "wb") as out:
         proc = subprocess.Popen(
             [*jvm, "kafka.Kafka", str(props)],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent if die_with_parent else os.setsid,  # noqa: PLW1509
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if die_with_parent else os.setsid,
         )
     broker = LocalBroker(f"127.0.0.1:{port}", proc.pid, str(data), str(log_file), owns, proc)
     try:

@@ -53,9 +53,14 @@ class BatchWriter:
         self.exactly_once = exactly_once
         conf = base_config(
             bootstrap_servers,
-            **{"enable.idempotence": True, "linger.ms": 1, "acks": "all",
-               "message.max.bytes": 1_048_576, "compression.type": "lz4",
-               "partitioner": PARTITIONER},
+            **{
+                "enable.idempotence": True,
+                "linger.ms": 1,
+                "acks": "all",
+                "message.max.bytes": 1_048_576,
+                "compression.type": "lz4",
+                "partitioner": PARTITIONER,
+            },
         )
         if exactly_once:
             conf["transactional.id"] = transactional_id
@@ -128,9 +133,11 @@ class BatchWriter:
             except KafkaException as abort_exc:
                 raise ProducerFenced(f"abort failed: {abort_exc}") from exc
             raise TransactionAborted(err.str()) from exc
-        if err is not None and (err.fatal() or err.code() in (
-                KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                KafkaError.INVALID_PRODUCER_EPOCH)):
+        if err is not None and (
+            err.fatal()
+            or err.code()
+            in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+        ):
             raise ProducerFenced(err.str()) from exc
         raise ProducerFenced(f"unexpected transactional error: {exc}") from exc
 
