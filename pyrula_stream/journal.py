@@ -117,8 +117,21 @@ class PartitionJournal:
 
     partition: int
     turns: dict[str, TurnJournal] = field(default_factory=dict)
-    idempotency: dict[str, str] = field(default_factory=dict)
+    idempotency: dict[str, JournalEntry] = field(default_factory=dict)
     records_read: int = 0
+
+    def expire(self, now_ms: int, ttl_ms: int) -> list[str]:
+        """Forget terminal records older than the TTL; return their keys to tombstone."""
+        keys: list[str] = []
+        for turn_id, turn in list(self.turns.items()):
+            if turn.terminal is not None and now_ms - turn.terminal.ts_ms > ttl_ms:
+                keys.append(f"{turn_id}/{TERMINAL}")
+                del self.turns[turn_id]
+        for idem, entry in list(self.idempotency.items()):
+            if now_ms - entry.ts_ms > ttl_ms:
+                keys.append(IDEMPOTENCY_PREFIX + idem)
+                del self.idempotency[idem]
+        return keys
 
     def apply(self, key: str, entry: JournalEntry | None) -> None:
         self.records_read += 1
@@ -127,7 +140,7 @@ class PartitionJournal:
             if entry is None:
                 self.idempotency.pop(idem_key, None)
             else:
-                self.idempotency[idem_key] = entry.turn_id
+                self.idempotency[idem_key] = entry
             return
         turn_id = key.rsplit("/", 1)[0]
         turn = self.turns.get(turn_id)

@@ -45,6 +45,7 @@ class OffsetWatermark:
 class QueuedTurn:
     offset: int
     request: TurnRequest
+    duplicate_of: str | None = None
 
 
 @dataclass
@@ -54,14 +55,21 @@ class PartitionState:
     watermark: OffsetWatermark = field(default_factory=OffsetWatermark)
     queues: dict[str, deque[QueuedTurn]] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
+    running_keys: dict[str, str] = field(default_factory=dict)
 
     def is_finished(self, request: TurnRequest) -> bool:
-        """Whether the turn (or its idempotency key) already ended: its request is a no-op."""
+        """Whether this turn already ended: its re-read request is a no-op."""
         turn = self.journal.turns.get(request.turn_id)
-        if request.turn_id in self.finished or (turn is not None and turn.terminal is not None):
-            return True
+        return request.turn_id in self.finished or (turn is not None and turn.terminal is not None)
+
+    def original_turn(self, request: TurnRequest) -> str | None:
+        """The turn that already took this request's idempotency key, if another one did."""
         key = request.idempotency_key
-        return bool(key) and key in self.journal.idempotency
+        if not key:
+            return None
+        entry = self.journal.idempotency.get(key)
+        original = entry.turn_id if entry is not None else self.running_keys.get(key)
+        return original if original != request.turn_id else None
 
     def enqueue(self, queued: QueuedTurn) -> bool:
         """Queue behind earlier turns of the same key; True when it may start now."""

@@ -39,7 +39,7 @@ from pyrula_stream.llm.fake import FakeLLM
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.partition import PartitionState, QueuedTurn
 from pyrula_stream.records import OutRecord
-from pyrula_stream.serde import EventType, TurnRequest
+from pyrula_stream.serde import EventType, JournalEntry, TurnRequest
 from pyrula_stream.tools import encode_result
 from pyrula_stream.turn import TurnRuntime, TurnTopics
 
@@ -287,8 +287,18 @@ class KafkaWorker:
         return journal
 
     async def _install(self, restored: dict[int, PartitionJournal]) -> None:
+        ttl_ms = int(self.options.idempotency_ttl_s * 1000)
         for p, journal in restored.items():
             self._parts[p] = PartitionState(p, journal)
+            expired = journal.expire(int(time.time() * 1000), ttl_ms)
+            if expired:  # housekeeping: terminal records past the idempotency TTL
+                self.committer.add_records([self._tombstone(p, key) for key in expired])
+
+    def _tombstone(self, partition: int, key: str) -> OutRecord:
+        ctype = serde.content_type("journal_entry").encode()
+        return OutRecord(
+            self.topics.journal, key.encode(), None, [(serde.CONTENT_TYPE_HEADER, ctype)], partition
+        )
 
     async def _revoke(self, partitions: set[int]) -> None:
         ids = {t for t, r in self._running.items() if r.partition in partitions}
@@ -334,7 +344,9 @@ class KafkaWorker:
             ps.watermark.done(offset)
             self.committer.offsets_changed()
             return
-        queued = QueuedTurn(offset, request)
+        queued = QueuedTurn(offset, request, ps.original_turn(request))
+        if request.idempotency_key and queued.duplicate_of is None:
+            ps.running_keys[request.idempotency_key] = request.turn_id
         if ps.enqueue(queued):
             self._admit(p, queued)
 
@@ -424,7 +436,10 @@ class KafkaWorker:
 
     async def _run_turn(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
         try:
-            await self._execute(runtime)
+            if queued.duplicate_of is not None:
+                await self._finish_duplicate(runtime, queued.duplicate_of)
+            else:
+                await self._execute(runtime)
         except asyncio.CancelledError:
             if self._cancels.get(runtime.turn_id, ("",))[0] == "terminate" and not runtime.finished:
                 with contextlib.suppress(Exception):
@@ -446,12 +461,31 @@ class KafkaWorker:
             return
         ps.finished.add(runtime.turn_id)
         ps.journal.turns.pop(runtime.turn_id, None)
+        idem = runtime.request.idempotency_key
+        if idem and ps.running_keys.get(idem) == runtime.turn_id:
+            del ps.running_keys[idem]
+            ps.journal.idempotency[idem] = JournalEntry(
+                runtime.turn_id, -1, "terminal", ts_ms=int(time.time() * 1000)
+            )
         ps.watermark.done(queued.offset)
         self.turns_finished += 1
         self.committer.offsets_changed()
         nxt = ps.dequeue(queued.request.key)
         if nxt is not None:
             self._admit(runtime.topics.partition, nxt)
+
+    async def _finish_duplicate(self, runtime: TurnRuntime, original: str) -> None:
+        """Another turn already took this idempotency key: point the submitter at it."""
+        key = runtime.request.idempotency_key
+        await runtime.finish(
+            EventType.RUN_ERROR,
+            {
+                "code": ErrorCode.DUPLICATE_RUN,
+                "message": f"idempotency key {key!r} already ran as turn {original}; "
+                "read that turn's events for its result",
+                "original_turn_id": original,
+            },
+        )
 
     async def _execute(self, runtime: TurnRuntime) -> None:
         """Run the agent body once (replaying what the journal holds) and finish the turn."""

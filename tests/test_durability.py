@@ -17,6 +17,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.llm.fake import count_model_calls
+from pyrula_stream.serde import TurnRequest
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
@@ -177,10 +178,46 @@ async def test_resubmitted_idempotency_key_does_not_run_again(
         again = await client.submit(agent.name, idempotency_key="order-7", order="7")
         assert again.turn_id == first[0].turn_id
         marker = await client.run(agent.name, order="8", timeout=60)  # the worker moved on
+        # A producer that picks its own turn id but reuses the key is pointed at the original.
+        foreign = TurnRequest("foreign-1", agent.name, {"order": "7"}, idempotency_key="order-7")
+        handle = await client.submit_request(foreign)
+        duplicate = await collect(client, agent.name, handle.turn_id)
     assert marker[-1].type == "run:complete"
     assert runs == ["7", "8"]
     replayed = await collect(client, agent.name, again.turn_id)
     assert [e.type for e in replayed].count("run:complete") == 1
+    assert [e.type for e in duplicate] == ["run:error"]
+    assert duplicate[0].data["code"] == "duplicate_run"
+    assert duplicate[0].data["original_turn_id"] == first[0].turn_id
+
+
+async def test_concurrency_is_bounded_and_slow_keys_do_not_block_others(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    running: list[int] = [0]
+    peak: list[int] = [0]
+    finished: list[str] = []
+
+    @kafka_agent(name=unique_name("bounded"), llm=FakeLLM(["ok"]), partitions=1)
+    async def agent(ctx: AgentContext, n: str, seconds: float) -> str:
+        running[0] += 1
+        peak[0] = max(peak[0], running[0])
+        await ctx.sleep(seconds)
+        running[0] -= 1
+        finished.append(n)
+        return n
+
+    options = WorkerOptions(max_concurrent_turns=3)
+    async with running_worker(agent, kafka_bootstrap_servers, options):
+        slow = await client.submit(agent.name, thread_id="slow", n="slow", seconds=3.0)
+        fast = [
+            await client.submit(agent.name, thread_id=f"k{i}", n=str(i), seconds=0.2)
+            for i in range(8)
+        ]
+        for h in [*fast, slow]:
+            await collect(client, agent.name, h.turn_id)
+    assert peak[0] == 3
+    assert finished[-1] == "slow", "eight fast turns of other keys finished behind the slow one"
 
 
 async def test_at_least_once_mode_completes_turns(
