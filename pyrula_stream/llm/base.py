@@ -168,5 +168,3 @@ class LLMClient(ABC):
     def describe(self) -> str:
         """A short label for logs and the demo banner; never includes secrets."""
         return f"{type(self).__name__}({self.model})"
-
-

@@ -34,8 +34,9 @@ def reply_text(text: str) -> ModelResponse:
 def reply_tool_calls(*calls: tuple[str, dict[str, Any]], text: str = "") -> ModelResponse:
     """A scripted response asking for one or more tools, in order."""
     blocks: list[TextBlock | ToolUseBlock] = [TextBlock(text=text)] if text else []
-    blocks += [ToolUseBlock(id=f"call_{i}", name=name, input=args) for i, (name, args) in
-               enumerate(calls)]
+    blocks += [
+        ToolUseBlock(id=f"call_{i}", name=name, input=args) for i, (name, args) in enumerate(calls)
+    ]
     return ModelResponse(content=blocks, stop_reason="tool_use")
 
 

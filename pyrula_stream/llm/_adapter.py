@@ -1,0 +1,177 @@
+"""What the SDK-backed adapters share: settings, retries, rate limit, buffer cap, secrets.
+
+Each provider module only converts requests and responses and classifies its SDK's
+exceptions; everything that must behave the same across providers lives here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from abc import abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from pyrula_stream.errors import ConfigurationError, ErrorCode, LLMError
+from pyrula_stream.llm._retry import ProviderFailure, RetryPolicy, stream_with_retries
+from pyrula_stream.llm._secrets import redact, safe_url
+from pyrula_stream.llm.base import (
+    DEFAULT_MAX_RETRIES,
+    LLMClient,
+    LLMRate,
+    StreamingMode,
+    StreamItem,
+    ToolDefinition,
+)
+from pyrula_stream.llm.ratelimit import RateLimiter
+from pyrula_stream.llm.tokens import estimate_tokens
+
+
+class SDKAdapter(LLMClient):
+    """Base for adapters built on an official provider SDK."""
+
+    provider: str = ""
+    api_key_env: str = ""
+    """The environment variable the SDK reads the key from when none is passed."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        streaming_mode: StreamingMode = StreamingMode.SAFE,
+        max_buffer_bytes: int = 5 * 1024 * 1024,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int = 8192,
+        temperature: float | None = None,
+        llm_call_timeout: float | None = None,
+        rate_limit: LLMRate | None = None,
+        backoff_base_s: float = 0.5,
+        max_retry_wait_s: float = 60.0,
+    ) -> None:
+        if not model:
+            raise ConfigurationError(f"{type(self).__name__} needs a model id")
+        if max_retries < 0 or max_tokens <= 0 or max_buffer_bytes <= 0:
+            raise ConfigurationError(
+                "max_retries must be >= 0, max_tokens and max_buffer_bytes > 0"
+            )
+        if llm_call_timeout is not None and llm_call_timeout <= 0:
+            raise ConfigurationError("llm_call_timeout must be positive")
+        self.model = model
+        self.streaming_mode = StreamingMode(streaming_mode)
+        self.max_buffer_bytes = max_buffer_bytes
+        self.max_retries = max_retries
+        self.base_url = base_url
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.llm_call_timeout = llm_call_timeout
+        self.rate_limit = rate_limit
+        self.retry_policy = RetryPolicy(
+            max_retries=max_retries,
+            backoff_base_s=backoff_base_s,
+            max_retry_after_s=max_retry_wait_s,
+        )
+        self._api_key = api_key
+        self._limiter = RateLimiter(rate_limit) if rate_limit is not None else None
+
+    # -- secrets -------------------------------------------------------------------------
+
+    def _secrets(self) -> list[str | None]:
+        return [self._api_key, os.environ.get(self.api_key_env) if self.api_key_env else None]
+
+    def redact(self, text: str) -> str:
+        """``text`` with this adapter's key (and anything shaped like a key) removed."""
+        return redact(text, self._secrets())
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(model={self.model!r}, base_url={safe_url(self.base_url)!r}, "
+            f"max_retries={self.max_retries}, max_tokens={self.max_tokens})"
+        )
+
+    # -- the call --------------------------------------------------------------------------
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[ToolDefinition] | None = None,
+        system: str | None = None,
+        tool_choice: dict[str, Any] | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        """Yield text deltas, then one ``ModelResponse``; retried only before the first delta.
+
+        Raises ``LLMRateLimited`` (429s exhausted), ``LLMProviderUnavailable`` (5xx or
+        connection errors exhausted), ``ProviderStreamTruncated`` (stream ended without its
+        terminal event), ``ContextWindowExceeded`` (prompt too long) or ``LLMError``.
+        """
+        estimated = estimate_tokens(messages, system, tools) if self._limiter else 0
+
+        def attempt() -> AsyncGenerator[StreamItem, None]:
+            return self._attempt(messages, tools or [], system, tool_choice)
+
+        items = stream_with_retries(
+            attempt,
+            classify=self._classify_safely,
+            policy=self.retry_policy,
+            provider=self.provider,
+            limiter=self._limiter,
+            estimated_tokens=estimated,
+        )
+        async with aclosing(items):  # a caller that stops early releases the connection now
+            async for item in items:
+                yield item
+
+    def _classify_safely(self, exc: BaseException) -> ProviderFailure | None:
+        failure = self._classify(exc)
+        if failure is None:
+            return None
+        return ProviderFailure(
+            failure.kind,
+            self.redact(failure.message),
+            failure.status,
+            failure.retry_after_s,
+            failure.request_id,
+        )
+
+    @abstractmethod
+    def _attempt(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[ToolDefinition],
+        system: str | None,
+        tool_choice: dict[str, Any] | None,
+    ) -> AsyncGenerator[StreamItem, None]:
+        """One request: deltas then the response; raises SDK errors as they come."""
+
+    @abstractmethod
+    def _classify(self, exc: BaseException) -> ProviderFailure | None:
+        """Map an SDK exception to a failure kind, or ``None`` for exceptions not ours."""
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connection pool (idempotent)."""
+
+    # -- helpers for subclasses ---------------------------------------------------------
+
+    def _check_buffer(self, size: int) -> None:
+        """Refuse a reply larger than ``max_buffer_bytes`` instead of holding it in memory."""
+        if size > self.max_buffer_bytes:
+            raise LLMError(
+                f"{self.provider} reply exceeded max_buffer_bytes={self.max_buffer_bytes}",
+                code=ErrorCode.BUFFER_OVERFLOW,
+            )
+
+    def _parse_tool_input(self, name: str, raw: str, *, cut_short: bool) -> dict[str, Any] | None:
+        """Tool arguments from streamed JSON; ``None`` if the reply was cut by max_tokens."""
+        try:
+            parsed = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError:
+            if cut_short:
+                return None
+            raise LLMError(
+                f"{self.provider} sent invalid JSON arguments for tool '{name}'"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise LLMError(f"{self.provider} sent non-object arguments for tool '{name}'")
+        return parsed

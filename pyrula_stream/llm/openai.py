@@ -1,0 +1,319 @@
+"""``OpenAILLM``: Chat Completions through the official ``openai`` SDK.
+
+Internal messages are Anthropic-shaped; this module converts them to Chat Completions
+(``tool_use`` blocks become ``tool_calls``, ``tool_result`` blocks become ``role: tool``
+messages) and folds the streamed chunks back into one ``ModelResponse``. ``base_url``
+can point at any OpenAI-compatible server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyrula_stream.errors import ConfigurationError, ProviderStreamTruncated
+from pyrula_stream.llm._adapter import SDKAdapter
+from pyrula_stream.llm._openai_convert import (
+    STOP_REASONS,
+    to_openai_messages,
+    to_openai_tool_choice,
+    to_openai_tools,
+)
+from pyrula_stream.llm._retry import FailureKind, ProviderFailure, parse_retry_after
+from pyrula_stream.llm.base import (
+    DEFAULT_MAX_RETRIES,
+    LLMRate,
+    ModelResponse,
+    StreamingMode,
+    StreamItem,
+    TextBlock,
+    TextDelta,
+    ToolDefinition,
+    ToolUseBlock,
+    Usage,
+)
+from pyrula_stream.llm.tokens import estimate_tokens, text_tokens
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+    from openai.types.chat import ChatCompletionChunk
+
+log = logging.getLogger(__name__)
+
+
+# Error objects sent inside a 200 stream have no status; their type or code says what.
+_STREAM_ERROR_KINDS: dict[str, FailureKind] = {
+    "server_error": "unavailable",
+    "rate_limit_exceeded": "rate_limited",
+    "requests": "rate_limited",
+    "tokens": "rate_limited",
+}
+
+
+def _import_sdk() -> None:
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        raise ConfigurationError(
+            "OpenAILLM needs the openai SDK: pip install 'pyrula-stream[openai]'"
+        ) from None
+
+
+# -- response state --------------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    id: str = ""
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _CompletionState:
+    model: str
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _Call] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    size: int = 0
+
+    def apply(self, chunk: ChatCompletionChunk) -> str | None:
+        """Fold one chunk in; return the text it adds, if any."""
+        self.model = chunk.model or self.model
+        if chunk.usage is not None:
+            cached = 0
+            if chunk.usage.prompt_tokens_details is not None:
+                cached = chunk.usage.prompt_tokens_details.cached_tokens or 0
+            # prompt_tokens includes cached tokens; ours excludes them (Anthropic's convention).
+            self.usage = Usage(
+                input_tokens=max(chunk.usage.prompt_tokens - cached, 0),
+                output_tokens=chunk.usage.completion_tokens,
+                cache_read_input_tokens=cached,
+            )
+        added: list[str] = []
+        for choice in chunk.choices:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if delta.content:
+                added.append(delta.content)
+            if delta.refusal:  # a refusal is what the model said; show it like text
+                added.append(delta.refusal)
+            for tc in delta.tool_calls or []:
+                call = self.calls.setdefault(tc.index, _Call())
+                call.id = call.id or tc.id or ""
+                if tc.function is not None:
+                    call.name = call.name or tc.function.name or ""
+                    if tc.function.arguments:
+                        call.parts.append(tc.function.arguments)
+                        self.size += len(tc.function.arguments.encode())
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+        if not added:
+            return None
+        piece = "".join(added)
+        self.text.append(piece)
+        self.size += len(piece.encode())
+        return piece
+
+
+class OpenAILLM(SDKAdapter):
+    """OpenAI Chat Completions adapter (also for OpenAI-compatible servers via ``base_url``).
+
+    Optional sampling parameters are sent only when set. ``max_tokens`` is sent as
+    ``max_completion_tokens``. ``llm_call_timeout`` is the per-request timeout in seconds.
+    The API key is never part of ``repr``, ``describe`` or any raised message.
+    """
+
+    provider = "openai"
+    api_key_env = "OPENAI_API_KEY"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        streaming_mode: StreamingMode = StreamingMode.SAFE,
+        max_buffer_bytes: int = 5 * 1024 * 1024,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int = 8192,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        parallel_tool_calls: bool | None = None,
+        llm_call_timeout: float | None = None,
+        rate_limit: LLMRate | None = None,
+        backoff_base_s: float = 0.5,
+        max_retry_wait_s: float = 60.0,
+    ) -> None:
+        _import_sdk()
+        super().__init__(
+            model,
+            streaming_mode=streaming_mode,
+            max_buffer_bytes=max_buffer_bytes,
+            max_retries=max_retries,
+            api_key=api_key,
+            base_url=base_url,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            llm_call_timeout=llm_call_timeout,
+            rate_limit=rate_limit,
+            backoff_base_s=backoff_base_s,
+            max_retry_wait_s=max_retry_wait_s,
+        )
+        self.top_p = top_p
+        self.seed = seed
+        self.parallel_tool_calls = parallel_tool_calls
+        self._client: AsyncOpenAI | None = None
+
+    def _sdk_client(self) -> AsyncOpenAI:
+        """The SDK client, made on first use so it belongs to the loop that uses it."""
+        if self._client is None:
+            import openai
+
+            try:
+                # max_retries=0: the SDK must not retry behind our back (see _retry).
+                self._client = openai.AsyncOpenAI(
+                    api_key=self._api_key, base_url=self.base_url, max_retries=0
+                )
+            except openai.OpenAIError:
+                raise ConfigurationError(
+                    "OpenAILLM has no API key: pass api_key= or set OPENAI_API_KEY"
+                ) from None
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
+
+    def build_request(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[ToolDefinition] | None = None,
+        system: str | None = None,
+        tool_choice: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The keyword arguments for ``chat.completions.create`` (without ``timeout``)."""
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": to_openai_messages(messages, system),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_completion_tokens": self.max_tokens,
+        }
+        optional = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+        request.update({k: v for k, v in optional.items() if v is not None})
+        if tools:
+            request["tools"] = to_openai_tools(tools)
+            parallel = self.parallel_tool_calls
+            if tool_choice and tool_choice.get("disable_parallel_tool_use"):
+                parallel = False
+            if parallel is not None:  # the API refuses parallel_tool_calls without tools
+                request["parallel_tool_calls"] = parallel
+            if tool_choice:
+                request["tool_choice"] = to_openai_tool_choice(tool_choice)
+        return request
+
+    async def _attempt(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[ToolDefinition],
+        system: str | None,
+        tool_choice: dict[str, Any] | None,
+    ) -> AsyncGenerator[StreamItem, None]:
+        request = self.build_request(messages, tools, system, tool_choice)
+        extra: dict[str, Any] = {}
+        if self.llm_call_timeout is not None:
+            extra["timeout"] = self.llm_call_timeout
+        stream = await self._sdk_client().chat.completions.create(**request, **extra)
+        state = _CompletionState(self.model)
+        async with stream:
+            async for chunk in stream:
+                text = state.apply(chunk)
+                self._check_buffer(state.size)
+                if text:
+                    yield TextDelta(text)
+        if state.finish_reason is None:
+            raise ProviderStreamTruncated("openai stream ended without a finish_reason")
+        yield self._response(state, messages, system, tools)
+
+    def _response(
+        self,
+        state: _CompletionState,
+        messages: list[dict[str, Any]],
+        system: str | None,
+        tools: list[ToolDefinition],
+    ) -> ModelResponse:
+        finish = state.finish_reason or "stop"
+        cut_short = finish == "length"
+        content: list[TextBlock | ToolUseBlock] = []
+        if state.text:
+            content.append(TextBlock(text="".join(state.text)))
+        for index, call in sorted(state.calls.items()):
+            args = self._parse_tool_input(call.name, "".join(call.parts), cut_short=cut_short)
+            if args is not None:
+                content.append(
+                    ToolUseBlock(id=call.id or f"call_{index}", name=call.name, input=args)
+                )
+        stop_reason = STOP_REASONS.get(finish, finish)
+        if stop_reason == "end_turn" and any(isinstance(b, ToolUseBlock) for b in content):
+            stop_reason = "tool_use"  # some compatible servers say "stop" after tool calls
+        usage = state.usage
+        if usage is None:
+            # A server that ignores stream_options: estimate so budgets still count the call.
+            log.warning("%s sent no usage; estimating tokens", self.provider)
+            usage = Usage(
+                input_tokens=estimate_tokens(messages, system, tools),
+                output_tokens=text_tokens(
+                    "".join(state.text) + "".join("".join(c.parts) for c in state.calls.values())
+                ),
+            )
+        return ModelResponse(
+            content=content, stop_reason=stop_reason, usage=usage, model=state.model
+        )
+
+    def _classify(self, exc: BaseException) -> ProviderFailure | None:
+        import httpx2
+        import openai
+
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            message = _error_message(exc, f"HTTP {status}")
+            retry_after = parse_retry_after(exc.response.headers)
+            kind: FailureKind = "fatal"
+            if status == 429:
+                # An exhausted quota needs a person (billing), not another try.
+                kind = "fatal" if exc.code == "insufficient_quota" else "rate_limited"
+            elif status >= 500:
+                kind = "unavailable"
+            elif status == 400 and exc.code == "context_length_exceeded":
+                kind = "context_window"
+            return ProviderFailure(kind, message, status, retry_after, exc.request_id)
+        if isinstance(exc, openai.APIConnectionError):
+            timed_out = isinstance(exc, openai.APITimeoutError)
+            return ProviderFailure(
+                "unavailable", "request timed out" if timed_out else "connection error"
+            )
+        if isinstance(exc, httpx2.TimeoutException):
+            return ProviderFailure("unavailable", "stream read timed out")
+        if isinstance(exc, httpx2.TransportError):
+            return ProviderFailure("unavailable", f"connection broken ({type(exc).__name__})")
+        if isinstance(exc, openai.APIError):  # an error object inside a successful stream
+            kind = _STREAM_ERROR_KINDS.get(
+                exc.code or "", _STREAM_ERROR_KINDS.get(exc.type or "", "fatal")
+            )
+            return ProviderFailure(kind, _error_message(exc, "error in stream"))
+        return None
+
+
+def _error_message(exc: Any, fallback: str) -> str:
+    body = exc.body
+    message = body.get("message") if isinstance(body, dict) else None
+    label = exc.code or exc.type
+    text = str(message) if message else fallback
+    return f"{label}: {text}" if label else text

@@ -1,0 +1,197 @@
+"""A scripted local HTTP server: the common part of the provider wire servers.
+
+Each test queues the replies it wants (``enqueue``) and reads back what the SDK sent
+(``requests``). The server runs on a free loopback port in a daemon thread and closes
+every connection after one reply, so no state leaks between requests through keep-alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server received it; header names are lower-cased."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    raw_body: bytes
+
+    @property
+    def body(self) -> Any:
+        """The JSON body, or ``None`` when there was none."""
+        return json.loads(self.raw_body) if self.raw_body else None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted response.
+
+    ``chunks`` set makes a streamed reply: each chunk is written and flushed on its own,
+    and the body ends when the connection closes. ``abort`` promises a longer body than
+    is sent (``Content-Length``) and hangs up, which clients see as a broken transfer,
+    not a clean end. ``delay_s`` waits before each chunk.
+    """
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    chunks: tuple[bytes, ...] | None = None
+    abort: bool = False
+    delay_s: float = 0.0
+
+
+def json_reply(status: int, payload: Any, headers: dict[str, str] | None = None) -> Reply:
+    """A plain JSON response."""
+    return Reply(
+        status=status,
+        headers={"content-type": "application/json", **(headers or {})},
+        body=json.dumps(payload).encode(),
+    )
+
+
+def sse_reply(
+    frames: list[bytes], *, abort: bool = False, headers: dict[str, str] | None = None
+) -> Reply:
+    """A ``text/event-stream`` response made of pre-encoded SSE frames."""
+    return Reply(
+        status=200,
+        headers={
+            "content-type": "text/event-stream",
+            "cache-control": "no-cache",
+            **(headers or {}),
+        },
+        chunks=tuple(frames),
+        abort=abort,
+    )
+
+
+def sse_frame(data: Any, event: str | None = None) -> bytes:
+    """One SSE event: an optional ``event:`` line and a JSON (or literal string) ``data:``."""
+    text = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+NO_SCRIPT_STATUS = 418
+
+
+class WireServer:
+    """A loopback HTTP server that answers from a queue of ``Reply`` objects.
+
+    With an empty queue it answers 418 with a body saying so, which the adapters surface
+    as a non-retriable ``LLMError``, so a test that forgot a reply fails loudly.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[RecordedRequest] = []
+        self._replies: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def enqueue(self, *replies: Reply) -> None:
+        """Queue replies, answered in order, one per request."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """Replies queued but not yet used."""
+        with self._lock:
+            return len(self._replies)
+
+    @property
+    def last_request(self) -> RecordedRequest:
+        return self.requests[-1]
+
+    def _next(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            if self._replies:
+                return self._replies.popleft()
+        return self.no_script_reply()
+
+    def no_script_reply(self) -> Reply:
+        return json_reply(NO_SCRIPT_STATUS, {"error": {"message": "wire server: no reply left"}})
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # small SSE writes must not wait for ACKs
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # keep test output clean
+
+            def do_GET(self) -> None:
+                self._serve()
+
+            def do_POST(self) -> None:
+                self._serve()
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                path = self.path
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                reply = server._next(RecordedRequest(self.command, path, headers, raw))
+                self.close_connection = True
+                # The client may give up first (timeouts, aborted streams); nothing to report.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self._write(reply)
+
+            def _write(self, reply: Reply) -> None:
+                self.send_response(reply.status)
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.send_header("connection", "close")
+                if reply.chunks is None:
+                    self.send_header("content-length", str(len(reply.body)))
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                    return
+                if reply.abort:
+                    promised = sum(len(c) for c in reply.chunks) + 1024
+                    self.send_header("content-length", str(promised))
+                self.end_headers()
+                for chunk in reply.chunks:
+                    if reply.delay_s:
+                        time.sleep(reply.delay_s)
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+
+        return Handler
