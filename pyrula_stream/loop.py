@@ -17,7 +17,11 @@ import httpx
 from pyrula_stream.errors import (
     BudgetExceeded,
     ContextWindowExceeded,
+    LLMError,
+    LLMProviderUnavailable,
+    LLMRateLimited,
     Poison,
+    ProviderStreamTruncated,
 )
 from pyrula_stream.journal import fingerprint, model_call_fingerprint
 from pyrula_stream.limits import AgentLimits
@@ -43,6 +47,9 @@ from pyrula_stream.turn import StepData, TurnRuntime
 
 if TYPE_CHECKING:
     from pyrula_stream.tool_cache import CacheStore
+
+PROVIDER_FAILURES = (ProviderStreamTruncated, LLMProviderUnavailable, LLMRateLimited, LLMError)
+"""Provider failures that are journaled as the call's outcome (most specific first)."""
 
 DELTA_FLUSH_SECONDS = 0.05
 DELTA_FLUSH_CHARS = 512
@@ -179,10 +186,19 @@ class ToolLoop:
 
         async def live() -> StepData:
             self.check_budget(messages, system, definitions)
-            response = await self._stream_model(index, messages, definitions, system)
+            try:
+                response = await self._stream_model(index, messages, definitions, system)
+            except PROVIDER_FAILURES as exc:
+                # Journaled, so a replay raises the same failure instead of calling again.
+                return {
+                    "call": index,
+                    "error": {"type": type(exc).__name__, "message": exc.message},
+                }
             return {"call": index, "response": response.model_dump(mode="json")}
 
         def events(data: StepData) -> list[tuple[str, dict[str, Any]]]:
+            if "error" in data:
+                return []
             response = ModelResponse.model_validate(data["response"])
             self._bill(response)
             return [
@@ -204,6 +220,9 @@ class ToolLoop:
             ]
 
         data, replayed = await turn.durable_step("llm", "llm", input_hash, live, events)
+        if "error" in data:
+            failure = {cls.__name__: cls for cls in PROVIDER_FAILURES}[data["error"]["type"]]
+            raise failure(data["error"]["message"])
         response = ModelResponse.model_validate(data["response"])
         if replayed:
             self._bill(response)
