@@ -408,6 +408,7 @@ class ToolLoop:
                         ),
                         "attempts": data.get("attempts", 0),
                         **({"error_code": data["error_code"]} if data.get("error_code") else {}),
+                        **({"cached": True} if data.get("cached") else {}),
                     },
                 )
             ]

@@ -33,6 +33,7 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.journal import PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics
+from pyrula_stream.kafka.cache_store import KafkaCacheStore
 from pyrula_stream.kafka.consumers import group_consumer, read_partition_to_end, reader_consumer
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.fake import FakeLLM
@@ -40,6 +41,7 @@ from pyrula_stream.loop import ToolLoop
 from pyrula_stream.partition import PartitionState, QueuedTurn
 from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import EventType, JournalEntry, TurnRequest
+from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 from pyrula_stream.tools import encode_result
 from pyrula_stream.turn import TurnRuntime, TurnTopics
 
@@ -58,6 +60,9 @@ class PoisonOptions:
 class WorkerOptions:
     """Tuning for a worker process.
 
+    ``shared_tool_cache`` keeps ``cache_ttl`` results and ``ctx.cache`` in the compacted
+    ``<prefix>.cache`` topic that every worker materializes; off, each worker process
+    keeps its own in-memory cache.
     ``processing_guarantee="exactly_once_v2"`` commits journal, events and input offsets
     in one transaction; ``"at_least_once"`` (brokers without transactions) writes with an
     idempotent producer and commits offsets afterwards, so events may repeat (dedupe on
@@ -79,6 +84,7 @@ class WorkerOptions:
     group_id: str | None = None
     max_record_bytes: int = 1_000_000
     apply_topics: bool = True
+    shared_tool_cache: bool = True
     consumer_config: dict[str, Any] = field(default_factory=dict)
     producer_config: dict[str, Any] = field(default_factory=dict)
 
@@ -144,14 +150,27 @@ class KafkaWorker:
                     f"agent '{self.agent.name}' refuses to start: its topics differ from the "
                     "spec:\n  " + "\n  ".join(report.drift)
                 )
-        async with httpx.AsyncClient() as http:
-            self._http = http
-            while not self._stop_requested:
-                try:
-                    await self._session()
-                except ProducerFenced as exc:
-                    log.warning("producer fenced (%s): dropping turns and rejoining", exc)
-                    await self._drop_all_turns()
+        self._cache: CacheStore = InProcessCacheStore()
+        if self.options.shared_tool_cache:
+            shared = KafkaCacheStore(
+                self.bootstrap_servers,
+                prefix=self.agent.prefix,
+                client_id=f"{self.worker_id}-cache",
+            )
+            await asyncio.to_thread(shared.start)
+            self._cache = shared
+        try:
+            async with httpx.AsyncClient() as http:
+                self._http = http
+                while not self._stop_requested:
+                    try:
+                        await self._session()
+                    except ProducerFenced as exc:
+                        log.warning("producer fenced (%s): dropping turns and rejoining", exc)
+                        await self._drop_all_turns()
+        finally:
+            if isinstance(self._cache, KafkaCacheStore):
+                await asyncio.to_thread(self._cache.close)
 
     async def _session(self) -> None:
         self.sessions += 1
@@ -517,6 +536,7 @@ class KafkaWorker:
                 self.agent.limits,
                 http=self._http,
                 deps=self.agent.deps,
+                cache_store=self._cache,
             )
             ctx = AgentContext(runtime, loop, deps=self.agent.deps)
             async with asyncio.timeout(self.agent.timeout):

@@ -215,3 +215,44 @@ async def test_durable_operations_inside_a_tool_are_refused(
     assert result["status"] == "error"
     assert "NestedDurableOperationError" in result["output"]
     assert events[-1].type == "run:complete"
+
+
+async def test_cached_results_are_shared_by_every_worker(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    runs: list[str] = []
+
+    @tool(cache_ttl=300, read_only=True)
+    async def rates(ctx: ToolContext, currency: str) -> dict[str, float]:
+        """Exchange rates (expensive)."""
+        runs.append(currency)
+        return {"EUR": 1.0, "USD": 1.08}
+
+    prefix = unique_name("cache")
+
+    def make() -> Any:
+        @kafka_agent(
+            name="rates",
+            prefix=prefix,
+            llm=FakeLLM([reply_tool_call("rates", currency="EUR"), "ok"]),
+            tools=[rates],
+            partitions=1,
+        )
+        async def agent(ctx: AgentContext) -> str:
+            return await ctx.llm.run([{"role": "user", "content": "rates?"}])
+
+        return agent
+
+    agent = make()
+    async with KafkaAgentClient(kafka_bootstrap_servers, prefix=prefix) as scoped:
+        async with running_worker(agent, kafka_bootstrap_servers):
+            first = await scoped.run("rates", timeout=60)
+            second = await scoped.run("rates", timeout=60)
+        async with running_worker(make(), kafka_bootstrap_servers):  # a new worker process-state
+            third = await scoped.run("rates", timeout=60)
+    cached = [
+        next(e.data.get("cached", False) for e in events if e.type == "tool:result")
+        for events in (first, second, third)
+    ]
+    assert cached == [False, True, True]
+    assert runs == ["EUR"]

@@ -266,7 +266,7 @@ def start_local_broker(
     ]
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     fmt = subprocess.run(
-        [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+        [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props)],
         capture_output=True,
         text=True,
         check=False,
