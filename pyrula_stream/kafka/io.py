@@ -108,15 +108,15 @@ class PartitionReader:
         for p in parts:
             offset = OFFSET_BEGINNING
             if since_ms is not None:
+                # The end is read first: a record written after it has a later timestamp,
+                # so when no record is as new as since_ms, starting there misses nothing.
+                _, end = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=10, cached=False
+                )
                 found = self._consumer.offsets_for_times(
                     [TopicPartition(self.topic, p, since_ms)], timeout=10
                 )[0]
-                offset = found.offset if found.offset >= 0 else OFFSET_BEGINNING
-                if found.offset < 0:
-                    _, high = self._consumer.get_watermark_offsets(
-                        TopicPartition(self.topic, p), timeout=10, cached=False
-                    )
-                    offset = high
+                offset = found.offset if found.offset >= 0 else end
             start.append(TopicPartition(self.topic, p, offset))
         self._consumer.assign(start)
 
