@@ -141,6 +141,10 @@ class GroupCommitter:
                 await self._write(records, changed)
             except TransactionAborted:
                 self.stats.aborts += 1
+                # Records of no turn (dead letters, housekeeping) ride the next commit;
+                # turn records are rebuilt by rerunning their turns from the journal.
+                orphans = [(t, r) for t, r in batch.records if t is None]
+                self._pending.records[:0] = orphans
                 for _, fut in batch.waiters:
                     if not fut.done():
                         fut.cancel()

@@ -47,6 +47,9 @@ from pyrula_stream.turn import TurnRuntime, TurnTopics
 
 log = logging.getLogger(__name__)
 
+REVOKE_COMMIT_WAIT_S = 30.0
+"""How long a revoke waits for a transaction in flight (the transaction timeout)."""
+
 
 @dataclass(frozen=True)
 class PoisonOptions:
@@ -191,6 +194,7 @@ class KafkaWorker:
             exactly_once=exactly_once,
             extra=self.options.consumer_config,
         )
+        self._group_metadata = self._consumer.consumer_group_metadata()
         self._restorer = reader_consumer(
             self.bootstrap_servers, client_id=f"{self.worker_id}-restore"
         )
@@ -235,6 +239,9 @@ class KafkaWorker:
             if committer_task.done():
                 committer_task.result()  # re-raises ProducerFenced
             msgs = await asyncio.to_thread(self._consumer.consume, 256, 0.05)
+            # Read here, never inside a rebalance callback: there it blocks until the
+            # rebalance ends, and the revoke waits for the commit that needs it.
+            self._group_metadata = self._consumer.consumer_group_metadata()
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
@@ -320,18 +327,26 @@ class KafkaWorker:
         )
 
     async def _revoke(self, partitions: set[int]) -> None:
-        ids = {t for t, r in self._running.items() if r.partition in partitions}
-        for t in ids:
-            self._running[t].task.cancel()
-        for t in ids:
-            with contextlib.suppress(BaseException):
-                await self._running[t].task
-            self._running.pop(t, None)
-        self.committer.purge(ids)
-        await self.committer.wait_idle()
-        self._waiting = [(p, q) for p, q in self._waiting if p not in partitions]
-        for p in partitions:
+        """Stop the partitions' turns and let a commit in flight end before they move on."""
+        for p in partitions:  # first, so nothing starts or restarts on them from now on
             self._parts.pop(p, None)
+        self._waiting = [(p, q) for p, q in self._waiting if p not in partitions]
+        lost = {t: r.task for t, r in self._running.items() if r.partition in partitions}
+        for turn_id, task in lost.items():
+            task.cancel()
+            del self._running[turn_id]
+        if lost:
+            await asyncio.wait(lost.values(), timeout=self.options.cancel_timeout)
+        self.committer.purge(set(lost))
+        if self.options.processing_guarantee == "exactly_once_v2":
+            try:
+                await asyncio.wait_for(self.committer.wait_idle(), REVOKE_COMMIT_WAIT_S)
+            except TimeoutError:
+                log.error(
+                    "a commit was still in flight %ss after partitions %s were revoked",
+                    REVOKE_COMMIT_WAIT_S,
+                    sorted(partitions),
+                )
         self.committer.forget_offsets({(self.topics.turns, p) for p in partitions})
 
     # -- records --------------------------------------------------------------------------
@@ -625,7 +640,9 @@ class KafkaWorker:
     # -- commit plumbing ------------------------------------------------------------------
 
     async def _write(self, records: list[OutRecord], offsets: Offsets) -> None:
-        await asyncio.to_thread(self._writer.write, records, offsets, self._consumer)
+        await asyncio.to_thread(
+            self._writer.write, records, offsets, self._consumer, self._group_metadata
+        )
 
     def _committable_offsets(self) -> Offsets:
         out: Offsets = {}
@@ -642,6 +659,9 @@ class KafkaWorker:
             if running is None:
                 continue
             running.task.cancel()
+            if running.partition not in self._parts:  # revoked meanwhile: not ours to rerun
+                del self._running[turn_id]
+                continue
             old = running.runtime
             journal = TurnJournal(
                 turn_id, steps=dict(old.journal.steps), progress=old.journal.progress

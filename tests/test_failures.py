@@ -127,3 +127,40 @@ async def test_a_fenced_worker_rejoins_and_finishes_its_turns(
 
 async def _collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[object]:
     return [e async for e in client.stream(agent, turn_id)]
+
+
+async def test_a_rebalance_under_load_loses_and_doubles_nothing(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @tool
+    async def work(ctx: ToolContext, n: int) -> int:
+        """Takes a moment, so turns are mid-flight when partitions move."""
+        await asyncio.sleep(0.05)
+        return n * 2
+
+    @kafka_agent(
+        name=unique_name("rebalance"),
+        tools=[work],
+        partitions=4,
+        llm=FakeLLM([reply_tool_call("work", n=1), "done"], latency_s=0.05),
+    )
+    async def agent(ctx: AgentContext, i: int) -> str:
+        return await ctx.llm.run([{"role": "user", "content": str(i)}])
+
+    async with running_worker(
+        agent, kafka_bootstrap_servers, WorkerOptions(worker_id="rb-1", max_concurrent_turns=4)
+    ) as first:
+        handles = [await client.submit(agent.name, i=i) for i in range(60)]
+        await wait_for(lambda: first.turns_finished >= 5, 60, "first turns done")
+        # A second worker joins while commits are in flight: partitions move mid-turn.
+        async with running_worker(
+            agent, kafka_bootstrap_servers, WorkerOptions(worker_id="rb-2", max_concurrent_turns=4)
+        ) as second:
+            results = await asyncio.wait_for(
+                asyncio.gather(*(_collect(client, agent.name, h.turn_id) for h in handles)), 120
+            )
+            assert second.turns_finished > 0, "the joining worker took over some turns"
+    for events in results:
+        types = [e.type for e in events]  # type: ignore[attr-defined]
+        assert types.count("run:complete") == 1
+        assert [e.seq for e in events] == list(range(len(events)))  # type: ignore[attr-defined]

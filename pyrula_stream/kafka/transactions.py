@@ -74,10 +74,20 @@ class BatchWriter:
         if self.exactly_once:
             self._producer.init_transactions(timeout_s)
 
-    def write(self, records: Sequence[OutRecord], offsets: Offsets, consumer: Consumer) -> None:
-        """Make ``records`` and ``offsets`` durable together (blocking; run in a thread)."""
+    def write(
+        self,
+        records: Sequence[OutRecord],
+        offsets: Offsets,
+        consumer: Consumer,
+        group_metadata: Any,
+    ) -> None:
+        """Make ``records`` and ``offsets`` durable together (blocking; run in a thread).
+
+        ``group_metadata`` is the consumer's, read on the polling thread: it carries the
+        group generation that fences a worker which lost its partitions.
+        """
         if self.exactly_once:
-            self._write_transaction(records, offsets, consumer)
+            self._write_transaction(records, offsets, group_metadata)
         else:
             self._write_then_commit(records, offsets, consumer)
 
@@ -98,7 +108,7 @@ class BatchWriter:
             self._delivery_errors.append(f"{msg.topic()}: {err.str()}")
 
     def _write_transaction(
-        self, records: Sequence[OutRecord], offsets: Offsets, consumer: Consumer
+        self, records: Sequence[OutRecord], offsets: Offsets, group_metadata: Any
     ) -> None:
         try:
             self._producer.begin_transaction()
@@ -106,7 +116,7 @@ class BatchWriter:
             if offsets:
                 self._producer.send_offsets_to_transaction(
                     [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                    consumer.consumer_group_metadata(),
+                    group_metadata,
                 )
             self._commit_with_retry()
         except KafkaException as exc:

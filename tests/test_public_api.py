@@ -1,0 +1,88 @@
+"""The public surface is chosen: this list changes only on purpose."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import pyrula_stream
+from pyrula_stream.errors import BrokerUnavailableError, ErrorCode, PyrulaError
+from pyrula_stream.kafka import local_broker
+
+
+def test_exported_names_are_pinned() -> None:
+    assert sorted(pyrula_stream.__all__) == sorted(
+        [
+            "AgentContext",
+            "AgentLimits",
+            "AgentRegistrationError",
+            "AgentTopics",
+            "BudgetExceeded",
+            "ConcurrentCallIdError",
+            "ConfigurationError",
+            "ContextWindowExceeded",
+            "ErrorCode",
+            "Event",
+            "EventType",
+            "Fatal",
+            "KafkaAgent",
+            "KafkaAgentClient",
+            "KafkaLimitError",
+            "KafkaWorker",
+            "LLMProviderUnavailable",
+            "LLMRateLimited",
+            "MCPServer",
+            "MalformedRecordError",
+            "NestedDurableOperationError",
+            "Poison",
+            "PoisonOptions",
+            "ProviderStreamTruncated",
+            "PyrulaError",
+            "ReplayInputChanged",
+            "RetryPolicy",
+            "ToolCallRejected",
+            "ToolContext",
+            "ToolRegistrationError",
+            "TopicDriftError",
+            "TurnFailure",
+            "TurnHandle",
+            "TurnRequest",
+            "UserError",
+            "WorkerOptions",
+            "kafka_agent",
+            "tool",
+        ]
+    )
+    for name in pyrula_stream.__all__:
+        assert getattr(pyrula_stream, name) is not None
+
+
+def test_every_error_is_under_the_root_and_has_a_code() -> None:
+    for name in pyrula_stream.__all__:
+        obj = getattr(pyrula_stream, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, PyrulaError), name
+            assert obj.code is None or isinstance(obj.code, ErrorCode), name
+    assert ErrorCode("replay_input_changed") is ErrorCode.REPLAY_INPUT_CHANGED
+
+
+def test_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(BrokerUnavailableError) as err:
+        local_broker.check_java()
+    message = str(err.value)
+    assert "Java was not found" in message
+    assert "KAFKA_BOOTSTRAP_SERVERS" in message and "docker compose" in message
+
+
+def test_old_java_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake_home = tmp_path / "jdk11"
+    (fake_home / "bin").mkdir(parents=True)
+    java = fake_home / "bin" / "java"
+    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(fake_home))
+    with pytest.raises(BrokerUnavailableError, match="Java 17\\+ is needed .* found 11"):
+        local_broker.check_java()
