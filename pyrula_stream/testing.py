@@ -105,22 +105,7 @@ def read_topic(
     bootstrap_servers: str, topic: str, *, timeout_s: float = 30.0
 ) -> list[tuple[bytes | None, bytes | None, dict[str, str]]]:
     """Every committed record of ``topic`` now, as ``(key, value, headers)`` (for asserts)."""
-    from pyrula_stream.kafka.consumers import read_partition_to_end, reader_consumer
-    from pyrula_stream.kafka.io import PartitionReader
+    from pyrula_stream.kafka.consumers import read_topic as read_all
 
-    count = PartitionReader(bootstrap_servers, topic, client_id=unique_name("count"))
-    try:
-        partitions = count.partitions()
-    finally:
-        count.close()
-    consumer = reader_consumer(bootstrap_servers, client_id=unique_name("read"))
-    out: list[tuple[bytes | None, bytes | None, dict[str, str]]] = []
-    try:
-        for p in range(partitions):
-            for key, value, headers in read_partition_to_end(
-                consumer, topic, p, timeout_s=timeout_s
-            ):
-                out.append((key.encode() if key else None, value, headers))
-    finally:
-        consumer.close()
-    return out
+    records = read_all(bootstrap_servers, topic, timeout_s=timeout_s, client_id=unique_name("read"))
+    return [(r.key.encode() if r.key else None, r.value, r.headers) for r in records]

@@ -34,7 +34,12 @@ from pyrula_stream.errors import (
 from pyrula_stream.journal import PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
-from pyrula_stream.kafka.consumers import group_consumer, read_partition_to_end, reader_consumer
+from pyrula_stream.kafka.consumers import (
+    assign_from_beginning,
+    group_consumer,
+    read_partition_to_end,
+    reader_consumer,
+)
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.fake import FakeLLM
 from pyrula_stream.loop import ToolLoop
@@ -201,9 +206,7 @@ class KafkaWorker:
         self._control = reader_consumer(
             self.bootstrap_servers, client_id=f"{self.worker_id}-control"
         )
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-        self._control.assign([TopicPartition(self.topics.control, 0, OFFSET_BEGINNING)])
+        assign_from_beginning(self._control, self.topics.control)
         self.committer = GroupCommitter(
             self._write,
             self._committable_offsets,

@@ -84,5 +84,5 @@ def test_old_java_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
     java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(fake_home))
-    with pytest.raises(BrokerUnavailableError, match="Java 17\\+ is needed .* found 11"):
+    with pytest.raises(BrokerUnavailableError, match=r"Java 17\+ is needed .* found 11"):
         local_broker.check_java()

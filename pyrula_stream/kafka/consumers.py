@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -66,6 +67,13 @@ def reader_consumer(bootstrap_servers: str, *, client_id: str) -> Consumer:
     )
 
 
+def assign_from_beginning(consumer: Consumer, topic: str) -> None:
+    """Read every partition of ``topic`` from its first retained record (control topics)."""
+    md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    partitions = sorted(md.partitions) if md is not None and md.error is None else [0]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+
+
 def read_partition_to_end(
     consumer: Consumer, topic: str, partition: int, *, timeout_s: float = 120.0
 ) -> Iterator[tuple[str, bytes | None, dict[str, str]]]:
@@ -97,3 +105,66 @@ def read_partition_to_end(
                 )
     finally:
         consumer.unassign()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """One committed record, with where and when it was written."""
+
+    partition: int
+    offset: int
+    key: str
+    value: bytes | None
+    headers: dict[str, str]
+    ts_ms: int
+
+
+def read_topic(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    timeout_s: float = 60.0,
+    client_id: str = "pyrula-read",
+) -> list[ConsumedRecord]:
+    """Every committed record of every partition of ``topic``, read to its end now."""
+    consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    out: list[ConsumedRecord] = []
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None:
+            raise KafkaException(f"topic {topic} not found")
+        partitions = sorted(md.partitions)
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            for p in partitions
+        }
+        pending = {p for p, high in ends.items() if high > 0}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}: partitions {sorted(pending)} not at end")
+            for msg in consumer.consume(1000, timeout=0.2):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition() or 0)
+                        continue
+                    raise KafkaException(err)
+                key = msg.key()
+                out.append(
+                    ConsumedRecord(
+                        msg.partition() or 0,
+                        msg.offset() or 0,
+                        key.decode() if isinstance(key, bytes) else (key or ""),
+                        msg.value(),
+                        headers_dict(msg.headers()),
+                        int(msg.timestamp()[1]),
+                    )
+                )
+            for tp in consumer.position([TopicPartition(topic, p) for p in sorted(pending)]):
+                if tp.offset >= ends[tp.partition]:
+                    pending.discard(tp.partition)
+    finally:
+        consumer.close()
+    return out

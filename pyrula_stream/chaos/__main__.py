@@ -1,0 +1,151 @@
+"""``python -m pyrula_stream.chaos --turns N --workers W --kills K [--seed S]``.
+
+Starts a local Kafka broker unless ``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS``
+names one, runs the experiment, prints a summary and, as the last line, one JSON object.
+Exit code 0 when ``lost``, ``duplicate_terminal``, ``duplicate_events``,
+``repeated_llm_after_journal`` and ``duplicate_effects`` are all 0, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, ChaosResult, run_chaos
+
+HEADLINE = (
+    "turns",
+    "workers",
+    "kills",
+    "lost",
+    "duplicate_terminal",
+    "duplicate_events",
+    "repeated_llm_after_journal",
+    "repeated_llm_before_commit",
+    "duplicate_effects",
+    "seconds",
+)
+EXPLAIN = {
+    "lost": "turns without a terminal event",
+    "duplicate_terminal": "turns with more than one terminal event",
+    "duplicate_events": "events whose (turn, seq) was already published",
+    "seq_gaps": "turns whose seqs are not contiguous from 0",
+    "events_after_terminal": "events after a turn's terminal event",
+    "out_of_order_events": "turns whose events are not in seq order",
+    "repeated_llm_after_journal": "model calls made again after their response was journaled",
+    "repeated_llm_before_commit": "model calls made again because a crash came before the commit",
+    "unjournaled_llm_calls": "model calls whose response never reached the journal",
+    "duplicate_effects": "idempotency keys whose side effect happened more than once",
+    "repeated_tool_after_journal": "tool runs after the tool's result was journaled",
+    "repeated_tool_before_commit": "tool runs again because a crash came before the commit",
+    "unstable_idempotency_keys": "turns whose one tool call had effects under several keys",
+    "missing_effects": "turns with no applied effect",
+    "journal_gaps": "turns whose journaled step indices are not contiguous from 0",
+    "duplicate_journal_steps": "step entries journaled more than once",
+    "steps_left_after_finish": "finished turns whose step keys were not tombstoned",
+    "missing_terminal_record": "turns without a terminal journal record",
+    "failed_turns": "turns that ended with run:error",
+    "wrong_results": "completed turns whose answer is not the model's",
+    "dead_letters": "records in the agent's DLQ",
+    "worker_crashes": "workers that exited without being killed by the harness",
+}
+
+
+def summary(result: ChaosResult) -> str:
+    c = result.counts
+    lines = ["", "== chaos summary =="]
+    lines.append(
+        f"{c['turns']} turns, {c['workers']} workers, {c['kills']} kills "
+        f"({c['kills_after_effect']} right after a side effect), {c['seconds']}s"
+    )
+    lines.append(
+        f"{c.get('events', 0)} events, {c.get('model_calls', 0)} model calls, "
+        f"{c.get('effects', 0)} effects, {c.get('journal_records', 0)} journal records; "
+        f"terminal attempts {c.get('terminal_attempts')}"
+    )
+    for kill in result.kills:
+        lines.append(
+            f"  kill t={kill.at_s}s {kill.worker} pid {kill.pid} {kill.kind} {kill.detail}".rstrip()
+        )
+    for key, text in EXPLAIN.items():
+        n = c.get(key, 0)
+        mark = "FAIL" if key in GATE_KEYS and n else ("note" if n else " ok ")
+        lines.append(f"[{mark}] {key:<28} {n:>5}  {text}")
+        for example in result.examples.get(key, [])[:3]:
+            lines.append(f"         e.g. {example}")
+    if c.get("failed_by_code"):
+        lines.append(f"failed turns by code: {c['failed_by_code']}")
+    lines.append(
+        f"longest time with open turns and none ending: {c.get('longest_stall_s')}s "
+        f"(from t={c.get('longest_stall_at_s')}s)"
+    )
+    lines.append(f"worker exit codes after SIGTERM: {c.get('worker_exit_codes')} (None: SIGKILLed)")
+    if result.worker_log:
+        lines.append("worker log warnings/errors (count, line with numbers masked):")
+        lines += [f"  {n:>4} {text}" for n, text in result.worker_log[:12]]
+    if c.get("run_dir"):
+        lines.append(f"run files kept in {c['run_dir']}")
+    lines.append("PASS" if result.ok else "FAIL: " + ", ".join(k for k in GATE_KEYS if c.get(k, 1)))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pyrula_stream.chaos", description=__doc__)
+    p.add_argument("--turns", type=int, default=300)
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--kills", type=int, default=8)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="default: $KAFKA_BOOTSTRAP_SERVERS, else a local broker is started",
+    )
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--rate", type=float, default=5.0, help="turns submitted per second")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=180.0,
+        help="seconds to wait for the last turns after the last submission",
+    )
+    p.add_argument("--run-dir", default=None, help="keep the logs and files here")
+    p.add_argument("--keep", action="store_true", help="keep the run files even on success")
+    args = p.parse_args(argv)
+    if args.turns < 1 or args.workers < 1 or args.kills < 0 or args.rate <= 0:
+        p.error("--turns and --workers must be >= 1, --kills >= 0, --rate > 0")
+    logging.basicConfig(level=logging.WARNING)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    cfg = ChaosConfig(
+        turns=args.turns,
+        workers=args.workers,
+        kills=args.kills,
+        seed=args.seed,
+        bootstrap_servers=args.bootstrap_servers,
+        partitions=args.partitions,
+        rate=args.rate,
+        timeout_s=args.timeout,
+        run_dir=args.run_dir,
+        keep_run_dir=args.keep,
+        log=lambda text: print(text, flush=True),
+    )
+    try:
+        result = run_chaos(cfg)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'SIGINT'}); every process was stopped", flush=True)
+        return 130
+    print(summary(result), flush=True)
+    first = {k: result.counts[k] for k in HEADLINE if k in result.counts}
+    print(json.dumps({**first, **result.counts}, default=str), flush=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

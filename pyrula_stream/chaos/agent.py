@@ -1,0 +1,69 @@
+"""The chaos agent: two model calls and one side-effect tool call per turn.
+
+Worker processes import it as ``pyrula_stream.chaos.agent:chaos``. The harness configures
+it through the environment, so each run gets its own agent name (hence its own topics):
+
+- ``PYRULA_CHAOS_AGENT``: the agent name (default ``chaos``);
+- ``PYRULA_CHAOS_PARTITIONS``: partitions of its topics (default 6);
+- ``PYRULA_CHAOS_MODEL_URL``: base URL of the chaos model server (OpenAI-compatible);
+- ``PYRULA_CHAOS_EFFECTS``: the effects file the tool appends to.
+
+The tool dedupes on ``ctx.idempotency_key`` (see ``effects.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from pyrula_stream.agent import kafka_agent
+from pyrula_stream.chaos.effects import (
+    AGENT_ENV,
+    EFFECTS_ENV,
+    MODEL_URL_ENV,
+    PARTITIONS_ENV,
+    apply_effect_once,
+)
+from pyrula_stream.chaos.model_server import MODEL, prompt_for
+from pyrula_stream.context import AgentContext
+from pyrula_stream.limits import AgentLimits
+from pyrula_stream.llm.base import LLMClient
+from pyrula_stream.tools import ToolContext, tool
+
+SYSTEM = "You are the chaos agent. Record the turn's effect with the tool, then answer."
+
+
+@tool(writes=True)
+async def record_effect(ctx: ToolContext, turn: str) -> dict[str, Any]:
+    """Record this turn's side effect (exactly once per idempotency key)."""
+    path = os.environ.get(EFFECTS_ENV)
+    key = ctx.idempotency_key
+    if not path or not key:
+        raise RuntimeError(f"record_effect needs ${EFFECTS_ENV} and an idempotency key")
+    await asyncio.to_thread(apply_effect_once, path, key, turn)
+    # The same answer whether it applied now or was deduped: the result is deterministic.
+    return {"turn": turn, "key": key, "recorded": True}
+
+
+def chaos_llm() -> LLMClient:
+    """``OpenAILLM`` pointed at the chaos model server."""
+    from pyrula_stream.llm import OpenAILLM
+
+    base_url = os.environ.get(MODEL_URL_ENV, "http://127.0.0.1:9/v1")
+    return OpenAILLM(MODEL, base_url=base_url, api_key="chaos-no-key", llm_call_timeout=30.0)
+
+
+@kafka_agent(
+    name=os.environ.get(AGENT_ENV, "chaos"),
+    llm=chaos_llm(),
+    tools=[record_effect],
+    limits=AgentLimits(max_llm_calls=4, max_tool_calls=2),
+    partitions=int(os.environ.get(PARTITIONS_ENV, "6")),
+    timeout=300.0,
+)
+async def chaos(ctx: AgentContext, n: int) -> dict[str, Any]:
+    answer = await ctx.llm.run(
+        [{"role": "user", "content": prompt_for(ctx.turn_id, n)}], system=SYSTEM
+    )
+    return {"turn": ctx.turn_id, "n": n, "answer": answer}

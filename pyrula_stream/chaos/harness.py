@@ -1,0 +1,360 @@
+"""A chaos run: broker, model server, W workers, N turns, K SIGKILLs, then the checks.
+
+Setup is that of ``make test``: a local broker is started unless one is given. Each run
+uses a fresh agent name, so its topics, consumer group and transactional ids are its own
+and reruns on one broker never mix. Turns are submitted at a steady rate and the kills
+are spread over that window (see ``monkey.py``). When every turn has a terminal event (or
+the timeout says which have not), the workers get SIGTERM, and everything is checked from
+the outside (see ``verify.py``). No process is left behind, whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyrula_stream import serde
+from pyrula_stream.agent import AgentTopics
+from pyrula_stream.chaos import verify
+from pyrula_stream.chaos.effects import AGENT_ENV, EFFECTS_ENV, MODEL_URL_ENV, PARTITIONS_ENV
+from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
+from pyrula_stream.chaos.processes import ModelServer, Worker, child_env
+from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
+from pyrula_stream.kafka.consumers import read_topic
+from pyrula_stream.kafka.io import PartitionReader
+from pyrula_stream.testing import local_kafka
+
+GATE_KEYS = (
+    "lost",
+    "duplicate_terminal",
+    "duplicate_events",
+    "repeated_llm_after_journal",
+    "duplicate_effects",
+)
+
+
+@dataclass
+class ChaosConfig:
+    turns: int = 300
+    workers: int = 3
+    kills: int = 8
+    seed: int | None = None
+    bootstrap_servers: str | None = None
+    partitions: int = 6
+    rate: float = 5.0
+    """Turns submitted per second; the kills are spread over the submission window."""
+    timeout_s: float = 180.0
+    """How long to wait for the last terminal events after the last submission."""
+    shutdown_grace: float = 10.0
+    min_latency_ms: float = 20.0
+    max_latency_ms: float = 50.0
+    run_dir: str | None = None
+    keep_run_dir: bool = False
+    log: Callable[[str], None] = print
+
+
+@dataclass
+class ChaosResult:
+    counts: dict[str, Any]
+    examples: dict[str, list[str]]
+    kills: list[KillRecord] = field(default_factory=list)
+    worker_log: list[tuple[int, str]] = field(default_factory=list)
+    """Distinct warning/error lines of the workers' logs (count, text), most frequent first."""
+
+    @property
+    def ok(self) -> bool:
+        return all(self.counts.get(k, 1) == 0 for k in GATE_KEYS)
+
+
+class EventMonitor(threading.Thread):
+    """Follows the events topic (read_committed) during the run: which turns have ended."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(name="chaos-event-monitor", daemon=True)
+        client_id = f"chaos-monitor-{uuid.uuid4().hex[:6]}"
+        self._reader = PartitionReader(bootstrap, topic, client_id=client_id)
+        self._reader.seek_partitions(list(range(partitions)), None)
+        self.finished: set[str] = set()
+        self.finish_times: list[float] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                for _, value, headers, _, _ in self._reader.poll(0.1):
+                    if value is None:
+                        continue
+                    event = serde.decode_event(value, headers)
+                    if event.is_terminal and event.turn_id not in self.finished:
+                        self.finished.add(event.turn_id)
+                        self.finish_times.append(time.monotonic())
+        finally:
+            self._reader.close()
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.is_alive():
+            self.join(10)
+
+    def longest_stall(self, start: float, end: float) -> tuple[float, float]:
+        """The longest time (and when, from ``start``) no turn ended while some were open."""
+        marks = [start, *sorted(t for t in self.finish_times if start <= t <= end), end]
+        gap, at = max(
+            ((b - a, a - start) for a, b in itertools.pairwise(marks)), default=(0.0, 0.0)
+        )
+        return round(gap, 1), round(at, 1)
+
+
+async def submit_all(
+    bootstrap: str, agent: str, turns: int, rate: float, submitted: list[str]
+) -> None:
+    """Submit ``turns`` turns with ``KafkaAgentClient`` at ``rate`` per second."""
+    async with KafkaAgentClient(bootstrap, prefix=DEFAULT_PREFIX) as client:
+        start = time.monotonic()
+        for i in range(turns):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            handle = await client.submit(agent, n=i)
+            submitted.append(handle.turn_id)
+
+
+@contextlib.contextmanager
+def _broker(given: str | None) -> Iterator[str]:
+    if given:
+        yield given
+    else:
+        with local_kafka() as bootstrap:
+            yield bootstrap
+
+
+def _wait_ready(workers: list[Worker], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(w.ready() for w in workers):
+        dead = [w for w in workers if not w.alive()]
+        if dead:
+            tail = dead[0].log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"worker {dead[0].worker_id} exited at start:\n{tail}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"workers not ready after {timeout_s}s")
+        time.sleep(0.1)
+
+
+class _Run:
+    """The state of one run, so that ``run_chaos`` stays a readable sequence."""
+
+    def __init__(self, cfg: ChaosConfig, bootstrap: str, agent: str, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.bootstrap = bootstrap
+        self.agent = agent
+        self.topics = AgentTopics.for_agent(agent, DEFAULT_PREFIX)
+        self.calls = run_dir / "calls.jsonl"
+        self.effects = run_dir / "effects.jsonl"
+        self.run_dir = run_dir
+        self.submitted: list[str] = []
+        self.crashes: list[str] = []
+        self.stop_codes: dict[str, int | None] = {}
+        self.lock = threading.Lock()
+        self.say = cfg.log
+
+    def finished(self, monitor: EventMonitor) -> bool:
+        return len(self.submitted) == self.cfg.turns and set(self.submitted) <= monitor.finished
+
+    def drive(self, workers: list[Worker], monitor: EventMonitor, monkey: Monkey) -> float:
+        """Submit the turns and wait for their ends; returns when submission started."""
+        cfg = self.cfg
+        errors: list[BaseException] = []
+
+        def submitter() -> None:
+            try:
+                asyncio.run(
+                    submit_all(self.bootstrap, self.agent, cfg.turns, cfg.rate, self.submitted)
+                )
+            except BaseException as exc:
+                errors.append(exc)
+
+        sub = threading.Thread(target=submitter, name="chaos-submitter", daemon=True)
+        t0 = time.monotonic()
+        monkey.start()
+        sub.start()
+        last_note, deadline = 0.0, None
+        while not self.finished(monitor):
+            now = time.monotonic()
+            if errors:
+                raise RuntimeError(f"submitting turns failed: {errors[0]!r}")
+            if deadline is None and not sub.is_alive():
+                deadline = now + cfg.timeout_s
+            if deadline is not None and now > deadline:
+                missing = sorted(set(self.submitted) - monitor.finished)
+                self.say(
+                    f"TIMEOUT: {len(missing)} turns have no terminal event "
+                    f"{cfg.timeout_s}s after the last submission, e.g. {missing[:3]}"
+                )
+                break
+            self._restart_crashed(workers, now - t0)
+            if now - last_note >= 5:
+                last_note = now
+                self.say(
+                    f"  t={now - t0:6.1f}s submitted {len(self.submitted)}/{cfg.turns}, "
+                    f"finished {len(monitor.finished)}, kills {len(monkey.kills)}"
+                )
+            time.sleep(0.1)
+        monkey.stop()
+        sub.join(5)
+        return t0
+
+    def _restart_crashed(self, workers: list[Worker], at: float) -> None:
+        """A worker that exited without being killed by us is a finding; restart it."""
+        with self.lock:
+            for w in workers:
+                if not w.alive():
+                    code = w.proc.returncode if w.proc is not None else None
+                    self.crashes.append(f"t={at:.1f}s {w.worker_id} pid {w.pid} exited {code}")
+                    self.say(
+                        f"  t={at:6.1f}s {w.worker_id} EXITED on its own ({code}); "
+                        f"restarting it (log: {w.log_path})"
+                    )
+                    w.kill()
+                    w.start()
+
+    def stop_workers(self, workers: list[Worker]) -> None:
+        """SIGTERM all workers at once; record each exit code (None: had to SIGKILL)."""
+
+        def stop(w: Worker) -> None:
+            self.stop_codes[w.worker_id] = w.stop(self.cfg.shutdown_grace + 20)
+
+        threads = [threading.Thread(target=stop, args=(w,)) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def check(self) -> verify.Findings:
+        f = verify.Findings()
+        ids = self.submitted
+        verify.check_events(ids, read_topic(self.bootstrap, self.topics.events), f)
+        journal = read_topic(self.bootstrap, self.topics.journal)
+        view = verify.check_journal(ids, journal, f)
+        verify.check_model_calls(ids, verify.read_jsonl(str(self.calls)), view, f)
+        verify.check_effects(ids, str(self.effects), view, f)
+        f.counts["dead_letters"] = len(read_topic(self.bootstrap, self.topics.dlq))
+        return f
+
+
+def run_chaos(cfg: ChaosConfig) -> ChaosResult:
+    """Run the whole experiment; never leaves a process behind."""
+    started = time.monotonic()
+    seed = cfg.seed if cfg.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    run_dir = Path(cfg.run_dir or tempfile.mkdtemp(prefix="pyrula-chaos-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    agent = f"chaos{uuid.uuid4().hex[:10]}"
+    say = cfg.log
+    say(f"chaos: {cfg.turns} turns, {cfg.workers} workers, {cfg.kills} kills, seed {seed}")
+    say(f"agent {agent}; files in {run_dir}")
+    with _broker(cfg.bootstrap_servers) as bootstrap:
+        say(f"kafka: {bootstrap}")
+        run = _Run(cfg, bootstrap, agent, run_dir)
+        report = apply_topics(bootstrap, agent_topic_specs(agent, partitions=cfg.partitions))
+        if not report.ok:
+            raise RuntimeError(report.describe())
+        server = ModelServer(
+            run_dir,
+            run.calls,
+            min_latency_ms=cfg.min_latency_ms,
+            max_latency_ms=cfg.max_latency_ms,
+            seed=seed,
+        )
+        workers: list[Worker] = []
+        monitor: EventMonitor | None = None
+        monkey: Monkey | None = None
+        try:
+            url = server.start_and_wait()
+            say(f"model server: {url} (pid {server.pid})")
+            env = child_env(
+                {
+                    AGENT_ENV: agent,
+                    PARTITIONS_ENV: str(cfg.partitions),
+                    MODEL_URL_ENV: url,
+                    EFFECTS_ENV: str(run.effects),
+                }
+            )
+            workers = [
+                Worker(i + 1, run_dir, bootstrap, env, shutdown_grace=cfg.shutdown_grace)
+                for i in range(cfg.workers)
+            ]
+            for w in workers:
+                w.start()
+            _wait_ready(workers, 90)
+            say(f"workers ready: {', '.join(f'{w.worker_id} (pid {w.pid})' for w in workers)}")
+            monitor = EventMonitor(bootstrap, run.topics.events, cfg.partitions)
+            monitor.start()
+            mon = monitor
+            plan = kill_plan(cfg.kills, max(cfg.turns / cfg.rate, 2.0), rng)
+            monkey = Monkey(
+                workers, plan, run.effects, rng, lambda: run.finished(mon), say, run.lock
+            )
+            t0 = run.drive(workers, monitor, monkey)
+            end = time.monotonic()
+            stall, stall_at = monitor.longest_stall(t0, end)
+            say(f"  t={end - t0:6.1f}s {len(monitor.finished)} turns ended; SIGTERM to workers")
+            run.stop_workers(workers)
+        finally:
+            cleanup: list[Callable[[], object]] = []
+            if monkey is not None:
+                cleanup.append(monkey.stop)
+            cleanup += [w.kill for w in workers]
+            cleanup.append(lambda: server.stop(5))
+            if monitor is not None:
+                cleanup.append(monitor.stop)
+            for step in cleanup:
+                try:
+                    step()
+                except Exception as exc:  # keep cleaning up: no process may be left behind
+                    say(f"cleanup step failed: {exc!r}")
+        say("reading the topics back (read_committed) and checking ...")
+        f = run.check()
+    kills = monkey.kills if monkey is not None else []
+    f.counts.update(
+        {
+            "turns": len(run.submitted),
+            "workers": cfg.workers,
+            "kills": len(kills),
+            "kills_after_effect": sum(1 for k in kills if k.kind == "after_effect"),
+            "worker_crashes": len(run.crashes),
+            "worker_exit_codes": run.stop_codes,
+            "longest_stall_s": stall,
+            "longest_stall_at_s": stall_at,
+            "seed": seed,
+            "agent": agent,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+    )
+    for crash in run.crashes[:5]:
+        f.examples["worker_crashes"].append(crash)
+    result = ChaosResult(
+        f.counts,
+        dict(f.examples),
+        kills,
+        verify.worker_log_digest(sorted(run_dir.glob("worker-*.log"))),
+    )
+    f.counts["run_dir"] = str(run_dir)
+    if result.ok and not cfg.keep_run_dir and cfg.run_dir is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        f.counts["run_dir"] = None
+    return result
+
+
+__all__ = ["ChaosConfig", "ChaosResult", "KillRecord", "run_chaos"]

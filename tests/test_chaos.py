@@ -1,0 +1,146 @@
+"""A small chaos run against the real broker: worker processes SIGKILLed mid-run.
+
+The full experiment is ``make chaos`` (``python -m pyrula_stream.chaos``); this is the same
+harness with 20 turns, 2 workers and 2 kills (one right after a tool's side effect).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyrula_stream import serde
+from pyrula_stream.chaos import verify
+from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, run_chaos
+from pyrula_stream.chaos.model_server import answer_for
+from pyrula_stream.serde import Event, JournalEntry
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(290)
+def test_chaos_small_run_loses_and_repeats_nothing(
+    kafka_bootstrap_servers: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("openai")  # the workers' model client
+    result = run_chaos(
+        ChaosConfig(
+            turns=20,
+            workers=2,
+            kills=2,
+            seed=20240601,
+            bootstrap_servers=kafka_bootstrap_servers,
+            rate=4.0,
+            timeout_s=120.0,
+            run_dir=str(tmp_path / "chaos"),
+        )
+    )
+    c = result.counts
+    detail = {k: result.examples.get(k) for k in result.examples}
+    assert c["turns"] == 20
+    assert c["kills"] == 2, result.kills
+    for key in (
+        *GATE_KEYS,
+        "seq_gaps",
+        "journal_gaps",
+        "duplicate_journal_steps",
+        "repeated_tool_after_journal",
+        "unstable_idempotency_keys",
+        "missing_effects",
+        "failed_turns",
+        "wrong_results",
+        "dead_letters",
+        "worker_crashes",
+    ):
+        assert c[key] == 0, (key, detail.get(key), c)
+    # Every turn made its two model calls; repeats can only come from crashes before commit.
+    assert c["model_calls"] == 40 + c["repeated_llm_before_commit"]
+    assert c["effects"] == 20
+    assert all(code == 0 for code in c["worker_exit_codes"].values()), c["worker_exit_codes"]
+
+
+# -- the checks themselves catch what they claim to (no broker needed) ---------------------
+
+
+def _event_record(turn: str, seq: int, type_: str, offset: int) -> verify.Record:
+    event = Event(type_, turn, "chaos", seq, 0, 1, {"result": {"answer": answer_for(turn)}})
+    return verify.Record(
+        0,
+        offset,
+        turn,
+        serde.encode("event", event),
+        {serde.CONTENT_TYPE_HEADER: serde.content_type("event")},
+        0,
+    )
+
+
+def _journal_record(
+    turn: str, step: int, kind: str, data: dict[str, Any], ts_ms: int, offset: int, name: str = ""
+) -> verify.Record:
+    entry = JournalEntry(turn, step, kind, name or kind, "", data, 1, ts_ms)
+    return verify.Record(
+        0,
+        offset,
+        f"{turn}/{step}",
+        serde.encode("journal_entry", entry),
+        {serde.CONTENT_TYPE_HEADER: serde.content_type("journal_entry")},
+        ts_ms,
+    )
+
+
+def test_event_checks_count_lost_doubled_and_repeated() -> None:
+    ok, doubled, lost = "a" * 32, "b" * 32, "c" * 32
+    records = [
+        _event_record(ok, 0, "run:start", 0),
+        _event_record(ok, 1, "run:complete", 1),
+        _event_record(doubled, 0, "run:start", 2),
+        _event_record(doubled, 0, "run:start", 3),
+        _event_record(doubled, 1, "run:complete", 4),
+        _event_record(doubled, 2, "run:error", 5),
+        _event_record(lost, 0, "run:start", 6),
+        _event_record(lost, 2, "llm:complete", 7),
+    ]
+    f = verify.Findings()
+    verify.check_events([ok, doubled, lost], records, f)
+    assert f.counts["lost"] == 1
+    assert f.counts["duplicate_terminal"] == 1
+    assert f.counts["duplicate_events"] == 1
+    assert f.counts["seq_gaps"] == 1
+    assert f.counts["events_after_terminal"] == 1
+
+
+def test_model_call_and_effect_checks_split_repeats_at_the_journal_commit(
+    tmp_path: Path,
+) -> None:
+    turn = "d" * 32
+    key = f"{turn}:0.0:record_effect"
+    journal = [
+        _journal_record(turn, 1, "llm", {"call": 0}, 1_000_000, 0),
+        _journal_record(turn, 2, "tool", {"call_key": "0.0"}, 1_000_100, 1, "record_effect"),
+        _journal_record(turn, 4, "llm", {"call": 1}, 1_000_200, 2),
+    ]
+    calls = [
+        {"turn": turn, "call": 0, "ts": 999.0},  # first try, crashed before the commit
+        {"turn": turn, "call": 0, "ts": 999.9},  # the one journaled
+        {"turn": turn, "call": 1, "ts": 1000.15},
+        {"turn": turn, "call": 1, "ts": 1001.0},  # asked again after the journal: a bug
+    ]
+    effects = tmp_path / "effects.jsonl"
+    effects.write_text(
+        "".join(
+            json.dumps({"key": key, "turn": turn, "applied": applied, "ts": ts}) + "\n"
+            for applied, ts in ((True, 1000.05), (True, 1000.06), (False, 1000.5))
+        )
+    )
+    f = verify.Findings()
+    view = verify.check_journal([turn], journal, f)
+    verify.check_model_calls([turn], calls, view, f)
+    verify.check_effects([turn], str(effects), view, f)
+    assert f.counts["journal_gaps"] == 1  # steps 1, 2, 4: no 0 and no 3
+    assert f.counts["repeated_llm_before_commit"] == 1
+    assert f.counts["repeated_llm_after_journal"] == 1
+    assert f.counts["duplicate_effects"] == 1
+    assert f.counts["repeated_tool_after_journal"] == 1
+    assert f.counts["repeated_tool_before_commit"] == 1
