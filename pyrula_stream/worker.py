@@ -14,23 +14,22 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.committer import GroupCommitter
-from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import (
     ErrorCode,
     MalformedRecordError,
-    Poison,
-    PyrulaError,
     TopicDriftError,
     TurnCancelled,
 )
+from pyrula_stream.execution import TurnExecutor, error_data
+from pyrula_stream.health import start_health_server
 from pyrula_stream.journal import PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
@@ -42,12 +41,11 @@ from pyrula_stream.kafka.consumers import (
 )
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.fake import FakeLLM
-from pyrula_stream.loop import ToolLoop
+from pyrula_stream.options import PoisonOptions, WorkerOptions
 from pyrula_stream.partition import PartitionState, QueuedTurn
 from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import EventType, JournalEntry, TurnRequest
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
-from pyrula_stream.tools import encode_result
 from pyrula_stream.turn import TurnRuntime, TurnTopics
 
 log = logging.getLogger(__name__)
@@ -56,57 +54,12 @@ REVOKE_COMMIT_WAIT_S = 30.0
 """How long a revoke waits for a transaction in flight (the transaction timeout)."""
 
 
-@dataclass(frozen=True)
-class PoisonOptions:
-    """A turn whose attempts make no progress ``max_retries`` times is quarantined."""
-
-    max_retries: int = 3
-    retry_ttl_s: float = 3600.0
-
-
-@dataclass(frozen=True)
-class WorkerOptions:
-    """Tuning for a worker process.
-
-    ``shared_tool_cache`` keeps ``cache_ttl`` results and ``ctx.cache`` in the compacted
-    ``<prefix>.cache`` topic that every worker materializes; off, each worker process
-    keeps its own in-memory cache.
-    ``processing_guarantee="exactly_once_v2"`` commits journal, events and input offsets
-    in one transaction; ``"at_least_once"`` (brokers without transactions) writes with an
-    idempotent producer and commits offsets afterwards, so events may repeat (dedupe on
-    ``turn_id`` + ``seq``). ``commit_interval_s`` caps how often a commit starts (0: as
-    soon as the previous one ends). ``worker_id`` makes the transactional id stable across
-    restarts, so a restarted worker aborts its predecessor's open transaction at once.
-    """
-
-    max_concurrent_turns: int = 50
-    shutdown_grace: float = 30.0
-    cancel_timeout: float = 5.0
-    poison: PoisonOptions = field(default_factory=PoisonOptions)
-    health_port: int | None = None
-    health_host: str = "127.0.0.1"
-    processing_guarantee: Literal["exactly_once_v2", "at_least_once"] = "exactly_once_v2"
-    commit_interval_s: float = 0.0
-    idempotency_ttl_s: float = 86400.0
-    worker_id: str | None = None
-    group_id: str | None = None
-    max_record_bytes: int = 1_000_000
-    apply_topics: bool = True
-    shared_tool_cache: bool = True
-    consumer_config: dict[str, Any] = field(default_factory=dict)
-    producer_config: dict[str, Any] = field(default_factory=dict)
-
-
 @dataclass
 class _Running:
     runtime: TurnRuntime
     task: asyncio.Task[None]
     partition: int
     offset: int
-
-
-class _Revoked(Exception):
-    """Internal: a turn stopped because this worker lost its partition or is draining."""
 
 
 class KafkaWorker:
@@ -169,7 +122,15 @@ class KafkaWorker:
             self._cache = shared
         try:
             async with httpx.AsyncClient() as http:
-                self._http = http
+                self._executor = TurnExecutor(
+                    self.agent,
+                    self.llm,
+                    http=http,
+                    cache=self._cache,
+                    options=self.options,
+                    worker_id=self.worker_id,
+                    add_records=lambda records: self.committer.add_records(records),
+                )
                 while not self._stop_requested:
                     try:
                         await self._session()
@@ -220,7 +181,11 @@ class KafkaWorker:
             on_lost=self._on_revoke_cb,
         )
         committer_task = asyncio.create_task(self.committer.run(), name="committer")
-        health = await self._start_health()
+        health = None
+        if self.options.health_port is not None:
+            health = await start_health_server(
+                self.options.health_host, self.options.health_port, lambda: self.ready
+            )
         self._ready = True
         try:
             await self._poll_loop(committer_task)
@@ -474,17 +439,15 @@ class KafkaWorker:
     async def _run_turn(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
         try:
             if queued.duplicate_of is not None:
-                await self._finish_duplicate(runtime, queued.duplicate_of)
+                await self._executor.finish_duplicate(runtime, queued.duplicate_of)
             else:
-                await self._execute(runtime)
+                await self._executor.execute(runtime)
         except asyncio.CancelledError:
             if self._cancels.get(runtime.turn_id, ("",))[0] == "terminate" and not runtime.finished:
                 with contextlib.suppress(Exception):
                     await runtime.finish(
                         EventType.RUN_ERROR,
-                        self._error_data(
-                            TurnCancelled(f"turn terminated: {runtime.cancel_reason}")
-                        ),
+                        error_data(TurnCancelled(f"turn terminated: {runtime.cancel_reason}")),
                     )
                     self._turn_done(runtime, queued)
                 return
@@ -510,135 +473,6 @@ class KafkaWorker:
         nxt = ps.dequeue(queued.request.key)
         if nxt is not None:
             self._admit(runtime.topics.partition, nxt)
-
-    async def _finish_duplicate(self, runtime: TurnRuntime, original: str) -> None:
-        """Another turn already took this idempotency key: point the submitter at it."""
-        key = runtime.request.idempotency_key
-        await runtime.finish(
-            EventType.RUN_ERROR,
-            {
-                "code": ErrorCode.DUPLICATE_RUN,
-                "message": f"idempotency key {key!r} already ran as turn {original}; "
-                "read that turn's events for its result",
-                "original_turn_id": original,
-            },
-        )
-
-    async def _execute(self, runtime: TurnRuntime) -> None:
-        """Run the agent body once (replaying what the journal holds) and finish the turn."""
-        journal, request = runtime.journal, runtime.request
-        if runtime.attempt > 1:
-            progressed = journal.progress is not None and int(
-                journal.progress.data.get("steps", -1)
-            ) != len(journal.steps)
-            fresh = journal.progress is not None and (
-                time.time() * 1000 - journal.progress.ts_ms > self.options.poison.retry_ttl_s * 1000
-            )
-            stalled = 0 if progressed or fresh else journal.stalled_attempts + 1
-            if stalled >= self.options.poison.max_retries:
-                await self._quarantine(runtime, f"{stalled} attempts made no progress")
-                return
-            await runtime.begin_attempt(stalled)
-        try:
-            await runtime.durable_step(
-                "start",
-                "start",
-                "",
-                self._start_data(request),
-                lambda data: [(EventType.RUN_START, data)],
-            )
-            loop = ToolLoop(
-                runtime,
-                self.llm,
-                self.agent.tools,
-                self.agent.limits,
-                http=self._http,
-                deps=self.agent.deps,
-                cache_store=self._cache,
-            )
-            ctx = AgentContext(runtime, loop, deps=self.agent.deps)
-            async with asyncio.timeout(self.agent.timeout):
-                result = await self.agent.fn(ctx, **request.params)
-            runtime.raise_if_cancelled()
-            value = _jsonable(result, self.agent.name)
-            await runtime.finish(
-                EventType.RUN_COMPLETE, {"result": value, "usage": runtime.spend.as_dict()}
-            )
-        except asyncio.CancelledError:
-            raise
-        except Poison as exc:
-            await self._quarantine(runtime, f"tool raised Poison: {exc.message}")
-        except TimeoutError:
-            await runtime.finish(
-                EventType.RUN_ERROR,
-                {
-                    "code": ErrorCode.TURN_TIMEOUT,
-                    "message": f"turn exceeded the agent timeout of {self.agent.timeout}s",
-                },
-            )
-        except PyrulaError as exc:
-            await runtime.finish(EventType.RUN_ERROR, self._error_data(exc))
-        except TypeError as exc:
-            await runtime.finish(
-                EventType.RUN_ERROR,
-                {
-                    "code": ErrorCode.INVALID_REQUEST
-                    if "argument" in str(exc)
-                    else ErrorCode.AGENT_ERROR,
-                    "message": f"{type(exc).__name__}: {exc}",
-                },
-            )
-        except Exception as exc:
-            log.exception("turn %s failed", runtime.turn_id)
-            await runtime.finish(
-                EventType.RUN_ERROR,
-                {"code": ErrorCode.AGENT_ERROR, "message": f"{type(exc).__name__}: {exc}"},
-            )
-
-    def _start_data(self, request: TurnRequest) -> Any:
-        async def live() -> dict[str, Any]:
-            return {
-                "params": request.params,
-                "metadata": request.metadata,
-                "thread_id": request.thread_id,
-                "worker": self.worker_id,
-            }
-
-        return live
-
-    @staticmethod
-    def _error_data(exc: PyrulaError) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "code": str(exc.code or ErrorCode.INTERNAL),
-            "message": exc.message,
-            "error_type": type(exc).__name__,
-        }
-        detail = getattr(exc, "detail", None)
-        if detail is not None:
-            data["detail"] = detail
-        return data
-
-    async def _quarantine(self, runtime: TurnRuntime, reason: str) -> None:
-        req = runtime.request
-        self.committer.add_records(
-            [
-                OutRecord(
-                    self.topics.dlq,
-                    req.key.encode(),
-                    serde.encode("turn_request", req),
-                    [
-                        (serde.CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode()),
-                        ("pyrula.dlq.reason", reason.encode()),
-                        ("pyrula.dlq.code", ErrorCode.POISON_QUARANTINE.encode()),
-                        ("pyrula.dlq.worker", self.worker_id.encode()),
-                    ],
-                )
-            ]
-        )
-        await runtime.finish(
-            EventType.RUN_ERROR,
-            {"code": ErrorCode.POISON_QUARANTINE, "message": f"turn quarantined: {reason}"},
-        )
 
     # -- commit plumbing ------------------------------------------------------------------
 
@@ -675,45 +509,6 @@ class KafkaWorker:
             runtime.next_seq = runtime.committed_seq = old.committed_seq
             task = asyncio.create_task(self._run_turn(runtime, queued), name=turn_id)
             self._running[turn_id] = _Running(runtime, task, running.partition, running.offset)
-
-    # -- health ---------------------------------------------------------------------------
-
-    async def _start_health(self) -> asyncio.Server | None:
-        if self.options.health_port is None:
-            return None
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            line = (await reader.readline()).decode(errors="replace")
-            path = line.split(" ")[1] if " " in line else "/"
-            ok = path == "/livez" or (path == "/readyz" and self.ready)
-            status = (
-                "200 OK"
-                if ok
-                else (
-                    "404 Not Found"
-                    if path not in ("/livez", "/readyz")
-                    else "503 Service Unavailable"
-                )
-            )
-            body = status.split(" ", 1)[1].encode()
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
-            writer.close()
-
-        return await asyncio.start_server(
-            handle, self.options.health_host, self.options.health_port
-        )
-
-
-def _jsonable(value: Any, agent: str) -> Any:
-    """The agent's return value as JSON data (pydantic models dumped)."""
-    import json
-
-    return json.loads(encode_result(value, agent)) if not isinstance(value, str) else value
 
 
 def run_worker(

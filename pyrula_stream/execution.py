@@ -1,0 +1,190 @@
+"""Running one turn's agent body to its end.
+
+Before a rerun it decides whether the turn is poison (attempts without progress); then it
+journals the start, runs the body with an ``AgentContext`` whose durable calls replay the
+journal, and publishes exactly one terminal event: ``run:complete`` or ``run:error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from pyrula_stream import serde
+from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.context import AgentContext
+from pyrula_stream.errors import ErrorCode, Poison, PyrulaError
+from pyrula_stream.llm.base import LLMClient
+from pyrula_stream.loop import ToolLoop
+from pyrula_stream.options import WorkerOptions
+from pyrula_stream.records import OutRecord
+from pyrula_stream.serde import EventType, TurnRequest
+from pyrula_stream.tool_cache import CacheStore
+from pyrula_stream.tools import encode_result
+from pyrula_stream.turn import TurnRuntime
+
+log = logging.getLogger(__name__)
+
+
+class TurnExecutor:
+    """Runs turns of one agent; shared by every turn of a worker."""
+
+    def __init__(
+        self,
+        agent: KafkaAgent,
+        llm: LLMClient,
+        *,
+        http: httpx.AsyncClient,
+        cache: CacheStore,
+        options: WorkerOptions,
+        worker_id: str,
+        add_records: Callable[[list[OutRecord]], None],
+    ) -> None:
+        self.agent = agent
+        self.llm = llm
+        self.http = http
+        self.cache = cache
+        self.options = options
+        self.worker_id = worker_id
+        self.add_records = add_records
+
+    async def finish_duplicate(self, runtime: TurnRuntime, original: str) -> None:
+        """Another turn already took this idempotency key: point the submitter at it."""
+        key = runtime.request.idempotency_key
+        await runtime.finish(
+            EventType.RUN_ERROR,
+            {
+                "code": ErrorCode.DUPLICATE_RUN,
+                "message": f"idempotency key {key!r} already ran as turn {original}; "
+                "read that turn's events for its result",
+                "original_turn_id": original,
+            },
+        )
+
+    async def execute(self, runtime: TurnRuntime) -> None:
+        """Run the agent body once (replaying what the journal holds) and finish the turn."""
+        journal, request = runtime.journal, runtime.request
+        if runtime.attempt > 1:
+            progressed = journal.progress is not None and int(
+                journal.progress.data.get("steps", -1)
+            ) != len(journal.steps)
+            fresh = journal.progress is not None and (
+                time.time() * 1000 - journal.progress.ts_ms > self.options.poison.retry_ttl_s * 1000
+            )
+            stalled = 0 if progressed or fresh else journal.stalled_attempts + 1
+            if stalled >= self.options.poison.max_retries:
+                await self.quarantine(runtime, f"{stalled} attempts made no progress")
+                return
+            await runtime.begin_attempt(stalled)
+        try:
+            await runtime.durable_step(
+                "start",
+                "start",
+                "",
+                self._start_data(request),
+                lambda data: [(EventType.RUN_START, data)],
+            )
+            loop = ToolLoop(
+                runtime,
+                self.llm,
+                self.agent.tools,
+                self.agent.limits,
+                http=self.http,
+                deps=self.agent.deps,
+                cache_store=self.cache,
+            )
+            ctx = AgentContext(runtime, loop, deps=self.agent.deps)
+            async with asyncio.timeout(self.agent.timeout):
+                result = await self.agent.fn(ctx, **request.params)
+            runtime.raise_if_cancelled()
+            value = _jsonable(result, self.agent.name)
+            await runtime.finish(
+                EventType.RUN_COMPLETE, {"result": value, "usage": runtime.spend.as_dict()}
+            )
+        except asyncio.CancelledError:
+            raise
+        except Poison as exc:
+            await self.quarantine(runtime, f"tool raised Poison: {exc.message}")
+        except TimeoutError:
+            await runtime.finish(
+                EventType.RUN_ERROR,
+                {
+                    "code": ErrorCode.TURN_TIMEOUT,
+                    "message": f"turn exceeded the agent timeout of {self.agent.timeout}s",
+                },
+            )
+        except PyrulaError as exc:
+            await runtime.finish(EventType.RUN_ERROR, error_data(exc))
+        except TypeError as exc:
+            await runtime.finish(
+                EventType.RUN_ERROR,
+                {
+                    "code": ErrorCode.INVALID_REQUEST
+                    if "argument" in str(exc)
+                    else ErrorCode.AGENT_ERROR,
+                    "message": f"{type(exc).__name__}: {exc}",
+                },
+            )
+        except Exception as exc:
+            log.exception("turn %s failed", runtime.turn_id)
+            await runtime.finish(
+                EventType.RUN_ERROR,
+                {"code": ErrorCode.AGENT_ERROR, "message": f"{type(exc).__name__}: {exc}"},
+            )
+
+    def _start_data(self, request: TurnRequest) -> Any:
+        async def live() -> dict[str, Any]:
+            return {
+                "params": request.params,
+                "metadata": request.metadata,
+                "thread_id": request.thread_id,
+                "worker": self.worker_id,
+            }
+
+        return live
+
+    async def quarantine(self, runtime: TurnRuntime, reason: str) -> None:
+        req = runtime.request
+        self.add_records(
+            [
+                OutRecord(
+                    self.agent.topics.dlq,
+                    req.key.encode(),
+                    serde.encode("turn_request", req),
+                    [
+                        (serde.CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode()),
+                        ("pyrula.dlq.reason", reason.encode()),
+                        ("pyrula.dlq.code", ErrorCode.POISON_QUARANTINE.encode()),
+                        ("pyrula.dlq.worker", self.worker_id.encode()),
+                    ],
+                )
+            ]
+        )
+        await runtime.finish(
+            EventType.RUN_ERROR,
+            {"code": ErrorCode.POISON_QUARANTINE, "message": f"turn quarantined: {reason}"},
+        )
+
+
+def error_data(exc: PyrulaError) -> dict[str, Any]:
+    """What ``run:error`` carries for one of our errors."""
+    data: dict[str, Any] = {
+        "code": str(exc.code or ErrorCode.INTERNAL),
+        "message": exc.message,
+        "error_type": type(exc).__name__,
+    }
+    detail = getattr(exc, "detail", None)
+    if detail is not None:
+        data["detail"] = detail
+    return data
+
+
+def _jsonable(value: Any, agent: str) -> Any:
+    """The agent's return value as JSON data (pydantic models dumped)."""
+    return json.loads(encode_result(value, agent)) if not isinstance(value, str) else value

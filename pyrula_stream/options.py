@@ -1,0 +1,47 @@
+"""Worker settings: ``WorkerOptions`` and ``PoisonOptions``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class PoisonOptions:
+    """A turn whose attempts make no progress ``max_retries`` times is quarantined."""
+
+    max_retries: int = 3
+    retry_ttl_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Tuning for a worker process.
+
+    ``shared_tool_cache`` keeps ``cache_ttl`` results and ``ctx.cache`` in the compacted
+    ``<prefix>.cache`` topic that every worker materializes; off, each worker process
+    keeps its own in-memory cache.
+    ``processing_guarantee="exactly_once_v2"`` commits journal, events and input offsets
+    in one transaction; ``"at_least_once"`` (brokers without transactions) writes with an
+    idempotent producer and commits offsets afterwards, so events may repeat (dedupe on
+    ``turn_id`` + ``seq``). ``commit_interval_s`` caps how often a commit starts (0: as
+    soon as the previous one ends). ``worker_id`` makes the transactional id stable across
+    restarts, so a restarted worker aborts its predecessor's open transaction at once.
+    """
+
+    max_concurrent_turns: int = 50
+    shutdown_grace: float = 30.0
+    cancel_timeout: float = 5.0
+    poison: PoisonOptions = field(default_factory=PoisonOptions)
+    health_port: int | None = None
+    health_host: str = "127.0.0.1"
+    processing_guarantee: Literal["exactly_once_v2", "at_least_once"] = "exactly_once_v2"
+    commit_interval_s: float = 0.0
+    idempotency_ttl_s: float = 86400.0
+    worker_id: str | None = None
+    group_id: str | None = None
+    max_record_bytes: int = 1_000_000
+    apply_topics: bool = True
+    shared_tool_cache: bool = True
+    consumer_config: dict[str, Any] = field(default_factory=dict)
+    producer_config: dict[str, Any] = field(default_factory=dict)
