@@ -1,0 +1,85 @@
+"""``python -m pyrula_stream.bench [--turns 5000] [--bootstrap-servers B] [--quick]``.
+
+Prints progress on stderr, then a table, and as the LAST line of stdout one JSON object
+(``turns_per_s``, ``floor_turns_per_s``, ``ratio``, ``overhead_p50_ms``, ...). Writes
+``<out-dir>/<stamp>.json`` and ``<stamp>.png``; ``--write-docs`` refreshes the results
+section of ``docs/BENCHMARKS.md`` from this run; ``--profile`` adds a pyinstrument
+profile of one extra framework run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from pathlib import Path
+
+from pyrula_stream.bench.harness import kafka
+from pyrula_stream.bench.plot import plot
+from pyrula_stream.bench.report import headline, markdown, refresh_docs, table, write_json
+from pyrula_stream.bench.runner import PHASES, BenchConfig, progress, run_all
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pyrula_stream.bench", description=__doc__)
+    p.add_argument("--turns", type=int, help="turns per throughput run (default 5000)")
+    p.add_argument("--rounds", type=int, help="framework/floor rounds, A B A B ... (default 3)")
+    p.add_argument("--bootstrap-servers", help="a running cluster (else a local broker)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: proves it runs")
+    p.add_argument("--profile", action="store_true", help="pyinstrument one framework run")
+    p.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"comma-separated subset of {','.join(PHASES)}",
+    )
+    p.add_argument("--in-flight", type=int, help="turns in flight (default 2000)")
+    p.add_argument("--out-dir", type=Path, default=Path("bench/results"))
+    p.add_argument("--write-docs", action="store_true", help="refresh docs/BENCHMARKS.md")
+    p.add_argument("--docs", type=Path, default=Path("docs/BENCHMARKS.md"))
+    p.add_argument("--keep-topics", action="store_true", help="do not delete bench topics")
+    return p.parse_args(argv)
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    phases = tuple(x.strip() for x in args.phases.split(",") if x.strip())
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown:
+        raise SystemExit(f"unknown phases {unknown}; choose from {', '.join(PHASES)}")
+    overrides: dict[str, object] = {
+        "phases": phases,
+        "profile": args.profile,
+        "keep_topics": args.keep_topics,
+        "out_dir": args.out_dir,
+    }
+    for name in ("turns", "rounds", "in_flight"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.quick:
+        return BenchConfig.quick_sizes(**overrides)
+    return BenchConfig(**overrides)  # type: ignore[arg-type]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = config_from(args)
+    with kafka(args.bootstrap_servers) as (bootstrap, broker):
+        progress(f"broker: {broker}")
+        results = asyncio.run(run_all(config, bootstrap, broker))
+    stamp = results["stamp"]
+    json_path = config.out_dir / f"{stamp}.json"
+    png_path = plot(results, config.out_dir / f"{stamp}.png")
+    results["plot"] = str(png_path)
+    write_json(results, json_path)
+    if args.write_docs:
+        link = os.path.relpath(png_path.resolve(), args.docs.resolve().parent)
+        refresh_docs(args.docs, markdown(results, link))
+        progress(f"refreshed {args.docs}")
+    print(table(results))
+    print(f"results: {json_path}, plot: {png_path}")
+    print(json.dumps(headline(results, json_path)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""Throughput of the framework: N one-tool turns through an in-process worker.
+
+Turns/s is counted from the first submit to the moment the last ``run:complete`` is read
+back under ``read_committed``: what a caller of the agent would observe. After a run the
+journal and events topics are read back, so the floor can write the same records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique, until
+from pyrula_stream.bench.load import (
+    CompletionReader,
+    Headers,
+    Submitter,
+    read_records,
+    turn_requests,
+)
+from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.worker import WorkerOptions
+
+TurnRecords = list[tuple[str, bytes, bytes | None, Headers]]
+"""One turn's output: ``("journal" | "events", key, value, headers)`` in write order."""
+
+
+@dataclass
+class FrameworkRun:
+    turns: int
+    seconds: float
+    commits: int
+    records_committed: int
+    commit_seconds: float
+    templates: list[TurnRecords] = field(default_factory=list, repr=False)
+    written: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def turns_per_s(self) -> float:
+        return self.turns / self.seconds
+
+
+async def run_framework(
+    bootstrap: str,
+    *,
+    turns: int,
+    partitions: int,
+    concurrency: int,
+    capture: bool = False,
+    profile_to: Path | None = None,
+    keep_topics: bool = False,
+) -> FrameworkRun:
+    """One framework run; ``capture`` reads back what it wrote, ``profile_to`` profiles it."""
+    agent = tool_turn_agent(unique("tput"), latency_s=0.0, partitions=partitions)
+    requests = turn_requests(agent.name, turns, QUESTION)
+    options = WorkerOptions(max_concurrent_turns=concurrency)
+    submitter = Submitter(bootstrap)
+    try:
+        async with in_process_worker(agent, bootstrap, options) as worker:
+            reader = CompletionReader(bootstrap, agent.topics.events, partitions)
+            profiler = _start_profiler() if profile_to is not None else None
+            try:
+                started = await asyncio.to_thread(submitter.send_all, agent.topics.turns, requests)
+                await until(
+                    lambda: reader.reached(turns),
+                    max(120.0, turns / 10),
+                    f"framework run: {reader.terminal}/{turns} turns completed",
+                )
+                seconds = reader.last_done - started
+            finally:
+                if profiler is not None and profile_to is not None:
+                    _save_profile(profiler, profile_to)
+                reader.close()
+            stats = worker.committer.stats
+            run = FrameworkRun(turns, seconds, stats.commits, stats.records, stats.seconds)
+        if capture:
+            run.templates, run.written = await asyncio.to_thread(
+                capture_turns, bootstrap, agent.topics.journal, agent.topics.events, partitions
+            )
+        return run
+    finally:
+        submitter.close()
+        if not keep_topics:
+            await asyncio.to_thread(drop_topics, bootstrap, agent_topics(agent))
+
+
+def capture_turns(
+    bootstrap: str, journal: str, events: str, partitions: int
+) -> tuple[list[TurnRecords], dict[str, float]]:
+    """Group the journal and events records by turn; also what one turn wrote on average."""
+    by_turn: dict[str, TurnRecords] = defaultdict(list)
+    totals: dict[str, float] = defaultdict(float)
+    for kind, topic in (("journal", journal), ("events", events)):
+        for _, key, value, headers in read_records(bootstrap, topic, partitions):
+            turn_id = key.split("/", 1)[0]
+            hdrs: Headers = [(k, v.encode()) for k, v in headers.items()]
+            by_turn[turn_id].append((kind, key.encode(), value, hdrs))
+            size = len(key) + len(value or b"") + sum(len(k) + len(v) for k, v in headers.items())
+            totals[f"{kind}_records"] += 1
+            totals[f"{kind}_bytes"] += size
+            if value is None:
+                totals[f"{kind}_tombstones"] += 1
+    n = max(1, len(by_turn))
+    per_turn = {f"{k}_per_turn": round(v / n, 2) for k, v in sorted(totals.items())}
+    return list(by_turn.values()), per_turn
+
+
+def _start_profiler() -> Any:
+    from pyinstrument import Profiler
+
+    # The worker's event loop runs in this thread; "disabled" samples the whole thread
+    # rather than one task, so every turn's coroutines and the committer show up.
+    profiler = Profiler(interval=0.001, async_mode="disabled")
+    profiler.start()
+    return profiler
+
+
+def _save_profile(profiler: Any, path: Path) -> None:
+    profiler.stop()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Text, not HTML: pyinstrument's page embeds every sample (10+ MB for one run).
+    path.with_suffix(".txt").write_text(profiler.output_text(show_all=False))
+    flat = profiler.output_text(flat=True, flat_time="self")
+    path.with_name(path.stem + "-flat.txt").write_text(flat)

@@ -1,0 +1,165 @@
+"""What every bench phase needs: a broker, an in-process worker, topic clean-up, the machine.
+
+The bench avoids ``pyrula_stream.testing`` on purpose: that module is a pytest plugin and
+imports pytest, which the ``bench`` extra does not install. The two helpers here are the
+few lines of it the bench needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import platform
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.kafka.admin import TopicSpec, admin_client, apply_topics
+from pyrula_stream.kafka.consumers import reader_consumer
+from pyrula_stream.worker import KafkaWorker, WorkerOptions
+
+log = logging.getLogger(__name__)
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+PREFIX = "bench"
+
+
+def unique(base: str) -> str:
+    """A fresh agent name, so runs sharing a broker never share topics."""
+    return f"{base}{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def kafka(bootstrap_servers: str | None) -> Iterator[tuple[str, str]]:
+    """Yield ``(bootstrap, description)``: the given cluster, or a local broker we start."""
+    given = bootstrap_servers or os.environ.get(BOOTSTRAP_ENV)
+    if given:
+        yield given, f"given cluster at {given}"
+        return
+    from pyrula_stream.kafka.local_broker import KAFKA_VERSION, start_local_broker
+
+    broker = start_local_broker()
+    try:
+        yield (
+            broker.bootstrap_servers,
+            f"local Apache Kafka {KAFKA_VERSION} (KRaft, one node, same machine)",
+        )
+    finally:
+        broker.stop()
+
+
+async def until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` every 20 ms; raise ``TimeoutError`` naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} (after {timeout_s:.0f}s)")
+        await asyncio.sleep(0.02)
+
+
+def create_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 60.0) -> None:
+    """Create topics and wait until every partition answers a watermark query.
+
+    A partition can be in the metadata before its leader serves it; a worker assigned it
+    then fails its restore with NOT_LEADER_FOR_PARTITION inside the rebalance callback
+    (seen on a busy 2-core machine), so the bench creates topics before any client uses them.
+    """
+    from confluent_kafka import KafkaException, TopicPartition
+
+    apply_topics(bootstrap_servers, specs)
+    consumer = reader_consumer(bootstrap_servers, client_id=unique("bench-ready"))
+    deadline = time.monotonic() + timeout_s
+    try:
+        for spec in specs:
+            for p in range(spec.partitions):
+                while True:
+                    try:
+                        consumer.get_watermark_offsets(
+                            TopicPartition(spec.name, p), timeout=5, cached=False
+                        )
+                        break
+                    except KafkaException:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.1)
+    finally:
+        consumer.close()
+
+
+@contextlib.asynccontextmanager
+async def in_process_worker(
+    agent: KafkaAgent,
+    bootstrap_servers: str,
+    options: WorkerOptions | None = None,
+    *,
+    timeout_s: float = 60.0,
+    create: bool = True,
+) -> AsyncIterator[KafkaWorker]:
+    """Run a worker in this event loop until it owns every partition; stop it on exit.
+
+    ``create=False`` when the caller already made the topics (and times the start).
+    """
+    if create:
+        await asyncio.to_thread(create_topics, bootstrap_servers, agent.topic_specs())
+    worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
+    task = asyncio.create_task(worker.run(), name=f"bench-worker-{agent.name}")
+    try:
+        await until(
+            lambda: task.done() or worker.assigned_partitions >= agent.partitions,
+            timeout_s,
+            f"worker of {agent.name} got no partitions",
+        )
+        if task.done():
+            task.result()
+        yield worker
+    finally:
+        worker.stop()
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        if not done:
+            task.cancel()
+            log.warning("worker of %s did not stop within %.0fs", agent.name, timeout_s)
+        elif not task.cancelled() and task.exception() and sys.exc_info()[0] is None:
+            task.result()  # a worker that crashed makes the figures meaningless: re-raise
+
+
+def drop_topics(bootstrap_servers: str, names: list[str]) -> None:
+    """Delete the bench's topics so a shared cluster does not fill up with them."""
+    if not names:
+        return
+    futures = admin_client(bootstrap_servers).delete_topics(names, operation_timeout=30)
+    for fut in futures.values():
+        with contextlib.suppress(Exception):
+            fut.result()
+
+
+def agent_topics(agent: KafkaAgent) -> list[str]:
+    return [spec.name for spec in agent.topic_specs()]
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory and versions: a figure means little without the machine it came from."""
+    import confluent_kafka
+    import psutil  # type: ignore[import-untyped,unused-ignore]
+
+    model = platform.processor() or ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": model,
+        "logical_cores": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+        "confluent_kafka": str(getattr(confluent_kafka, "__version__", "?")),
+        "librdkafka": confluent_kafka.libversion()[0],
+    }

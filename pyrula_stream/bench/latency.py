@@ -1,0 +1,101 @@
+"""Framework overhead per turn, with a model that takes 200 ms per call (asyncio sleep).
+
+A turn's time is measured end to end, as its caller sees it: from just before its request
+is produced to the moment its ``run:complete`` is read back under ``read_committed``.
+Overhead is that time minus the simulated model time (2 calls x latency; the tool answers
+at once). Turns are submitted at a steady rate well below the worker's capacity, so the
+figure is the cost of one turn's path (poll, five commits, read-back), not of a queue.
+The worker's own view, ``run:complete.ts_ms - run:start.ts_ms - model time``, is reported
+beside it: the part spent between building the first and the last event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique, until
+from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
+from pyrula_stream.bench.stats import percentile
+from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.worker import WorkerOptions
+
+MODEL_CALLS = 2
+
+
+@dataclass
+class LatencyRun:
+    turns: int
+    rate_per_s: float
+    model_latency_s: float
+    overheads_ms: list[float] = field(repr=False)
+    in_worker_ms: list[float] = field(repr=False)
+    commits: int = 0
+    commit_ms_mean: float = 0.0
+
+    def summary(self) -> dict[str, float]:
+        o, w = self.overheads_ms, self.in_worker_ms
+        return {
+            "turns": self.turns,
+            "rate_per_s": self.rate_per_s,
+            "model_latency_ms": self.model_latency_s * 1000,
+            "overhead_p50_ms": round(percentile(o, 50), 1),
+            "overhead_p90_ms": round(percentile(o, 90), 1),
+            "overhead_p99_ms": round(percentile(o, 99), 1),
+            "overhead_max_ms": round(max(o), 1),
+            "in_worker_overhead_p50_ms": round(percentile(w, 50), 1),
+            "in_worker_overhead_p99_ms": round(percentile(w, 99), 1),
+            "commits": self.commits,
+            "commit_ms_mean": round(self.commit_ms_mean, 1),
+        }
+
+
+async def run_latency(
+    bootstrap: str,
+    *,
+    turns: int,
+    rate: float,
+    model_latency_s: float,
+    partitions: int,
+    warmup: int = 10,
+    keep_topics: bool = False,
+) -> LatencyRun:
+    """Warm the worker up with a few turns, then time ``turns`` turns sent at ``rate``/s."""
+    agent = tool_turn_agent(unique("lat"), latency_s=model_latency_s, partitions=partitions)
+    model_s = MODEL_CALLS * model_latency_s
+    submitter = Submitter(bootstrap)
+    try:
+        async with in_process_worker(
+            agent, bootstrap, WorkerOptions(max_concurrent_turns=1000)
+        ) as worker:
+            reader = CompletionReader(bootstrap, agent.topics.events, partitions, keep_ts=True)
+            try:
+                warm = turn_requests(agent.name, warmup, QUESTION)
+                await asyncio.to_thread(submitter.send_all, agent.topics.turns, warm)
+                await until(lambda: reader.reached(warmup), 120, "latency warm-up")
+                timed = turn_requests(agent.name, turns, QUESTION)
+                sent = await asyncio.to_thread(
+                    submitter.send_paced, agent.topics.turns, timed, rate
+                )
+                await until(
+                    lambda: reader.reached(warmup + turns),
+                    120 + turns * model_s,
+                    f"latency run: {reader.terminal - warmup}/{turns} turns completed",
+                )
+            finally:
+                reader.close()
+            stats = worker.committer.stats
+        overheads = [(reader.done[k] - t) * 1000 - model_s * 1000 for k, t in sent.items()]
+        in_worker = [
+            reader.end_ts_ms[k] - reader.start_ts_ms[k] - model_s * 1000
+            for k in sent
+            if k in reader.start_ts_ms and k in reader.end_ts_ms
+        ]
+        commit_ms = 1000 * stats.seconds / max(1, stats.commits)
+        return LatencyRun(
+            turns, rate, model_latency_s, overheads, in_worker, stats.commits, commit_ms
+        )
+    finally:
+        submitter.close()
+        if not keep_topics:
+            await asyncio.to_thread(drop_topics, bootstrap, agent_topics(agent))

@@ -1,0 +1,215 @@
+"""Turning a results dict into the headline JSON, a table, a plot and the docs section.
+
+Every figure in ``docs/BENCHMARKS.md`` comes from ``markdown(results)``: the bench
+rewrites the part of that file between the two markers, so no figure is typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+DOCS_BEGIN = "<!-- bench:results:begin (written by python -m pyrula_stream.bench) -->"
+DOCS_END = "<!-- bench:results:end -->"
+
+HEADLINE_KEYS = (
+    "turns_per_s",
+    "floor_turns_per_s",
+    "ratio",
+    "overhead_p50_ms",
+    "overhead_p99_ms",
+    "journal_bytes_per_step",
+    "restore_records_per_s",
+    "rss_kb_per_inflight_turn",
+)
+
+
+def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str, Any]:
+    """The last line the bench prints: the issue's eight keys, then useful extras."""
+    tp = results.get("throughput", {})
+    lat = results.get("latency", {})
+    conc = results.get("concurrency", {})
+    jr = results.get("journal", {})
+    rs = results.get("restore", [])
+    largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
+    return {
+        "turns_per_s": tp.get("framework_turns_per_s"),
+        "floor_turns_per_s": tp.get("floor_turns_per_s"),
+        "ratio": tp.get("ratio"),
+        "overhead_p50_ms": lat.get("overhead_p50_ms"),
+        "overhead_p99_ms": lat.get("overhead_p99_ms"),
+        "journal_bytes_per_step": jr.get("journal_bytes_per_step"),
+        "restore_records_per_s": largest.get("records_per_s"),
+        "rss_kb_per_inflight_turn": conc.get("rss_kb_per_inflight_turn"),
+        "in_flight": conc.get("in_flight"),
+        "inflight_turns_per_s": conc.get("turns_per_s"),
+        "inflight_fraction_of_ideal": conc.get("fraction_of_ideal"),
+        "in_worker_overhead_p50_ms": lat.get("in_worker_overhead_p50_ms"),
+        "journal_linear_r2": jr.get("linear_r2"),
+        "live_journal_bytes_per_finished_turn": jr.get("live_bytes_per_finished_turn"),
+        "restore_live_entries": largest.get("live_entries"),
+        "turns": tp.get("turns"),
+        "quick": results.get("config", {}).get("quick"),
+        "seconds": results.get("seconds"),
+        "cores": results.get("machine", {}).get("logical_cores"),
+        "results_file": str(json_path) if json_path else None,
+    }
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """``(figure, value, target)`` rows shared by the terminal table and the docs."""
+    tp = results.get("throughput")
+    lat = results.get("latency")
+    conc = results.get("concurrency")
+    jr = results.get("journal")
+    rs = results.get("restore")
+    out: list[tuple[str, str, str]] = []
+    if tp:
+        n = len(tp["framework_runs"])
+        out += [
+            (
+                f"framework turns/s (median of {n}, {tp['turns']:,} turns)",
+                _fmt(tp["framework_turns_per_s"]),
+                "",
+            ),
+            (f"floor turns/s (median of {n})", _fmt(tp["floor_turns_per_s"]), ""),
+            ("ratio framework / floor", _fmt(tp["ratio"], 3), ">= 0.5 (0.7)"),
+        ]
+    if lat:
+        out += [
+            (
+                f"overhead per turn p50, {_fmt(lat['model_latency_ms'], 0)} ms model (ms)",
+                _fmt(lat["overhead_p50_ms"]),
+                "<= 15",
+            ),
+            ("overhead per turn p99 (ms)", _fmt(lat["overhead_p99_ms"]), "<= 50"),
+            ("  mean transaction commit (ms)", _fmt(lat.get("commit_ms_mean")), ""),
+            (
+                "  inside the worker, p50 / p99 (ms)",
+                _fmt(lat["in_worker_overhead_p50_ms"])
+                + " / "
+                + _fmt(lat["in_worker_overhead_p99_ms"]),
+                "",
+            ),
+        ]
+    if conc:
+        out += [
+            (
+                f"{conc['in_flight']:,} in flight, {_fmt(conc['model_latency_s'], 0)} s model: "
+                "turns/s (ideal)",
+                f"{_fmt(conc['turns_per_s'])} ({_fmt(conc['ideal_turns_per_s'])})",
+                "",
+            ),
+            ("  fraction of ideal", _fmt(conc["fraction_of_ideal"], 3), ">= 0.8"),
+            ("RSS per in-flight turn (KB)", _fmt(conc["rss_kb_per_inflight_turn"]), "<= 20"),
+        ]
+    if jr:
+        per_turn = " / ".join(_fmt(s["bytes_per_turn"], 0) for s in jr["sizes"])
+        steps = "/".join(str(s["steps"]) for s in jr["sizes"])
+        out += [
+            ("journal bytes per step (slope)", _fmt(jr["journal_bytes_per_step"]), "linear"),
+            (f"  bytes per turn of {steps} steps (R² {jr['linear_r2']})", per_turn, ""),
+            ("journal bytes live per finished turn", _fmt(jr["live_bytes_per_finished_turn"]), ""),
+        ]
+    for r in rs or []:
+        out.append(
+            (
+                f"restore {r['live_entries']:,} live entries: records/s (takeover s)",
+                f"{_fmt(r['records_per_s'])} ({_fmt(r['takeover_s'], 2)})",
+                ">= 100,000",
+            )
+        )
+    return out
+
+
+def table(results: dict[str, Any]) -> str:
+    """The human table printed before the JSON line."""
+    m = results["machine"]
+    body = rows(results)
+    w0 = max([len(r[0]) for r in body] + [6])
+    w1 = max([len(r[1]) for r in body] + [5])
+    lines = [
+        "",
+        f"== pyrula-stream bench, {results['date']} ==",
+        f"machine: {m['logical_cores']} cores, {m['memory_gb']} GB, {m['cpu']}; "
+        f"broker: {results['broker']}",
+        f"{'figure':<{w0}}  {'value':>{w1}}  target",
+    ]
+    lines += [f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in body]
+    return "\n".join(lines)
+
+
+def write_json(results: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+
+
+def markdown(results: dict[str, Any], plot_link: str | None) -> str:
+    """The docs section: command, machine, the figures, and the plot of this run."""
+    m = results["machine"]
+    out = [
+        DOCS_BEGIN,
+        "",
+        f"Run of {results['date']}, {results['seconds']:.0f} s in all:",
+        "",
+        "```",
+        results["command"].strip(),
+        "```",
+        "",
+        f"- Machine: {m['logical_cores']} logical cores ({m['physical_cores']} physical), "
+        f"{m['memory_gb']} GB memory, {m['cpu']}; {m['os']}; 1-minute load average "
+        f"{m.get('load_avg_1m_at_start', '?')} when the run started",
+        f"- Python {m['python']}, confluent-kafka {m['confluent_kafka']}, "
+        f"librdkafka {m['librdkafka']}",
+        f"- Broker: {results['broker']}",
+        "",
+        "| figure | value | target |",
+        "| --- | ---: | --- |",
+    ]
+    out += [f"| {a.strip()} | {b} | {c} |" for a, b, c in rows(results)]
+    tp = results.get("throughput")
+    if tp:
+        out += ["", "Throughput runs, in the order they ran (A B A B):", ""]
+        out += ["| run | framework turns/s | floor turns/s |", "| --- | ---: | ---: |"]
+        for i, (a, b) in enumerate(zip(tp["framework_runs"], tp["floor_runs"], strict=True)):
+            out.append(f"| {i + 1} | {_fmt(a['turns_per_s'])} | {_fmt(b['turns_per_s'])} |")
+        w = tp["written_per_turn"]
+        if w:
+            out += [
+                "",
+                "Records the framework wrote per turn (and the floor copies): "
+                f"{_fmt(w.get('journal_records_per_turn'))} journal records "
+                f"({_fmt(w.get('journal_tombstones_per_turn'))} of them tombstones, "
+                f"{_fmt(w.get('journal_bytes_per_turn'), 0)} bytes) and "
+                f"{_fmt(w.get('events_records_per_turn'))} events "
+                f"({_fmt(w.get('events_bytes_per_turn'), 0)} bytes).",
+            ]
+    if plot_link:
+        out += ["", f"![throughput, latency, journal and restore of this run]({plot_link})"]
+    out += ["", DOCS_END]
+    return "\n".join(out)
+
+
+def refresh_docs(path: Path, section: str) -> None:
+    """Replace the marked section of ``path`` (append it when the markers are missing)."""
+    text = path.read_text() if path.exists() else ""
+    begin, end = text.find(DOCS_BEGIN), text.find(DOCS_END)
+    if begin >= 0 and end > begin:
+        text = text[:begin] + section + text[end + len(DOCS_END) :]
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    path.write_text(text)

@@ -1,0 +1,221 @@
+"""Runs the five phases in order and gathers one results dict (the JSON file's content).
+
+Throughput alternates framework and floor (A B A B ...) so drift in a noisy machine hits
+both sides alike, and reports the medians. The first framework run is read back to give
+the floor the exact records to write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyrula_stream.bench.concurrency import run_in_subprocess
+from pyrula_stream.bench.floor import run_floor
+from pyrula_stream.bench.framework import run_framework
+from pyrula_stream.bench.harness import machine
+from pyrula_stream.bench.journal_size import run_journal_size
+from pyrula_stream.bench.latency import run_latency
+from pyrula_stream.bench.load import turn_requests
+from pyrula_stream.bench.restore import run_restore
+from pyrula_stream.bench.stats import median
+from pyrula_stream.bench.workload import QUESTION
+
+PHASES = ("throughput", "latency", "concurrency", "journal", "restore")
+
+
+@dataclass
+class BenchConfig:
+    """Sizes of every phase; ``quick()`` shrinks them to prove the bench still works."""
+
+    turns: int = 5000
+    rounds: int = 3
+    partitions: int = 6
+    framework_concurrency: int = 500
+    floor_batch: int = 1000
+    latency_turns: int = 300
+    latency_rate: float = 20.0
+    latency_model_s: float = 0.2
+    in_flight: int = 2000
+    in_flight_model_s: float = 1.0
+    in_flight_waves: int = 2
+    journal_steps: tuple[int, ...] = (1, 5, 20)
+    journal_turns: int = 50
+    restore_sizes: tuple[int, ...] = (10_000, 100_000)
+    restore_repeats: int = 3
+    phases: tuple[str, ...] = PHASES
+    profile: bool = False
+    quick: bool = False
+    keep_topics: bool = False
+    out_dir: Path = field(default_factory=lambda: Path("bench/results"))
+
+    @classmethod
+    def quick_sizes(cls, **overrides: Any) -> BenchConfig:
+        sizes: dict[str, Any] = {
+            "turns": 30,
+            "rounds": 2,
+            "latency_turns": 10,
+            "latency_rate": 10.0,
+            "in_flight": 20,
+            "in_flight_waves": 1,
+            "journal_turns": 2,
+            "restore_sizes": (200, 1000),
+            "restore_repeats": 1,
+            "quick": True,
+        }
+        return cls(**{**sizes, **overrides})
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr: stdout ends with the JSON line and nothing after it."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dict[str, Any]:
+    framework: list[dict[str, Any]] = []
+    floor: list[dict[str, Any]] = []
+    templates: list[Any] = []
+    written: dict[str, float] = {}
+    for i in range(config.rounds):
+        progress(f"throughput round {i + 1}/{config.rounds}: framework, {config.turns} turns")
+        run = await run_framework(
+            bootstrap,
+            turns=config.turns,
+            partitions=config.partitions,
+            concurrency=config.framework_concurrency,
+            capture=not templates,
+            keep_topics=config.keep_topics,
+        )
+        if not templates:
+            templates, written = run.templates, run.written
+        framework.append(
+            {
+                "turns_per_s": round(run.turns_per_s, 1),
+                "seconds": round(run.seconds, 3),
+                "commits": run.commits,
+                "records_committed": run.records_committed,
+                "commit_ms_mean": round(1000 * run.commit_seconds / max(1, run.commits), 1),
+            }
+        )
+        progress(f"  framework {run.turns_per_s:.1f} turns/s; now the floor")
+        requests = turn_requests("floor", config.turns, QUESTION)
+        f = await asyncio.to_thread(
+            run_floor,
+            bootstrap,
+            requests=requests,
+            templates=templates,
+            partitions=config.partitions,
+            batch=config.floor_batch,
+            keep_topics=config.keep_topics,
+        )
+        floor.append(
+            {
+                "turns_per_s": round(f.turns_per_s, 1),
+                "seconds": round(f.seconds, 3),
+                "transactions": f.transactions,
+                "records_written": f.records_written,
+            }
+        )
+        progress(f"  floor {f.turns_per_s:.1f} turns/s")
+    fw = median([r["turns_per_s"] for r in framework])
+    fl = median([r["turns_per_s"] for r in floor])
+    out: dict[str, Any] = {
+        "turns": config.turns,
+        "partitions": config.partitions,
+        "framework_max_concurrent_turns": config.framework_concurrency,
+        "floor_max_inputs_per_transaction": config.floor_batch,
+        "framework_runs": framework,
+        "floor_runs": floor,
+        "framework_turns_per_s": round(fw, 1),
+        "floor_turns_per_s": round(fl, 1),
+        "ratio": round(fw / fl, 4),
+        "written_per_turn": written,
+    }
+    if config.profile:
+        path = config.out_dir / f"{stamp}-profile"
+        progress(f"profiling one more framework run (not counted) into {path}.txt")
+        profiled = await run_framework(
+            bootstrap,
+            turns=min(config.turns, 2000),
+            partitions=config.partitions,
+            concurrency=config.framework_concurrency,
+            profile_to=path,
+            keep_topics=config.keep_topics,
+        )
+        out["profile"] = {
+            "tree": str(path.with_suffix(".txt")),
+            "flat": str(path.with_name(path.stem + "-flat.txt")),
+            "turns_per_s_under_profiler": round(profiled.turns_per_s, 1),
+        }
+    return out
+
+
+async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str, Any]:
+    """Every selected phase; the results dict also holds the machine and the config."""
+    started = time.monotonic()
+    now = datetime.now(UTC)
+    stamp = now.strftime("%Y-%m-%dT%H%M%SZ")
+    results: dict[str, Any] = {
+        "date": now.isoformat(timespec="seconds"),
+        "stamp": stamp,
+        "command": "python -m pyrula_stream.bench " + " ".join(sys.argv[1:]),
+        "machine": machine(),
+        "broker": broker,
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+    }
+    if "throughput" in config.phases:
+        results["throughput"] = await run_throughput(config, bootstrap, stamp)
+    if "latency" in config.phases:
+        progress(
+            f"latency: {config.latency_turns} turns at {config.latency_rate:g}/s, "
+            f"{config.latency_model_s * 1000:.0f} ms model"
+        )
+        lat = await run_latency(
+            bootstrap,
+            turns=config.latency_turns,
+            rate=config.latency_rate,
+            model_latency_s=config.latency_model_s,
+            partitions=config.partitions,
+            keep_topics=config.keep_topics,
+        )
+        results["latency"] = {
+            **lat.summary(),
+            "overheads_ms": [round(v, 1) for v in lat.overheads_ms],
+            "in_worker_ms": [round(v, 1) for v in lat.in_worker_ms],
+        }
+    if "concurrency" in config.phases:
+        progress(
+            f"concurrency: {config.in_flight} in flight x {config.in_flight_waves} waves, "
+            f"{config.in_flight_model_s:g} s model (fresh process)"
+        )
+        results["concurrency"] = await asyncio.to_thread(
+            run_in_subprocess,
+            bootstrap,
+            in_flight=config.in_flight,
+            model_latency_s=config.in_flight_model_s,
+            waves=config.in_flight_waves,
+            partitions=config.partitions,
+        )
+    if "journal" in config.phases:
+        progress(f"journal: turns of {config.journal_steps} steps, {config.journal_turns} each")
+        results["journal"] = await run_journal_size(
+            bootstrap,
+            steps=config.journal_steps,
+            turns_per_size=config.journal_turns,
+            keep_topics=config.keep_topics,
+        )
+    if "restore" in config.phases:
+        progress(f"restore: journals of {config.restore_sizes} live entries")
+        results["restore"] = await run_restore(
+            bootstrap,
+            sizes=config.restore_sizes,
+            repeats=config.restore_repeats,
+            keep_topics=config.keep_topics,
+        )
+    results["seconds"] = round(time.monotonic() - started, 1)
+    return results

@@ -1,0 +1,73 @@
+"""The benchmark still runs: ``--quick`` against the suite's broker, JSON line checked.
+
+A benchmark is not a test, so nothing here looks at a timing: only that every phase ran
+and reported each key with a sane type.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyrula_stream.bench.report import HEADLINE_KEYS
+
+NUMBER_KEYS = (
+    *HEADLINE_KEYS,
+    "in_flight",
+    "inflight_turns_per_s",
+    "inflight_fraction_of_ideal",
+    "in_worker_overhead_p50_ms",
+    "journal_linear_r2",
+    "live_journal_bytes_per_finished_turn",
+    "restore_live_entries",
+    "turns",
+    "seconds",
+)
+
+
+@pytest.mark.slow
+def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path: Path) -> None:
+    docs = tmp_path / "BENCHMARKS.md"
+    docs.write_text("# Benchmarks\n\nprose stays\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyrula_stream.bench",
+            "--quick",
+            "--bootstrap-servers",
+            kafka_bootstrap_servers,
+            "--out-dir",
+            str(tmp_path / "results"),
+            "--write-docs",
+            "--docs",
+            str(docs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    figures = json.loads(last)
+    for key in NUMBER_KEYS:
+        value = figures[key]
+        assert isinstance(value, int | float) and not isinstance(value, bool), (key, value)
+        assert value >= 0, (key, value)
+    assert figures["quick"] is True
+    assert figures["ratio"] > 0
+    assert 0 < figures["journal_linear_r2"] <= 1.0
+
+    results = json.loads(Path(figures["results_file"]).read_text())
+    assert {"throughput", "latency", "concurrency", "journal", "restore", "machine"} <= set(results)
+    assert [s["steps"] for s in results["journal"]["sizes"]] == [1, 5, 20]
+    assert len(results["throughput"]["framework_runs"]) == len(results["throughput"]["floor_runs"])
+    assert Path(results["plot"]).stat().st_size > 0
+    text = docs.read_text()
+    assert "prose stays" in text
+    assert "| ratio framework / floor |" in text
