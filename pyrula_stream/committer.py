@@ -144,6 +144,8 @@ class GroupCommitter:
                 # Records of no turn (dead letters, housekeeping) ride the next commit;
                 # turn records are rebuilt by rerunning their turns from the journal.
                 orphans = [(t, r) for t, r in batch.records if t is None]
+                # What the aborted turns buffered since belongs to an attempt that restarts.
+                self.purge(set(batch.turns))
                 self._pending.records[:0] = orphans
                 for _, fut in batch.waiters:
                     if not fut.done():

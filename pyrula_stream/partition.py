@@ -56,6 +56,7 @@ class PartitionState:
     queues: dict[str, deque[QueuedTurn]] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
     running_keys: dict[str, str] = field(default_factory=dict)
+    queued_ids: set[str] = field(default_factory=set)
 
     def is_finished(self, request: TurnRequest) -> bool:
         """Whether this turn already ended: its re-read request is a no-op."""
@@ -75,6 +76,7 @@ class PartitionState:
         """Queue behind earlier turns of the same key; True when it may start now."""
         q = self.queues.setdefault(queued.request.key, deque())
         q.append(queued)
+        self.queued_ids.add(queued.request.turn_id)
         return len(q) == 1
 
     def dequeue(self, key: str) -> QueuedTurn | None:
@@ -82,7 +84,7 @@ class PartitionState:
         q = self.queues.get(key)
         if not q:
             return None
-        q.popleft()
+        self.queued_ids.discard(q.popleft().request.turn_id)
         if not q:
             del self.queues[key]
             return None

@@ -341,7 +341,7 @@ class KafkaWorker:
         if (
             ps.is_finished(request)
             or request.turn_id in self._running
-            or any(q.request.turn_id == request.turn_id for qs in ps.queues.values() for q in qs)
+            or request.turn_id in ps.queued_ids
         ):
             ps.watermark.done(offset)
             self.committer.offsets_changed()
