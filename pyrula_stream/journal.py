@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyrula_stream.errors import ReplayInputChanged
-from pyrula_stream.serde import JournalEntry
+from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
+from pyrula_stream.serde import JournalEntry, decode_journal_entry
+
+log = logging.getLogger(__name__)
 
 PROGRESS = "progress"
 TERMINAL = "terminal"
@@ -55,12 +58,18 @@ def describe_model_input_change(recorded: str, live: str) -> str:
 
 @dataclass
 class TurnJournal:
-    """Everything the journal holds about one unfinished (or finished) turn."""
+    """Everything the journal holds about one turn.
+
+    Restore keeps step and progress records as raw bytes: most restored turns are never
+    resumed (their requests are finished), so decoding waits for ``materialize``.
+    """
 
     turn_id: str
     steps: dict[int, JournalEntry] = field(default_factory=dict)
     progress: JournalEntry | None = None
-    terminal: JournalEntry | None = None
+    terminal_ms: int | None = None
+    raw_steps: dict[int, bytes] = field(default_factory=dict)
+    raw_progress: bytes | None = None
 
     @property
     def attempt(self) -> int:
@@ -74,18 +83,51 @@ class TurnJournal:
     def stalled_attempts(self) -> int:
         return int(self.progress.data.get("stalled", 0)) if self.progress else 0
 
-    def apply(self, key: str, entry: JournalEntry | None) -> None:
-        """Fold one journal record (``None`` is a tombstone) into this view."""
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.steps
+            or self.raw_steps
+            or self.progress
+            or self.raw_progress
+            or self.terminal_ms is not None
+        )
+
+    def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
+        """Fold one raw journal record (``None`` is a tombstone) into this view."""
         suffix = key.rsplit("/", 1)[-1]
         if suffix == PROGRESS:
-            self.progress = entry
+            self.raw_progress, self.progress = value, None
         elif suffix == TERMINAL:
-            self.terminal = entry
+            self.terminal_ms = ts_ms if value is not None else None
         elif suffix.isdigit():
-            if entry is None:
-                self.steps.pop(int(suffix), None)
+            index = int(suffix)
+            self.steps.pop(index, None)
+            if value is None:
+                self.raw_steps.pop(index, None)
             else:
-                self.steps[int(suffix)] = entry
+                self.raw_steps[index] = value
+
+    def materialize(self) -> TurnJournal:
+        """Decode what restore kept raw; a record that cannot be read is skipped (rerun)."""
+        for index, raw in sorted(self.raw_steps.items()):
+            try:
+                self.steps[index] = decode_journal_entry(raw, {})
+            except MalformedRecordError as exc:
+                log.error(
+                    "journal step %s/%d unreadable, it will run again: %s", self.turn_id, index, exc
+                )
+        self.raw_steps.clear()
+        if self.raw_progress is not None:
+            try:
+                self.progress = decode_journal_entry(self.raw_progress, {})
+            except MalformedRecordError as exc:
+                log.error("journal progress of %s unreadable: %s", self.turn_id, exc)
+            self.raw_progress = None
+        return self
+
+    def step_indices(self) -> set[int]:
+        return set(self.steps) | set(self.raw_steps)
 
     def recorded(self, step: int, kind: str, name: str, input_hash: str) -> JournalEntry | None:
         """The entry for this call if it was journaled; raises if its input changed."""
@@ -112,42 +154,56 @@ class TurnJournal:
 
 
 @dataclass
+class IdempotencyRecord:
+    """Which turn took an idempotency key, and when (the record's timestamp)."""
+
+    turn_id: str
+    ts_ms: int
+
+
+@dataclass
 class PartitionJournal:
     """The restored journal of one partition: unfinished turns and terminal records."""
 
     partition: int
     turns: dict[str, TurnJournal] = field(default_factory=dict)
-    idempotency: dict[str, JournalEntry] = field(default_factory=dict)
+    idempotency: dict[str, IdempotencyRecord] = field(default_factory=dict)
     records_read: int = 0
 
     def expire(self, now_ms: int, ttl_ms: int) -> list[str]:
         """Forget terminal records older than the TTL; return their keys to tombstone."""
         keys: list[str] = []
         for turn_id, turn in list(self.turns.items()):
-            if turn.terminal is not None and now_ms - turn.terminal.ts_ms > ttl_ms:
+            if turn.terminal_ms is not None and now_ms - turn.terminal_ms > ttl_ms:
                 keys.append(f"{turn_id}/{TERMINAL}")
                 del self.turns[turn_id]
-        for idem, entry in list(self.idempotency.items()):
-            if now_ms - entry.ts_ms > ttl_ms:
+        for idem, record in list(self.idempotency.items()):
+            if now_ms - record.ts_ms > ttl_ms:
                 keys.append(IDEMPOTENCY_PREFIX + idem)
                 del self.idempotency[idem]
         return keys
 
-    def apply(self, key: str, entry: JournalEntry | None) -> None:
+    def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
+        """Fold one raw record of this partition's journal (in offset order)."""
         self.records_read += 1
         if key.startswith(IDEMPOTENCY_PREFIX):
             idem_key = key[len(IDEMPOTENCY_PREFIX) :]
-            if entry is None:
+            if value is None:
                 self.idempotency.pop(idem_key, None)
-            else:
-                self.idempotency[idem_key] = entry
+                return
+            try:
+                turn_id = decode_journal_entry(value, {}).turn_id
+            except MalformedRecordError as exc:
+                log.error("idempotency record %s unreadable: %s", key, exc)
+                return
+            self.idempotency[idem_key] = IdempotencyRecord(turn_id, ts_ms)
             return
         turn_id = key.rsplit("/", 1)[0]
         turn = self.turns.get(turn_id)
         if turn is None:
-            if entry is None:
+            if value is None:
                 return
             turn = self.turns[turn_id] = TurnJournal(turn_id)
-        turn.apply(key, entry)
-        if not turn.steps and turn.progress is None and turn.terminal is None:
+        turn.apply(key, value, ts_ms)
+        if turn.empty:
             del self.turns[turn_id]

@@ -61,7 +61,8 @@ class PartitionState:
     def is_finished(self, request: TurnRequest) -> bool:
         """Whether this turn already ended: its re-read request is a no-op."""
         turn = self.journal.turns.get(request.turn_id)
-        return request.turn_id in self.finished or (turn is not None and turn.terminal is not None)
+        finished = turn is not None and turn.terminal_ms is not None
+        return request.turn_id in self.finished or finished
 
     def original_turn(self, request: TurnRequest) -> str | None:
         """The turn that already took this request's idempotency key, if another one did."""

@@ -18,8 +18,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import pytest
-
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.local_broker import start_local_broker
@@ -52,11 +50,20 @@ def local_kafka() -> Iterator[str]:
         broker.stop()
 
 
-@pytest.fixture(scope="session")
-def kafka_bootstrap_servers() -> Iterator[str]:
+def _kafka_bootstrap_servers() -> Iterator[str]:
     """A real Kafka for the whole test session (see the module docstring)."""
     with local_kafka() as bootstrap:
         yield bootstrap
+
+
+try:  # a pytest plugin when pytest is installed; plain helpers otherwise
+    import pytest
+except ImportError:  # pragma: no cover - exercised only without the dev extra
+    pass
+else:
+    kafka_bootstrap_servers = pytest.fixture(scope="session", name="kafka_bootstrap_servers")(
+        _kafka_bootstrap_servers
+    )
 
 
 def unique_name(base: str = "t") -> str:

@@ -229,7 +229,7 @@ class TurnRuntime:
             attempt=self.attempt,
             ts_ms=now,
         )
-        keys = [serde.journal_key(self.turn_id, i) for i in sorted(self.journal.steps)]
+        keys = [serde.journal_key(self.turn_id, i) for i in sorted(self.journal.step_indices())]
         keys.append(serde.journal_key(self.turn_id, -1, PROGRESS))
         records = [self.journal_record(None, k) for k in keys]
         records.append(self.journal_record(terminal, serde.journal_key(self.turn_id, -1, TERMINAL)))

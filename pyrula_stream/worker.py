@@ -30,7 +30,7 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.execution import TurnExecutor, error_data
 from pyrula_stream.health import start_health_server
-from pyrula_stream.journal import PartitionJournal, TurnJournal
+from pyrula_stream.journal import IdempotencyRecord, PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
 from pyrula_stream.kafka.consumers import (
@@ -44,7 +44,7 @@ from pyrula_stream.llm.fake import FakeLLM
 from pyrula_stream.options import PoisonOptions, WorkerOptions
 from pyrula_stream.partition import PartitionState, QueuedTurn
 from pyrula_stream.records import OutRecord
-from pyrula_stream.serde import EventType, JournalEntry, TurnRequest
+from pyrula_stream.serde import EventType, TurnRequest
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 from pyrula_stream.turn import TurnRuntime, TurnTopics
 
@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 
 REVOKE_COMMIT_WAIT_S = 30.0
 """How long a revoke waits for a transaction in flight (the transaction timeout)."""
+
+
+class SessionLost(Exception):
+    """The worker's clients must be recreated: it drops its turns and rejoins the group."""
 
 
 @dataclass
@@ -85,6 +89,7 @@ class KafkaWorker:
         self.turns_finished = 0
         self.restored_records = 0
         self.sessions = 0
+        self._callback_error: Exception | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -134,8 +139,8 @@ class KafkaWorker:
                 while not self._stop_requested:
                     try:
                         await self._session()
-                    except ProducerFenced as exc:
-                        log.warning("producer fenced (%s): dropping turns and rejoining", exc)
+                    except (ProducerFenced, SessionLost) as exc:
+                        log.warning("%s: dropping turns and rejoining", exc)
                         await self._drop_all_turns()
         finally:
             if isinstance(self._cache, KafkaCacheStore):
@@ -210,6 +215,9 @@ class KafkaWorker:
             # Read here, never inside a rebalance callback: there it blocks until the
             # rebalance ends, and the revoke waits for the commit that needs it.
             self._group_metadata = self._consumer.consumer_group_metadata()
+            if self._callback_error is not None:
+                error, self._callback_error = self._callback_error, None
+                raise SessionLost(f"rebalance handling failed: {error!r}") from error
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
@@ -252,31 +260,27 @@ class KafkaWorker:
     # -- rebalance (called in the consumer thread) ----------------------------------------
 
     def _on_assign_cb(self, consumer: Any, partitions: list[Any]) -> None:
-        restored = {tp.partition: self._restore(tp.partition) for tp in partitions}
-        asyncio.run_coroutine_threadsafe(self._install(restored), self._loop).result()
-        if self._paused and partitions:
-            consumer.pause(partitions)
+        try:
+            restored = {tp.partition: self._restore(tp.partition) for tp in partitions}
+            asyncio.run_coroutine_threadsafe(self._install(restored), self._loop).result()
+            if self._paused and partitions:
+                consumer.pause(partitions)
+        except Exception as exc:  # an exception must not die inside librdkafka's callback
+            self._callback_error = exc
 
     def _on_revoke_cb(self, consumer: Any, partitions: list[Any]) -> None:
         lost = {tp.partition for tp in partitions}
-        asyncio.run_coroutine_threadsafe(self._revoke(lost), self._loop).result()
+        try:
+            asyncio.run_coroutine_threadsafe(self._revoke(lost), self._loop).result()
+        except Exception as exc:
+            self._callback_error = exc
 
     def _restore(self, partition: int) -> PartitionJournal:
         journal = PartitionJournal(partition)
-        for key, value, headers in read_partition_to_end(
+        for key, value, ts_ms in read_partition_to_end(
             self._restorer, self.topics.journal, partition
         ):
-            if value is None:
-                journal.apply(key, None)
-                continue
-            try:
-                entry = serde.decode_journal_entry(value, headers)
-            except MalformedRecordError as exc:
-                log.error(
-                    "journal %s[%d] key %s unreadable: %s", self.topics.journal, partition, key, exc
-                )
-                continue
-            journal.apply(key, entry)
+            journal.apply(key, value, ts_ms)
         self.restored_records += journal.records_read
         return journal
 
@@ -411,9 +415,8 @@ class KafkaWorker:
 
     def _start_turn(self, partition: int, queued: QueuedTurn) -> None:
         ps = self._parts[partition]
-        journal = ps.journal.turns.get(queued.request.turn_id) or TurnJournal(
-            queued.request.turn_id
-        )
+        restored = ps.journal.turns.get(queued.request.turn_id)
+        journal = restored.materialize() if restored else TurnJournal(queued.request.turn_id)
         runtime = self._new_runtime(partition, queued.request, journal)
         task = asyncio.create_task(self._run_turn(runtime, queued), name=runtime.turn_id)
         self._running[runtime.turn_id] = _Running(runtime, task, partition, queued.offset)
@@ -464,8 +467,8 @@ class KafkaWorker:
         idem = runtime.request.idempotency_key
         if idem and ps.running_keys.get(idem) == runtime.turn_id:
             del ps.running_keys[idem]
-            ps.journal.idempotency[idem] = JournalEntry(
-                runtime.turn_id, -1, "terminal", ts_ms=int(time.time() * 1000)
+            ps.journal.idempotency[idem] = IdempotencyRecord(
+                runtime.turn_id, int(time.time() * 1000)
             )
         ps.watermark.done(queued.offset)
         self.turns_finished += 1

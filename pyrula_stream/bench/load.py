@@ -212,14 +212,9 @@ def read_records(
     bootstrap_servers: str, topic: str, partitions: int
 ) -> list[tuple[int, str, bytes | None, dict[str, str]]]:
     """Every committed record of ``topic`` as ``(partition, key, value, headers)``."""
-    from pyrula_stream.kafka.consumers import read_partition_to_end, reader_consumer
+    from pyrula_stream.kafka.consumers import read_topic
 
-    consumer = reader_consumer(bootstrap_servers, client_id=f"bench-dump-{uuid.uuid4().hex[:8]}")
-    out: list[tuple[int, str, bytes | None, dict[str, str]]] = []
-    try:
-        for p in range(partitions):
-            for key, value, headers in read_partition_to_end(consumer, topic, p, timeout_s=300):
-                out.append((p, key, value, headers))
-    finally:
-        consumer.close()
-    return out
+    records = read_topic(
+        bootstrap_servers, topic, timeout_s=300, client_id=f"bench-dump-{uuid.uuid4().hex[:8]}"
+    )
+    return [(r.partition, r.key, r.value, r.headers) for r in records]

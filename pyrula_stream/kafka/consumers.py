@@ -74,16 +74,41 @@ def assign_from_beginning(consumer: Consumer, topic: str) -> None:
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
 
 
+def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """Low and high (last stable, under read_committed) offsets; retries retriable errors,
+    such as a leader not yet elected for a topic created a moment ago."""
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and (
+                err.retriable() or err.code() in _RETRIABLE_METADATA
+            )
+            if not retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+_RETRIABLE_METADATA = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+)
+
+
 def read_partition_to_end(
     consumer: Consumer, topic: str, partition: int, *, timeout_s: float = 120.0
-) -> Iterator[tuple[str, bytes | None, dict[str, str]]]:
-    """Yield ``(key, value, headers)`` of every committed record of one partition."""
+) -> Iterator[tuple[str, bytes | None, int]]:
+    """Yield ``(key, value, timestamp_ms)`` of every committed record of one partition."""
     tp = TopicPartition(topic, partition)
-    low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+    deadline = time.monotonic() + timeout_s
+    low, high = _watermarks(consumer, tp, deadline)
     if high <= low:
         return
     consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-    deadline = time.monotonic() + timeout_s
     try:
         while True:
             reached_eof = False
@@ -93,9 +118,11 @@ def read_partition_to_end(
                     if err.code() == KafkaError._PARTITION_EOF:
                         reached_eof = True
                         continue
+                    if err.retriable():
+                        continue
                     raise KafkaException(err)
                 key = msg.key()
-                yield (key.decode() if key else "", msg.value(), headers_dict(msg.headers()))
+                yield (key.decode() if key else "", msg.value(), msg.timestamp()[1])
             position = consumer.position([tp])[0].offset
             if reached_eof or position >= high:
                 return
