@@ -133,6 +133,7 @@ class AgentContext:
         _refuse_nested("ctx.step", name)
 
         async def live() -> StepData:
+            await self._turn.barrier()
             with durable_boundary("step", name):
                 value = fn(*args, **kwargs)
                 if asyncio.iscoroutine(value):
@@ -173,6 +174,7 @@ class AgentContext:
 
         async def live() -> StepData:
             args = tool.validate_arguments(kwargs)
+            await turn.barrier()
             turn.emit(
                 EventType.TOOL_START, {"call_key": call_key, "tool": tool.name, "input": kwargs}
             )

@@ -72,7 +72,7 @@ class TurnExecutor:
         journal, request = runtime.journal, runtime.request
         if runtime.attempt > 1:
             progressed = journal.progress is not None and int(
-                journal.progress.data.get("steps", -1)
+                journal.progress.data.get("steps_at_start", -1)
             ) != len(journal.steps)
             fresh = journal.progress is not None and (
                 time.time() * 1000 - journal.progress.ts_ms > self.options.poison.retry_ttl_s * 1000

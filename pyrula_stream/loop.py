@@ -388,6 +388,7 @@ class ToolLoop:
                     "text": str(exc),
                     "attempts": 0,
                 }
+            await turn.barrier()  # the response asking for this call is durable first
             turn.emit(
                 EventType.TOOL_START, {"call_key": call_key, "tool": tool.name, "input": call.input}
             )

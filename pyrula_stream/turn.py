@@ -2,12 +2,16 @@
 
 Every durable call goes through ``durable_step``: if the journal already holds the step
 (same kind, name and input) its recorded data is returned and nothing runs; otherwise the
-live call runs, and its result, with the events it produced, commits in one transaction
-before the body goes on. Events that are not steps (deltas, status) ride the next commit.
+live call runs, and its result, with the events it produced, goes to the next commit in
+one transaction. The body does not wait for that commit, except at a ``barrier``: before
+a tool or ``ctx.step`` runs (an effect outside Kafka must never depend on a result that
+could still be lost) and when the turn finishes. Events that are not steps (deltas,
+status) ride the next commit too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -82,11 +86,14 @@ class TurnRuntime:
     committed_seq: int = 0
     finished: bool = False
     model_calls: int = 0
+    steps_at_start: int = 0
+    _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _step: int = 0
     _stalled: int = 0
 
     def __post_init__(self) -> None:
         self.next_seq = self.committed_seq = self.journal.next_seq
+        self.steps_at_start = len(self.journal.steps)
 
     @property
     def turn_id(self) -> str:
@@ -160,7 +167,7 @@ class TurnRuntime:
             data={
                 "attempt": self.attempt,
                 "next_seq": self.next_seq,
-                "steps": len(self.journal.steps),
+                "steps_at_start": self.steps_at_start,
                 "stalled": self._stalled,
                 "started_ms": int(time.time() * 1000),
             },
@@ -202,9 +209,32 @@ class TurnRuntime:
         records = [self.journal_record(entry, entry.key)]
         for type_, event_data in events(data) if events else []:
             records += self.event_records(type_, event_data)
-        await self.output.durable(self, records)
-        self.journal.steps[index] = entry
+        self._journal_in_background(index, entry, self.output.durable(self, records))
         return data, False
+
+    def _journal_in_background(
+        self, index: int, entry: JournalEntry, committed: Awaitable[None]
+    ) -> None:
+        """The step counts as recorded once its commit succeeds; the body goes on meanwhile."""
+        future = asyncio.ensure_future(committed)
+
+        def confirm(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is None:
+                self.journal.steps[index] = entry
+
+        future.add_done_callback(confirm)
+        self._unconfirmed.append(future)
+
+    async def barrier(self) -> None:
+        """Wait until every step this attempt journaled so far is committed.
+
+        Called before anything with an effect outside Kafka runs (a tool, a ``ctx.step``):
+        the effect may depend on a model response, so that response must be durable first.
+        """
+        pending = [f for f in self._unconfirmed if not f.done()]
+        self._unconfirmed = pending
+        if pending:
+            await asyncio.gather(*pending)
 
     async def finish(self, type_: str, data: dict[str, Any]) -> None:
         """Publish the terminal event, tombstone the steps, leave a small terminal record."""

@@ -3,7 +3,7 @@
 ``@tool(cache_ttl=...)`` results and ``ctx.cache`` entries must be seen by every worker of
 the fleet, or a turn moved to another worker after a rebalance recomputes what its first
 worker already paid for. ``KafkaCacheStore`` keeps them where the rest of the system keeps
-state: in Kafka.
+state: in Kafka. This module moves records; ``pyrula_stream.cache_table`` is the table.
 
 Why a compacted topic materialized in every worker (a Kafka Streams GlobalKTable):
 
@@ -12,13 +12,11 @@ Why a compacted topic materialized in every worker (a Kafka Streams GlobalKTable
 - **Compaction is the right retention.** Only the newest record of a key matters, and
   compaction keeps exactly that, so the topic stays the size of the live cache and a
   restart reads one record per key. Expired keys are tombstoned and compact away.
-- **Reads are local.** ``get`` is a dict lookup: a cache that costs a network round trip
-  on every tool call would eat the latency it saves, and a slow broker must not stall the
-  tool loop. Every worker holds the whole table; that is the price, and it is bounded,
-  because every entry carries a TTL.
+- **Reads are local.** ``get`` is a dict lookup: a network round trip per tool call would
+  eat the latency the cache saves, and a slow broker must not stall the tool loop.
 - **No partition affinity.** A tool call can run on any worker for any turn, so every worker
-  needs every key: that rules out a partitioned (KTable-style) store, where a key lives
-  only with the worker that owns its partition.
+  holds every key (a partitioned, KTable-style store would not do). That is the price, and
+  it is bounded, because every entry carries a TTL.
 
 Consistency:
 
@@ -29,29 +27,24 @@ Consistency:
   (typically milliseconds). Until then it may miss or read the older value; for a cache
   that costs one recomputation, never a wrong turn, because a hit is journaled like a
   result and replay never consults the cache.
-- **Read-your-writes in one worker.** ``set`` updates the local table at once. While that
-  write is on its way through the topic, older records of the key that the reader is still
-  catching up on are ignored (they precede it in the log), so a worker never sees its own
-  write go back to an older value. If the broker refuses the write, the local entry is
-  dropped and ``set`` raises.
+- **Read-your-writes in one worker.** ``set`` updates the local table at once, and older
+  records of the key still being read are ignored, so a worker never sees its own write
+  go back to an older value. If the broker refuses the write, the local entry is dropped
+  and ``set`` raises.
 - **Expiry is wall-clock.** A record holds its expiry as epoch milliseconds (value
   ``{"v": <value>, "exp": <ms>}``); clock skew between hosts shifts expiry by that much.
-
-Expired entries read as missing everywhere. They are tombstoned both lazily (when ``get``
-finds one) and by a periodic sweep of the reader thread (``sweep_interval_s``), which also
-covers keys that expired while no worker was running. An expiry tombstone names the expiry
-it removes, so a running worker keeps a fresh value another worker wrote meanwhile (if
-compaction then drops that value from the topic, a worker started later misses it: a
-cache miss, never a wrong value).
+  Expired entries read as missing everywhere and are tombstoned, lazily by ``get`` and by
+  the reader's periodic sweep (``sweep_interval_s``), which also catches keys that expired
+  while no worker ran. An expiry tombstone spares a fresher value another worker wrote
+  meanwhile (should compaction then drop that value, a worker started later misses it: a
+  cache miss, never a wrong value).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import functools
-import json
 import logging
 import math
 import threading
@@ -72,6 +65,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from pyrula_stream.cache_table import (
+    EXPIRED_HEADER,
+    WRITER_HEADER,
+    CacheTable,
+    decode_entry,
+    encode_entry,
+)
 from pyrula_stream.errors import (
     BrokerUnavailableError,
     ConfigurationError,
@@ -90,8 +90,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CACHE_PARTITIONS = 3
 MAX_RECORD_BYTES = 1_000_000  # the producer's message.max.bytes; the broker allows a bit more
-WRITER_HEADER = "pyrula-cache-writer"  # "<store id>:<seq>" on every set and delete
-EXPIRED_HEADER = "pyrula-cache-expired"  # on expiry tombstones: the "exp" they remove
 
 _State = Literal["new", "starting", "started", "closed"]
 _LEADERSHIP_MOVING = frozenset(
@@ -115,30 +113,6 @@ def cache_topic_spec(
         partitions=int(str(raw["partitions"]).format(**fill)),
         config={k: str(v).format(**fill) for k, v in (raw.get("config") or {}).items()},
     )
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _decode(value: bytes) -> tuple[Any, int]:
-    """``(value, expires_at_ms)`` of one record; ``ValueError`` when it is not ours."""
-    record = json.loads(value)
-    if not isinstance(record, dict) or "v" not in record:
-        raise ValueError('expected a JSON object {"v": ..., "exp": ...}')
-    exp = record.get("exp")
-    if isinstance(exp, bool) or not isinstance(exp, int):
-        raise ValueError(f'"exp" must be epoch milliseconds, got {exp!r}')
-    return record["v"], exp
-
-
-def _expiry_removed(headers: dict[str, bytes]) -> int | None:
-    """The expiry an expiry tombstone removes; ``None`` for a plain (unconditional) delete."""
-    raw = headers.get(EXPIRED_HEADER)
-    try:
-        return None if raw is None else int(raw)
-    except ValueError:
-        return None
 
 
 def _settle(done: asyncio.Future[None], failure: BaseException | None) -> None:
@@ -186,13 +160,7 @@ class KafkaCacheStore:
         self._start_timeout_s = start_timeout_s
         self._write_timeout_s = write_timeout_s
         self._sweep_interval_s = sweep_interval_s
-        self._writer_id = uuid.uuid4().hex
-        self._seq = 0
-        # key -> (value, expires_at_ms); shared by the event loop and the reader thread.
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[Any, int]] = {}
-        self._pending: dict[str, str] = {}  # key -> token of our newest write not yet read back
-        self._expired_unswept: dict[str, int] = {}  # read already expired, no tombstone seen
+        self._table = CacheTable()  # shared by the event loop and the reader thread
         self._remaining: dict[int, int] = {}  # partition -> end offset, until caught up
         self._state: _State = "new"
         self._state_lock = threading.Lock()
@@ -208,8 +176,7 @@ class KafkaCacheStore:
 
     def __len__(self) -> int:
         """Entries held now, expired ones not yet swept included."""
-        with self._lock:
-            return len(self._entries)
+        return len(self._table)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -414,18 +381,10 @@ class KafkaCacheStore:
     def get_nowait(self, key: str) -> Any | None:
         """``get`` for sync code (a sync tool, a ``cache_getter``); returns a copy."""
         self._check_usable()
-        now = _now_ms()
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            value, exp = entry
-            if exp <= now:
-                del self._entries[key]
-        if exp <= now:
-            self._tombstone_expired(key, exp)
-            return None
-        return copy.deepcopy(value)
+        value, expired = self._table.lookup(key)
+        if expired is not None:
+            self._tombstone_expired(key, expired)
+        return value
 
     async def set(self, key: str, value: Any, ttl_s: float) -> None:
         """Store ``value`` for ``ttl_s`` seconds and wait for the broker's acknowledgement.
@@ -439,48 +398,23 @@ class KafkaCacheStore:
         payload: bytes | None = None
         local: tuple[Any, int] | None = None
         if value is not None and ttl_s > 0:
-            if not math.isfinite(ttl_s):
-                raise UserError(f"ttl_s must be a finite number of seconds, got {ttl_s!r}")
-            try:
-                v_text = json.dumps(
-                    value,
-                    separators=(",", ":"),
-                    sort_keys=True,
-                    ensure_ascii=False,
-                    allow_nan=False,
-                )
-            except (TypeError, ValueError) as exc:
-                raise UserError(
-                    f"the cache value for {key!r} is not JSON-serializable ({exc}); the shared "
-                    "cache stores JSON: str, numbers, bools, lists and dicts"
-                ) from exc
-            exp = _now_ms() + max(1, math.ceil(ttl_s * 1000))
-            payload = f'{{"v":{v_text},"exp":{exp}}}'.encode()
+            payload, local = encode_entry(key, value, ttl_s)
             if len(payload) > MAX_RECORD_BYTES:
                 raise self._too_large(key, len(payload))
-            local = (json.loads(v_text), exp)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        with self._lock:
-            self._seq += 1
-            token = f"{self._writer_id}:{self._seq}"
-            self._pending[key] = token
-            self._expired_unswept.pop(key, None)
-            if local is None:
-                self._entries.pop(key, None)
-            else:
-                self._entries[key] = local
+        token = self._table.begin_write(key, local)
         on_delivery = functools.partial(self._on_write_delivered, loop, done, key, token)
         try:
             await self._produce(key, payload, [(WRITER_HEADER, token.encode())], on_delivery)
         except BaseException:
-            self._forget_write(key, token)
+            self._table.forget_write(key, token)
             raise
         try:
             async with asyncio.timeout(self._write_timeout_s + 5.0):
                 await done
         except TimeoutError:
-            self._forget_write(key, token)
+            self._table.forget_write(key, token)
             raise BrokerUnavailableError(
                 f"no acknowledgement for cache key {key!r} from {self.topic} at "
                 f"{self.bootstrap_servers} within {self._write_timeout_s:g}s"
@@ -546,20 +480,13 @@ class KafkaCacheStore:
         """Runs on the poll thread: settle the waiting ``set`` on its own loop."""
         failure: BaseException | None = None
         if err is not None:
-            self._forget_write(key, token)
+            self._table.forget_write(key, token)
             failure = BrokerUnavailableError(
                 f"the shared tool cache could not write {key!r} to {self.topic} at "
                 f"{self.bootstrap_servers}: {err.str()}"
             )
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             loop.call_soon_threadsafe(_settle, done, failure)
-
-    def _forget_write(self, key: str, token: str) -> None:
-        """A write that did not reach the log must not linger in the local table."""
-        with self._lock:
-            if self._pending.get(key) == token:
-                del self._pending[key]
-                self._entries.pop(key, None)
 
     def _tombstone_expired(self, key: str, exp: int) -> None:
         """Best effort, never blocking: a missed tombstone is retried by a later sweep."""
@@ -652,32 +579,12 @@ class KafkaCacheStore:
         self._apply(key.decode("utf-8", "replace"), msg.value(), dict(msg.headers() or []))
 
     def _apply(self, key: str, value: bytes | None, headers: dict[str, bytes]) -> None:
-        entry: tuple[Any, int] | None = None
-        if value is not None:
-            try:
-                entry = _decode(value)
-            except ValueError as exc:
-                logger.warning("skipped a malformed record for %r in %s: %s", key, self.topic, exc)
-                return
-        writer = headers.get(WRITER_HEADER)
-        now = _now_ms()
-        with self._lock:
-            mine = self._pending.get(key)
-            if mine is not None:
-                if writer is None or writer.decode() != mine:
-                    return  # precedes our own newer write in the log
-                del self._pending[key]
-            self._expired_unswept.pop(key, None)
-            if entry is None:
-                removes = _expiry_removed(headers)
-                current = self._entries.get(key)
-                if removes is None or current is None or current[1] <= removes:
-                    self._entries.pop(key, None)
-            elif entry[1] <= now:
-                self._entries.pop(key, None)
-                self._expired_unswept[key] = entry[1]
-            else:
-                self._entries[key] = entry
+        try:
+            entry = None if value is None else decode_entry(value)
+        except ValueError as exc:
+            logger.warning("skipped a malformed record for %r in %s: %s", key, self.topic, exc)
+            return
+        self._table.apply(key, entry, headers)
 
     def _check_caught_up(self, consumer: Consumer) -> None:
         """Caught up when ``position >= end`` for every partition (markers take offsets)."""
@@ -692,12 +599,5 @@ class KafkaCacheStore:
 
     def _sweep(self) -> None:
         """Drop expired entries and tombstone them, with those read already expired."""
-        now = _now_ms()
-        with self._lock:
-            expired = {k: exp for k, (_, exp) in self._entries.items() if exp <= now}
-            for key in expired:
-                del self._entries[key]
-            expired.update(self._expired_unswept)
-            self._expired_unswept.clear()
-        for key, exp in expired.items():
+        for key, exp in self._table.sweep().items():
             self._tombstone_expired(key, exp)
