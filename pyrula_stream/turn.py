@@ -88,6 +88,7 @@ class TurnRuntime:
     model_calls: int = 0
     steps_at_start: int = 0
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
+    _written: set[int] = field(default_factory=set)
     _step: int = 0
     _stalled: int = 0
 
@@ -224,6 +225,7 @@ class TurnRuntime:
 
         future.add_done_callback(confirm)
         self._unconfirmed.append(future)
+        self._written.add(index)
 
     async def barrier(self) -> None:
         """Wait until every step this attempt journaled so far is committed.
@@ -259,7 +261,9 @@ class TurnRuntime:
             attempt=self.attempt,
             ts_ms=now,
         )
-        keys = [serde.journal_key(self.turn_id, i) for i in sorted(self.journal.step_indices())]
+        # Every step key: restored ones and this attempt's, committed or still in flight.
+        indices = self.journal.step_indices() | self._written
+        keys = [serde.journal_key(self.turn_id, i) for i in sorted(indices)]
         keys.append(serde.journal_key(self.turn_id, -1, PROGRESS))
         records = [self.journal_record(None, k) for k in keys]
         records.append(self.journal_record(terminal, serde.journal_key(self.turn_id, -1, TERMINAL)))

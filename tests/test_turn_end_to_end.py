@@ -6,7 +6,7 @@ from typing import Any
 
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
 from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call, reply_tool_calls
-from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.testing import read_topic, running_worker, unique_name
 
 
 @tool(read_only=True)
@@ -49,6 +49,12 @@ async def test_turn_publishes_ordered_events_and_result(
     assert events[-1].data["result"] == "It shipped."
     assert events[-1].data["usage"]["llm_calls"] == 2
     assert all(e.attempt == 1 and e.agent == agent.name for e in events)
+    # What compaction keeps of a finished turn: only its small terminal record.
+    latest: dict[bytes | None, bytes | None] = {}
+    for key, value, _ in read_topic(kafka_bootstrap_servers, agent.topics.journal):
+        latest[key] = value
+    live = sorted(k.decode() for k, v in latest.items() if v is not None and k is not None)
+    assert live == [f"{events[0].turn_id}/terminal"]
 
 
 async def test_unknown_and_failing_tools_keep_the_turn_going(
