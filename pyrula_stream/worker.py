@@ -211,7 +211,7 @@ class KafkaWorker:
         while not self._stop_requested:
             if committer_task.done():
                 committer_task.result()  # re-raises ProducerFenced
-            msgs = await asyncio.to_thread(self._consumer.consume, 256, 0.05)
+            msgs = await asyncio.to_thread(self._fetch)
             # Read here, never inside a rebalance callback: there it blocks until the
             # rebalance ends, and the revoke waits for the commit that needs it.
             self._group_metadata = self._consumer.consumer_group_metadata()
@@ -230,6 +230,17 @@ class KafkaWorker:
                 if msg.error() is None:
                     self._on_control_record(msg.value())
             self._apply_backpressure()
+
+    def _fetch(self) -> list[Any]:
+        """Wait up to 50 ms for the first record, then take what is already buffered.
+
+        ``consume(n, timeout)`` alone waits for a full batch or the whole timeout, which
+        added ~25 ms to every turn on an idle worker.
+        """
+        first = self._consumer.poll(0.05)
+        if first is None:
+            return []
+        return [first, *self._consumer.consume(255, 0)]
 
     async def _drain(self) -> None:
         """Stop fetching; give running turns ``shutdown_grace`` to finish, then stop them.

@@ -61,7 +61,7 @@ def reader_consumer(bootstrap_servers: str, *, client_id: str) -> Consumer:
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 50,
+                "fetch.wait.max.ms": 10,
             },
         )
     )
@@ -72,6 +72,15 @@ def assign_from_beginning(consumer: Consumer, topic: str) -> None:
     md = consumer.list_topics(topic, timeout=10).topics.get(topic)
     partitions = sorted(md.partitions) if md is not None and md.error is None else [0]
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+
+
+def _next_batch(consumer: Consumer) -> list[Any]:
+    """What is buffered now, else the first record within 200 ms (never a full wait)."""
+    batch = consumer.consume(1000, 0)
+    if batch:
+        return list(batch)
+    first = consumer.poll(0.2)
+    return [] if first is None else [first]
 
 
 def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
@@ -112,7 +121,7 @@ def read_partition_to_end(
     try:
         while True:
             reached_eof = False
-            for msg in consumer.consume(1000, timeout=0.2):
+            for msg in _next_batch(consumer):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -171,7 +180,7 @@ def read_topic(
         while pending:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic}: partitions {sorted(pending)} not at end")
-            for msg in consumer.consume(1000, timeout=0.2):
+            for msg in _next_batch(consumer):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:

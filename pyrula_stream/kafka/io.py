@@ -123,8 +123,14 @@ class PartitionReader:
     def poll(
         self, timeout_s: float
     ) -> Iterator[tuple[bytes | None, bytes | None, dict[str, str], int, int]]:
-        """Yield ``(key, value, headers, partition, offset)``; partition-EOF is skipped."""
-        for msg in self._consumer.consume(500, timeout=timeout_s):
+        """Yield ``(key, value, headers, partition, offset)``; partition-EOF is skipped.
+
+        Returns as soon as a record is there (``consume`` alone waits for a full batch or
+        the whole timeout).
+        """
+        first = self._consumer.poll(timeout_s)
+        batch = [] if first is None else [first, *self._consumer.consume(499, 0)]
+        for msg in batch:
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
