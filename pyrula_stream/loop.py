@@ -110,6 +110,7 @@ class ToolLoop:
         self.http = http
         self.deps = deps
         self.tool_runtime = TurnToolRuntime(turn, cache_store)
+        self._definitions: dict[int, ToolDefinition] = {}
 
     # -- public: what ctx.llm exposes -----------------------------------------------------
 
@@ -174,7 +175,7 @@ class ToolLoop:
         turn = self.turn
         index = turn.model_calls
         turn.model_calls += 1
-        definitions = [t.definition() for t in offered]
+        definitions = [self._definition(t) for t in offered]
         input_hash = model_call_fingerprint(
             messages,
             system,
@@ -227,6 +228,13 @@ class ToolLoop:
         if replayed:
             self._bill(response)
         return response
+
+    def _definition(self, tool: ToolCallable) -> ToolDefinition:
+        """A tool's definition, built once per turn (it copies the schema)."""
+        found = self._definitions.get(id(tool))
+        if found is None:
+            found = self._definitions[id(tool)] = tool.definition()
+        return found
 
     async def _stream_model(
         self,
