@@ -256,3 +256,38 @@ async def test_cached_results_are_shared_by_every_worker(
     ]
     assert cached == [False, True, True]
     assert runs == ["EUR"]
+
+
+async def test_an_oversized_result_fails_fast_and_deltas_are_coalesced(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    calls: list[int] = []
+
+    @tool(retry=3)
+    async def dump(ctx: ToolContext) -> str:
+        """Returns more than a Kafka record may hold."""
+        calls.append(1)
+        return "x" * 2_000_000
+
+    long_text = "word " * 400  # 2,000 characters, streamed one character at a time
+    script = [reply_tool_call("dump")]
+
+    @kafka_agent(name=unique_name("oversized"), llm=FakeLLM(script), tools=[dump], partitions=1)
+    async def oversized(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "dump"}])
+
+    @kafka_agent(name=unique_name("deltas"), llm=FakeLLM([long_text], chunk_chars=1), partitions=1)
+    async def chatty(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "talk"}])
+
+    async with running_worker(oversized, kafka_bootstrap_servers):
+        events = await client.run(oversized.name, timeout=60)
+    assert events[-1].data["code"] == "stream_too_large"
+    assert "over the 1000000-byte limit" in events[-1].data["message"]
+    assert calls == [1], "a payload over the limit is never retried"
+
+    async with running_worker(chatty, kafka_bootstrap_servers):
+        events = await client.run(chatty.name, timeout=60)
+    deltas = [e.data["text"] for e in events if e.type == "llm:delta"]
+    assert "".join(deltas) == long_text
+    assert len(deltas) <= 4, "2,000 one-character chunks become a few llm:delta events"
