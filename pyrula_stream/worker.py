@@ -50,7 +50,7 @@ from pyrula_stream.turn import TurnRuntime, TurnTopics
 
 log = logging.getLogger(__name__)
 
-REVOKE_COMMIT_WAIT_S = 30.0
+REVOKE_COMMIT_WAIT_S = 10.0
 """How long a revoke waits for a transaction in flight (the transaction timeout)."""
 
 

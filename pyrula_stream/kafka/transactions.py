@@ -39,7 +39,12 @@ def _kafka_error(exc: KafkaException) -> KafkaError | None:
 
 
 class BatchWriter:
-    """The worker's only producer. ``exactly_once`` selects transactions (EOS v2)."""
+    """The worker's only producer. ``exactly_once`` selects transactions (EOS v2).
+
+    A transaction here never spans a model or tool call, so it lasts milliseconds; the
+    10 s ``transaction.timeout.ms`` (Kafka Streams' choice too) bounds how long a worker
+    that died and is not restarted can hold back ``read_committed`` readers of its topics.
+    """
 
     def __init__(
         self,
@@ -47,7 +52,7 @@ class BatchWriter:
         *,
         transactional_id: str,
         exactly_once: bool = True,
-        transaction_timeout_ms: int = 30_000,
+        transaction_timeout_ms: int = 10_000,
         extra: dict[str, Any] | None = None,
     ) -> None:
         self.exactly_once = exactly_once
