@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,9 @@ from pyrula_stream.turn import TurnRuntime, TurnTopics
 log = logging.getLogger(__name__)
 
 REVOKE_COMMIT_WAIT_S = 10.0
+
+MAX_REMEMBERED_CANCELS = 100_000
+"""Cancel requests kept for turns this worker has not seen yet (oldest dropped first)."""
 """How long a revoke waits for a transaction in flight (the transaction timeout)."""
 
 
@@ -81,7 +85,7 @@ class KafkaWorker:
         self.llm = agent.llm or FakeLLM()
         self._parts: dict[int, PartitionState] = {}
         self._running: dict[str, _Running] = {}
-        self._cancels: dict[str, tuple[str, str]] = {}
+        self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._waiting: list[tuple[int, QueuedTurn]] = []
         self._paused = False
         self._stop_requested = False
@@ -415,6 +419,9 @@ class KafkaWorker:
             return
         reason = str(body.get("reason") or action)[:500]
         self._cancels[turn_id] = (action, reason)
+        self._cancels.move_to_end(turn_id)
+        while len(self._cancels) > MAX_REMEMBERED_CANCELS:  # the control topic is replayed
+            self._cancels.popitem(last=False)
         running = self._running.get(turn_id)
         if running is None:
             return
