@@ -137,7 +137,7 @@ async def test_a_rebalance_under_load_loses_and_doubles_nothing(
     @tool
     async def work(ctx: ToolContext, n: int) -> int:
         """Takes a moment, so turns are mid-flight when partitions move."""
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
         return n * 2
 
     @kafka_agent(
@@ -152,7 +152,7 @@ async def test_a_rebalance_under_load_loses_and_doubles_nothing(
     async with running_worker(
         agent, kafka_bootstrap_servers, WorkerOptions(worker_id="rb-1", max_concurrent_turns=4)
     ) as first:
-        handles = [await client.submit(agent.name, i=i) for i in range(60)]
+        handles = [await client.submit(agent.name, i=i) for i in range(100)]
         await wait_for(lambda: first.turns_finished >= 5, 60, "first turns done")
         # A second worker joins while commits are in flight: partitions move mid-turn.
         async with running_worker(
