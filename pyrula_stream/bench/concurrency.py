@@ -20,9 +20,10 @@ import threading
 import time
 from typing import Any
 
-from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique, until
+from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.testing import wait_for
 from pyrula_stream.worker import WorkerOptions
 
 MODEL_CALLS = 2
@@ -74,12 +75,12 @@ async def _measure(
                     agent.topics.turns,
                     turn_requests(agent.name, warm, QUESTION),
                 )
-                await until(lambda: reader.reached(warm), 120, "concurrency warm-up")
+                await wait_for(lambda: reader.reached(warm), 120, "concurrency warm-up")
                 requests = turn_requests(agent.name, turns, QUESTION)
                 sampler = _Sampler(reader)
                 started = await asyncio.to_thread(submitter.send_all, agent.topics.turns, requests)
                 try:
-                    await until(
+                    await wait_for(
                         lambda: reader.reached(warm + turns),
                         300 + turns * MODEL_CALLS * model_latency_s,
                         f"concurrency run: {reader.terminal - warm}/{turns} turns completed",

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique, until
+from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import (
     CompletionReader,
     Headers,
@@ -22,6 +22,7 @@ from pyrula_stream.bench.load import (
     turn_requests,
 )
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.testing import wait_for
 from pyrula_stream.worker import WorkerOptions
 
 TurnRecords = list[tuple[str, bytes, bytes | None, Headers]]
@@ -64,7 +65,7 @@ async def run_framework(
             profiler = _start_profiler() if profile_to is not None else None
             try:
                 started = await asyncio.to_thread(submitter.send_all, agent.topics.turns, requests)
-                await until(
+                await wait_for(
                     lambda: reader.reached(turns),
                     max(120.0, turns / 10),
                     f"framework run: {reader.terminal}/{turns} turns completed",

@@ -15,12 +15,13 @@ import platform
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.kafka.admin import TopicSpec, admin_client, apply_topics
 from pyrula_stream.kafka.consumers import reader_consumer
+from pyrula_stream.testing import wait_for
 from pyrula_stream.worker import KafkaWorker, WorkerOptions
 
 log = logging.getLogger(__name__)
@@ -51,15 +52,6 @@ def kafka(bootstrap_servers: str | None) -> Iterator[tuple[str, str]]:
         )
     finally:
         broker.stop()
-
-
-async def until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``predicate`` every 20 ms; raise ``TimeoutError`` naming ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} (after {timeout_s:.0f}s)")
-        await asyncio.sleep(0.02)
 
 
 def create_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 60.0) -> None:
@@ -109,7 +101,7 @@ async def in_process_worker(
     worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
     task = asyncio.create_task(worker.run(), name=f"bench-worker-{agent.name}")
     try:
-        await until(
+        await wait_for(
             lambda: task.done() or worker.assigned_partitions >= agent.partitions,
             timeout_s,
             f"worker of {agent.name} got no partitions",

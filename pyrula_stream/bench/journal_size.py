@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique, until
+from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import CompletionReader, Submitter, read_records, turn_requests
 from pyrula_stream.bench.stats import line_fit
 from pyrula_stream.bench.workload import steps_agent
 from pyrula_stream.serde import decode_turn_request, headers_dict
+from pyrula_stream.testing import wait_for
 
 
 @dataclass
@@ -56,7 +57,7 @@ async def run_journal_size(
             reader = CompletionReader(bootstrap, agent.topics.events, agent.partitions)
             try:
                 await asyncio.to_thread(submitter.send_all, agent.topics.turns, requests)
-                await until(lambda: reader.reached(len(requests)), 300, "journal-size turns")
+                await wait_for(lambda: reader.reached(len(requests)), 300, "journal-size turns")
             finally:
                 reader.close()
         records = await asyncio.to_thread(

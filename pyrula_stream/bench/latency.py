@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique, until
+from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
 from pyrula_stream.bench.stats import percentile
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.testing import wait_for
 from pyrula_stream.worker import WorkerOptions
 
 MODEL_CALLS = 2
@@ -72,12 +73,12 @@ async def run_latency(
             try:
                 warm = turn_requests(agent.name, warmup, QUESTION)
                 await asyncio.to_thread(submitter.send_all, agent.topics.turns, warm)
-                await until(lambda: reader.reached(warmup), 120, "latency warm-up")
+                await wait_for(lambda: reader.reached(warmup), 120, "latency warm-up")
                 timed = turn_requests(agent.name, turns, QUESTION)
                 sent = await asyncio.to_thread(
                     submitter.send_paced, agent.topics.turns, timed, rate
                 )
-                await until(
+                await wait_for(
                     lambda: reader.reached(warmup + turns),
                     120 + turns * model_s,
                     f"latency run: {reader.terminal - warmup}/{turns} turns completed",
