@@ -25,15 +25,17 @@ from pyrula_stream.errors import (
     ProviderStreamTruncated,
     PyrulaError,
     ReplayInputChanged,
+    ToolCallFailed,
     ToolCallRejected,
     ToolRegistrationError,
     TopicDriftError,
     TurnFailure,
     UserError,
 )
+from pyrula_stream.events import Event, EventType
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.retry import RetryPolicy
-from pyrula_stream.serde import Event, EventType, TurnRequest
+from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tools import ToolContext, tool
 from pyrula_stream.worker import KafkaWorker, PoisonOptions, WorkerOptions
 
@@ -67,6 +69,7 @@ __all__ = [
     "PyrulaError",
     "ReplayInputChanged",
     "RetryPolicy",
+    "ToolCallFailed",
     "ToolCallRejected",
     "ToolContext",
     "ToolRegistrationError",

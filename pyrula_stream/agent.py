@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyrula_stream.errors import AgentRegistrationError, ToolRegistrationError
+from pyrula_stream.events import EventRouting
 from pyrula_stream.kafka.admin import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
@@ -76,12 +77,10 @@ class KafkaAgent:
     def topic_specs(self) -> list[TopicSpec]:
         return agent_topic_specs(self.name, prefix=self.prefix, partitions=self.partitions)
 
-    def event_topics(self, event_type: str) -> list[str]:
-        """``<agent>.events`` plus any output topics routed for this event type."""
-        routed = list(self.output_topics.get(event_type, ())) + list(
-            self.output_topics.get("*", ())
-        )
-        return [self.topics.events, *[t for t in routed if t != self.topics.events]]
+    @property
+    def event_routing(self) -> EventRouting:
+        """``<agent>.events`` for every event, plus the routed output topics."""
+        return EventRouting(self.topics.events, self.output_topics)
 
     async def __call__(self, ctx: Any, /, **params: Any) -> Any:
         return await self.fn(ctx, **params)

@@ -185,8 +185,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from pyrula_stream import serde
     from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.events import decode_event
     from pyrula_stream.kafka.io import PartitionReader
 
     topic = AgentTopics.for_agent(args.agent, args.prefix).events
@@ -202,7 +202,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
             for key, value, headers, _, _ in reader.poll(0.2):
                 if value is None or (args.turn and key != args.turn.encode()):
                     continue
-                event = serde.decode_event(value, headers)
+                event = decode_event(value, headers)
                 print(format_event(event), flush=True)
                 if args.turn and event.is_terminal:
                     return 0

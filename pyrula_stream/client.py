@@ -8,7 +8,6 @@ sees each event of a turn exactly once, in ``seq`` order.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -18,9 +17,11 @@ from typing import Any
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.events import Event, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.kafka.io import PartitionReader, RecordProducer
-from pyrula_stream.serde import Event, TurnRequest
+from pyrula_stream.records import ControlRequest, content_type_header
+from pyrula_stream.serde import TurnRequest
 
 IDEMPOTENT_TURN_NAMESPACE = uuid.UUID("8f4b1c52-7a0e-4d1e-9a7e-5f2f3c6d9b10")
 MAX_REASON = 500
@@ -100,7 +101,7 @@ class KafkaAgentClient:
             self._topics(request.agent).turns,
             request.key.encode(),
             serde.encode("turn_request", request),
-            [(serde.CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode())],
+            [content_type_header("turn_request")],
         )
         return TurnHandle(
             request.turn_id,
@@ -138,7 +139,7 @@ class KafkaAgentClient:
                 for k, value, headers, _, _ in batch:
                     if k != key or value is None:
                         continue
-                    event = serde.decode_event(value, headers)
+                    event = decode_event(value, headers)
                     if event.seq < next_seq:  # at-least-once mode may repeat an event
                         continue
                     next_seq = event.seq + 1
@@ -189,15 +190,7 @@ class KafkaAgentClient:
     async def _control(self, agent: str, turn_id: str, action: str, reason: str | None) -> None:
         if reason is not None and len(reason) > MAX_REASON:
             raise ConfigurationError(f"reason is {len(reason)} characters; at most {MAX_REASON}")
-        body = {
-            "turn_id": turn_id,
-            "action": action,
-            "reason": reason,
-            "ts_ms": int(time.time() * 1000),
-        }
+        record = ControlRequest(turn_id, action, reason).record(self._topics(agent).control)
         await self._get_producer().send(
-            self._topics(agent).control,
-            turn_id.encode(),
-            json.dumps(body).encode(),
-            [(serde.CONTENT_TYPE_HEADER, b"application/json")],
+            record.topic, record.key, record.value, list(record.headers)
         )

@@ -18,12 +18,13 @@ from pyrula_stream.errors import (
     ConcurrentCallIdError,
     KafkaLimitError,
     NestedDurableOperationError,
-    TurnFailure,
 )
+from pyrula_stream.events import Status
 from pyrula_stream.journal import fingerprint
+from pyrula_stream.limits import check_wall_time
 from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
-from pyrula_stream.loop import ToolLoop, ToolResultBlock, outcome_data
-from pyrula_stream.serde import EventType
+from pyrula_stream.loop import ToolLoop, ToolResultBlock
+from pyrula_stream.tool_calls import ToolCall, ToolCalls
 from pyrula_stream.tools import (
     ToolCallable,
     current_boundary,
@@ -86,9 +87,11 @@ class LLMHandle:
 class AgentContext:
     """What an agent body receives as its first argument."""
 
-    def __init__(self, turn: TurnRuntime, loop: ToolLoop, *, deps: Any = None) -> None:
+    def __init__(
+        self, turn: TurnRuntime, loop: ToolLoop, tool_calls: ToolCalls, *, deps: Any = None
+    ) -> None:
         self._turn = turn
-        self._loop = loop
+        self._tool_calls = tool_calls
         self.llm = LLMHandle(loop)
         self.deps = deps
         self._direct_counters: dict[str, int] = {}
@@ -124,7 +127,7 @@ class AgentContext:
 
     async def emit_status(self, text: str) -> None:
         """An ephemeral ``status`` event: published, never journaled."""
-        self._turn.emit(EventType.STATUS, {"text": text})
+        self._turn.emit(Status(text))
 
     async def step(
         self, name: str, fn: Callable[..., Awaitable[Any] | Any], *args: Any, **kwargs: Any
@@ -133,6 +136,7 @@ class AgentContext:
         _refuse_nested("ctx.step", name)
 
         async def live() -> StepData:
+            check_wall_time(self._tool_calls.limits, self._turn.started_ms)
             await self._turn.barrier()
             with durable_boundary("step", name):
                 value = fn(*args, **kwargs)
@@ -157,58 +161,29 @@ class AgentContext:
         data, _ = await self._turn.durable_step("sleep", "sleep", fingerprint(seconds), live)
         await asyncio.sleep(max(0.0, data["wake_at_ms"] / 1000 - time.time()))
 
-    async def _durable_tool_call(
-        self, tool: ToolCallable, kwargs: dict[str, Any], *, call_id: str | None
+    async def call_tool(
+        self, tool: ToolCallable, arguments: dict[str, Any], *, id: str | None = None
     ) -> Any:
-        """A tool called from agent code: durable, keyed by a per-name counter or ``id=``."""
+        """A tool called from agent code (``await my_tool(ctx, ...)``): a durable call keyed
+        by a per-name counter or ``id=``. A failure raises the tool's error: ``Poison``
+        quarantines the turn, anything else is a ``ToolCallFailed`` with the tool's code."""
         _refuse_nested("tool call", tool.name)
-        if call_id is None:
+        if id is None:
             n = self._direct_counters.get(tool.name, 0)
             self._direct_counters[tool.name] = n + 1
             call_key = f"direct:{tool.name}#{n}"
         else:
-            call_key = f"direct:{tool.name}#id={call_id}"
-            if (tool.name, call_id) in self._running_ids:
-                raise ConcurrentCallIdError(tool.name, call_id)
-        turn = self._turn
-
-        async def live() -> StepData:
-            args = tool.validate_arguments(kwargs)
-            await turn.barrier()
-            turn.emit(
-                EventType.TOOL_START, {"call_key": call_key, "tool": tool.name, "input": kwargs}
-            )
-            outcome = await tool.invoke(self._loop._tool_context(tool, None, call_key), args)
-            data = outcome_data(call_key, outcome)
-            if not outcome.is_error:
-                data["value"] = outcome.value
-            return data
-
-        def events(data: StepData) -> list[tuple[str, dict[str, Any]]]:
-            return [
-                (
-                    EventType.TOOL_RESULT,
-                    {
-                        "call_key": call_key,
-                        "tool": tool.name,
-                        "status": data["status"],
-                        "output": data["text"],
-                        "attempts": data.get("attempts", 0),
-                    },
-                )
-            ]
-
-        if call_id is not None:
-            self._running_ids.add((tool.name, call_id))
+            call_key = f"direct:{tool.name}#id={id}"
+            if (tool.name, id) in self._running_ids:
+                raise ConcurrentCallIdError(tool.name, id)
+            self._running_ids.add((tool.name, id))
         try:
-            data, _ = await turn.durable_step("tool", tool.name, fingerprint(kwargs), live, events)
-        finally:
-            if call_id is not None:
-                self._running_ids.discard((tool.name, call_id))
-        if data["status"] != "ok":
-            raise TurnFailure(
-                f"tool '{tool.name}' failed: {data['text']}", code=None, detail={"tool": tool.name}
+            data = await self._tool_calls.run(
+                ToolCall(call_key, tool.name, arguments, tool, direct=True)
             )
+        finally:
+            if id is not None:
+                self._running_ids.discard((tool.name, id))
         return data.get("value")
 
     # -- what a Kafka consumer cannot do --------------------------------------------------

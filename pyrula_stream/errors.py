@@ -17,6 +17,7 @@ choose between a retry and the dead-letter topic.
     ├── MalformedRecordError           a record that cannot be decoded (goes to the DLQ)
     └── TurnFailure                    a turn ended with an error code
         ├── ToolCallRejected
+        ├── ToolCallFailed             a tool called from agent code failed (its own code)
         ├── ReplayInputChanged
         ├── BudgetExceeded
         ├── ContextWindowExceeded
@@ -181,6 +182,23 @@ class ToolCallRejected(TurnFailure):
         self.tool_name = tool_name
         self.reason = reason
         self.expired = expired
+
+
+class ToolCallFailed(TurnFailure):
+    """A tool called from agent code failed; carries the tool's own error code and type.
+
+    ``Fatal`` keeps ``fatal``, a timeout ``tool_error``, and so on, so a turn that lets it
+    propagate reports what the tool raised, not a generic agent error.
+    """
+
+    def __init__(self, tool_name: str, message: str, *, code: str, error_type: str) -> None:
+        try:
+            error_code = ErrorCode(code)
+        except ValueError:
+            error_code = ErrorCode.TOOL_ERROR
+        super().__init__(message, code=error_code, detail={"tool": tool_name})
+        self.tool_name = tool_name
+        self.error_type = error_type
 
 
 class ReplayInputChanged(TurnFailure):

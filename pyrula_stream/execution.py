@@ -20,14 +20,16 @@ from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError
+from pyrula_stream.events import RunComplete, RunError, RunStart
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.options import WorkerOptions
-from pyrula_stream.records import OutRecord
-from pyrula_stream.serde import EventType, TurnRequest
+from pyrula_stream.records import OutRecord, content_type_header, dead_letter
+from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tool_cache import CacheStore
+from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
-from pyrula_stream.turn import TurnRuntime
+from pyrula_stream.turn import StepData, TurnRuntime
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +60,17 @@ class TurnExecutor:
         """Another turn already took this idempotency key: point the submitter at it."""
         key = runtime.request.idempotency_key
         await runtime.finish(
-            EventType.RUN_ERROR,
-            {
-                "code": ErrorCode.DUPLICATE_RUN,
-                "message": f"idempotency key {key!r} already ran as turn {original}; "
+            RunError(
+                code=ErrorCode.DUPLICATE_RUN,
+                message=f"idempotency key {key!r} already ran as turn {original}; "
                 "read that turn's events for its result",
-                "original_turn_id": original,
-            },
+                original_turn_id=original,
+            )
         )
 
     async def execute(self, runtime: TurnRuntime) -> None:
         """Run the agent body once (replaying what the journal holds) and finish the turn."""
-        journal, request = runtime.journal, runtime.request
+        journal = runtime.journal
         if runtime.attempt > 1:
             progressed = journal.progress is not None and int(
                 journal.progress.data.get("steps_at_start", -1)
@@ -83,68 +84,68 @@ class TurnExecutor:
                 return
             await runtime.begin_attempt(stalled)
         try:
-            await runtime.durable_step(
-                "start",
-                "start",
-                "",
-                self._start_data(request),
-                lambda data: [(EventType.RUN_START, data)],
-            )
-            loop = ToolLoop(
-                runtime,
-                self.llm,
-                self.agent.tools,
-                self.agent.limits,
-                http=self.http,
-                deps=self.agent.deps,
-                cache_store=self.cache,
-            )
-            ctx = AgentContext(runtime, loop, deps=self.agent.deps)
-            async with asyncio.timeout(self.agent.timeout):
-                result = await self.agent.fn(ctx, **request.params)
-            runtime.raise_if_cancelled()
-            value = _jsonable(result, self.agent.name)
-            await runtime.finish(
-                EventType.RUN_COMPLETE, {"result": value, "usage": runtime.spend.as_dict()}
-            )
+            await self._run_body(runtime)
         except asyncio.CancelledError:
             raise
         except Poison as exc:
             await self.quarantine(runtime, f"tool raised Poison: {exc.message}")
         except TimeoutError:
             await runtime.finish(
-                EventType.RUN_ERROR,
-                {
-                    "code": ErrorCode.TURN_TIMEOUT,
-                    "message": f"turn exceeded the agent timeout of {self.agent.timeout}s",
-                },
+                RunError(
+                    code=ErrorCode.TURN_TIMEOUT,
+                    message=f"turn exceeded the agent timeout of {self.agent.timeout}s",
+                )
             )
         except PyrulaError as exc:
-            await runtime.finish(EventType.RUN_ERROR, error_data(exc))
+            await runtime.finish(RunError.of(exc))
         except TypeError as exc:
+            bad_params = "argument" in str(exc)
             await runtime.finish(
-                EventType.RUN_ERROR,
-                {
-                    "code": ErrorCode.INVALID_REQUEST
-                    if "argument" in str(exc)
-                    else ErrorCode.AGENT_ERROR,
-                    "message": f"{type(exc).__name__}: {exc}",
-                },
+                RunError(
+                    code=ErrorCode.INVALID_REQUEST if bad_params else ErrorCode.AGENT_ERROR,
+                    message=f"{type(exc).__name__}: {exc}",
+                )
             )
         except Exception as exc:
             log.exception("turn %s failed", runtime.turn_id)
             await runtime.finish(
-                EventType.RUN_ERROR,
-                {"code": ErrorCode.AGENT_ERROR, "message": f"{type(exc).__name__}: {exc}"},
+                RunError(code=ErrorCode.AGENT_ERROR, message=f"{type(exc).__name__}: {exc}")
             )
 
+    async def _run_body(self, runtime: TurnRuntime) -> None:
+        """Journal the start, run the body, finish with its result (or raise its error)."""
+        request = runtime.request
+        data, _ = await runtime.durable_step(
+            "start", "start", "", self._start_data(request), lambda d: [_run_start(d)]
+        )
+        # The wall-time budget counts from the first attempt's start, on any worker.
+        runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
+        tool_calls = ToolCalls(
+            runtime, self.agent.limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
+        )
+        loop = ToolLoop(runtime, self.llm, self.agent.tools, self.agent.limits, tool_calls)
+        ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps)
+        try:
+            async with asyncio.timeout(self.agent.timeout):
+                result = await self.agent.fn(ctx, **request.params)
+        except Exception as exc:
+            if runtime.refusal is not None and exc is not runtime.refusal:
+                raise runtime.refusal from exc
+            raise
+        if runtime.refusal is not None:  # a Kafka limit the body caught still ends the turn
+            raise runtime.refusal
+        runtime.raise_if_cancelled()
+        value = _jsonable(result, self.agent.name)
+        await runtime.finish(RunComplete(value, runtime.spend.as_dict()))
+
     def _start_data(self, request: TurnRequest) -> Any:
-        async def live() -> dict[str, Any]:
+        async def live() -> StepData:
             return {
                 "params": request.params,
                 "metadata": request.metadata,
                 "thread_id": request.thread_id,
                 "worker": self.worker_id,
+                "started_ms": int(time.time() * 1000),
             }
 
         return live
@@ -153,36 +154,30 @@ class TurnExecutor:
         req = runtime.request
         self.add_records(
             [
-                OutRecord(
+                dead_letter(
                     self.agent.topics.dlq,
-                    req.key.encode(),
-                    serde.encode("turn_request", req),
-                    [
-                        (serde.CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode()),
-                        ("pyrula.dlq.reason", reason.encode()),
-                        ("pyrula.dlq.code", ErrorCode.POISON_QUARANTINE.encode()),
-                        ("pyrula.dlq.worker", self.worker_id.encode()),
-                    ],
+                    reason,
+                    ErrorCode.POISON_QUARANTINE,
+                    worker=self.worker_id,
+                    key=req.key.encode(),
+                    value=serde.encode("turn_request", req),
+                    headers=[content_type_header("turn_request")],
                 )
             ]
         )
         await runtime.finish(
-            EventType.RUN_ERROR,
-            {"code": ErrorCode.POISON_QUARANTINE, "message": f"turn quarantined: {reason}"},
+            RunError(code=ErrorCode.POISON_QUARANTINE, message=f"turn quarantined: {reason}")
         )
 
 
-def error_data(exc: PyrulaError) -> dict[str, Any]:
-    """What ``run:error`` carries for one of our errors."""
-    data: dict[str, Any] = {
-        "code": str(exc.code or ErrorCode.INTERNAL),
-        "message": exc.message,
-        "error_type": type(exc).__name__,
-    }
-    detail = getattr(exc, "detail", None)
-    if detail is not None:
-        data["detail"] = detail
-    return data
+def _run_start(data: StepData) -> RunStart:
+    return RunStart(
+        params=data["params"],
+        metadata=data["metadata"],
+        thread_id=data["thread_id"],
+        worker=data["worker"],
+        started_ms=int(data.get("started_ms") or 0),
+    )
 
 
 def _jsonable(value: Any, agent: str) -> Any:

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
-from pyrula_stream.serde import JournalEntry, decode_journal_entry
+from pyrula_stream.serde import (
+    JournalEntry,
+    decode_journal_entry,
+    journal_key,
+    parse_journal_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,10 @@ class TurnJournal:
         return int(self.progress.data.get("next_seq", 0)) if self.progress else 0
 
     @property
+    def dropped_events(self) -> int:
+        return int(self.progress.data.get("dropped_events", 0)) if self.progress else 0
+
+    @property
     def stalled_attempts(self) -> int:
         return int(self.progress.data.get("stalled", 0)) if self.progress else 0
 
@@ -95,7 +104,7 @@ class TurnJournal:
 
     def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
         """Fold one raw journal record (``None`` is a tombstone) into this view."""
-        suffix = key.rsplit("/", 1)[-1]
+        suffix = parse_journal_key(key)[1]
         if suffix == PROGRESS:
             self.raw_progress, self.progress = value, None
         elif suffix == TERMINAL:
@@ -175,7 +184,7 @@ class PartitionJournal:
         keys: list[str] = []
         for turn_id, turn in list(self.turns.items()):
             if turn.terminal_ms is not None and now_ms - turn.terminal_ms > ttl_ms:
-                keys.append(f"{turn_id}/{TERMINAL}")
+                keys.append(journal_key(turn_id, -1, TERMINAL))
                 del self.turns[turn_id]
         for idem, record in list(self.idempotency.items()):
             if now_ms - record.ts_ms > ttl_ms:
@@ -198,7 +207,7 @@ class PartitionJournal:
                 return
             self.idempotency[idem_key] = IdempotencyRecord(turn_id, ts_ms)
             return
-        turn_id = key.rsplit("/", 1)[0]
+        turn_id = parse_journal_key(key)[0]
         turn = self.turns.get(turn_id)
         if turn is None:
             if value is None:

@@ -1,10 +1,22 @@
-"""``AgentLimits``: what one turn may spend, and the run-time checks that enforce it."""
+"""``AgentLimits`` and their enforcement: what a turn has spent, and the checks on it.
+
+Budgets (calls, tokens, cost) are checked before each live model call; replayed calls are
+never checked, since they cost nothing now. The wall-time budget counts from the turn's
+first start, which the turn journals, so a replay on another worker does not reset it;
+it is checked before every live model call, tool call and ``ctx.step``.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pyrula_stream.errors import BudgetExceeded, ContextWindowExceeded
+
+if TYPE_CHECKING:
+    from pyrula_stream.llm.base import ModelResponse, ToolDefinition
 
 DEFAULT_MAX_LLM_CALLS = 50
 DEFAULT_MAX_TOOL_RESULT_BYTES = 100_000
@@ -15,8 +27,7 @@ class AgentLimits:
     """Per-agent resource and context-window limits, passed to ``@kafka_agent(limits=...)``.
 
     Tokens are input + output + cache-creation tokens as billed; cache reads are excluded
-    (price them with ``max_cost_usd``). Budgets are checked before each live model call;
-    replayed calls are never checked.
+    (price them with ``max_cost_usd``).
     """
 
     max_tool_calls: int | None = None
@@ -36,3 +47,120 @@ class AgentLimits:
     history_compactor: Any = None
     estimate_tokens: Any = None
     max_parallel_tool_calls: int = 8
+
+
+@dataclass
+class Spend:
+    """What the turn has spent on model calls (recorded calls included)."""
+
+    llm_calls: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def billed_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cache_creation_input_tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "llm_calls": self.llm_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "cost_usd": round(self.cost_usd, 6),
+        }
+
+
+def price_for(model: str, limits: AgentLimits) -> Any:
+    """The agent's own price for ``model``, else the dated default table's, else None."""
+    from pyrula_stream.llm.pricing import DEFAULT_PRICES, price_of
+
+    return price_of(model, limits.prices) or price_of(model, DEFAULT_PRICES)
+
+
+def bill(spend: Spend, response: ModelResponse, limits: AgentLimits, default_model: str) -> None:
+    """Add one model call's usage (and its cost, when the model is priced) to ``spend``."""
+    from pyrula_stream.llm.pricing import cost_usd
+
+    usage = response.usage
+    spend.llm_calls += 1
+    spend.input_tokens += usage.input_tokens
+    spend.output_tokens += usage.output_tokens
+    spend.cache_creation_input_tokens += usage.cache_creation_input_tokens
+    spend.cache_read_input_tokens += usage.cache_read_input_tokens
+    price = price_for(response.model or default_model, limits)
+    if price is not None:
+        spend.cost_usd += cost_usd(usage, price)
+
+
+def check_model_budget(
+    limits: AgentLimits,
+    spend: Spend,
+    model: str,
+    messages: list[dict[str, Any]],
+    system: str | None,
+    definitions: list[ToolDefinition],
+) -> None:
+    """Before each live model call: calls, tokens, cost and the context window."""
+    lim = limits
+    if lim.max_llm_calls is not None and spend.llm_calls >= lim.max_llm_calls:
+        raise BudgetExceeded(
+            f"max_llm_calls={lim.max_llm_calls} reached", detail={"limit": "max_llm_calls"}
+        )
+    if lim.max_total_tokens is not None and spend.billed_tokens >= lim.max_total_tokens:
+        raise BudgetExceeded(
+            f"max_total_tokens={lim.max_total_tokens} reached ({spend.billed_tokens} used)",
+            detail={"limit": "max_total_tokens"},
+        )
+    if lim.max_cost_usd is not None:
+        if price_for(model, lim) is None:
+            raise BudgetExceeded(
+                f"model '{model}' has no price, so max_cost_usd cannot be enforced; "
+                "add it to AgentLimits(prices=...)",
+                detail={"limit": "max_cost_usd", "reason": "unpriced_model"},
+            )
+        if spend.cost_usd >= lim.max_cost_usd:
+            raise BudgetExceeded(
+                f"max_cost_usd={lim.max_cost_usd} reached (${spend.cost_usd:.4f} spent)",
+                detail={"limit": "max_cost_usd"},
+            )
+    if lim.context_window is not None:
+        from pyrula_stream.llm.tokens import estimate_tokens
+
+        estimate = (lim.estimate_tokens or estimate_tokens)(messages, system, definitions)
+        room = lim.context_window - (lim.reserved_output_tokens or 0)
+        if estimate > room:
+            raise ContextWindowExceeded(
+                f"the request is about {estimate} tokens; the context window leaves {room}",
+                detail={"estimate": estimate, "context_window": lim.context_window},
+            )
+
+
+def check_tool_budget(limits: AgentLimits, spend: Spend, requested: int) -> None:
+    """Before a batch of tool calls runs: ``max_tool_calls`` (unknown tools count too)."""
+    cap = limits.max_tool_calls
+    if cap is not None and spend.tool_calls + requested > cap:
+        raise BudgetExceeded(
+            f"max_tool_calls={cap} reached: the model asked for {requested} more after "
+            f"{spend.tool_calls}",
+            detail={"limit": "max_tool_calls"},
+        )
+
+
+def check_wall_time(limits: AgentLimits, started_ms: int | None) -> None:
+    """Before every live model call, tool call and step: wall time since the first start."""
+    cap = limits.max_turn_wall_seconds
+    if cap is None or started_ms is None:
+        return
+    elapsed = time.time() - started_ms / 1000
+    if elapsed >= cap:
+        raise BudgetExceeded(
+            f"max_turn_wall_seconds={cap:g} reached: the turn started {elapsed:.1f}s ago "
+            "(counted from its first attempt, across replays)",
+            detail={"limit": "max_turn_wall_seconds", "elapsed_s": round(elapsed, 3)},
+        )

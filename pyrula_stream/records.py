@@ -1,8 +1,20 @@
-"""An outgoing Kafka record, built by the turn and written by the group committer."""
+"""Outgoing Kafka records and the one builder for each kind we write outside events.
+
+``OutRecord`` is what turns and the worker hand the group committer. The builders here
+are the only places that write the ``content-type`` header, dead-letter headers,
+tombstones and control records, so every topic gets them in one shape.
+"""
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from pyrula_stream import serde
+from pyrula_stream.errors import ErrorCode, PayloadTooLarge
 
 
 @dataclass(slots=True)
@@ -18,3 +30,132 @@ class OutRecord:
         return (
             len(self.key) + len(self.value or b"") + sum(len(k) + len(v) for k, v in self.headers)
         )
+
+
+def content_type_header(record: str) -> tuple[str, bytes]:
+    """The header naming the schema (``record``) that decodes a value."""
+    return (serde.CONTENT_TYPE_HEADER, serde.content_type(record).encode())
+
+
+JSON_CONTENT_TYPE = (serde.CONTENT_TYPE_HEADER, b"application/json")
+
+
+def wire_record(
+    topic: str,
+    key: bytes,
+    value: bytes | None,
+    record: str,
+    *,
+    partition: int | None = None,
+    max_bytes: int | None = None,
+) -> OutRecord:
+    """A record of one of our schemas; ``PayloadTooLarge`` past ``max_bytes``, before any
+    retry can loop on a size the broker will always refuse."""
+    rec = OutRecord(topic, key, value, [content_type_header(record)], partition)
+    if max_bytes is not None and rec.size > max_bytes:
+        raise PayloadTooLarge(
+            f"a record for {topic} would be {rec.size} bytes, over the {max_bytes}-byte "
+            "limit (max_record_bytes / the broker's message.max.bytes); shrink the tool "
+            "result or raise both limits"
+        )
+    return rec
+
+
+def tombstone(
+    topic: str, key: str, partition: int | None = None, *, record: str = "journal_entry"
+) -> OutRecord:
+    """Deletes ``key`` from a compacted topic holding ``record`` values."""
+    return wire_record(topic, key.encode(), None, record, partition=partition)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """Where a consumed record came from and what it held: what a dead letter copies."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+    @property
+    def source(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+def dead_letter(
+    dlq_topic: str,
+    reason: str,
+    code: ErrorCode,
+    *,
+    worker: str,
+    key: bytes,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]],
+    source: str | None = None,
+) -> OutRecord:
+    """A record we could not process: its bytes, with the reason in ``pyrula.dlq.*`` headers
+    and its own headers kept as ``pyrula.original.*``."""
+    out = [
+        ("pyrula.dlq.reason", reason.encode()),
+        ("pyrula.dlq.code", str(code).encode()),
+        ("pyrula.dlq.worker", worker.encode()),
+    ]
+    if source is not None:
+        out.append(("pyrula.dlq.source", source.encode()))
+    out += [(f"pyrula.original.{k}", v or b"") for k, v in headers]
+    return OutRecord(dlq_topic, key, value, out)
+
+
+def dead_letter_source(
+    dlq_topic: str, record: SourceRecord, reason: str, code: ErrorCode, *, worker: str
+) -> OutRecord:
+    """A consumed record that could not be read, dead-lettered as received."""
+    return dead_letter(
+        dlq_topic,
+        reason,
+        code,
+        worker=worker,
+        key=record.key or b"",
+        value=record.value,
+        headers=record.headers,
+        source=record.source,
+    )
+
+
+CONTROL_ACTIONS = ("cancel", "terminate")
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRequest:
+    """A cancel or terminate request on ``<agent>.control`` (JSON, keyed by turn id)."""
+
+    turn_id: str
+    action: str
+    reason: str | None = None
+    ts_ms: int = 0
+
+    def record(self, control_topic: str) -> OutRecord:
+        body = {
+            "turn_id": self.turn_id,
+            "action": self.action,
+            "reason": self.reason,
+            "ts_ms": self.ts_ms or int(time.time() * 1000),
+        }
+        return OutRecord(
+            control_topic, self.turn_id.encode(), json.dumps(body).encode(), [JSON_CONTENT_TYPE]
+        )
+
+    @classmethod
+    def parse(cls, value: bytes | None) -> ControlRequest | None:
+        """The request a control record holds, or ``None`` when it is unreadable."""
+        try:
+            body: Mapping[str, Any] = json.loads(value or b"")
+            turn_id, action = str(body["turn_id"]), str(body["action"])
+        except (ValueError, KeyError, TypeError):
+            return None
+        if action not in CONTROL_ACTIONS:
+            return None
+        reason = str(body.get("reason") or action)[:500]
+        return cls(turn_id, action, reason, int(body.get("ts_ms") or 0))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -22,21 +22,6 @@ from pyrula_stream.errors import MalformedRecordError
 
 SCHEMA_VERSION = 1
 CONTENT_TYPE_HEADER = "content-type"
-
-
-class EventType(StrEnum):
-    RUN_START = "run:start"
-    LLM_DELTA = "llm:delta"
-    LLM_COMPLETE = "llm:complete"
-    TOOL_START = "tool:start"
-    TOOL_RESULT = "tool:result"
-    STATUS = "status"
-    RUN_COMPLETE = "run:complete"
-    RUN_ERROR = "run:error"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (EventType.RUN_COMPLETE, EventType.RUN_ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,21 +38,6 @@ class TurnRequest:
     def key(self) -> str:
         """Records of one thread share a key, so the thread's turns stay in order."""
         return self.thread_id or self.turn_id
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    type: str
-    turn_id: str
-    agent: str
-    seq: int
-    ts_ms: int
-    attempt: int = 1
-    data: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.type in (EventType.RUN_COMPLETE, EventType.RUN_ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +63,12 @@ def journal_key(turn_id: str, step: int, kind: str = "") -> str:
     return f"{turn_id}/{kind}"
 
 
+def parse_journal_key(key: str) -> tuple[str, str]:
+    """``(turn_id, suffix)``: the suffix is a step index, ``progress`` or ``terminal``."""
+    turn_id, _, suffix = key.rpartition("/")
+    return turn_id, suffix
+
+
 def content_type(record: str) -> str:
     return f"application/vnd.pyrula.{record}.v{SCHEMA_VERSION}+avro"
 
@@ -113,7 +89,7 @@ _JSON_FIELDS = {
 
 _FIELD_NAMES = {
     "turn_request": [f.name for f in fields(TurnRequest)],
-    "event": [f.name for f in fields(Event)],
+    "event": ["type", "turn_id", "agent", "seq", "ts_ms", "attempt", "data"],
     "journal_entry": [f.name for f in fields(JournalEntry)],
 }
 
@@ -122,7 +98,8 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def encode(record: str, value: TurnRequest | Event | JournalEntry) -> bytes:
+def encode(record: str, value: object) -> bytes:
+    """The schemaless Avro body of ``value`` (a dataclass with the schema's fields)."""
     # A shallow field dict: dataclasses.asdict deep-copies every nested dict first,
     # which the profiler showed as half the worker's time.
     body = {name: getattr(value, name) for name in _FIELD_NAMES[record]}
@@ -133,7 +110,7 @@ def encode(record: str, value: TurnRequest | Event | JournalEntry) -> bytes:
     return buf.getvalue()
 
 
-def _decode_body(record: str, payload: bytes, headers: dict[str, str]) -> dict[str, Any]:
+def _decode_body(record: str, payload: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
     ctype = headers.get(CONTENT_TYPE_HEADER, content_type(record))
     if ctype == "application/json":
         try:
@@ -174,7 +151,7 @@ def _load_json_fields(record: str, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def decode_turn_request(payload: bytes | None, headers: dict[str, str]) -> TurnRequest:
+def decode_turn_request(payload: bytes | None, headers: Mapping[str, str]) -> TurnRequest:
     if not payload:
         raise MalformedRecordError("turn request has an empty value")
     body = _load_json_fields("turn_request", _decode_body("turn_request", payload, headers))
@@ -192,14 +169,13 @@ def decode_turn_request(payload: bytes | None, headers: dict[str, str]) -> TurnR
         raise MalformedRecordError(f"turn request is missing or has a bad field: {exc}") from None
 
 
-def decode_event(payload: bytes, headers: dict[str, str]) -> Event:
-    body = _load_json_fields("event", _decode_body("event", payload, headers))
-    return Event(**body)
+def decode_record(record: str, payload: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
+    """The fields of one record of ``schemas/<record>.avsc``, JSON fields parsed."""
+    return _load_json_fields(record, _decode_body(record, payload, headers))
 
 
-def decode_journal_entry(payload: bytes, headers: dict[str, str]) -> JournalEntry:
-    body = _load_json_fields("journal_entry", _decode_body("journal_entry", payload, headers))
-    return JournalEntry(**body)
+def decode_journal_entry(payload: bytes, headers: Mapping[str, str]) -> JournalEntry:
+    return JournalEntry(**decode_record("journal_entry", payload, headers))
 
 
 RawHeaders = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None

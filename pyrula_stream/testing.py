@@ -78,25 +78,20 @@ async def running_worker(
     options: WorkerOptions | None = None,
     *,
     wait_assigned: bool = True,
+    all_partitions: bool = False,
     timeout_s: float = 60.0,
 ) -> AsyncIterator[KafkaWorker]:
-    """Run a worker in this event loop; stop it gracefully on exit."""
-    worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
-    task = asyncio.create_task(worker.run(), name=f"worker-{agent.name}")
-    try:
+    """Run a worker in this event loop until it owns a partition (or ``all_partitions``);
+    stop it gracefully on exit, re-raising whatever made it fail."""
+    async with KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options) as worker:
         if wait_assigned:
+            wanted = agent.partitions if all_partitions else 1
             await wait_for(
-                lambda: task.done() or worker.assigned_partitions > 0,
+                lambda: worker.done or worker.assigned_partitions >= wanted,
                 timeout_s,
                 f"worker of {agent.name} got no partitions",
             )
-            if task.done():
-                task.result()
         yield worker
-    finally:
-        worker.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, timeout_s)
 
 
 async def wait_for(predicate: Any, timeout_s: float, what: str) -> None:

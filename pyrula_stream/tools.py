@@ -18,12 +18,12 @@ import json
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol, overload
+from typing import Any, Protocol, overload, runtime_checkable
 
 import httpx
 import pydantic_core
@@ -53,6 +53,7 @@ from pyrula_stream.tool_schema import InvalidToolArguments, derive_arguments, re
 from pyrula_stream.tool_schema import validate_arguments as _validate_arguments
 
 __all__ = [
+    "DurableToolCaller",
     "InvalidToolArguments",
     "ToolCallable",
     "ToolContext",
@@ -66,7 +67,6 @@ __all__ = [
     "durable_boundary",
     "encode_result",
     "tool",
-    "truncate_for_model",
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,6 +107,15 @@ def durable_boundary(kind: str, name: str) -> Iterator[None]:
         yield
     finally:
         _BOUNDARY.reset(token)
+
+
+@runtime_checkable
+class DurableToolCaller(Protocol):
+    """An agent context: a direct tool call from agent code goes through its durable path."""
+
+    async def call_tool(
+        self, tool: ToolCallable, arguments: dict[str, Any], *, id: str | None = None
+    ) -> Any: ...
 
 
 # --- the context a tool receives ---------------------------------------------------------
@@ -225,6 +234,7 @@ class ToolOutcome:
     attempts: int
     error_code: ErrorCode | None = None
     error_type: str | None = None
+    message: str | None = None
     cached: bool = False
     poison: bool = False
 
@@ -258,22 +268,6 @@ def encode_result(value: Any, tool_name: str, *, kind: str = "tool") -> str:
         return canonical_json(value)
     except (TypeError, ValueError) as exc:
         raise UnserializableToolResult(tool_name, str(exc), kind=kind) from exc
-
-
-def truncate_for_model(text: str, max_bytes: int | None) -> str:
-    """Cut ``text`` to ``max_bytes`` UTF-8 bytes at a character boundary, and say so."""
-    if max_bytes is None:
-        return text
-    if max_bytes < 0:
-        raise ValueError(f"max_bytes must be >= 0 or None, got {max_bytes}")
-    encoded = text.encode("utf-8", "surrogatepass")
-    if len(encoded) <= max_bytes:
-        return text
-    cut = max_bytes
-    while cut > 0 and encoded[cut] & 0xC0 == 0x80:  # step back off continuation bytes
-        cut -= 1
-    shown = encoded[:cut].decode("utf-8", "surrogatepass")
-    return f"{shown}\n[truncated: showed {cut} of {len(encoded)} bytes]"
 
 
 # --- the callable ---------------------------------------------------------------------------
@@ -334,6 +328,10 @@ class ToolCallable:
             kwargs = self.validate_arguments(arguments)
         except InvalidToolArguments as exc:
             return self._failure(exc, attempts=0)
+        return await self.run_validated(ctx, kwargs)
+
+    async def run_validated(self, ctx: ToolContext, kwargs: Mapping[str, Any]) -> ToolOutcome:
+        """``invoke`` for arguments that ``validate_arguments`` already returned."""
         cache_key = self._result_cache_key(kwargs)
         store = ctx.cache_store
         if cache_key is not None:
@@ -358,11 +356,8 @@ class ToolCallable:
         boundary = current_boundary()
         if boundary is not None:
             raise NestedDurableOperationError("tool call", self.name, boundary[0], boundary[1])
-        durable_call: Callable[..., Awaitable[Any]] | None = getattr(
-            ctx, "_durable_tool_call", None
-        )
-        if durable_call is not None:
-            return await durable_call(self, dict(kwargs), call_id=id)
+        if isinstance(ctx, DurableToolCaller):
+            return await ctx.call_tool(self, dict(kwargs), id=id)
         run = await self._run(ctx, self.validate_arguments(kwargs))
         if run.error is not None:
             raise run.error
@@ -387,6 +382,7 @@ class ToolCallable:
             attempts=attempts,
             error_code=exc.code if isinstance(exc, PyrulaError) else ErrorCode.TOOL_ERROR,
             error_type=type(exc).__name__,
+            message=message,
             poison=isinstance(exc, Poison),
         )
 

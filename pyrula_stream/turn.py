@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyrula_stream import serde
-from pyrula_stream.errors import PayloadTooLarge, TurnCancelled
+from pyrula_stream.errors import PyrulaError, TurnCancelled
+from pyrula_stream.events import EventRouting, Payload, RunComplete, Terminal, TurnEvents
 from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
-from pyrula_stream.records import OutRecord
-from pyrula_stream.serde import Event, EventType, JournalEntry, TurnRequest
+from pyrula_stream.limits import Spend
+from pyrula_stream.records import OutRecord, tombstone, wire_record
+from pyrula_stream.serde import JournalEntry, TurnRequest
 
 StepData = dict[str, Any]
 
@@ -37,35 +39,8 @@ class TurnOutput(Protocol):
 @dataclass
 class TurnTopics:
     journal: str
-    events: list[str]
+    events: EventRouting
     partition: int
-
-
-@dataclass
-class Spend:
-    """What the turn has spent on model calls (recorded calls included)."""
-
-    llm_calls: int = 0
-    tool_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cost_usd: float = 0.0
-
-    @property
-    def billed_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens + self.cache_creation_input_tokens
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "llm_calls": self.llm_calls,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_creation_input_tokens": self.cache_creation_input_tokens,
-            "cache_read_input_tokens": self.cache_read_input_tokens,
-            "cost_usd": round(self.cost_usd, 6),
-        }
 
 
 @dataclass
@@ -79,21 +54,34 @@ class TurnRuntime:
     attempt: int = 1
     max_record_bytes: int = 1_000_000
     max_event_count: int | None = None
-    started_at: float = field(default_factory=time.monotonic)
+    max_event_payload_bytes: int | None = None
     spend: Spend = field(default_factory=Spend)
     cancel_reason: str | None = None
-    next_seq: int = 0
     committed_seq: int = 0
     finished: bool = False
     model_calls: int = 0
     steps_at_start: int = 0
+    started_ms: int | None = None
+    refusal: PyrulaError | None = None
+    events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _written: set[int] = field(default_factory=set)
     _step: int = 0
     _stalled: int = 0
 
     def __post_init__(self) -> None:
-        self.next_seq = self.committed_seq = self.journal.next_seq
+        self.events = TurnEvents(
+            self.turn_id,
+            self.agent,
+            self.topics.events,
+            self.attempt,
+            next_seq=self.journal.next_seq,
+            dropped=self.journal.dropped_events,
+            max_count=self.max_event_count,
+            max_payload_bytes=self.max_event_payload_bytes,
+            max_record_bytes=self.max_record_bytes,
+        )
+        self.committed_seq = self.journal.next_seq
         self.steps_at_start = len(self.journal.steps)
 
     @property
@@ -105,6 +93,10 @@ class TurnRuntime:
         return self.request.agent
 
     @property
+    def next_seq(self) -> int:
+        return self.events.next_seq
+
+    @property
     def cancelled(self) -> bool:
         return self.cancel_reason is not None
 
@@ -112,55 +104,42 @@ class TurnRuntime:
         if self.cancel_reason is not None:
             raise TurnCancelled(f"turn cancelled: {self.cancel_reason}")
 
+    def refuse(self, error: PyrulaError) -> PyrulaError:
+        """Remember an error that ends the turn even if the body catches it; returns it
+        to raise (a Kafka limit such as a gated tool must not be talked around)."""
+        if self.refusal is None:
+            self.refusal = error
+        return error
+
     def allocate_steps(self, count: int = 1) -> int:
         """Reserve ``count`` consecutive step indices in program order; returns the first."""
         first = self._step
         self._step += count
         return first
 
+    def restart_from(self, previous: TurnRuntime) -> None:
+        """A rerun after an abort continues ``seq`` where the committed events stopped."""
+        self.attempt = previous.attempt + 1
+        self.events.attempt = self.attempt
+        self.events.next_seq = self.committed_seq = previous.committed_seq
+
     # -- records -------------------------------------------------------------------------
 
-    def _record(self, topic: str, key: str, value: bytes | None, ctype: str) -> OutRecord:
-        rec = OutRecord(
-            topic,
-            key.encode(),
-            value,
-            [(serde.CONTENT_TYPE_HEADER, ctype.encode())],
-            self.topics.partition if topic == self.topics.journal else None,
-        )
-        if rec.size > self.max_record_bytes:
-            raise PayloadTooLarge(
-                f"a record for {topic} would be {rec.size} bytes, over the "
-                f"{self.max_record_bytes}-byte limit (max_record_bytes / the broker's "
-                "message.max.bytes); shrink the tool result or raise both limits"
-            )
-        return rec
-
-    def event_records(self, type_: str, data: dict[str, Any]) -> list[OutRecord]:
-        """Build one event (taking the next ``seq``) for every events topic."""
-        over_limit = self.max_event_count is not None and self.next_seq >= self.max_event_count
-        if over_limit and type_ not in (EventType.RUN_COMPLETE, EventType.RUN_ERROR):
-            return []
-        event = Event(
-            type_,
-            self.turn_id,
-            self.agent,
-            self.next_seq,
-            int(time.time() * 1000),
-            self.attempt,
-            data,
-        )
-        self.next_seq += 1
-        value = serde.encode("event", event)
-        ctype = serde.content_type("event")
-        return [self._record(t, self.turn_id, value, ctype) for t in self.topics.events]
-
     def journal_record(self, entry: JournalEntry | None, key: str) -> OutRecord:
-        value = serde.encode("journal_entry", entry) if entry is not None else None
-        return self._record(self.topics.journal, key, value, serde.content_type("journal_entry"))
+        if entry is None:
+            return tombstone(self.topics.journal, key, self.topics.partition)
+        return wire_record(
+            self.topics.journal,
+            key.encode(),
+            serde.encode("journal_entry", entry),
+            "journal_entry",
+            partition=self.topics.partition,
+            max_bytes=self.max_record_bytes,
+        )
 
     def progress_record(self) -> OutRecord:
         """The turn's progress (attempt, next seq): rides every commit that touches the turn."""
+        now = int(time.time() * 1000)
         entry = JournalEntry(
             self.turn_id,
             -1,
@@ -168,20 +147,24 @@ class TurnRuntime:
             data={
                 "attempt": self.attempt,
                 "next_seq": self.next_seq,
+                "dropped_events": self.events.dropped,
                 "steps_at_start": self.steps_at_start,
                 "stalled": self._stalled,
-                "started_ms": int(time.time() * 1000),
             },
             attempt=self.attempt,
-            ts_ms=int(time.time() * 1000),
+            ts_ms=now,
         )
         return self.journal_record(entry, serde.journal_key(self.turn_id, -1, PROGRESS))
 
     # -- emission ------------------------------------------------------------------------
 
-    def emit(self, type_: str, data: dict[str, Any]) -> None:
-        """An event that is not a step (delta, status): rides the next commit."""
-        self.output.add(self, self.event_records(type_, data))
+    def emit(self, payload: Payload) -> None:
+        """An event that is not a step (delta, status): rides the next commit.
+
+        Nothing is published after the terminal event: a late emit is dropped.
+        """
+        if not self.finished:
+            self.output.add(self, self.events.records(payload))
 
     async def begin_attempt(self, stalled: int) -> None:
         """Journal that a new attempt started (poison detection counts these)."""
@@ -194,7 +177,7 @@ class TurnRuntime:
         name: str,
         input_hash: str,
         live: Callable[[], Awaitable[StepData]],
-        events: Callable[[StepData], list[tuple[str, dict[str, Any]]]] | None = None,
+        events: Callable[[StepData], Sequence[Payload]] | None = None,
         step: int | None = None,
     ) -> tuple[StepData, bool]:
         """Return ``(data, replayed)``: the recorded data, or run ``live`` and journal it."""
@@ -204,12 +187,14 @@ class TurnRuntime:
             return recorded.data, True
         self.raise_if_cancelled()
         data = await live()
+        if self.finished:  # a step that outlived its turn must not write after the end
+            raise asyncio.CancelledError(f"turn {self.turn_id} already finished")
         entry = JournalEntry(
             self.turn_id, index, kind, name, input_hash, data, self.attempt, int(time.time() * 1000)
         )
         records = [self.journal_record(entry, entry.key)]
-        for type_, event_data in events(data) if events else []:
-            records += self.event_records(type_, event_data)
+        for payload in events(data) if events else ():
+            records += self.events.records(payload)
         self._journal_in_background(index, entry, self.output.durable(self, records))
         return data, False
 
@@ -238,23 +223,29 @@ class TurnRuntime:
         if pending:
             await asyncio.gather(*pending)
 
-    async def finish(self, type_: str, data: dict[str, Any]) -> None:
-        """Publish the terminal event, tombstone the steps, leave a small terminal record."""
-        records = self.event_records(type_, data)
-        records += self.closing_records(type_, data)
+    async def finish(self, terminal: Terminal) -> None:
+        """Publish the terminal event, tombstone the steps, leave a small terminal record.
+
+        From here on the turn writes nothing: ``emit`` drops and ``durable_step`` refuses.
+        """
+        if self.finished:
+            return
+        records = self.events.closing_records(terminal)
+        records += self.closing_records(terminal)
         self.finished = True
         await self.output.durable(self, records)
 
-    def closing_records(self, type_: str, data: dict[str, Any]) -> list[OutRecord]:
+    def closing_records(self, terminal: Terminal) -> list[OutRecord]:
         now = int(time.time() * 1000)
-        terminal = JournalEntry(
+        code = None if isinstance(terminal, RunComplete) else terminal.code
+        entry = JournalEntry(
             self.turn_id,
             -1,
             TERMINAL,
-            type_,
+            terminal.type,
             data={
-                "status": "completed" if type_ == EventType.RUN_COMPLETE else "failed",
-                "code": data.get("code"),
+                "status": "failed" if code else "completed",
+                "code": code,
                 "events": self.next_seq,
                 "idempotency_key": self.request.idempotency_key,
             },
@@ -266,9 +257,9 @@ class TurnRuntime:
         keys = [serde.journal_key(self.turn_id, i) for i in sorted(indices)]
         keys.append(serde.journal_key(self.turn_id, -1, PROGRESS))
         records = [self.journal_record(None, k) for k in keys]
-        records.append(self.journal_record(terminal, serde.journal_key(self.turn_id, -1, TERMINAL)))
+        records.append(self.journal_record(entry, serde.journal_key(self.turn_id, -1, TERMINAL)))
         if self.request.idempotency_key:
             records.append(
-                self.journal_record(terminal, IDEMPOTENCY_PREFIX + self.request.idempotency_key)
+                self.journal_record(entry, IDEMPOTENCY_PREFIX + self.request.idempotency_key)
             )
         return records

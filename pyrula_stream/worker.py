@@ -16,46 +16,46 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal, Self
 
 import httpx
 
-from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.committer import GroupCommitter
 from pyrula_stream.errors import (
+    ConfigurationError,
     ErrorCode,
-    MalformedRecordError,
     TopicDriftError,
     TurnCancelled,
+    UserError,
 )
-from pyrula_stream.execution import TurnExecutor, error_data
+from pyrula_stream.events import RunError
+from pyrula_stream.execution import TurnExecutor
 from pyrula_stream.health import start_health_server
 from pyrula_stream.journal import IdempotencyRecord, PartitionJournal, TurnJournal
-from pyrula_stream.kafka.admin import apply_topics
+from pyrula_stream.kafka.admin import apply_topics, missing_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
-from pyrula_stream.kafka.consumers import (
-    assign_from_beginning,
-    group_consumer,
-    read_partition_to_end,
-    reader_consumer,
-)
+from pyrula_stream.kafka.consumers import ControlReader, read_partition_to_end, reader_consumer
+from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, TurnRecord
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
-from pyrula_stream.llm.fake import FakeLLM
+from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.options import PoisonOptions, WorkerOptions
 from pyrula_stream.partition import PartitionState, QueuedTurn
-from pyrula_stream.records import OutRecord
-from pyrula_stream.serde import EventType, TurnRequest
+from pyrula_stream.records import ControlRequest, OutRecord, dead_letter_source, tombstone
+from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 from pyrula_stream.turn import TurnRuntime, TurnTopics
 
 log = logging.getLogger(__name__)
 
 REVOKE_COMMIT_WAIT_S = 10.0
+"""How long a revoke waits for a transaction in flight (the transaction timeout)."""
 
 MAX_REMEMBERED_CANCELS = 100_000
 """Cancel requests kept for turns this worker has not seen yet (oldest dropped first)."""
-"""How long a revoke waits for a transaction in flight (the transaction timeout)."""
+
+_State = Literal["new", "running", "stopped"]
 
 
 class SessionLost(Exception):
@@ -70,29 +70,61 @@ class _Running:
     offset: int
 
 
+@dataclass
+class _Session:
+    """The Kafka clients of one group membership; recreated after fencing."""
+
+    writer: BatchWriter
+    consumer: TurnConsumer
+    restorer: Any
+    control: ControlReader
+    committer: GroupCommitter
+    loop: asyncio.AbstractEventLoop
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.restorer.close()
+        self.control.close()
+        self.writer.close()
+
+
 class KafkaWorker:
-    """Runs one agent's turns as a member of the agent's consumer group."""
+    """Runs one agent's turns as a member of the agent's consumer group.
+
+    ``await worker.run()`` runs until ``stop()``; or ``async with KafkaWorker(...)`` runs it
+    in the background and stops it (draining its turns) on exit. A worker runs once.
+    """
 
     def __init__(
         self, agent: KafkaAgent, *, bootstrap_servers: str, options: WorkerOptions | None = None
     ) -> None:
+        if agent.llm is None:
+            raise ConfigurationError(
+                f"agent '{agent.name}' has no model: pass llm= to @kafka_agent (AnthropicLLM, "
+                "OpenAILLM, or FakeLLM for a scripted model in tests)"
+            )
         self.agent = agent
+        self.llm: LLMClient = agent.llm
         self.bootstrap_servers = bootstrap_servers
         self.options = options or WorkerOptions()
         self.topics = agent.topics
         self.worker_id = self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.group_id = self.options.group_id or f"{agent.prefix}.{agent.name}.workers"
-        self.llm = agent.llm or FakeLLM()
+        self.turns_finished = 0
+        self.restored_records = 0
+        self.sessions = 0
+        self._state: _State = "new"
+        self._task: asyncio.Task[None] | None = None
+        self._session: _Session | None = None
+        self._executor: TurnExecutor | None = None
+        self._cache: CacheStore = InProcessCacheStore()
         self._parts: dict[int, PartitionState] = {}
         self._running: dict[str, _Running] = {}
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._waiting: list[tuple[int, QueuedTurn]] = []
-        self._paused = False
         self._stop_requested = False
         self._ready = False
-        self.turns_finished = 0
-        self.restored_records = 0
-        self.sessions = 0
+        self._joined = asyncio.Event()
         self._callback_error: Exception | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -102,34 +134,63 @@ class KafkaWorker:
         return len(self._parts)
 
     @property
+    def done(self) -> bool:
+        """Whether ``run()`` has returned (or failed); see ``__aexit__`` for its error."""
+        return self._state == "stopped"
+
+    @property
     def ready(self) -> bool:
         return self._ready and not self._stop_requested
 
+    @property
+    def committer(self) -> GroupCommitter:
+        """The current session's group committer (there is one while the worker runs)."""
+        if self._session is None:
+            raise UserError(f"the worker of '{self.agent.name}' is not running")
+        return self._session.committer
+
     def stop(self) -> None:
-        """Ask the worker to stop: stop fetching, let turns reach a step boundary, leave."""
+        """Ask the worker to stop: stop fetching, let turns reach a step boundary, leave.
+
+        Safe to call before the worker runs and more than once.
+        """
         self._stop_requested = True
+
+    async def __aenter__(self) -> Self:
+        """Start ``run()`` in the background; return once the worker joined its group."""
+        self._task = asyncio.create_task(self.run(), name=f"worker-{self.agent.name}")
+        joined = asyncio.ensure_future(self._joined.wait())
+        await asyncio.wait({self._task, joined}, return_when=asyncio.FIRST_COMPLETED)
+        joined.cancel()
+        if self._task.done():
+            self._task.result()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if self._task is not None:
+            await self._task
 
     async def run(self) -> None:
         """Run until ``stop()``; recreates the clients after a fatal (fenced) error."""
-        if self.options.apply_topics:
-            report = await asyncio.to_thread(
-                apply_topics, self.bootstrap_servers, self.agent.topic_specs()
-            )
-            if not report.ok:
-                raise TopicDriftError(
-                    f"agent '{self.agent.name}' refuses to start: its topics differ from the "
-                    "spec:\n  " + "\n  ".join(report.drift)
-                )
-        self._cache: CacheStore = InProcessCacheStore()
-        if self.options.shared_tool_cache:
-            shared = KafkaCacheStore(
-                self.bootstrap_servers,
-                prefix=self.agent.prefix,
-                client_id=f"{self.worker_id}-cache",
-            )
-            await asyncio.to_thread(shared.start)
-            self._cache = shared
+        if self._state != "new":
+            raise UserError(f"this worker of '{self.agent.name}' already ran; create a new one")
+        self._state = "running"
         try:
+            await self._check_topics()
+            if self.options.shared_tool_cache:
+                shared = KafkaCacheStore(
+                    self.bootstrap_servers,
+                    prefix=self.agent.prefix,
+                    client_id=f"{self.worker_id}-cache",
+                )
+                await asyncio.to_thread(shared.start)
+                self._cache = shared
             async with httpx.AsyncClient() as http:
                 self._executor = TurnExecutor(
                     self.agent,
@@ -142,109 +203,106 @@ class KafkaWorker:
                 )
                 while not self._stop_requested:
                     try:
-                        await self._session()
-                    except (ProducerFenced, SessionLost) as exc:
+                        await self._run_session()
+                    except (ProducerFenced, ConsumerFenced, SessionLost) as exc:
                         log.warning("%s: dropping turns and rejoining", exc)
                         await self._drop_all_turns()
         finally:
+            self._state = "stopped"
             if isinstance(self._cache, KafkaCacheStore):
                 await asyncio.to_thread(self._cache.close)
 
-    async def _session(self) -> None:
+    async def _check_topics(self) -> None:
+        """Create what is missing; refuse drift and output topics that do not exist."""
+        if self.options.apply_topics:
+            report = await asyncio.to_thread(
+                apply_topics, self.bootstrap_servers, self.agent.topic_specs()
+            )
+            if not report.ok:
+                raise TopicDriftError(
+                    f"agent '{self.agent.name}' refuses to start: its topics differ from the "
+                    "spec:\n  " + "\n  ".join(report.drift)
+                )
+        routed = sorted(self.agent.event_routing.all_topics() - {self.topics.events})
+        absent = await asyncio.to_thread(missing_topics, self.bootstrap_servers, routed)
+        if absent:
+            raise ConfigurationError(
+                f"agent '{self.agent.name}' routes events to output topics that do not exist: "
+                f"{', '.join(absent)}; create them (they are yours, so they are never created "
+                "for you) or remove them from output_topics"
+            )
+
+    async def _run_session(self) -> None:
         self.sessions += 1
-        loop = asyncio.get_running_loop()
-        self._loop = loop
         exactly_once = self.options.processing_guarantee == "exactly_once_v2"
-        self._writer = BatchWriter(
+        writer = BatchWriter(
             self.bootstrap_servers,
             transactional_id=f"{self.agent.prefix}.{self.agent.name}.{self.worker_id}",
             exactly_once=exactly_once,
             extra=self.options.producer_config,
         )
-        await asyncio.to_thread(self._writer.start)
-        self._consumer = group_consumer(
+        await asyncio.to_thread(writer.start)
+        consumer = TurnConsumer(
             self.bootstrap_servers,
-            self.group_id,
+            topic=self.topics.turns,
+            agent=self.agent.name,
+            group_id=self.group_id,
             client_id=self.worker_id,
             exactly_once=exactly_once,
             extra=self.options.consumer_config,
         )
-        self._group_metadata = self._consumer.consumer_group_metadata()
-        self._restorer = reader_consumer(
-            self.bootstrap_servers, client_id=f"{self.worker_id}-restore"
+        session = self._session = _Session(
+            writer=writer,
+            consumer=consumer,
+            restorer=reader_consumer(self.bootstrap_servers, client_id=f"{self.worker_id}-restore"),
+            control=ControlReader(
+                self.bootstrap_servers, self.topics.control, client_id=f"{self.worker_id}-control"
+            ),
+            committer=GroupCommitter(
+                self._write,
+                self._committable_offsets,
+                self._on_abort,
+                interval_s=self.options.commit_interval_s,
+            ),
+            loop=asyncio.get_running_loop(),
         )
-        self._control = reader_consumer(
-            self.bootstrap_servers, client_id=f"{self.worker_id}-control"
-        )
-        assign_from_beginning(self._control, self.topics.control)
-        self.committer = GroupCommitter(
-            self._write,
-            self._committable_offsets,
-            self._on_abort,
-            interval_s=self.options.commit_interval_s,
-        )
-        self._consumer.subscribe(
-            [self.topics.turns],
-            on_assign=self._on_assign_cb,
-            on_revoke=self._on_revoke_cb,
-            on_lost=self._on_revoke_cb,
-        )
-        committer_task = asyncio.create_task(self.committer.run(), name="committer")
+        consumer.subscribe(self._on_assign_cb, self._on_revoke_cb)
+        committer_task = asyncio.create_task(session.committer.run(), name="committer")
         health = None
         if self.options.health_port is not None:
             health = await start_health_server(
                 self.options.health_host, self.options.health_port, lambda: self.ready
             )
         self._ready = True
+        self._joined.set()
         try:
-            await self._poll_loop(committer_task)
+            await self._poll_loop(session, committer_task)
         finally:
             self._ready = False
             await self._drain()
             committer_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, ProducerFenced):
                 await committer_task
-            await asyncio.to_thread(self._consumer.close)
-            self._restorer.close()
-            self._control.close()
-            self._writer.close()
+            await asyncio.to_thread(session.close)
             if health is not None:
                 health.close()
 
-    async def _poll_loop(self, committer_task: asyncio.Task[None]) -> None:
+    async def _poll_loop(self, session: _Session, committer_task: asyncio.Task[None]) -> None:
         while not self._stop_requested:
             if committer_task.done():
                 committer_task.result()  # re-raises ProducerFenced
-            msgs = await asyncio.to_thread(self._fetch)
-            # Read here, never inside a rebalance callback: there it blocks until the
-            # rebalance ends, and the revoke waits for the commit that needs it.
-            self._group_metadata = self._consumer.consumer_group_metadata()
+            intake = await asyncio.to_thread(session.consumer.poll)
             if self._callback_error is not None:
                 error, self._callback_error = self._callback_error, None
                 raise SessionLost(f"rebalance handling failed: {error!r}") from error
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.fatal():
-                        raise ProducerFenced(f"consumer fatal error: {err.str()}")
-                    log.warning("consumer error: %s", err.str())
-                    continue
-                self._on_turn_record(msg)
-            for msg in self._control.consume(100, 0):
-                if msg.error() is None:
-                    self._on_control_record(msg.value())
-            self._apply_backpressure()
-
-    def _fetch(self) -> list[Any]:
-        """Wait up to 50 ms for the first record, then take what is already buffered.
-
-        ``consume(n, timeout)`` alone waits for a full batch or the whole timeout, which
-        added ~25 ms to every turn on an idle worker.
-        """
-        first = self._consumer.poll(0.05)
-        if first is None:
-            return []
-        return [first, *self._consumer.consume(255, 0)]
+            for item in intake:
+                if isinstance(item, BadRecord):
+                    self._on_bad_record(item)
+                else:
+                    self._on_turn_record(item)
+            for value in session.control.poll():
+                self._on_control_record(value)
+            self._apply_backpressure(session.consumer)
 
     async def _drain(self) -> None:
         """Stop fetching; give running turns ``shutdown_grace`` to finish, then stop them.
@@ -264,7 +322,7 @@ class KafkaWorker:
             with contextlib.suppress(BaseException):
                 await rt.task
         self._running.clear()
-        if hasattr(self, "committer"):
+        if self._session is not None:
             self.committer.purge(ids)
             if flush:
                 with contextlib.suppress(Exception):
@@ -274,28 +332,26 @@ class KafkaWorker:
 
     # -- rebalance (called in the consumer thread) ----------------------------------------
 
-    def _on_assign_cb(self, consumer: Any, partitions: list[Any]) -> None:
+    def _on_assign_cb(self, partitions: list[int]) -> None:
+        session = self._session
+        assert session is not None
         try:
-            restored = {tp.partition: self._restore(tp.partition) for tp in partitions}
-            asyncio.run_coroutine_threadsafe(self._install(restored), self._loop).result()
-            if self._paused and partitions:
-                consumer.pause(partitions)
+            restored = {p: self._restore(p) for p in partitions}
+            asyncio.run_coroutine_threadsafe(self._install(restored), session.loop).result()
         except Exception as exc:  # an exception must not die inside librdkafka's callback
             self._callback_error = exc
 
-    def _on_revoke_cb(self, consumer: Any, partitions: list[Any]) -> None:
-        lost = {tp.partition for tp in partitions}
+    def _on_revoke_cb(self, partitions: list[int]) -> None:
+        session = self._session
+        assert session is not None
         try:
-            asyncio.run_coroutine_threadsafe(self._revoke(lost), self._loop).result()
+            asyncio.run_coroutine_threadsafe(self._revoke(set(partitions)), session.loop).result()
         except Exception as exc:
             self._callback_error = exc
 
     def _restore(self, partition: int) -> PartitionJournal:
-        journal = PartitionJournal(partition)
-        for key, value, ts_ms in read_partition_to_end(
-            self._restorer, self.topics.journal, partition
-        ):
-            journal.apply(key, value, ts_ms)
+        assert self._session is not None
+        journal = restore_journal(self._session.restorer, self.topics.journal, partition)
         self.restored_records += journal.records_read
         return journal
 
@@ -308,10 +364,7 @@ class KafkaWorker:
                 self.committer.add_records([self._tombstone(p, key) for key in expired])
 
     def _tombstone(self, partition: int, key: str) -> OutRecord:
-        ctype = serde.content_type("journal_entry").encode()
-        return OutRecord(
-            self.topics.journal, key.encode(), None, [(serde.CONTENT_TYPE_HEADER, ctype)], partition
-        )
+        return tombstone(self.topics.journal, key, partition)
 
     async def _revoke(self, partitions: set[int]) -> None:
         """Stop the partitions' turns and let a commit in flight end before they move on."""
@@ -338,25 +391,33 @@ class KafkaWorker:
 
     # -- records --------------------------------------------------------------------------
 
-    def _on_turn_record(self, msg: Any) -> None:
-        p, offset = msg.partition(), msg.offset()
+    def _on_bad_record(self, bad: BadRecord) -> None:
+        """Dead-letter it (riding the next commit with its offset) and move on."""
+        ps = self._parts.get(bad.partition)
+        if ps is None:
+            return
+        self.committer.add_records(
+            [
+                dead_letter_source(
+                    self.topics.dlq,
+                    bad.source,
+                    bad.reason,
+                    ErrorCode.INVALID_REQUEST,
+                    worker=self.worker_id,
+                )
+            ]
+        )
+        log.warning("dead-lettered %s: %s", bad.source.source, bad.reason)
+        ps.watermark.track(bad.offset)
+        ps.watermark.done(bad.offset)
+        self.committer.offsets_changed()
+
+    def _on_turn_record(self, record: TurnRecord) -> None:
+        p, offset, request = record.partition, record.offset, record.request
         ps = self._parts.get(p)
         if ps is None:
             return
         ps.watermark.track(offset)
-        headers = serde.headers_dict(msg.headers())
-        try:
-            request = serde.decode_turn_request(msg.value(), headers)
-            if request.agent != self.agent.name:
-                raise MalformedRecordError(
-                    f"turn is for agent {request.agent!r}, this topic belongs to "
-                    f"{self.agent.name!r}"
-                )
-        except MalformedRecordError as exc:
-            self._dead_letter(msg, str(exc), ErrorCode.INVALID_REQUEST)
-            ps.watermark.done(offset)
-            self.committer.offsets_changed()
-            return
         if (
             ps.is_finished(request)
             or request.turn_id in self._running
@@ -379,54 +440,29 @@ class KafkaWorker:
         else:
             self._start_turn(partition, queued)
 
-    def _apply_backpressure(self) -> None:
+    def _apply_backpressure(self, consumer: TurnConsumer) -> None:
         while self._waiting and len(self._running) < self.options.max_concurrent_turns:
             p, queued = self._waiting.pop(0)
             if p in self._parts:
                 self._start_turn(p, queued)
         full = len(self._running) + len(self._waiting) >= self.options.max_concurrent_turns
-        if full != self._paused:
-            assignment = self._consumer.assignment()
-            if full:
-                self._consumer.pause(assignment)
-            else:
-                self._consumer.resume(assignment)
-            self._paused = full
-
-    def _dead_letter(self, msg: Any, reason: str, code: ErrorCode) -> None:
-        headers = [
-            ("pyrula.dlq.reason", reason.encode()),
-            ("pyrula.dlq.code", str(code).encode()),
-            ("pyrula.dlq.source", f"{msg.topic()}[{msg.partition()}]@{msg.offset()}".encode()),
-            ("pyrula.dlq.worker", self.worker_id.encode()),
-            *[(f"pyrula.original.{k}", v or b"") for k, v in (msg.headers() or [])],
-        ]
-        self.committer.add_records(
-            [OutRecord(self.topics.dlq, msg.key() or b"", msg.value(), headers)]
-        )
-        log.warning(
-            "dead-lettered %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason
-        )
+        consumer.set_paused(full)
 
     def _on_control_record(self, value: bytes | None) -> None:
-        import json
-
-        try:
-            body = json.loads(value or b"")
-            turn_id, action = str(body["turn_id"]), str(body["action"])
-        except (ValueError, KeyError, TypeError):
+        control = ControlRequest.parse(value)
+        if control is None:
             log.warning("ignoring unreadable control record: %r", value)
             return
-        reason = str(body.get("reason") or action)[:500]
-        self._cancels[turn_id] = (action, reason)
-        self._cancels.move_to_end(turn_id)
+        reason = control.reason or control.action
+        self._cancels[control.turn_id] = (control.action, reason)
+        self._cancels.move_to_end(control.turn_id)
         while len(self._cancels) > MAX_REMEMBERED_CANCELS:  # the control topic is replayed
             self._cancels.popitem(last=False)
-        running = self._running.get(turn_id)
+        running = self._running.get(control.turn_id)
         if running is None:
             return
         running.runtime.cancel_reason = reason
-        if action == "terminate":
+        if control.action == "terminate":
             running.task.cancel(msg="terminate")
 
     # -- turns ----------------------------------------------------------------------------
@@ -442,15 +478,16 @@ class KafkaWorker:
     def _new_runtime(
         self, partition: int, request: TurnRequest, journal: TurnJournal
     ) -> TurnRuntime:
-        events = self.agent.topics.events
+        limits = self.agent.limits
         runtime = TurnRuntime(
             request=request,
-            topics=TurnTopics(self.topics.journal, [events], partition),
+            topics=TurnTopics(self.topics.journal, self.agent.event_routing, partition),
             output=self.committer,
             journal=journal,
             attempt=journal.attempt + 1,
             max_record_bytes=self.options.max_record_bytes,
-            max_event_count=self.agent.limits.max_event_count_per_turn,
+            max_event_count=limits.max_event_count_per_turn,
+            max_event_payload_bytes=limits.max_event_payload_bytes,
         )
         cancel = self._cancels.get(request.turn_id)
         if cancel is not None:
@@ -458,17 +495,18 @@ class KafkaWorker:
         return runtime
 
     async def _run_turn(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
+        executor = self._executor
+        assert executor is not None
         try:
             if queued.duplicate_of is not None:
-                await self._executor.finish_duplicate(runtime, queued.duplicate_of)
+                await executor.finish_duplicate(runtime, queued.duplicate_of)
             else:
-                await self._executor.execute(runtime)
+                await executor.execute(runtime)
         except asyncio.CancelledError:
             if self._cancels.get(runtime.turn_id, ("",))[0] == "terminate" and not runtime.finished:
                 with contextlib.suppress(Exception):
                     await runtime.finish(
-                        EventType.RUN_ERROR,
-                        error_data(TurnCancelled(f"turn terminated: {runtime.cancel_reason}")),
+                        RunError.of(TurnCancelled(f"turn terminated: {runtime.cancel_reason}"))
                     )
                     self._turn_done(runtime, queued)
                 return
@@ -498,8 +536,11 @@ class KafkaWorker:
     # -- commit plumbing ------------------------------------------------------------------
 
     async def _write(self, records: list[OutRecord], offsets: Offsets) -> None:
+        session = self._session
+        assert session is not None
+        consumer = session.consumer
         await asyncio.to_thread(
-            self._writer.write, records, offsets, self._consumer, self._group_metadata
+            session.writer.write, records, offsets, consumer.client, consumer.group_metadata
         )
 
     def _committable_offsets(self) -> Offsets:
@@ -526,10 +567,17 @@ class KafkaWorker:
             )
             queued = QueuedTurn(running.offset, old.request)
             runtime = self._new_runtime(running.partition, old.request, journal)
-            runtime.attempt = old.attempt + 1
-            runtime.next_seq = runtime.committed_seq = old.committed_seq
+            runtime.restart_from(old)
             task = asyncio.create_task(self._run_turn(runtime, queued), name=turn_id)
             self._running[turn_id] = _Running(runtime, task, running.partition, running.offset)
+
+
+def restore_journal(reader: Any, journal_topic: str, partition: int) -> PartitionJournal:
+    """One journal partition read to its last stable offset and folded into turns."""
+    journal = PartitionJournal(partition)
+    for key, value, ts_ms in read_partition_to_end(reader, journal_topic, partition):
+        journal.apply(key, value, ts_ms)
+    return journal
 
 
 def run_worker(
@@ -542,9 +590,8 @@ def run_worker(
     """Run a worker until SIGTERM/SIGINT (graceful: drain, commit, leave the group)."""
     import signal
 
-    worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
-
     async def main() -> None:
+        worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
         if handle_signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -16,7 +16,8 @@ from pyrula_stream import serde
 from pyrula_stream.chaos import verify
 from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, run_chaos
 from pyrula_stream.chaos.model_server import answer_for
-from pyrula_stream.serde import Event, JournalEntry
+from pyrula_stream.events import Event
+from pyrula_stream.serde import JournalEntry
 
 
 @pytest.mark.slow

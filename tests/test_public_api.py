@@ -41,6 +41,7 @@ def test_exported_names_are_pinned() -> None:
             "PyrulaError",
             "ReplayInputChanged",
             "RetryPolicy",
+            "ToolCallFailed",
             "ToolCallRejected",
             "ToolContext",
             "ToolRegistrationError",

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from pyrula_stream import serde
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.serde import Event, JournalEntry, TurnRequest
+from pyrula_stream.events import Event, decode_event
+from pyrula_stream.serde import JournalEntry, TurnRequest
 
 SCHEMAS = Path(__file__).parent.parent / "schemas"
 SAMPLES = Path(__file__).parent / "data" / "v1"
@@ -43,7 +44,7 @@ def test_turn_request_round_trip(params: dict[str, object]) -> None:
 @given(data=st.dictionaries(st.text(max_size=10), json_values, max_size=5))
 def test_event_and_journal_round_trip(data: dict[str, object]) -> None:
     event = Event("tool:result", "t1", "support", 3, 1700000000000, 2, data)
-    assert serde.decode_event(serde.encode("event", event), {}) == event
+    assert decode_event(serde.encode("event", event), {}) == event
     entry = JournalEntry("t1", 4, "tool", "lookup", "abc", data, 2, 1700000000000)
     assert serde.decode_journal_entry(serde.encode("journal_entry", entry), {}) == entry
 
@@ -65,7 +66,7 @@ def test_samples_written_by_v1_still_decode(record: str) -> None:
     expected = json.loads((SAMPLES / f"{record}.json").read_text())
     decoder = {
         "turn_request": serde.decode_turn_request,
-        "event": serde.decode_event,
+        "event": decode_event,
         "journal_entry": serde.decode_journal_entry,
     }[record]
     decoded = decoder(body, {})

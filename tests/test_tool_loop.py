@@ -79,7 +79,7 @@ async def test_offering_a_gated_tool_at_run_time_fails_the_turn(
 async def test_interrupt_and_signals_name_the_kafka_limit(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
-    @kafka_agent(name=unique_name("wait"), partitions=1)
+    @kafka_agent(name=unique_name("wait"), partitions=1, llm=FakeLLM())
     async def agent(ctx: AgentContext, which: str) -> str:
         if which == "interrupt":
             await ctx.interrupt("approve?")
@@ -159,7 +159,7 @@ async def test_direct_calls_are_durable_and_ids_are_exclusive(
         await asyncio.sleep(0.1)
         return {"charged": cents}
 
-    @kafka_agent(name=unique_name("direct"), partitions=1)
+    @kafka_agent(name=unique_name("direct"), partitions=1, llm=FakeLLM())
     async def agent(ctx: AgentContext) -> list[Any]:
         first = await charge(ctx, cents=5)
         second = await charge(ctx, cents=6)

@@ -10,11 +10,11 @@ from pydantic import BaseModel
 
 from pyrula_stream.errors import ConfigurationError, Fatal, Poison, ToolTimeout
 from pyrula_stream.retry import RetryPolicy
+from pyrula_stream.text import truncate_utf8
 from pyrula_stream.tools import (
     UnserializableToolResult,
     canonical_json,
     encode_result,
-    truncate_for_model,
 )
 
 MARKER = re.compile(r"\n\[truncated: showed (\d+) of (\d+) bytes\]$")
@@ -54,22 +54,22 @@ def test_canonical_json_ignores_key_order(mapping: dict[str, object]) -> None:
 
 
 def test_truncate_keeps_short_text_and_none_means_whole() -> None:
-    assert truncate_for_model("abc", 3) == "abc"
-    assert truncate_for_model("x" * 500_000, None) == "x" * 500_000
+    assert truncate_utf8("abc", 3) == "abc"
+    assert truncate_utf8("x" * 500_000, None) == "x" * 500_000
 
 
 def test_truncate_cuts_at_a_character_boundary() -> None:
     text = "é" * 10  # 2 bytes each
-    assert truncate_for_model(text, 5) == "éé\n[truncated: showed 4 of 20 bytes]"
-    assert truncate_for_model("a🙂b", 4) == "a\n[truncated: showed 1 of 6 bytes]"
-    assert truncate_for_model("🙂", 0) == "\n[truncated: showed 0 of 4 bytes]"
+    assert truncate_utf8(text, 5) == "éé\n[truncated: showed 4 of 20 bytes]"
+    assert truncate_utf8("a🙂b", 4) == "a\n[truncated: showed 1 of 6 bytes]"
+    assert truncate_utf8("🙂", 0) == "\n[truncated: showed 0 of 4 bytes]"
     with pytest.raises(ValueError, match="max_bytes"):
-        truncate_for_model("x", -1)
+        truncate_utf8("x", -1)
 
 
 @given(st.text(), st.integers(min_value=0, max_value=200))
 def test_truncate_property(text: str, max_bytes: int) -> None:
-    result = truncate_for_model(text, max_bytes)
+    result = truncate_utf8(text, max_bytes)
     total = len(text.encode("utf-8"))
     if total <= max_bytes:
         assert result == text

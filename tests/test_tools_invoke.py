@@ -419,10 +419,10 @@ async def test_direct_call_with_an_agent_context_goes_through_the_durable_path()
         def __init__(self) -> None:
             self.calls: list[tuple[str, dict[str, Any], str | None]] = []
 
-        async def _durable_tool_call(
-            self, called: Any, arguments: dict[str, Any], *, call_id: str | None
+        async def call_tool(
+            self, called: Any, arguments: dict[str, Any], *, id: str | None = None
         ) -> str:
-            self.calls.append((called.name, arguments, call_id))
+            self.calls.append((called.name, arguments, id))
             return "journaled"
 
     @tool

@@ -6,6 +6,7 @@ import pytest
 
 from pyrula_stream import AgentContext, TopicDriftError, kafka_agent
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name
 
 
@@ -48,7 +49,7 @@ async def test_worker_refuses_to_start_on_drift(kafka_bootstrap_servers: str) ->
     name = unique_name("refuse")
     apply_topics(kafka_bootstrap_servers, agent_topic_specs(name, partitions=1))
 
-    @kafka_agent(name=name, partitions=3)
+    @kafka_agent(name=name, partitions=3, llm=FakeLLM())
     async def agent(ctx: AgentContext) -> str:
         return "never"
 

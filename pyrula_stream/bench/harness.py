@@ -1,8 +1,7 @@
 """What every bench phase needs: a broker, an in-process worker, topic clean-up, the machine.
 
-The bench avoids ``pyrula_stream.testing`` on purpose: that module is a pytest plugin and
-imports pytest, which the ``bench`` extra does not install. The two helpers here are the
-few lines of it the bench needs.
+The in-process worker is ``pyrula_stream.testing.running_worker`` (that module imports
+pytest only when it is installed), waiting until the worker owns every partition.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import contextlib
 import logging
 import os
 import platform
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +19,7 @@ from typing import Any
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.kafka.admin import TopicSpec, admin_client, apply_topics
 from pyrula_stream.kafka.consumers import reader_consumer
-from pyrula_stream.testing import wait_for
+from pyrula_stream.testing import running_worker
 from pyrula_stream.worker import KafkaWorker, WorkerOptions
 
 log = logging.getLogger(__name__)
@@ -98,25 +96,10 @@ async def in_process_worker(
     """
     if create:
         await asyncio.to_thread(create_topics, bootstrap_servers, agent.topic_specs())
-    worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
-    task = asyncio.create_task(worker.run(), name=f"bench-worker-{agent.name}")
-    try:
-        await wait_for(
-            lambda: task.done() or worker.assigned_partitions >= agent.partitions,
-            timeout_s,
-            f"worker of {agent.name} got no partitions",
-        )
-        if task.done():
-            task.result()
+    async with running_worker(
+        agent, bootstrap_servers, options, all_partitions=True, timeout_s=timeout_s
+    ) as worker:
         yield worker
-    finally:
-        worker.stop()
-        done, _ = await asyncio.wait({task}, timeout=timeout_s)
-        if not done:
-            task.cancel()
-            log.warning("worker of %s did not stop within %.0fs", agent.name, timeout_s)
-        elif not task.cancelled() and task.exception() and sys.exc_info()[0] is None:
-            task.result()  # a worker that crashed makes the figures meaningless: re-raise
 
 
 def drop_topics(bootstrap_servers: str, names: list[str]) -> None:

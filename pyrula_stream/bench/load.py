@@ -18,9 +18,11 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from pyrula_stream import serde
+from pyrula_stream.events import EventType, decode_event
 from pyrula_stream.kafka.config import base_config
 from pyrula_stream.kafka.partitioner import PARTITIONER
-from pyrula_stream.serde import EventType, TurnRequest
+from pyrula_stream.records import content_type_header
+from pyrula_stream.serde import TurnRequest
 
 Headers = list[tuple[str, str | bytes | None]]
 Record = tuple[bytes, bytes | None, Headers]
@@ -31,13 +33,12 @@ TERMINAL = (str(EventType.RUN_COMPLETE), str(EventType.RUN_ERROR))
 
 def turn_requests(agent: str, n: int, params: dict[str, Any]) -> list[Record]:
     """``n`` encoded turn requests, exactly as ``KafkaAgentClient.submit`` would write them."""
-    ctype = serde.content_type("turn_request").encode()
     now = int(time.time() * 1000)
     out: list[Record] = []
     for _ in range(n):
         request = TurnRequest(uuid.uuid4().hex, agent, dict(params), submitted_ms=now)
         value = serde.encode("turn_request", request)
-        out.append((request.key.encode(), value, [(serde.CONTENT_TYPE_HEADER, ctype)]))
+        out.append((request.key.encode(), value, [content_type_header("turn_request")]))
     return out
 
 
@@ -200,7 +201,7 @@ class CompletionReader:
 
     @staticmethod
     def _ts_ms(msg: Any) -> int:
-        return serde.decode_event(msg.value(), serde.headers_dict(msg.headers())).ts_ms
+        return decode_event(msg.value(), serde.headers_dict(msg.headers())).ts_ms
 
     def close(self) -> None:
         self._stop.set()

@@ -3,7 +3,7 @@
 The journal is filled directly with a producer, in the journal's wire format (Avro
 ``JournalEntry`` values keyed ``turn_id/step``, the content-type header), as unfinished
 turns of ten ``ctx.step`` entries each: nothing is tombstoned, so every record is live.
-Two figures per size: ``KafkaWorker._restore(partition)`` alone (read to the last stable
+Two figures per size: ``restore_journal`` alone (read to the last stable
 offset under ``read_committed``, decode, fold into turns), timed with its consumer
 already connected, median of ``repeats``; and a whole takeover, from starting a fresh
 worker to its owning the partition (topic check, ``init_transactions``, group join,
@@ -30,15 +30,15 @@ from pyrula_stream.bench.stats import median
 from pyrula_stream.bench.workload import STEP_TEXT, steps_agent
 from pyrula_stream.journal import fingerprint
 from pyrula_stream.kafka.consumers import reader_consumer
+from pyrula_stream.records import content_type_header
 from pyrula_stream.serde import JournalEntry
-from pyrula_stream.worker import KafkaWorker, WorkerOptions
+from pyrula_stream.worker import restore_journal
 
 STEPS_PER_TURN = 10
 
 
 def journal_entries(n: int) -> list[Record]:
     """``n`` live step entries of unfinished turns, encoded as the worker writes them."""
-    ctype = serde.content_type("journal_entry").encode()
     now = int(time.time() * 1000)
     out: list[Record] = []
     for j in range(n):
@@ -54,19 +54,18 @@ def journal_entries(n: int) -> list[Record]:
             now,
         )
         value = serde.encode("journal_entry", entry)
-        out.append((entry.key.encode(), value, [(serde.CONTENT_TYPE_HEADER, ctype)]))
+        out.append((entry.key.encode(), value, [content_type_header("journal_entry")]))
     return out
 
 
-def _time_restore(bootstrap: str, worker: KafkaWorker) -> tuple[float, int]:
-    worker._restorer = reader_consumer(bootstrap, client_id=unique("bench-restore"))
+def _time_restore(bootstrap: str, journal_topic: str) -> tuple[float, int]:
+    reader = reader_consumer(bootstrap, client_id=unique("bench-restore"))
     try:
-        before = worker.restored_records
         started = time.perf_counter()
-        worker._restore(0)
-        return time.perf_counter() - started, worker.restored_records - before
+        journal = restore_journal(reader, journal_topic, 0)
+        return time.perf_counter() - started, journal.records_read
     finally:
-        worker._restorer.close()
+        reader.close()
 
 
 async def restore_one(
@@ -82,12 +81,11 @@ async def restore_one(
         finally:
             submitter.close()
         del entries
-        worker = KafkaWorker(
-            agent, bootstrap_servers=bootstrap, options=WorkerOptions(apply_topics=False)
-        )
         timings = []
         for _ in range(repeats):
-            seconds, records = await asyncio.to_thread(_time_restore, bootstrap, worker)
+            seconds, records = await asyncio.to_thread(
+                _time_restore, bootstrap, agent.topics.journal
+            )
             if records != size:
                 raise RuntimeError(f"restore read {records} journal records, wrote {size}")
             timings.append(seconds)

@@ -49,7 +49,7 @@ def _step_result(i: int) -> dict[str, Any]:
 def steps_agent(name: str, *, partitions: int = 1) -> KafkaAgent:
     """A turn of ``steps`` durable ``ctx.step`` calls, each journaling ~100 bytes."""
 
-    @kafka_agent(name=name, prefix=PREFIX, partitions=partitions)
+    @kafka_agent(name=name, prefix=PREFIX, partitions=partitions, llm=FakeLLM())
     async def stepper(ctx: AgentContext, steps: int) -> int:
         for i in range(steps):
             await ctx.step(f"step{i}", _step_result, i)

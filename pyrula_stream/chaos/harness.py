@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos import verify
 from pyrula_stream.chaos.effects import AGENT_ENV, EFFECTS_ENV, MODEL_URL_ENV, PARTITIONS_ENV
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
 from pyrula_stream.chaos.processes import ModelServer, Worker, child_env
 from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.io import PartitionReader
@@ -96,7 +96,7 @@ class EventMonitor(threading.Thread):
                 for _, value, headers, _, _ in self._reader.poll(0.1):
                     if value is None:
                         continue
-                    event = serde.decode_event(value, headers)
+                    event = decode_event(value, headers)
                     if event.is_terminal and event.turn_id not in self.finished:
                         self.finished.add(event.turn_id)
                         self.finish_times.append(time.monotonic())

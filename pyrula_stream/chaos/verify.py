@@ -22,8 +22,9 @@ from typing import Any
 from pyrula_stream import serde
 from pyrula_stream.chaos.effects import read_effects
 from pyrula_stream.chaos.model_server import answer_for
+from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.kafka.consumers import ConsumedRecord
-from pyrula_stream.serde import Event, JournalEntry
+from pyrula_stream.serde import JournalEntry
 
 Record = ConsumedRecord
 
@@ -77,7 +78,7 @@ def check_events(turn_ids: Iterable[str], records: list[Record], f: Findings) ->
     for rec in records:
         if rec.value is None:
             continue
-        event = serde.decode_event(rec.value, rec.headers)
+        event = decode_event(rec.value, rec.headers)
         if event.turn_id not in wanted:
             f.add("unexpected_turn_events", example=f"{event.turn_id} {event.type}")
             continue
@@ -115,7 +116,7 @@ def check_events(turn_ids: Iterable[str], records: list[Record], f: Findings) ->
             if after:
                 f.add("events_after_terminal", len(after), example=f"{turn}: seqs {after}")
             attempts[first.attempt] += 1
-            if first.type == serde.EventType.RUN_ERROR:
+            if first.type == EventType.RUN_ERROR:
                 code = str(first.data.get("code"))
                 errors[code] += 1
                 f.add("failed_turns", example=f"{turn}: {code}: {first.data.get('message')}")

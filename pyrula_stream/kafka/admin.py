@@ -78,6 +78,14 @@ def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
     return bool(md.brokers)
 
 
+def missing_topics(bootstrap_servers: str, names: list[str], timeout_s: float = 30.0) -> list[str]:
+    """Which of ``names`` do not exist on the cluster."""
+    if not names:
+        return []
+    existing = admin_client(bootstrap_servers).list_topics(timeout=timeout_s).topics
+    return [name for name in names if name not in existing]
+
+
 def apply_topics(
     bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30.0
 ) -> ApplyReport:

@@ -204,3 +204,19 @@ def read_topic(
     finally:
         consumer.close()
     return out
+
+
+class ControlReader:
+    """Follows every partition of an agent's control topic from its first retained record:
+    a cancel may arrive before its turn does, so the whole topic is read."""
+
+    def __init__(self, bootstrap_servers: str, topic: str, *, client_id: str) -> None:
+        self._consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+        assign_from_beginning(self._consumer, topic)
+
+    def poll(self) -> list[bytes | None]:
+        """The values that arrived since the last call (never waits)."""
+        return [m.value() for m in self._consumer.consume(100, 0) if m.error() is None]
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -14,7 +14,7 @@ from contextlib import aclosing
 from typing import Any
 
 from pyrula_stream.errors import ConfigurationError, ErrorCode, LLMError
-from pyrula_stream.llm._retry import ProviderFailure, RetryPolicy, stream_with_retries
+from pyrula_stream.llm._retry import ProviderFailure, ProviderRetryPolicy, stream_with_retries
 from pyrula_stream.llm._secrets import redact, safe_url
 from pyrula_stream.llm.base import (
     DEFAULT_MAX_RETRIES,
@@ -68,7 +68,7 @@ class SDKAdapter(LLMClient):
         self.temperature = temperature
         self.llm_call_timeout = llm_call_timeout
         self.rate_limit = rate_limit
-        self.retry_policy = RetryPolicy(
+        self.retry_policy = ProviderRetryPolicy(
             max_retries=max_retries,
             backoff_base_s=backoff_base_s,
             max_retry_after_s=max_retry_wait_s,

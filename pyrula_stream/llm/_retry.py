@@ -51,7 +51,7 @@ class ProviderFailure:
 
 
 @dataclass(frozen=True, slots=True)
-class RetryPolicy:
+class ProviderRetryPolicy:
     """How many times and how long to wait; ``backoff_base_s`` is small in tests."""
 
     max_retries: int = DEFAULT_MAX_RETRIES
@@ -127,7 +127,7 @@ async def stream_with_retries(
     attempt: Callable[[], AsyncGenerator[StreamItem, None]],
     *,
     classify: Classifier,
-    policy: RetryPolicy,
+    policy: ProviderRetryPolicy,
     provider: str,
     limiter: RateLimiter | None = None,
     estimated_tokens: int = 0,

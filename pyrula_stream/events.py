@@ -1,0 +1,322 @@
+"""A turn's events: their types, one typed payload per type, and where each is routed.
+
+Every site that publishes an event builds one of the payload classes below and hands it
+to the turn (``TurnRuntime.emit`` / a step's events / ``finish``); ``TurnEvents`` numbers
+it, applies the per-turn caps, encodes it once and routes it to ``<agent>.events`` plus
+any output topics routed for its type. Adding an event type means a payload class here,
+the site that emits it, the doc string of ``schemas/event.avsc`` and the README table.
+
+Caps (``AgentLimits``):
+
+- ``max_event_count_per_turn``: events past the cap are dropped, never the terminal
+  event; one ``status`` event just before the terminal one says how many were dropped.
+- ``max_event_payload_bytes``: the text of an ``llm:delta`` and the output of a
+  ``tool:result`` are cut at a UTF-8 boundary with a marker; the journal keeps the whole
+  value.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, ClassVar, Protocol
+
+from pyrula_stream import serde
+from pyrula_stream.errors import ErrorCode, PyrulaError
+from pyrula_stream.records import OutRecord, wire_record
+from pyrula_stream.text import truncate_utf8
+
+
+class EventType(StrEnum):
+    RUN_START = "run:start"
+    LLM_DELTA = "llm:delta"
+    LLM_COMPLETE = "llm:complete"
+    TOOL_START = "tool:start"
+    TOOL_RESULT = "tool:result"
+    STATUS = "status"
+    RUN_COMPLETE = "run:complete"
+    RUN_ERROR = "run:error"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (EventType.RUN_COMPLETE, EventType.RUN_ERROR)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event as it travels on the events topic (``schemas/event.avsc``)."""
+
+    type: str
+    turn_id: str
+    agent: str
+    seq: int
+    ts_ms: int
+    attempt: int = 1
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.type in (EventType.RUN_COMPLETE, EventType.RUN_ERROR)
+
+
+def decode_event(payload: bytes, headers: Mapping[str, str]) -> Event:
+    """An event record's value (its ``content-type`` header says the framing)."""
+    return Event(**serde.decode_record("event", payload, headers))
+
+
+# --- payloads: one class per event type ----------------------------------------------------
+
+
+class Payload(Protocol):
+    """What every payload class offers: its event type and its ``data`` dict."""
+
+    type: ClassVar[EventType]
+
+    def data(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    type: ClassVar[EventType] = EventType.RUN_START
+    params: dict[str, Any]
+    metadata: dict[str, Any]
+    thread_id: str | None
+    worker: str
+    started_ms: int
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "params": self.params,
+            "metadata": self.metadata,
+            "thread_id": self.thread_id,
+            "worker": self.worker,
+            "started_ms": self.started_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LlmDelta:
+    type: ClassVar[EventType] = EventType.LLM_DELTA
+    call: int
+    text: str
+
+    def data(self) -> dict[str, Any]:
+        return {"call": self.call, "text": self.text}
+
+    def cut(self, max_bytes: int) -> LlmDelta:
+        return replace(self, text=truncate_utf8(self.text, max_bytes))
+
+
+@dataclass(frozen=True, slots=True)
+class LlmComplete:
+    type: ClassVar[EventType] = EventType.LLM_COMPLETE
+    call: int
+    model: str
+    text: str
+    tool_calls: list[dict[str, Any]]
+    stop_reason: str | None
+    usage: dict[str, Any]
+    total: dict[str, Any]
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "call": self.call,
+            "model": self.model,
+            "text": self.text,
+            "tool_calls": self.tool_calls,
+            "stop_reason": self.stop_reason,
+            "usage": self.usage,
+            "total": self.total,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStart:
+    type: ClassVar[EventType] = EventType.TOOL_START
+    call_key: str
+    tool: str
+    input: Mapping[str, Any]
+    tool_use_id: str | None
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "call_key": self.call_key,
+            "tool": self.tool,
+            "tool_use_id": self.tool_use_id,
+            "input": dict(self.input),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A finished tool call as watchers see it; ``output`` is what the model read."""
+
+    type: ClassVar[EventType] = EventType.TOOL_RESULT
+    call_key: str
+    tool: str
+    tool_use_id: str | None
+    status: str
+    output: str
+    attempts: int
+    error_code: str | None = None
+    cached: bool = False
+
+    def data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "call_key": self.call_key,
+            "tool": self.tool,
+            "tool_use_id": self.tool_use_id,
+            "status": self.status,
+            "output": self.output,
+            "attempts": self.attempts,
+        }
+        if self.error_code:
+            data["error_code"] = self.error_code
+        if self.cached:
+            data["cached"] = True
+        return data
+
+    def cut(self, max_bytes: int) -> ToolResult:
+        return replace(self, output=truncate_utf8(self.output, max_bytes))
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """An ephemeral line for watchers: published, never journaled."""
+
+    type: ClassVar[EventType] = EventType.STATUS
+    text: str
+    tool: str | None = None
+    dropped_events: int | None = None
+
+    def data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"text": self.text}
+        if self.tool:
+            data["tool"] = self.tool
+        if self.dropped_events is not None:
+            data["dropped_events"] = self.dropped_events
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class RunComplete:
+    type: ClassVar[EventType] = EventType.RUN_COMPLETE
+    result: Any
+    usage: dict[str, Any]
+
+    def data(self) -> dict[str, Any]:
+        return {"result": self.result, "usage": self.usage}
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    type: ClassVar[EventType] = EventType.RUN_ERROR
+    code: str
+    message: str
+    error_type: str | None = None
+    detail: Any = None
+    original_turn_id: str | None = None
+
+    @classmethod
+    def of(cls, exc: PyrulaError) -> RunError:
+        """What ``run:error`` carries for one of our errors."""
+        return cls(
+            code=str(exc.code or ErrorCode.INTERNAL),
+            message=exc.message,
+            error_type=getattr(exc, "error_type", None) or type(exc).__name__,
+            detail=getattr(exc, "detail", None),
+        )
+
+    def data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.error_type is not None:
+            data["error_type"] = self.error_type
+        if self.detail is not None:
+            data["detail"] = self.detail
+        if self.original_turn_id is not None:
+            data["original_turn_id"] = self.original_turn_id
+        return data
+
+
+Terminal = RunComplete | RunError
+
+
+# --- routing and numbering -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventRouting:
+    """``<agent>.events`` for every event, plus the output topics routed per event type
+    (``"*"`` routes every type)."""
+
+    events_topic: str
+    output_topics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def topics_for(self, type_: EventType) -> list[str]:
+        routed = [*self.output_topics.get(type_, ()), *self.output_topics.get("*", ())]
+        extra = [t for t in dict.fromkeys(routed) if t != self.events_topic]
+        return [self.events_topic, *extra]
+
+    def all_topics(self) -> set[str]:
+        return {self.events_topic, *(t for ts in self.output_topics.values() for t in ts)}
+
+
+DROP_NOTICE_SLOTS = 2
+"""Seqs kept free under the count cap: the drop notice and the terminal event."""
+
+
+@dataclass
+class TurnEvents:
+    """Numbers, caps, encodes and routes one turn's events (see the module docstring)."""
+
+    turn_id: str
+    agent: str
+    routing: EventRouting
+    attempt: int
+    next_seq: int = 0
+    dropped: int = 0
+    max_count: int | None = None
+    max_payload_bytes: int | None = None
+    max_record_bytes: int | None = None
+
+    def records(self, payload: Payload) -> list[OutRecord]:
+        """The payload's records (taking the next ``seq``), or none once over the cap."""
+        if payload.type.is_terminal:
+            raise ValueError("a terminal event goes through closing_records")
+        if self.max_count is not None and self.next_seq >= self.max_count - DROP_NOTICE_SLOTS:
+            self.dropped += 1
+            return []
+        if self.max_payload_bytes is not None and isinstance(payload, LlmDelta | ToolResult):
+            payload = payload.cut(self.max_payload_bytes)
+        return self._encode(payload)
+
+    def closing_records(self, terminal: Terminal) -> list[OutRecord]:
+        """The drop notice (when events were dropped), then the terminal event."""
+        records: list[OutRecord] = []
+        if self.dropped:
+            notice = Status(
+                f"{self.dropped} events were dropped: the turn reached "
+                f"max_event_count_per_turn={self.max_count}",
+                dropped_events=self.dropped,
+            )
+            records += self._encode(notice)
+        return records + self._encode(terminal)
+
+    def _encode(self, payload: Payload) -> list[OutRecord]:
+        event = Event(
+            payload.type,
+            self.turn_id,
+            self.agent,
+            self.next_seq,
+            int(time.time() * 1000),
+            self.attempt,
+            payload.data(),
+        )
+        self.next_seq += 1
+        value = serde.encode("event", event)
+        return [
+            wire_record(t, self.turn_id.encode(), value, "event", max_bytes=self.max_record_bytes)
+            for t in self.routing.topics_for(payload.type)
+        ]

@@ -1,0 +1,206 @@
+"""One durable tool call: the single path for the model's tool loop and direct calls.
+
+Every call, whoever makes it, goes through ``ToolCalls.run``: the Kafka approval limit,
+the journal lookup (a recorded call returns its recorded result and runs nothing),
+argument validation (once), the wall-time budget, the barrier (the model response asking
+for the call is durable before any effect), ``tool:start``, the tool with its retry,
+timeout and cache, the journal entry, and ``tool:result``. Both callers therefore publish
+the same events and keep the same journal shape; they differ only in how a failure comes
+back (the model reads it; agent code gets an exception).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from pyrula_stream.errors import ErrorCode, Poison, ToolCallFailed, ToolRegistrationError
+from pyrula_stream.events import Status, ToolResult, ToolStart
+from pyrula_stream.journal import fingerprint
+from pyrula_stream.limits import AgentLimits, check_wall_time
+from pyrula_stream.text import truncate_utf8
+from pyrula_stream.tools import (
+    InvalidToolArguments,
+    ToolCallable,
+    ToolContext,
+    ToolOutcome,
+    check_bindable,
+)
+from pyrula_stream.turn import StepData, TurnRuntime
+
+if TYPE_CHECKING:
+    from pyrula_stream.tool_cache import CacheStore
+
+MAX_UNKNOWN_NAME = 64
+MAX_LISTED_TOOLS = 20
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call as asked: by the model (``tool_use_id`` set) or by agent code."""
+
+    call_key: str
+    name: str
+    arguments: Mapping[str, Any]
+    tool: ToolCallable | None
+    offered: tuple[str, ...] = ()
+    tool_use_id: str | None = None
+    step: int | None = None
+    direct: bool = False
+
+
+class TurnToolRuntime:
+    """What a ``ToolContext`` needs from the running turn (cancel flag, status, cache)."""
+
+    def __init__(self, turn: TurnRuntime, cache_store: CacheStore | None) -> None:
+        self._turn = turn
+        self.cache_store = cache_store
+
+    @property
+    def turn_id(self) -> str:
+        return self._turn.turn_id
+
+    def is_cancelled(self) -> bool:
+        return self._turn.cancelled
+
+    async def emit_status(self, text: str, *, tool_name: str | None) -> None:
+        self._turn.emit(Status(text, tool=tool_name))
+
+
+class ToolCalls:
+    """Runs the durable tool calls of one turn (see the module docstring)."""
+
+    def __init__(
+        self,
+        turn: TurnRuntime,
+        limits: AgentLimits,
+        *,
+        http: httpx.AsyncClient,
+        deps: Any = None,
+        cache_store: CacheStore | None = None,
+    ) -> None:
+        self.turn = turn
+        self.limits = limits
+        self.http = http
+        self.deps = deps
+        self.tool_runtime = TurnToolRuntime(turn, cache_store)
+
+    def model_text(self, data: StepData) -> str:
+        """What the model reads of a recorded call: its text, cut to the result budget."""
+        return truncate_utf8(data["text"], self.limits.max_tool_result_bytes)
+
+    async def run(self, call: ToolCall) -> StepData:
+        """Run or replay one call; returns its journaled data.
+
+        Raises ``Poison`` when the tool did (the turn is quarantined), and, for a direct
+        call, ``ToolCallFailed`` when the tool failed.
+        """
+        turn = self.turn
+        if call.tool is not None:
+            try:  # a gated tool is refused however it is called, and the turn ends
+                check_bindable(call.tool, agent_name=turn.agent)
+            except ToolRegistrationError as exc:
+                raise turn.refuse(exc) from None
+        name = call.name[:MAX_UNKNOWN_NAME]
+
+        async def live() -> StepData:
+            return await self._live(call, name)
+
+        def events(data: StepData) -> list[ToolResult]:
+            return [
+                ToolResult(
+                    call_key=call.call_key,
+                    tool=name,
+                    tool_use_id=call.tool_use_id,
+                    status=data["status"],
+                    output=self.model_text(data),
+                    attempts=data.get("attempts", 0),
+                    error_code=data.get("error_code"),
+                    cached=bool(data.get("cached")),
+                )
+            ]
+
+        data, _ = await turn.durable_step(
+            "tool", name, fingerprint(dict(call.arguments)), live, events, step=call.step
+        )
+        if data.get("poison"):
+            raise Poison(f"tool '{name}' raised Poison: {data.get('message', data['text'])}")
+        if call.direct and data["status"] != "ok":
+            raise ToolCallFailed(
+                name,
+                data.get("message") or data["text"],
+                code=data.get("error_code") or ErrorCode.TOOL_ERROR,
+                error_type=data.get("error_type") or "ToolError",
+            )
+        return data
+
+    async def _live(self, call: ToolCall, name: str) -> StepData:
+        turn, tool = self.turn, call.tool
+        if tool is None:
+            listed = ", ".join(sorted(call.offered)[:MAX_LISTED_TOOLS])
+            return {
+                "call_key": call.call_key,
+                "status": "error",
+                "unknown": True,
+                "text": f"unknown tool '{name}'; available: {listed}",
+                "error_code": ErrorCode.TOOL_ERROR,
+                "error_type": "UnknownTool",
+                "attempts": 0,
+            }
+        try:
+            args = tool.validate_arguments(call.arguments)
+        except InvalidToolArguments as exc:
+            return {
+                "call_key": call.call_key,
+                "status": "error",
+                "invalid": True,
+                "text": str(exc),
+                "message": str(exc),
+                "error_code": str(exc.code),
+                "error_type": type(exc).__name__,
+                "attempts": 0,
+            }
+        check_wall_time(self.limits, turn.started_ms)
+        await turn.barrier()  # the response asking for this call is durable first
+        turn.raise_if_cancelled()
+        turn.emit(ToolStart(call.call_key, tool.name, call.arguments, call.tool_use_id))
+        outcome = await tool.run_validated(
+            self.context(tool, call.tool_use_id, call.call_key), args
+        )
+        data = outcome_data(call.call_key, outcome)
+        if call.direct and not outcome.is_error:
+            data["value"] = outcome.value
+        return data
+
+    def context(self, tool: ToolCallable, tool_use_id: str | None, call_key: str) -> ToolContext:
+        return ToolContext(
+            http=self.http,
+            deps=self.deps,
+            tool_name=tool.name,
+            tool_use_id=tool_use_id,
+            call_key=call_key,
+            runtime=self.tool_runtime,
+        )
+
+
+def outcome_data(call_key: str, outcome: ToolOutcome) -> StepData:
+    """What the journal keeps of a tool call: the full text, never truncated."""
+    data: StepData = {
+        "call_key": call_key,
+        "status": "error" if outcome.is_error else "ok",
+        "text": outcome.text,
+        "attempts": outcome.attempts,
+    }
+    if outcome.is_error:
+        data["error_code"] = str(outcome.error_code) if outcome.error_code else "tool_error"
+        data["error_type"] = outcome.error_type
+        if outcome.message is not None:
+            data["message"] = outcome.message
+    if outcome.cached:
+        data["cached"] = True
+    if outcome.poison:
+        data["poison"] = True
+    return data
