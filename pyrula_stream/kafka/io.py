@@ -11,7 +11,6 @@ from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
-    OFFSET_END,
     Consumer,
     KafkaError,
     KafkaException,
@@ -194,13 +193,20 @@ class TopicFollower:
             if since_ms is None:
                 start += [TopicPartition(name, p, OFFSET_BEGINNING) for p in partitions]
             else:
+                # Ends first: a record written after them is newer than since_ms, so when
+                # no record is that new, starting at the end read here misses nothing.
+                ends = [
+                    self._consumer.get_watermark_offsets(
+                        TopicPartition(name, p), timeout=10, cached=False
+                    )[1]
+                    for p in partitions
+                ]
                 found = self._consumer.offsets_for_times(
                     [TopicPartition(name, p, since_ms) for p in partitions], timeout=10
                 )
-                # No record as new as since_ms: start at the end, missing nothing.
                 start += [
-                    TopicPartition(name, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END)
-                    for tp in found
+                    TopicPartition(name, tp.partition, tp.offset if tp.offset >= 0 else end)
+                    for tp, end in zip(found, ends, strict=True)
                 ]
             self.followed.add(name)
             added.append(name)

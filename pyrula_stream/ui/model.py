@@ -67,12 +67,12 @@ class TurnView:
         if self.next_seq == 0 and event.seq > 0:
             self.partial = True
         self.next_seq = event.seq + 1
-        self.last_ms = event.ts_ms
         if event.attempt > self.attempt:
             self._new_attempt(event)
         handler = _HANDLERS.get(event.type)
         if handler is not None:
             handler(self, event)
+        self.last_ms = event.ts_ms
         return True
 
     def _new_attempt(self, event: Event) -> None:
@@ -88,13 +88,15 @@ class TurnView:
         for found in self.steps[::-1]:
             if found["kind"] == "model" and found["call"] == call and found["state"] == "running":
                 return found
+        # Events do not say when a model call began; it began after the turn's previous
+        # event (run:start, a tool's result), which is the closest known time.
         step: dict[str, Any] = {
             "kind": "model",
             "call": call,
             "attempt": event.attempt,
             "state": "running",
             "text": "",
-            "started_ms": event.ts_ms,
+            "started_ms": self.last_ms or event.ts_ms,
             "ended_ms": None,
         }
         self.steps.append(step)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -192,3 +193,26 @@ class UIServer(uvicorn.Server):
 async def serve_ui(feed_options: FeedOptions, options: UIOptions) -> None:
     """Serve until interrupted (Ctrl-C)."""
     await UIServer(UIApp(feed_options, options)).serve()
+
+
+@contextlib.asynccontextmanager
+async def running_ui(feed_options: FeedOptions, options: UIOptions) -> AsyncIterator[str]:
+    """Serve the UI in this event loop (tests, notebooks); yields its URL. ``port=0``
+    takes a free port."""
+    sock = socket.socket(socket.AF_INET6 if ":" in options.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((options.host, options.port))
+    port = sock.getsockname()[1]
+    server = UIServer(UIApp(feed_options, dataclasses.replace(options, port=port)))
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="pyrula-ui")
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("the UI server stopped before it started")
+            await asyncio.sleep(0.05)
+        yield server.url
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
