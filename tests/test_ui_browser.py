@@ -137,6 +137,14 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         await expect(steps.nth(1)).to_contain_text("lookup_order", timeout=WAIT_MS)
         await expect(steps.nth(1)).to_contain_text('"order_id": "9"')
         await expect(steps.nth(1)).to_contain_text("running")
+        # Without --allow-actions the page offers no action and the server refuses one.
+        await expect(page.get_by_role("button", name="Terminate")).to_have_count(0)
+        refused = await page.request.post(
+            f"{url}/api/turns/{agent.name}/{handle.turn_id}/terminate",
+            headers={"x-pyrula-action": "terminate"},
+        )
+        assert refused.status == 403
+        assert "--allow-actions" in (await refused.json())["error"]
 
         # The second model call's text shows while the model is still streaming it.
         tool_may_finish.set()
@@ -188,3 +196,40 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         await expect(letter).to_contain_text("invalid_request")
         await expect(letter).to_contain_text(f"{agent.topics.turns}[0]@")
         await expect(letter).to_contain_text("ui-test")  # the original header
+
+
+async def test_ui_with_allow_actions_terminates_a_running_turn(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
+) -> None:
+    never = asyncio.Event()
+
+    @tool(read_only=True)
+    async def wait_forever(ctx: ToolContext) -> str:
+        """Waits until the turn is stopped."""
+        await never.wait()
+        return "unreachable"
+
+    @kafka_agent(
+        name=unique_name("stuck"),
+        llm=FakeLLM([reply_tool_calls(("wait_forever", {})), "done"]),
+        tools=[wait_forever],
+        partitions=1,
+    )
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    feed = FeedOptions(kafka_bootstrap_servers, agents=(agent.name,))
+    async with (
+        running_worker(agent, kafka_bootstrap_servers),
+        running_ui(feed, UIOptions(port=0, allow_actions=True)) as url,
+    ):
+        handle = await client.submit(agent.name, question="hold on")
+        await page.goto(f"{url}/#/turn/{agent.name}/{handle.turn_id}")
+        await expect(page.get_by_test_id("step").nth(1)).to_contain_text(
+            "wait_forever", timeout=WAIT_MS
+        )
+        page.once("dialog", lambda dialog: dialog.accept())
+        await page.get_by_role("button", name="Terminate").click()
+        await expect(page.get_by_test_id("error-code")).to_have_text("cancelled", timeout=WAIT_MS)
+        await expect(page.get_by_test_id("status").first).to_have_text("cancelled")
+        await expect(page.get_by_role("button", name="Terminate")).to_have_count(0)

@@ -10,6 +10,7 @@ const state = {
   watched: "", // "agent/turn_id" of the timeline on screen
   filters: { agent: "", status: "", thread: "", q: "" },
   notice: "",
+  paramsOpen: false,
 };
 
 const view = document.getElementById("view");
@@ -266,13 +267,15 @@ function renderTurn() {
     </section>
     <dl class="facts">${facts.map(([k, v]) => `<div><dt>${k}</dt><dd>${v}</dd></div>`).join("")}</dl>
     ${t.partial ? `<p class="note">The first events of this turn are older than what the UI read; showing what it has.</p>` : ""}
-    ${t.params ? `<details class="params"><summary>request parameters</summary><pre>${esc(json(t.params))}</pre></details>` : ""}
+    ${t.params ? `<details class="params"${state.paramsOpen ? " open" : ""}><summary>request parameters</summary><pre>${esc(json(t.params))}</pre></details>` : ""}
     <h2>Timeline</h2>
     <ol class="timeline" data-testid="timeline">
       ${t.steps.map((s) => step(s, start, span)).join("")}
       ${outcome(t)}
     </ol>`;
   for (const b of view.querySelectorAll("[data-action]")) b.addEventListener("click", () => act(t, b.dataset.action));
+  const params = view.querySelector("details.params");
+  if (params) params.addEventListener("toggle", () => { state.paramsOpen = params.open; });
 }
 
 function bar(s, start, span) {
