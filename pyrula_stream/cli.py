@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
 import logging
@@ -231,7 +232,9 @@ def cmd_ui(args: argparse.Namespace) -> int:
         host=args.host, port=args.port, allow_actions=args.allow_actions, max_turns=args.max_turns
     )
     print(f"pyrula-stream ui on http://{args.host}:{args.port}", flush=True)
-    asyncio.run(serve_ui(feed, options))
+    # uvicorn shuts down gracefully on Ctrl-C, then raises it again for the caller.
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_ui(feed, options))
     return 0
 
 

@@ -170,9 +170,7 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         failed = await client.run(agent.name, question="refund order 7", timeout=120)
         assert failed[-1].type == "run:error"
         await page.goto(f"{url}/#/turn/{agent.name}/{failed[0].turn_id}")
-        await expect(page.get_by_test_id("error-code")).to_have_text(
-            "agent_error", timeout=WAIT_MS
-        )
+        await expect(page.get_by_test_id("error-code")).to_have_text("agent_error", timeout=WAIT_MS)
         await expect(page.get_by_test_id("outcome")).to_contain_text(
             "order 7 is not in the orders database"
         )
