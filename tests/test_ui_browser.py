@@ -177,6 +177,14 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         await page.goto(url)
         failed_row = page.locator(f'[data-testid="turn-row"][data-turn-id="{failed[0].turn_id}"]')
         await expect(failed_row).to_contain_text("agent_error", timeout=WAIT_MS)
+        rows = page.get_by_test_id("turn-row")
+        await page.get_by_label("status").select_option("failed")
+        await expect(rows).to_have_count(1)
+        await expect(rows).to_have_attribute("data-turn-id", failed[0].turn_id)
+        await page.get_by_label("status").select_option("")
+        await page.get_by_label("turn id").fill(handle.turn_id[:8])
+        await expect(rows).to_have_count(1)
+        await expect(rows).to_have_attribute("data-turn-id", handle.turn_id)
 
         # A record the worker cannot decode shows on the DLQ page with its reason.
         producer = RecordProducer(kafka_bootstrap_servers)

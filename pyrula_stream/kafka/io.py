@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,8 +180,16 @@ class TopicFollower:
         """Every topic the cluster has now."""
         return set(self._consumer.list_topics(timeout=10).topics)
 
-    def follow(self, topics: list[str], since_ms: int | None) -> list[str]:
-        """Start reading the topics not yet followed that exist; return those added."""
+    def follow(
+        self,
+        topics: list[str],
+        since_ms: int | None,
+        resume: Mapping[tuple[str, int], int] | None = None,
+    ) -> list[str]:
+        """Start reading the topics not yet followed that exist; return those added.
+
+        A partition in ``resume`` starts at that offset (where an earlier follower stopped).
+        """
         metadata = self._consumer.list_topics(timeout=10).topics
         added: list[str] = []
         start: list[TopicPartition] = []
@@ -207,6 +215,13 @@ class TopicFollower:
                 start += [
                     TopicPartition(name, tp.partition, tp.offset if tp.offset >= 0 else end)
                     for tp, end in zip(found, ends, strict=True)
+                ]
+            if resume:
+                start = [
+                    TopicPartition(tp.topic, tp.partition, resume[(tp.topic, tp.partition)])
+                    if (tp.topic, tp.partition) in resume
+                    else tp
+                    for tp in start
                 ]
             self.followed.add(name)
             added.append(name)

@@ -10,6 +10,7 @@ demand, by id, from its partition (``load_turn``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -25,6 +26,7 @@ from pyrula_stream.ui.model import TurnView, UIState, turn_from_events
 log = logging.getLogger(__name__)
 
 DISCOVERY_INTERVAL_S = 5.0  # how often new agents' topics are looked for
+RETRY_S = 2.0  # pause before a new consumer after a Kafka failure
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class EventFeed:
         self.options = options
         self.state = state
         self.undecodable = 0
+        self.error: str | None = None
+        self._resume: dict[tuple[str, int], int] = {}
         self._topic_agent: dict[str, tuple[str, str]] = {}
         self._changed = asyncio.Condition()
         self._stopping = asyncio.Event()
@@ -77,6 +81,20 @@ class EventFeed:
             self._changed.notify_all()
 
     async def run(self) -> None:
+        """Follow until ``stop``. A Kafka failure is shown on the page (``error``) and the
+        consumer is made again; what was read stays, and reading resumes where it was."""
+        while not self.stopping:
+            try:
+                await self._follow()
+            except Exception as exc:  # any client failure: say it, keep the UI up
+                log.warning("reading Kafka failed, retrying: %s", exc)
+                self.error = f"reading Kafka failed: {exc}"
+                self.state.version += 1
+                await self._notify()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), RETRY_S)
+
+    async def _follow(self) -> None:
         follower = await asyncio.to_thread(
             TopicFollower,
             self.options.bootstrap_servers,
@@ -90,7 +108,11 @@ class EventFeed:
                     await asyncio.to_thread(self._discover, follower)
                     next_discovery = loop.time() + DISCOVERY_INTERVAL_S
                 records = await asyncio.to_thread(follower.poll, 0.2)
-                if records and self._fold(records):
+                changed = self._fold(records) if records else False
+                if self.error is not None:
+                    self.error, changed = None, True
+                    self.state.version += 1
+                if changed:
                     await self._notify()
         finally:
             await asyncio.to_thread(follower.close)
@@ -110,7 +132,7 @@ class EventFeed:
             self._topic_agent[topics.dlq] = (agent, "dlq")
             wanted += [topics.events, topics.dlq]
         since = int((time.time() - self.options.history_s) * 1000)
-        for topic in follower.follow(wanted, since):
+        for topic in follower.follow(wanted, since, self._resume):
             agent, _ = self._topic_agent[topic]
             self.state.add_agent(agent)
             log.info("following %s", topic)
@@ -118,6 +140,7 @@ class EventFeed:
     def _fold(self, records: list[TopicRecord]) -> bool:
         changed = False
         for record in records:
+            self._resume[(record.topic, record.partition)] = record.offset + 1
             agent, kind = self._topic_agent.get(record.topic, ("", ""))
             if kind == "dlq":
                 self.state.add_dead_letter(

@@ -87,6 +87,7 @@ class UIApp:
             "prefix": self.feed.options.prefix,
             "max_turns": self.options.max_turns,
             "agents": sorted(self.state.agents),
+            "error": self.feed.error,
         }
 
     async def live(self, request: Request) -> Response:

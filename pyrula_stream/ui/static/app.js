@@ -71,13 +71,15 @@ function connect() {
 }
 
 function setLive(ok) {
-  document.getElementById("live").classList.toggle("ok", ok);
-  document.getElementById("live-text").textContent = ok ? "live" : "reconnecting";
+  const error = ok && state.config.error;
+  document.getElementById("live").classList.toggle("ok", ok && !error);
+  document.getElementById("live").title = error || "live updates from Kafka (read_committed)";
+  document.getElementById("live-text").textContent = error ? "Kafka unreachable, retrying" : ok ? "live" : "reconnecting";
 }
 
 function apply(update) {
-  setLive(true);
   state.config = update.config;
+  setLive(true);
   if (update.snapshot) {
     state.turns.clear();
     state.deadLetters.clear();
@@ -270,6 +272,7 @@ function renderTurn() {
     ${t.params ? `<details class="params"${state.paramsOpen ? " open" : ""}><summary>request parameters</summary><pre>${esc(json(t.params))}</pre></details>` : ""}
     <h2>Timeline</h2>
     <ol class="timeline" data-testid="timeline">
+      ${t.started_ms ? `<li class="started"><div class="gutter"></div><div class="body"><span class="kind">Started</span> <span class="dim">${clock(t.started_ms)}${t.worker ? ` on worker <span class="mono">${esc(t.worker)}</span>` : ""}</span></div></li>` : ""}
       ${t.steps.map((s) => step(s, start, span)).join("")}
       ${outcome(t)}
     </ol>`;
