@@ -32,8 +32,9 @@ WAIT_MS = 60_000  # generous: the machine running the suite may be busy
 
 def system_chromium() -> str:
     """The system's Chromium: ``PYRULA_CHROMIUM``, else ``chromium`` on the PATH."""
-    for candidate in (os.environ.get("PYRULA_CHROMIUM"), "chromium", "chromium-browser"):
-        path = candidate and shutil.which(candidate)
+    chosen = os.environ.get("PYRULA_CHROMIUM")
+    for candidate in [chosen] if chosen else ["chromium", "chromium-browser"]:
+        path = shutil.which(candidate)
         if path:
             return path
     pytest.fail(

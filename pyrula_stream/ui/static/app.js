@@ -392,5 +392,5 @@ setInterval(() => {
 }, 1000);
 
 window.addEventListener("hashchange", route);
-connect();
-route();
+route(); // opens the live stream for a turn's page
+if (!source) connect();
