@@ -231,7 +231,7 @@ class TopicFollower:
 
     def poll(self, timeout_s: float) -> list[TopicRecord]:
         """What is buffered now, else what arrives within ``timeout_s``."""
-        first = self._consumer.poll(timeout_s) if self.followed else None
+        first = self._consumer.poll(timeout_s)  # with nothing assigned yet it just waits
         batch = [] if first is None else [first, *self._consumer.consume(999, 0)]
         out: list[TopicRecord] = []
         for msg in batch:

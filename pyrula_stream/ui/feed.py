@@ -89,7 +89,7 @@ class EventFeed:
             except Exception as exc:  # any client failure: say it, keep the UI up
                 log.warning("reading Kafka failed, retrying: %s", exc)
                 self.error = f"reading Kafka failed: {exc}"
-                self.state.version += 1
+                self.state.touch()
                 await self._notify()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), RETRY_S)
@@ -111,7 +111,7 @@ class EventFeed:
                 changed = self._fold(records) if records else False
                 if self.error is not None:
                     self.error, changed = None, True
-                    self.state.version += 1
+                    self.state.touch()
                 if changed:
                     await self._notify()
         finally:

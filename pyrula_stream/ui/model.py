@@ -346,6 +346,10 @@ class UIState:
         self.turns: dict[str, OrderedDict[str, TurnView]] = {}
         self.dead_letters: dict[str, deque[DeadLetter]] = {}
 
+    def touch(self) -> None:
+        """Something the page shows besides turns changed (the feed's error)."""
+        self.version += 1
+
     def add_agent(self, agent: str) -> None:
         self.agents.add(agent)
         self.turns.setdefault(agent, OrderedDict())
