@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck chaos bench broker-jars clean
+.PHONY: setup demo test lint typecheck chaos bench broker-jars browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m pip install -q -e '.[dev,bench,ui]'
 	touch $(STAMP)
 
 setup: $(STAMP) broker-jars
@@ -18,6 +18,18 @@ setup: $(STAMP) broker-jars
 broker-jars: $(STAMP)
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then \
 	  $(BIN)/python -c "from pyrula_stream.kafka.local_broker import check_java, fetch_jars; check_java(); print('kafka jars:', fetch_jars())"; \
+	fi
+
+# The web UI's browser test drives Debian's Chromium (never a downloaded browser build).
+browser:
+	@if command -v chromium >/dev/null 2>&1 || [ -n "$$PYRULA_CHROMIUM" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing chromium (apt-get) for the web UI's browser test"; \
+	  apt-get -o DPkg::Lock::Timeout=300 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq chromium \
+	  || { echo "error: apt-get install chromium failed; install Chromium, or set PYRULA_CHROMIUM=/path/to/chromium" >&2; exit 1; }; \
+	else \
+	  echo "error: the browser test needs Chromium: run 'apt-get install chromium' as root, or set PYRULA_CHROMIUM=/path/to/chromium" >&2; exit 1; \
 	fi
 
 demo: setup
@@ -30,7 +42,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: setup lint typecheck
+test: setup browser lint typecheck
 	$(BIN)/pytest
 
 chaos: setup

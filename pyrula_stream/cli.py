@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
 import logging
@@ -213,6 +214,30 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    try:
+        from pyrula_stream.ui.feed import FeedOptions
+        from pyrula_stream.ui.server import UIOptions, serve_ui
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the web UI needs the ui extra: pip install 'pyrula-stream[ui]' ({exc})"
+        ) from None
+    feed = FeedOptions(
+        bootstrap_from(args),
+        prefix=args.prefix,
+        agents=tuple(args.agent) if args.agent else None,
+        history_s=args.history_minutes * 60,
+    )
+    options = UIOptions(
+        host=args.host, port=args.port, allow_actions=args.allow_actions, max_turns=args.max_turns
+    )
+    print(f"pyrula-stream ui on http://{args.host}:{args.port}", flush=True)
+    # uvicorn shuts down gracefully on Ctrl-C, then raises it again for the caller.
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_ui(feed, options))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrula-stream", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -265,6 +290,19 @@ def build_parser() -> argparse.ArgumentParser:
     tl.add_argument("--from-beginning", action="store_true")
     tl.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
     tl.set_defaults(func=cmd_tail)
+
+    u = with_bootstrap(sub.add_parser("ui", help="a live web view of turns and the DLQ"))
+    u.add_argument(
+        "--agent", action="append", default=None, help="repeatable; default: every agent found"
+    )
+    u.add_argument("--port", type=int, default=8088)
+    u.add_argument("--host", default="127.0.0.1", help="bind address")
+    u.add_argument(
+        "--allow-actions", action="store_true", help="allow cancel/terminate from the page"
+    )
+    u.add_argument("--history-minutes", type=float, default=60.0, help="how far back to read")
+    u.add_argument("--max-turns", type=int, default=200, help="turns kept per agent")
+    u.set_defaults(func=cmd_ui)
     return parser
 
 

@@ -1,9 +1,11 @@
-"""Plain producing and reading for clients: submit records, read a partition from a time."""
+"""Plain producing and reading for clients: submit records, read a partition from a time,
+follow whole topics (the web UI's one shared consumer), read one key's records."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,3 +149,149 @@ class PartitionReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    """One committed record of a followed topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, str]
+    ts_ms: int
+
+
+class TopicFollower:
+    """One ``read_committed`` consumer following every partition of a growing set of topics.
+
+    Topics are added while it runs (an agent's topics may be created after the follower
+    starts); each starts at the first record at or after ``since_ms`` (``None``: from
+    the beginning). Not thread-safe: one thread calls ``follow``/``poll`` at a time.
+    """
+
+    def __init__(self, bootstrap_servers: str, *, client_id: str) -> None:
+        self._consumer: Consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+        self.followed: set[str] = set()
+
+    def topic_names(self) -> set[str]:
+        """Every topic the cluster has now."""
+        return set(self._consumer.list_topics(timeout=10).topics)
+
+    def follow(
+        self,
+        topics: list[str],
+        since_ms: int | None,
+        resume: Mapping[tuple[str, int], int] | None = None,
+    ) -> list[str]:
+        """Start reading the topics not yet followed that exist; return those added.
+
+        A partition in ``resume`` starts at that offset (where an earlier follower stopped).
+        """
+        metadata = self._consumer.list_topics(timeout=10).topics
+        added: list[str] = []
+        start: list[TopicPartition] = []
+        for name in topics:
+            md = metadata.get(name)
+            if name in self.followed or md is None or md.error is not None or not md.partitions:
+                continue
+            partitions = sorted(md.partitions)
+            if since_ms is None:
+                start += [TopicPartition(name, p, OFFSET_BEGINNING) for p in partitions]
+            else:
+                # Ends first: a record written after them is newer than since_ms, so when
+                # no record is that new, starting at the end read here misses nothing.
+                ends = [
+                    self._consumer.get_watermark_offsets(
+                        TopicPartition(name, p), timeout=10, cached=False
+                    )[1]
+                    for p in partitions
+                ]
+                found = self._consumer.offsets_for_times(
+                    [TopicPartition(name, p, since_ms) for p in partitions], timeout=10
+                )
+                start += [
+                    TopicPartition(name, tp.partition, tp.offset if tp.offset >= 0 else end)
+                    for tp, end in zip(found, ends, strict=True)
+                ]
+            if resume:
+                start = [
+                    TopicPartition(tp.topic, tp.partition, resume[(tp.topic, tp.partition)])
+                    if (tp.topic, tp.partition) in resume
+                    else tp
+                    for tp in start
+                ]
+            self.followed.add(name)
+            added.append(name)
+        if start:
+            self._consumer.incremental_assign(start)
+        return added
+
+    def poll(self, timeout_s: float) -> list[TopicRecord]:
+        """What is buffered now, else what arrives within ``timeout_s``."""
+        first = self._consumer.poll(timeout_s)  # with nothing assigned yet it just waits
+        batch = [] if first is None else [first, *self._consumer.consume(999, 0)]
+        out: list[TopicRecord] = []
+        for msg in batch:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF or err.retriable():
+                    continue
+                raise KafkaException(err)
+            key = msg.key()
+            out.append(
+                TopicRecord(
+                    msg.topic() or "",
+                    msg.partition() or 0,
+                    msg.offset() or 0,
+                    key.encode() if isinstance(key, str) else key,
+                    msg.value(),
+                    headers_dict(msg.headers()),
+                    int(msg.timestamp()[1]),
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def read_key(
+    bootstrap_servers: str, topic: str, key: bytes, *, client_id: str, timeout_s: float = 60.0
+) -> list[tuple[bytes | None, dict[str, str]]]:
+    """Every committed ``(value, headers)`` under ``key``, reading its partition to the end
+    (how one old turn's events are found by id)."""
+    consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None:
+            raise KafkaException(f"topic {topic} not found")
+        tp = TopicPartition(topic, partition_for(key, len(md.partitions)))
+        low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        out: list[tuple[bytes | None, dict[str, str]]] = []
+        if high <= low:
+            return out
+        consumer.assign([TopicPartition(topic, tp.partition, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + timeout_s
+        # ``>=``, not ``==``: transaction markers take offsets past the last data record.
+        while consumer.position([tp])[0].offset < high:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}[{tp.partition}] did not reach {high}")
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    break
+                if err.retriable():
+                    continue
+                raise KafkaException(err)
+            record_key = msg.key()
+            if (record_key.encode() if isinstance(record_key, str) else record_key) == key:
+                out.append((msg.value(), headers_dict(msg.headers())))
+        return out
+    finally:
+        consumer.close()

@@ -1,0 +1,195 @@
+"""The UI process's one shared consumer: it follows the events and DLQ topics of the
+agents, folds what it reads into ``UIState``, and wakes the live streams.
+
+It reads under ``read_committed`` (a turn's events are seen once, in ``seq`` order, and
+never from an aborted transaction) and starts ``history_s`` back in time, so opening the
+UI on a busy cluster does not replay days of events. A turn older than that is read on
+demand, by id, from its partition (``load_turn``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+
+from pyrula_stream import serde
+from pyrula_stream.agent import AgentTopics
+from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.kafka.io import TopicFollower, TopicRecord, read_key
+from pyrula_stream.ui.model import TurnView, UIState, turn_from_events
+
+log = logging.getLogger(__name__)
+
+DISCOVERY_INTERVAL_S = 5.0  # how often new agents' topics are looked for
+RETRY_S = 2.0  # pause before a new consumer after a Kafka failure
+
+
+@dataclass(frozen=True)
+class FeedOptions:
+    """What the feed reads: which agents (None: every agent found), from how far back."""
+
+    bootstrap_servers: str
+    prefix: str = "pyrula"
+    agents: tuple[str, ...] | None = None
+    history_s: float = 3600.0
+
+
+class EventFeed:
+    """Follows the agents' topics in one consumer; ``run`` until ``stop``."""
+
+    def __init__(self, options: FeedOptions, state: UIState) -> None:
+        self.options = options
+        self.state = state
+        self.undecodable = 0
+        self.error: str | None = None
+        self._resume: dict[tuple[str, int], int] = {}
+        self._topic_agent: dict[str, tuple[str, str]] = {}
+        self._changed = asyncio.Condition()
+        self._stopping = asyncio.Event()
+        self._events_pattern = re.compile(rf"^{re.escape(options.prefix)}\.(.+)\.events$")
+        for agent in options.agents or ():
+            state.add_agent(agent)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def stop(self) -> None:
+        """Stop reading and release every live stream waiting for a change."""
+        self._stopping.set()
+        await self._notify()
+
+    async def wait_changed(self, since: int, timeout_s: float) -> bool:
+        """Wait until the state is newer than ``since`` (True), or stopping or timeout."""
+        async with self._changed:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._changed.wait_for(
+                        lambda: self.state.version > since or self.stopping
+                    )
+            except TimeoutError:
+                return False
+        return self.state.version > since and not self.stopping
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def run(self) -> None:
+        """Follow until ``stop``. A Kafka failure is shown on the page (``error``) and the
+        consumer is made again; what was read stays, and reading resumes where it was."""
+        while not self.stopping:
+            try:
+                await self._follow()
+            except Exception as exc:  # any client failure: say it, keep the UI up
+                log.warning("reading Kafka failed, retrying: %s", exc)
+                self.error = f"reading Kafka failed: {exc}"
+                self.state.touch()
+                await self._notify()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), RETRY_S)
+
+    async def _follow(self) -> None:
+        follower = await asyncio.to_thread(
+            TopicFollower,
+            self.options.bootstrap_servers,
+            client_id=f"pyrula-ui-{uuid.uuid4().hex[:8]}",
+        )
+        loop = asyncio.get_running_loop()
+        next_discovery = 0.0
+        try:
+            while not self.stopping:
+                if loop.time() >= next_discovery:
+                    await asyncio.to_thread(self._discover, follower)
+                    next_discovery = loop.time() + DISCOVERY_INTERVAL_S
+                records = await asyncio.to_thread(follower.poll, 0.2)
+                changed = self._fold(records) if records else False
+                if self.error is not None:
+                    self.error, changed = None, True
+                    self.state.touch()
+                if changed:
+                    await self._notify()
+        finally:
+            await asyncio.to_thread(follower.close)
+
+    def _discover(self, follower: TopicFollower) -> None:
+        """Follow the topics of the named agents, or of every agent the cluster has."""
+        agents = self.options.agents
+        if agents is None:
+            names = follower.topic_names()
+            agents = tuple(
+                sorted(m.group(1) for n in names if (m := self._events_pattern.match(n)))
+            )
+        wanted: list[str] = []
+        for agent in agents:
+            topics = AgentTopics.for_agent(agent, self.options.prefix)
+            self._topic_agent[topics.events] = (agent, "events")
+            self._topic_agent[topics.dlq] = (agent, "dlq")
+            wanted += [topics.events, topics.dlq]
+        since = int((time.time() - self.options.history_s) * 1000)
+        for topic in follower.follow(wanted, since, self._resume):
+            agent, _ = self._topic_agent[topic]
+            self.state.add_agent(agent)
+            log.info("following %s", topic)
+
+    def _fold(self, records: list[TopicRecord]) -> bool:
+        changed = False
+        for record in records:
+            self._resume[(record.topic, record.partition)] = record.offset + 1
+            agent, kind = self._topic_agent.get(record.topic, ("", ""))
+            if kind == "dlq":
+                self.state.add_dead_letter(
+                    agent,
+                    record.partition,
+                    record.offset,
+                    record.ts_ms,
+                    record.key,
+                    record.value,
+                    record.headers,
+                )
+                changed = True
+            elif kind == "events" and record.value is not None:
+                try:
+                    event = serde.decode_event(record.value, record.headers)
+                except MalformedRecordError as exc:
+                    self.undecodable += 1
+                    log.warning(
+                        "%s[%d]@%d is not an event: %s",
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                        exc,
+                    )
+                    continue
+                changed = self.state.apply(event) is not None or changed
+        return changed
+
+    async def load_turn(self, agent: str, turn_id: str) -> TurnView | None:
+        """Read one turn's events by id from its partition (a turn the feed does not hold,
+        or holds only partly); None when the events topic has none."""
+        topic = AgentTopics.for_agent(agent, self.options.prefix).events
+        raw = await asyncio.to_thread(
+            read_key,
+            self.options.bootstrap_servers,
+            topic,
+            turn_id.encode(),
+            client_id=f"pyrula-ui-load-{uuid.uuid4().hex[:8]}",
+        )
+        events = []
+        for value, headers in raw:
+            if value is None:
+                continue
+            try:
+                events.append(serde.decode_event(value, headers))
+            except MalformedRecordError:
+                self.undecodable += 1
+        turn = turn_from_events(agent, turn_id, events)
+        if turn is not None:
+            self.state.replace(turn)
+            await self._notify()
+        return turn

@@ -1,0 +1,219 @@
+"""The web UI's server: a Starlette app serving the static page, a JSON API and one
+server-sent-events stream of changes, over the shared ``EventFeed``.
+
+- ``GET /api/live?turn=AGENT/TURN_ID``: SSE; the first ``update`` is a snapshot (turn
+  summaries, dead letters), the next ones carry only what changed, plus the whole watched
+  turn whenever it changed.
+- ``GET /api/turns/AGENT/TURN_ID``: one turn (read by id from Kafka when not held).
+- ``POST /api/turns/AGENT/TURN_ID/cancel|terminate``: only with ``allow_actions``; sent to
+  the control topic by ``KafkaAgentClient``, as ``client.cancel``/``terminate`` do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.errors import PyrulaError
+from pyrula_stream.ui.feed import EventFeed, FeedOptions
+from pyrula_stream.ui.model import UIState
+
+STATIC = Path(__file__).parent / "static"
+KEEPALIVE_S = 15.0
+ACTION_HEADER = "x-pyrula-action"  # a custom header: a cross-site form cannot send it
+
+
+@dataclass(frozen=True)
+class UIOptions:
+    """How the UI serves: address, whether write actions are on, and how much it keeps."""
+
+    host: str = "127.0.0.1"
+    port: int = 8088
+    allow_actions: bool = False
+    max_turns: int = 200
+
+
+class UIApp:
+    """The feed, the state and the routes of one UI process."""
+
+    def __init__(self, feed_options: FeedOptions, options: UIOptions) -> None:
+        self.options = options
+        self.state = UIState(max_turns=options.max_turns, max_dead_letters=options.max_turns)
+        self.feed = EventFeed(feed_options, self.state)
+        self._client: KafkaAgentClient | None = None
+        self.app = Starlette(
+            routes=[
+                Route("/", self.index),
+                Route("/api/live", self.live),
+                Route("/api/turns/{agent}/{turn_id}", self.turn),
+                Route("/api/turns/{agent}/{turn_id}/{action}", self.action, methods=["POST"]),
+                Mount("/static", StaticFiles(directory=STATIC), name="static"),
+            ],
+            lifespan=self.lifespan,
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(self.feed.run(), name="pyrula-ui-feed")
+        try:
+            yield
+        finally:
+            await self.feed.stop()
+            await task
+            if self._client is not None:
+                await self._client.close()
+
+    async def index(self, request: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "allow_actions": self.options.allow_actions,
+            "prefix": self.feed.options.prefix,
+            "max_turns": self.options.max_turns,
+            "agents": sorted(self.state.agents),
+            "error": self.feed.error,
+        }
+
+    async def live(self, request: Request) -> Response:
+        watched = request.query_params.get("turn", "")
+        agent, _, turn_id = watched.partition("/")
+
+        async def updates() -> AsyncIterator[str]:
+            sent = 0
+            yield "retry: 1000\n\n"
+            snapshot = True
+            while True:
+                if not snapshot and not await self.feed.wait_changed(sent, KEEPALIVE_S):
+                    if self.feed.stopping:
+                        return
+                    yield ": keep-alive\n\n"
+                    continue
+                version = self.state.version
+                body: dict[str, Any] = {
+                    "snapshot": snapshot,
+                    "version": version,
+                    "config": self._config(),
+                    "turns": [t.summary() for t in self.state.all_turns() if t.version > sent],
+                    "dead_letters": [
+                        d.as_json() for d in self.state.all_dead_letters() if d.version > sent
+                    ],
+                }
+                turn = self.state.find(agent, turn_id) if turn_id else None
+                if turn is not None and turn.version > sent:
+                    body["turn"] = turn.detail()
+                yield f"event: update\ndata: {json.dumps(body, default=str)}\n\n"
+                sent, snapshot = version, False
+
+        return StreamingResponse(
+            updates(),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+
+    async def turn(self, request: Request) -> Response:
+        agent, turn_id = request.path_params["agent"], request.path_params["turn_id"]
+        turn = self.state.find(agent, turn_id)
+        if turn is None or turn.partial:
+            try:
+                turn = await self.feed.load_turn(agent, turn_id) or turn
+            except Exception as exc:  # the topic may be missing: say so, keep serving
+                return JSONResponse({"error": f"cannot read turn {turn_id}: {exc}"}, 502)
+        if turn is None:
+            return JSONResponse(
+                {"error": f"no events for turn {turn_id} of agent {agent}"}, status_code=404
+            )
+        return JSONResponse(turn.detail())
+
+    async def action(self, request: Request) -> Response:
+        if not self.options.allow_actions:
+            return JSONResponse(
+                {"error": "actions are off; start the UI with --allow-actions"}, 403
+            )
+        if ACTION_HEADER not in request.headers:
+            return JSONResponse({"error": f"missing header {ACTION_HEADER}"}, 400)
+        agent, turn_id = request.path_params["agent"], request.path_params["turn_id"]
+        action = request.path_params["action"]
+        if self._client is None:
+            self._client = KafkaAgentClient(
+                self.feed.options.bootstrap_servers, prefix=self.feed.options.prefix
+            )
+        send: dict[str, Callable[..., Awaitable[None]]] = {
+            "cancel": self._client.cancel,
+            "terminate": self._client.terminate,
+        }
+        if action not in send:
+            return JSONResponse({"error": f"unknown action {action!r}: cancel or terminate"}, 404)
+        try:
+            await send[action](agent, turn_id, reason="from pyrula-stream ui")
+        except PyrulaError as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        return JSONResponse({"sent": action, "turn_id": turn_id})
+
+
+class UIServer(uvicorn.Server):
+    """uvicorn, releasing the live streams first so shutdown does not wait on them."""
+
+    def __init__(self, ui: UIApp) -> None:
+        self.ui = ui
+        super().__init__(
+            uvicorn.Config(
+                ui.app,
+                host=ui.options.host,
+                port=ui.options.port,
+                log_level="warning",
+                timeout_graceful_shutdown=5,
+            )
+        )
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.ui.feed.stop()
+        await super().shutdown(sockets)
+
+    @property
+    def url(self) -> str:
+        host = self.ui.options.host
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self.ui.options.port}"
+
+
+async def serve_ui(feed_options: FeedOptions, options: UIOptions) -> None:
+    """Serve until interrupted (Ctrl-C)."""
+    await UIServer(UIApp(feed_options, options)).serve()
+
+
+@contextlib.asynccontextmanager
+async def running_ui(feed_options: FeedOptions, options: UIOptions) -> AsyncIterator[str]:
+    """Serve the UI in this event loop (tests, notebooks); yields its URL. ``port=0``
+    takes a free port."""
+    sock = socket.socket(socket.AF_INET6 if ":" in options.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((options.host, options.port))
+    port = sock.getsockname()[1]
+    server = UIServer(UIApp(feed_options, dataclasses.replace(options, port=port)))
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="pyrula-ui")
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("the UI server stopped before it started")
+            await asyncio.sleep(0.05)
+        yield server.url
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

@@ -1,0 +1,396 @@
+// pyrula-stream ui: one page, three views (turns, a turn's timeline, dead letters),
+// kept current by one server-sent-events stream. Everything read from Kafka is escaped.
+"use strict";
+
+const state = {
+  config: { allow_actions: false, agents: [], max_turns: 200 },
+  turns: new Map(), // "agent/turn_id" -> summary
+  deadLetters: new Map(), // "agent/partition/offset" -> dead letter
+  turn: null, // the watched turn's detail
+  watched: "", // "agent/turn_id" of the timeline on screen
+  filters: { agent: "", status: "", thread: "", q: "" },
+  notice: "",
+  paramsOpen: false,
+};
+
+const view = document.getElementById("view");
+let source = null;
+
+// -- helpers --------------------------------------------------------------------------
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
+  })[c]);
+}
+
+function json(value) {
+  if (typeof value === "string") {
+    try { return JSON.stringify(JSON.parse(value), null, 2); } catch { return value; }
+  }
+  return JSON.stringify(value ?? null, null, 2);
+}
+
+function clock(ms) {
+  if (!ms) return "–";
+  const d = new Date(ms);
+  const today = new Date().toDateString() === d.toDateString();
+  const time = d.toLocaleTimeString([], { hour12: false });
+  return today ? time : `${d.toLocaleDateString()} ${time}`;
+}
+
+function duration(from, to) {
+  if (!from) return "–";
+  const ms = Math.max(0, (to || Date.now()) - from);
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.floor(ms / 60000)} m ${Math.round((ms % 60000) / 1000)} s`;
+}
+
+function cost(usd) {
+  return usd ? `$${Number(usd).toFixed(usd < 0.01 ? 4 : 2)}` : "–";
+}
+
+function badge(status, extra = "") {
+  return `<span class="badge ${esc(status)}" data-testid="status">${esc(status)}${extra}</span>`;
+}
+
+function turnLink(t) {
+  return `#/turn/${encodeURIComponent(t.agent)}/${encodeURIComponent(t.turn_id)}`;
+}
+
+// -- live stream ----------------------------------------------------------------------
+
+function connect() {
+  if (source) source.close();
+  const url = "/api/live" + (state.watched ? `?turn=${encodeURIComponent(state.watched)}` : "");
+  source = new EventSource(url);
+  source.addEventListener("update", (e) => apply(JSON.parse(e.data)));
+  source.onopen = () => setLive(true);
+  source.onerror = () => setLive(false);
+}
+
+function setLive(ok) {
+  const error = ok && state.config.error;
+  document.getElementById("live").classList.toggle("ok", ok && !error);
+  document.getElementById("live").title = error || "live updates from Kafka (read_committed)";
+  document.getElementById("live-text").textContent = error ? "Kafka unreachable, retrying" : ok ? "live" : "reconnecting";
+}
+
+function apply(update) {
+  state.config = update.config;
+  setLive(true);
+  if (update.snapshot) {
+    state.turns.clear();
+    state.deadLetters.clear();
+  }
+  for (const t of update.turns) state.turns.set(`${t.agent}/${t.turn_id}`, t);
+  for (const d of update.dead_letters) {
+    state.deadLetters.set(`${d.agent}/${d.partition}/${d.offset}`, d);
+  }
+  if (update.turn && `${update.turn.agent}/${update.turn.turn_id}` === state.watched) {
+    state.turn = update.turn;
+  }
+  trim();
+  render();
+}
+
+function trim() {
+  // Keep what the server keeps: the newest turns per agent (running ones stay).
+  const byAgent = new Map();
+  for (const [key, t] of state.turns) {
+    if (!byAgent.has(t.agent)) byAgent.set(t.agent, []);
+    byAgent.get(t.agent).push([key, t]);
+  }
+  for (const rows of byAgent.values()) {
+    const finished = rows.filter(([, t]) => t.status !== "running")
+      .sort((a, b) => (a[1].last_ms || 0) - (b[1].last_ms || 0));
+    for (let i = 0; rows.length - i > state.config.max_turns && i < finished.length; i++) {
+      state.turns.delete(finished[i][0]);
+    }
+  }
+}
+
+// -- routing --------------------------------------------------------------------------
+
+function route() {
+  const hash = location.hash || "#/";
+  const m = hash.match(/^#\/turn\/([^/]+)\/([^/]+)$/);
+  const watched = m ? `${decodeURIComponent(m[1])}/${decodeURIComponent(m[2])}` : "";
+  if (watched !== state.watched) {
+    state.watched = watched;
+    state.turn = null;
+    state.notice = "";
+    connect();
+    if (m) load(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
+  }
+  document.getElementById("nav-turns").classList.toggle("on", !hash.startsWith("#/dlq"));
+  document.getElementById("nav-dlq").classList.toggle("on", hash.startsWith("#/dlq"));
+  render();
+}
+
+async function load(agent, turnId) {
+  const res = await fetch(`/api/turns/${encodeURIComponent(agent)}/${encodeURIComponent(turnId)}`);
+  const body = await res.json();
+  if (`${agent}/${turnId}` !== state.watched) return;
+  if (res.ok) {
+    if (!state.turn || state.turn.version <= body.version) state.turn = body;
+  } else {
+    state.notice = body.error;
+  }
+  render();
+}
+
+function render() {
+  const hash = location.hash || "#/";
+  const count = state.deadLetters.size;
+  document.getElementById("dlq-count").textContent = count ? String(count) : "";
+  if (hash.startsWith("#/dlq")) renderDeadLetters();
+  else if (state.watched) renderTurn();
+  else renderTurns();
+}
+
+// -- turns list -----------------------------------------------------------------------
+
+function renderTurns() {
+  const f = state.filters;
+  const rows = [...state.turns.values()]
+    .filter((t) => !f.agent || t.agent === f.agent)
+    .filter((t) => !f.status || t.status === f.status)
+    .filter((t) => !f.thread || (t.thread_id || "").includes(f.thread))
+    .filter((t) => !f.q || t.turn_id.includes(f.q.trim()))
+    .sort((a, b) => (b.started_ms || b.last_ms) - (a.started_ms || a.last_ms));
+  const agents = [...new Set([...state.config.agents, ...[...state.turns.values()].map((t) => t.agent)])].sort();
+  const option = (v, label, current) =>
+    `<option value="${esc(v)}"${v === current ? " selected" : ""}>${esc(label)}</option>`;
+  const running = [...state.turns.values()].filter((t) => t.status === "running").length;
+  if (document.activeElement && document.activeElement.closest && document.activeElement.closest(".filters")) {
+    updateTurnRows(rows); // typing in a filter: keep the inputs, refresh the rows
+    return;
+  }
+  view.innerHTML = `
+    <section class="page-head">
+      <h1>Turns</h1>
+      <p class="sub">${state.turns.size} recent · ${running} running · ${agents.length} agent${agents.length === 1 ? "" : "s"}</p>
+    </section>
+    <form class="filters" onsubmit="return false">
+      <select id="f-agent" aria-label="agent">${option("", "all agents", f.agent)}${agents.map((a) => option(a, a, f.agent)).join("")}</select>
+      <select id="f-status" aria-label="status">${["", "running", "completed", "failed", "cancelled"].map((s) => option(s, s || "any status", f.status)).join("")}</select>
+      <input id="f-thread" placeholder="thread" value="${esc(f.thread)}" aria-label="thread">
+      <input id="f-q" placeholder="search turn id (older turns load by id)" value="${esc(f.q)}" aria-label="turn id">
+      <button id="f-open" type="button">Open</button>
+    </form>
+    <div id="turn-rows"></div>`;
+  for (const [id, key] of [["f-agent", "agent"], ["f-status", "status"], ["f-thread", "thread"], ["f-q", "q"]]) {
+    document.getElementById(id).addEventListener("input", (e) => {
+      state.filters[key] = e.target.value;
+      renderTurns();
+    });
+  }
+  document.getElementById("f-open").addEventListener("click", openById);
+  updateTurnRows(rows);
+}
+
+function openById() {
+  const q = state.filters.q.trim();
+  const agent = state.filters.agent || (state.config.agents.length === 1 ? state.config.agents[0] : "");
+  if (!q) return;
+  if (!agent) {
+    state.notice = "choose an agent to open a turn by id";
+    renderTurns();
+    return;
+  }
+  location.hash = `#/turn/${encodeURIComponent(agent)}/${encodeURIComponent(q)}`;
+}
+
+function updateTurnRows(rows) {
+  const el = document.getElementById("turn-rows");
+  if (!el) return;
+  if (!rows.length) {
+    el.innerHTML = `<div class="empty">${esc(state.notice) || "No turns yet. They appear here as their events are committed."}</div>`;
+    return;
+  }
+  el.innerHTML = `
+    <table class="turns">
+      <thead><tr><th>status</th><th>turn</th><th>agent</th><th>thread</th><th>attempt</th>
+        <th>started</th><th class="num">duration</th><th class="num">model calls</th>
+        <th class="num">tool calls</th><th class="num">tokens</th><th class="num">cost</th></tr></thead>
+      <tbody>${rows.map((t) => `
+        <tr data-testid="turn-row" data-turn-id="${esc(t.turn_id)}" class="${esc(t.status)}">
+          <td>${badge(t.status)}${t.error_code ? ` <code class="err">${esc(t.error_code)}</code>` : ""}</td>
+          <td><a class="mono" href="${turnLink(t)}">${esc(t.turn_id.slice(0, 12))}</a></td>
+          <td>${esc(t.agent)}</td>
+          <td class="mono dim">${esc(t.thread_id || "–")}</td>
+          <td class="${t.attempt > 1 ? "warn" : "dim"}">${esc(t.attempt)}</td>
+          <td class="dim">${clock(t.started_ms)}</td>
+          <td class="num">${duration(t.started_ms, t.ended_ms)}</td>
+          <td class="num">${esc(t.model_calls)}</td>
+          <td class="num">${esc(t.tool_calls)}</td>
+          <td class="num">${esc(t.tokens.toLocaleString())}</td>
+          <td class="num">${cost(t.cost_usd)}</td>
+        </tr>`).join("")}</tbody>
+    </table>`;
+}
+
+// -- one turn's timeline --------------------------------------------------------------
+
+function renderTurn() {
+  const t = state.turn;
+  if (!t) {
+    view.innerHTML = `<a class="back" href="#/">← turns</a><div class="empty">${esc(state.notice) || "Loading the turn's events…"}</div>`;
+    return;
+  }
+  const start = t.started_ms || (t.steps[0] && (t.steps[0].started_ms || t.steps[0].ts_ms)) || t.last_ms;
+  const end = t.ended_ms || Math.max(t.last_ms, Date.now());
+  const span = Math.max(1, end - start);
+  const actions = state.config.allow_actions && t.status === "running"
+    ? `<div class="actions"><button data-action="cancel">Cancel</button><button class="danger" data-action="terminate">Terminate</button></div>`
+    : "";
+  const facts = [
+    ["agent", esc(t.agent)],
+    ["attempt", esc(t.attempt)],
+    ["started", clock(t.started_ms)],
+    ["duration", duration(t.started_ms, t.ended_ms)],
+    ["model calls", esc(t.model_calls)],
+    ["tool calls", esc(t.tool_calls)],
+    ["tokens", `${esc(t.input_tokens.toLocaleString())} in · ${esc(t.output_tokens.toLocaleString())} out`],
+    ["cost", cost(t.cost_usd)],
+  ];
+  if (t.thread_id) facts.push(["thread", `<span class="mono">${esc(t.thread_id)}</span>`]);
+  if (t.worker) facts.push(["worker", `<span class="mono">${esc(t.worker)}</span>`]);
+  view.innerHTML = `
+    <a class="back" href="#/">← turns</a>
+    <section class="turn-head">
+      <div class="title">
+        <h1 class="mono">${esc(t.turn_id)}</h1>
+        ${badge(t.status)}
+      </div>
+      ${actions}
+    </section>
+    <dl class="facts">${facts.map(([k, v]) => `<div><dt>${k}</dt><dd>${v}</dd></div>`).join("")}</dl>
+    ${t.partial ? `<p class="note">The first events of this turn are older than what the UI read; showing what it has.</p>` : ""}
+    ${t.params ? `<details class="params"${state.paramsOpen ? " open" : ""}><summary>request parameters</summary><pre>${esc(json(t.params))}</pre></details>` : ""}
+    <h2>Timeline</h2>
+    <ol class="timeline" data-testid="timeline">
+      ${t.started_ms ? `<li class="started"><div class="gutter"></div><div class="body"><span class="kind">Started</span> <span class="dim">${clock(t.started_ms)}${t.worker ? ` on worker <span class="mono">${esc(t.worker)}</span>` : ""}</span></div></li>` : ""}
+      ${t.steps.map((s) => step(s, start, span)).join("")}
+      ${outcome(t)}
+    </ol>`;
+  for (const b of view.querySelectorAll("[data-action]")) b.addEventListener("click", () => act(t, b.dataset.action));
+  const params = view.querySelector("details.params");
+  if (params) params.addEventListener("toggle", () => { state.paramsOpen = params.open; });
+}
+
+function bar(s, start, span) {
+  const from = (s.started_ms || s.ts_ms || start) - start;
+  const to = (s.ended_ms || (s.state === "running" ? Date.now() : s.started_ms || s.ts_ms || start)) - start;
+  const left = Math.min(99, (100 * from) / span);
+  const width = Math.max(0.8, Math.min(100 - left, (100 * (to - from)) / span));
+  return `<div class="bar"><span class="${esc(s.kind)} ${esc(s.state)}" style="left:${left.toFixed(2)}%;width:${width.toFixed(2)}%"></span></div>`;
+}
+
+function stepState(s) {
+  const parts = [];
+  if (s.state === "running") parts.push(`<span class="badge running">running</span>`);
+  if (s.state === "interrupted") parts.push(`<span class="badge interrupted">interrupted</span>`);
+  if (s.replayed) parts.push(`<span class="badge replayed" title="recorded by attempt ${esc(s.attempt)}; later attempts took it from the journal">replayed</span>`);
+  if (s.kind === "tool" && s.status) parts.push(`<span class="badge ${s.status === "ok" ? "completed" : "failed"}">${esc(s.status)}</span>`);
+  if (s.cached) parts.push(`<span class="badge replayed">cached</span>`);
+  return parts.join(" ");
+}
+
+function step(s, start, span) {
+  if (s.kind === "attempt") {
+    return `<li class="attempt-mark" data-testid="attempt">Attempt ${esc(s.attempt)} · ${clock(s.ts_ms)} — the turn resumed on another worker; steps recorded before were taken from the journal, not run again</li>`;
+  }
+  if (s.kind === "status") {
+    return `<li class="step status-step" data-testid="step" data-kind="status"><div class="gutter"></div><div class="body"><div class="line"><span class="kind">status${s.tool ? ` · ${esc(s.tool)}` : ""}</span><span class="dim">${clock(s.ts_ms)}</span></div><p>${esc(s.text)}</p></div></li>`;
+  }
+  const took = s.ended_ms ? duration(s.started_ms, s.ended_ms) : s.state === "running" ? duration(s.started_ms) : "";
+  let title;
+  let body;
+  if (s.kind === "model") {
+    title = `Model call ${s.call + 1}${s.model ? ` <span class="dim">· ${esc(s.model)}</span>` : ""}`;
+    const calls = (s.tool_calls || []).map((c) => `<li><code>${esc(c.name)}</code><pre>${esc(json(c.input))}</pre></li>`).join("");
+    const usage = s.usage ? `<span class="dim">${esc(s.usage.input_tokens ?? 0)} in · ${esc(s.usage.output_tokens ?? 0)} out${s.stop_reason ? ` · ${esc(s.stop_reason)}` : ""}</span>` : "";
+    body = `
+      ${s.text ? `<div class="text" data-testid="model-text">${esc(s.text)}${s.state === "running" ? '<span class="caret"></span>' : ""}</div>` : s.state === "running" ? `<div class="text dim">waiting for the model…<span class="caret"></span></div>` : ""}
+      ${calls ? `<div class="asks">asks for ${s.tool_calls.length} tool call${s.tool_calls.length > 1 ? "s" : ""}:</div><ul class="calls">${calls}</ul>` : ""}
+      ${usage}`;
+  } else {
+    title = `Tool <code>${esc(s.tool || "?")}</code> <span class="dim">· call ${esc(s.call_key)}</span>`;
+    body = `
+      <div class="io">
+        <div><div class="label">arguments</div><pre>${esc(json(s.input ?? {}))}</pre></div>
+        <div><div class="label">result${s.attempts > 1 ? ` · ${esc(s.attempts)} attempts` : ""}${s.error_code ? ` · <code class="err">${esc(s.error_code)}</code>` : ""}</div>
+          <pre class="${s.status === "error" ? "failed-text" : ""}">${s.state === "done" ? esc(json(s.output)) : '<span class="dim">running…</span>'}</pre></div>
+      </div>`;
+  }
+  return `
+    <li class="step ${esc(s.kind)} ${esc(s.state)}" data-testid="step" data-kind="${esc(s.kind)}">
+      <div class="gutter"></div>
+      <div class="body">
+        <div class="line"><span class="kind">${title}</span> ${stepState(s)}<span class="grow"></span><span class="dim">${clock(s.started_ms)} · ${took}</span></div>
+        ${bar(s, start, span)}
+        ${body}
+      </div>
+    </li>`;
+}
+
+function outcome(t) {
+  if (t.status === "running") {
+    return `<li class="outcome running"><div class="gutter"></div><div class="body"><span class="badge running">running</span> <span class="dim">new steps appear as their events are committed</span></div></li>`;
+  }
+  if (t.status === "completed") {
+    return `<li class="outcome completed" data-testid="outcome"><div class="gutter"></div><div class="body"><div class="line"><span class="kind">Completed</span><span class="grow"></span><span class="dim">${clock(t.ended_ms)}</span></div><pre>${esc(typeof t.result === "string" ? t.result : json(t.result))}</pre></div></li>`;
+  }
+  const e = t.error || {};
+  return `<li class="outcome failed" data-testid="outcome"><div class="gutter"></div><div class="body"><div class="line"><span class="kind">${t.status === "cancelled" ? "Cancelled" : "Failed"}</span> <code class="err" data-testid="error-code">${esc(e.code)}</code><span class="grow"></span><span class="dim">${clock(t.ended_ms)}</span></div><p class="failed-text">${esc(e.message)}</p>${e.error_type ? `<p class="dim">${esc(e.error_type)}</p>` : ""}</div></li>`;
+}
+
+async function act(t, action) {
+  if (!confirm(`${action} turn ${t.turn_id}?`)) return;
+  const res = await fetch(`/api/turns/${encodeURIComponent(t.agent)}/${encodeURIComponent(t.turn_id)}/${action}`, {
+    method: "POST",
+    headers: { "x-pyrula-action": action },
+  });
+  const body = await res.json();
+  if (!res.ok) alert(body.error);
+}
+
+// -- dead letters ---------------------------------------------------------------------
+
+function renderDeadLetters() {
+  const letters = [...state.deadLetters.values()].sort((a, b) => b.ts_ms - a.ts_ms);
+  const kv = (obj) => Object.entries(obj).map(([k, v]) => `<div><dt>${esc(k)}</dt><dd class="mono">${esc(v)}</dd></div>`).join("");
+  view.innerHTML = `
+    <section class="page-head">
+      <h1>Dead letters</h1>
+      <p class="sub">records the workers could not process, with the reason, from <code>&lt;prefix&gt;.&lt;agent&gt;.dlq</code></p>
+    </section>
+    ${letters.length ? "" : `<div class="empty">No dead letters.</div>`}
+    <ol class="letters">${letters.map((d) => `
+      <li class="letter" data-testid="dead-letter">
+        <div class="line"><code class="err">${esc(d.code || "no code")}</code><span class="agent">${esc(d.agent)}</span><span class="grow"></span><span class="dim">${clock(d.ts_ms)}</span></div>
+        <p class="reason" data-testid="reason">${esc(d.reason || "(no reason header)")}</p>
+        <dl class="kv">
+          <div><dt>source</dt><dd class="mono">${esc(d.source || "–")}</dd></div>
+          <div><dt>dlq offset</dt><dd class="mono">[${esc(d.partition)}]@${esc(d.offset)}</dd></div>
+          <div><dt>key</dt><dd class="mono">${esc(d.key ?? "–")}</dd></div>
+          ${kv(d.headers)}
+        </dl>
+        ${Object.keys(d.original_headers).length ? `<div class="label">original headers</div><dl class="kv">${kv(d.original_headers)}</dl>` : ""}
+        <div class="label">value · ${esc(d.value_bytes)} bytes</div><pre>${esc(d.value_preview)}</pre>
+      </li>`).join("")}</ol>`;
+}
+
+// Durations of running turns tick; the page re-renders only when something runs.
+setInterval(() => {
+  const running = state.watched ? state.turn && state.turn.status === "running"
+    : !location.hash.startsWith("#/dlq") && [...state.turns.values()].some((t) => t.status === "running");
+  if (running) render();
+}, 1000);
+
+window.addEventListener("hashchange", route);
+route(); // opens the live stream for a turn's page
+if (!source) connect();

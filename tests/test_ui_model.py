@@ -1,0 +1,82 @@
+"""The UI's turn model: events fold into a timeline; memory stays bounded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyrula_stream.serde import Event
+from pyrula_stream.ui.model import TurnView, UIState
+
+
+def ev(seq: int, type_: str, attempt: int = 1, turn: str = "t1", **data: Any) -> Event:
+    return Event(type_, turn, "support", seq, 1_000 + 10 * seq, attempt, data)
+
+
+def test_a_resumed_turn_marks_the_new_attempt_and_the_replayed_steps() -> None:
+    turn = TurnView("t1", "support")
+    events = [
+        ev(0, "run:start", params={"q": "x"}, worker="w1"),
+        ev(1, "llm:delta", call=0, text="Let me "),
+        ev(2, "llm:delta", call=0, text="check."),
+        ev(3, "llm:complete", call=0, text="Let me check.", tool_calls=[{"name": "t"}]),
+        ev(4, "tool:start", call_key="0.0", tool="lookup", input={"id": 1}),
+        # The worker died here; attempt 2 replays model call 0 and reruns the tool.
+        ev(5, "tool:start", attempt=2, call_key="0.0", tool="lookup", input={"id": 1}),
+        ev(6, "tool:result", attempt=2, call_key="0.0", tool="lookup", status="ok", output="{}"),
+        ev(7, "llm:delta", attempt=2, call=1, text="Done"),
+        ev(8, "run:error", attempt=2, code="budget_exceeded", message="max_llm_calls"),
+    ]
+    for event in events:
+        assert turn.apply(event)
+    assert not turn.apply(events[3])  # a repeated seq (at-least-once) is dropped
+    kinds = [(s["kind"], s.get("state"), s.get("replayed", False)) for s in turn.steps]
+    assert kinds == [
+        ("model", "done", True),
+        ("tool", "interrupted", False),
+        ("attempt", None, False),
+        ("tool", "done", False),
+        ("model", "interrupted", False),
+    ]
+    assert turn.steps[0]["text"] == "Let me check."
+    assert turn.steps[0]["started_ms"] == 1_000  # after run:start, before its first delta
+    assert (turn.status, turn.attempt, turn.tool_calls) == ("failed", 2, 1)
+    assert turn.summary()["error_code"] == "budget_exceeded"
+
+
+def test_state_keeps_the_newest_finished_turns_and_every_running_one() -> None:
+    state = UIState(max_turns=2)
+    state.apply(ev(0, "run:start", turn="running"))
+    for n in range(4):
+        state.apply(ev(0, "run:start", turn=f"done{n}"))
+        state.apply(ev(1, "run:complete", turn=f"done{n}", result="ok"))
+    kept = [t.turn_id for t in state.all_turns()]
+    assert kept == ["running", "done3"]
+    later = ev(3, "run:complete", turn="old")
+    assert state.apply(later) is not None
+    assert state.find("support", "old") is not None
+    assert state.find("support", "old").partial  # type: ignore[union-attr]
+
+
+def test_dead_letter_keeps_reason_source_and_original_headers() -> None:
+    state = UIState()
+    letter = state.add_dead_letter(
+        "support",
+        0,
+        5,
+        1_000,
+        b"k1",
+        b"\x00\x01garbage",
+        {
+            "pyrula.dlq.reason": "value does not decode",
+            "pyrula.dlq.code": "invalid_request",
+            "pyrula.dlq.source": "pyrula.support.turns[0]@7",
+            "pyrula.original.content-type": "application/json",
+        },
+    )
+    assert (letter.reason, letter.code, letter.source) == (
+        "value does not decode",
+        "invalid_request",
+        "pyrula.support.turns[0]@7",
+    )
+    assert letter.original_headers == {"content-type": "application/json"}
+    assert letter.value_preview == "\\x00\\x01garbage"
