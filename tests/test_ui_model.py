@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyrula_stream.serde import Event
+from pyrula_stream.events import Event
 from pyrula_stream.ui.model import TurnView, UIState
 
 

@@ -17,9 +17,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.io import TopicFollower, TopicRecord, read_key
 from pyrula_stream.ui.model import TurnView, UIState, turn_from_events
 
@@ -155,7 +155,7 @@ class EventFeed:
                 changed = True
             elif kind == "events" and record.value is not None:
                 try:
-                    event = serde.decode_event(record.value, record.headers)
+                    event = decode_event(record.value, record.headers)
                 except MalformedRecordError as exc:
                     self.undecodable += 1
                     log.warning(
@@ -185,7 +185,7 @@ class EventFeed:
             if value is None:
                 continue
             try:
-                events.append(serde.decode_event(value, headers))
+                events.append(decode_event(value, headers))
             except MalformedRecordError:
                 self.undecodable += 1
         turn = turn_from_events(agent, turn_id, events)
