@@ -9,6 +9,7 @@ import importlib
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -149,12 +150,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from pyrula_stream.worker import WorkerOptions, run_worker
 
     agent = load_agent(args.agent)
+    if args.processes is not None:
+        from pyrula_stream.supervisor import process_count, run_supervisor
+
+        try:
+            count = process_count(args.processes)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        base_id = args.worker_id or socket.gethostname()
+        return run_supervisor(args.cli_args, count=count, base_id=base_id)
     options = WorkerOptions(
         max_concurrent_turns=args.max_concurrent_turns,
         worker_id=args.worker_id,
         health_port=args.health_port,
         processing_guarantee=args.processing_guarantee,
         shutdown_grace=args.shutdown_grace,
+        static_membership=args.static_membership,
+        group_protocol=args.group_protocol,
     )
     run_worker(agent, bootstrap_from(args), options)
     return 0
@@ -266,9 +278,27 @@ def build_parser() -> argparse.ArgumentParser:
     w = with_bootstrap(sub.add_parser("worker", help="run an agent's turns"))
     w.add_argument("agent", help="MODULE:AGENT")
     w.add_argument("--worker-id", default=None, help="stable id (transactional.id suffix)")
+    w.add_argument(
+        "--processes",
+        default=None,
+        help="N or auto (one per core): supervise N worker processes with ids "
+        "<worker-id>-0..N-1; a child that dies is restarted",
+    )
     w.add_argument("--max-concurrent-turns", type=int, default=50)
     w.add_argument("--health-port", type=int, default=None)
     w.add_argument("--shutdown-grace", type=float, default=30.0)
+    w.add_argument(
+        "--static-membership",
+        action="store_true",
+        help="use --worker-id as group.instance.id: a restart gets its partitions back at "
+        "once (a worker stopped for good idles them until the session timeout)",
+    )
+    w.add_argument(
+        "--group-protocol",
+        default="classic",
+        choices=["classic", "consumer"],
+        help="consumer = the KIP-848 rebalance protocol (Kafka 4.0+)",
+    )
     w.add_argument(
         "--processing-guarantee",
         default="exactly_once_v2",
@@ -307,7 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    cli_args = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(cli_args)
+    args.cli_args = cli_args
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

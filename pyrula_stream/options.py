@@ -27,6 +27,12 @@ class WorkerOptions:
     ``turn_id`` + ``seq``). ``commit_interval_s`` caps how often a commit starts (0: as
     soon as the previous one ends). ``worker_id`` makes the transactional id stable across
     restarts, so a restarted worker aborts its predecessor's open transaction at once.
+    ``static_membership`` also makes ``worker_id`` the consumer's ``group.instance.id``
+    (KIP-345): a worker restarted with its id gets its partitions back at once, without a
+    rebalance and without waiting out the session timeout. The price: librdkafka never
+    sends a static member's LeaveGroup, so a worker stopped for good leaves its partitions
+    idle until the session timeout (10 s) ends. ``group_protocol="consumer"`` selects the
+    KIP-848 rebalance protocol (the broker assigns; Kafka 4.0+).
     """
 
     max_concurrent_turns: int = 50
@@ -43,5 +49,7 @@ class WorkerOptions:
     max_record_bytes: int = 1_000_000
     apply_topics: bool = True
     shared_tool_cache: bool = True
+    static_membership: bool = False
+    group_protocol: Literal["classic", "consumer"] = "classic"
     consumer_config: dict[str, Any] = field(default_factory=dict)
     producer_config: dict[str, Any] = field(default_factory=dict)

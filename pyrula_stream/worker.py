@@ -103,6 +103,11 @@ class KafkaWorker:
                 f"agent '{agent.name}' has no model: pass llm= to @kafka_agent (AnthropicLLM, "
                 "OpenAILLM, or FakeLLM for a scripted model in tests)"
             )
+        if options is not None and options.static_membership and not options.worker_id:
+            raise ConfigurationError(
+                "static_membership needs a stable worker_id: it becomes the consumer's "
+                "group.instance.id, which must be the same after a restart"
+            )
         self.agent = agent
         self.llm: LLMClient = agent.llm
         self.bootstrap_servers = bootstrap_servers
@@ -249,6 +254,8 @@ class KafkaWorker:
             group_id=self.group_id,
             client_id=self.worker_id,
             exactly_once=exactly_once,
+            group_instance_id=self.worker_id if self.options.static_membership else None,
+            group_protocol=self.options.group_protocol,
             extra=self.options.consumer_config,
         )
         session = self._session = _Session(

@@ -112,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         default=180.0,
         help="seconds to wait for the last turns after the last submission",
     )
+    p.add_argument(
+        "--fast-takeover",
+        action="store_true",
+        help="workers use static membership (group.instance.id = worker id)",
+    )
+    p.add_argument("--group-protocol", default="classic", choices=["classic", "consumer"])
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
@@ -132,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         partitions=args.partitions,
         rate=args.rate,
         timeout_s=args.timeout,
+        fast_takeover=args.fast_takeover,
+        group_protocol=args.group_protocol,
         run_dir=args.run_dir,
         keep_run_dir=args.keep,
         log=lambda text: print(text, flush=True),

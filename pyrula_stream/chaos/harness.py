@@ -60,6 +60,9 @@ class ChaosConfig:
     shutdown_grace: float = 10.0
     min_latency_ms: float = 20.0
     max_latency_ms: float = 50.0
+    fast_takeover: bool = False
+    """Workers use static membership: a restarted worker gets its partitions back at once."""
+    group_protocol: str = "classic"
     run_dir: str | None = None
     keep_run_dir: bool = False
     log: Callable[[str], None] = print
@@ -291,8 +294,18 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     EFFECTS_ENV: str(run.effects),
                 }
             )
+            worker_args = ["--group-protocol", cfg.group_protocol]
+            if cfg.fast_takeover:
+                worker_args.append("--static-membership")
             workers = [
-                Worker(i + 1, run_dir, bootstrap, env, shutdown_grace=cfg.shutdown_grace)
+                Worker(
+                    i + 1,
+                    run_dir,
+                    bootstrap,
+                    env,
+                    shutdown_grace=cfg.shutdown_grace,
+                    extra_args=worker_args,
+                )
                 for i in range(cfg.workers)
             ]
             for w in workers:
@@ -337,6 +350,8 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             "worker_exit_codes": run.stop_codes,
             "longest_stall_s": stall,
             "longest_stall_at_s": stall_at,
+            "fast_takeover": cfg.fast_takeover,
+            "group_protocol": cfg.group_protocol,
             "seed": seed,
             "agent": agent,
             "seconds": round(time.monotonic() - started, 1),

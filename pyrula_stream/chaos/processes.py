@@ -159,6 +159,7 @@ class Worker(Managed):
         env: dict[str, str],
         *,
         shutdown_grace: float,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.worker_id = f"chaos-{index}"
         self.health_port = 0
@@ -174,6 +175,7 @@ class Worker(Managed):
             self.worker_id,
             "--shutdown-grace",
             str(shutdown_grace),
+            *(extra_args or []),
         ]
         super().__init__(
             self.worker_id, list(self._base), env, run_dir / f"worker-{self.worker_id}.log"

@@ -26,24 +26,35 @@ def group_consumer(
     *,
     client_id: str,
     exactly_once: bool,
+    group_instance_id: str | None = None,
+    group_protocol: str = "classic",
     extra: dict[str, Any] | None = None,
 ) -> Consumer:
-    """The turns consumer: cooperative rebalancing, manual offsets, committed reads only."""
-    conf = base_config(
-        bootstrap_servers,
-        **{
-            "group.id": group_id,
-            "client.id": client_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 1_000,
-            "max.poll.interval.ms": 300_000,
-        },
-    )
+    """The turns consumer: manual offsets, committed reads only.
+
+    The classic protocol rebalances cooperatively (``cooperative-sticky``); with
+    ``group_protocol="consumer"`` (KIP-848) the broker assigns and owns the session and
+    heartbeat settings, so they are not set here. ``group_instance_id`` makes the member
+    static (KIP-345).
+    """
+    conf: dict[str, Any] = {
+        "group.id": group_id,
+        "client.id": client_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "max.poll.interval.ms": 300_000,
+    }
+    if group_protocol == "consumer":
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["partition.assignment.strategy"] = "cooperative-sticky"
+        conf["session.timeout.ms"] = 10_000
+        conf["heartbeat.interval.ms"] = 1_000
+    if group_instance_id is not None:
+        conf["group.instance.id"] = group_instance_id
+    conf = base_config(bootstrap_servers, **conf)
     conf.update(extra or {})
     return Consumer(conf)
 

@@ -70,6 +70,8 @@ class TurnConsumer:
         group_id: str,
         client_id: str,
         exactly_once: bool,
+        group_instance_id: str | None = None,
+        group_protocol: str = "classic",
         extra: dict[str, Any] | None = None,
     ) -> None:
         self.topic = topic
@@ -79,6 +81,8 @@ class TurnConsumer:
             group_id,
             client_id=client_id,
             exactly_once=exactly_once,
+            group_instance_id=group_instance_id,
+            group_protocol=group_protocol,
             extra=extra,
         )
         self._paused = False
