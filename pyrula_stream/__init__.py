@@ -5,7 +5,7 @@ group) run the model's tool loop, journal every step to a compacted changelog, a
 the turn's events exactly once to ``<prefix>.<agent>.events``.
 """
 
-from pyrula_stream.agent import AgentTopics, KafkaAgent, MCPServer, kafka_agent
+from pyrula_stream.agent import AgentTopics, KafkaAgent, kafka_agent
 from pyrula_stream.client import KafkaAgentClient, TurnHandle
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import (
@@ -32,6 +32,8 @@ from pyrula_stream.errors import (
     UserError,
 )
 from pyrula_stream.limits import AgentLimits
+from pyrula_stream.mcp.declaration import MCPServer
+from pyrula_stream.mcp.serve import build_mcp_server
 from pyrula_stream.retry import RetryPolicy
 from pyrula_stream.serde import Event, EventType, TurnRequest
 from pyrula_stream.tools import ToolContext, tool
@@ -76,6 +78,7 @@ __all__ = [
     "TurnRequest",
     "UserError",
     "WorkerOptions",
+    "build_mcp_server",
     "kafka_agent",
     "tool",
 ]

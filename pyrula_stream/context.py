@@ -176,7 +176,8 @@ class AgentContext:
             args = tool.validate_arguments(kwargs)
             await turn.barrier()
             turn.emit(
-                EventType.TOOL_START, {"call_key": call_key, "tool": tool.name, "input": kwargs}
+                EventType.TOOL_START,
+                {"call_key": call_key, "tool": tool.name, "input": kwargs, **tool.event_fields()},
             )
             outcome = await tool.invoke(self._loop._tool_context(tool, None, call_key), args)
             data = outcome_data(call_key, outcome)
@@ -210,6 +211,17 @@ class AgentContext:
                 f"tool '{tool.name}' failed: {data['text']}", code=None, detail={"tool": tool.name}
             )
         return data.get("value")
+
+    async def mcp_tools(self, server: str | None = None) -> list[ToolCallable]:
+        """The MCP tools of ``server`` (or of all declared servers), to pass as ``tools=``.
+
+        The first call for a server journals its tool list as a step; a replay gets the
+        journaled list, even with the server down. No MCP servers declared: ``[]``.
+        """
+        _refuse_nested("ctx.mcp_tools", server or "mcp")
+        if self._loop.mcp is None:
+            return []
+        return list(await self._loop.mcp.tools(server))
 
     # -- what a Kafka consumer cannot do --------------------------------------------------
 

@@ -22,6 +22,8 @@ from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
+from pyrula_stream.mcp.discovery import MCPToolbox
+from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import EventType, TurnRequest
@@ -45,8 +47,10 @@ class TurnExecutor:
         options: WorkerOptions,
         worker_id: str,
         add_records: Callable[[list[OutRecord]], None],
+        mcp_pool: MCPPool | None = None,
     ) -> None:
         self.agent = agent
+        self.mcp_pool = mcp_pool
         self.llm = llm
         self.http = http
         self.cache = cache
@@ -98,6 +102,7 @@ class TurnExecutor:
                 http=self.http,
                 deps=self.agent.deps,
                 cache_store=self.cache,
+                mcp=self._mcp_toolbox(runtime),
             )
             ctx = AgentContext(runtime, loop, deps=self.agent.deps)
             async with asyncio.timeout(self.agent.timeout):
@@ -137,6 +142,13 @@ class TurnExecutor:
                 EventType.RUN_ERROR,
                 {"code": ErrorCode.AGENT_ERROR, "message": f"{type(exc).__name__}: {exc}"},
             )
+
+    def _mcp_toolbox(self, runtime: TurnRuntime) -> MCPToolbox | None:
+        """MCP: the turn's view of the agent's servers (discovered on first use)."""
+        if not self.agent.mcp_servers or self.mcp_pool is None:
+            return None
+        names = [t.name for t in self.agent.tools]
+        return MCPToolbox(runtime, self.mcp_pool, self.agent.mcp_servers, reserved_names=names)
 
     def _start_data(self, request: TurnRequest) -> Any:
         async def live() -> dict[str, Any]:

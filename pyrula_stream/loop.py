@@ -46,6 +46,7 @@ from pyrula_stream.tools import (
 from pyrula_stream.turn import StepData, TurnRuntime
 
 if TYPE_CHECKING:
+    from pyrula_stream.mcp.discovery import MCPToolbox
     from pyrula_stream.tool_cache import CacheStore
 
 PROVIDER_FAILURES = (ProviderStreamTruncated, LLMProviderUnavailable, LLMRateLimited, LLMError)
@@ -102,8 +103,10 @@ class ToolLoop:
         http: httpx.AsyncClient,
         deps: Any = None,
         cache_store: CacheStore | None = None,
+        mcp: MCPToolbox | None = None,
     ) -> None:
         self.turn = turn
+        self.mcp = mcp
         self.llm = llm
         self.tools = list(tools)
         self.limits = limits
@@ -137,6 +140,8 @@ class ToolLoop:
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
         """The same loop as an iterator: content blocks as they complete, and each response."""
         offered = list(self.tools if tools is None else tools)
+        if tools is None and self.mcp is not None:  # MCP: discovered tools beside the @tools
+            offered += await self.mcp.tools()
         for t in offered:  # tools passed at run time get the bind-time refusals too
             check_bindable(t, agent_name=self.turn.agent)
         conversation = list(messages)
@@ -398,7 +403,13 @@ class ToolLoop:
                 }
             await turn.barrier()  # the response asking for this call is durable first
             turn.emit(
-                EventType.TOOL_START, {"call_key": call_key, "tool": tool.name, "input": call.input}
+                EventType.TOOL_START,
+                {
+                    "call_key": call_key,
+                    "tool": tool.name,
+                    "input": call.input,
+                    **tool.event_fields(),  # MCP: the server and its destructiveHint
+                },
             )
             outcome = await tool.invoke(self._tool_context(tool, call.id, call_key), args)
             return outcome_data(call_key, outcome)
