@@ -12,6 +12,7 @@ from pyrula_stream import AgentContext, KafkaAgentClient, MCPServer, kafka_agent
 from pyrula_stream.errors import ConfigurationError, ToolRegistrationError
 from pyrula_stream.llm import (
     FakeLLM,
+    LLMClient,
     ModelResponse,
     ToolDefinition,
     reply_text,
@@ -20,6 +21,11 @@ from pyrula_stream.llm import (
 from pyrula_stream.llm.fake import count_model_calls
 from pyrula_stream.testing import running_worker, unique_name
 from tests.mcp_servers.processes import OrderServer, stdio_declaration
+from tests.wire import fixtures
+from tests.wire.anthropic_server import AnthropicWireServer, Text, ToolUse
+
+anthropic_server = fixtures.anthropic_server
+anthropic_llm = fixtures.anthropic_llm
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +137,41 @@ async def test_ctx_mcp_tools_and_a_direct_call(
     assert "no such MCP server" in seen["unknown"] and "orders" in seen["unknown"]
     outputs = [e.data["output"] for e in events if e.type == "tool:result"]
     assert outputs == ["order 5 has shipped", "order 4 has shipped"]
+
+
+async def test_an_sdk_backed_model_calls_an_mcp_tool(
+    kafka_bootstrap_servers: str,
+    client: KafkaAgentClient,
+    http_orders: OrderServer,
+    anthropic_server: AnthropicWireServer,
+    anthropic_llm: LLMClient,
+) -> None:
+    anthropic_server.reply_stream(
+        [ToolUse("toolu_1", "orders_lookup", {"order_id": "12"})], stop_reason="tool_use"
+    )
+    anthropic_server.reply_stream([Text("Order 12 has shipped.")])
+
+    @kafka_agent(
+        name=unique_name("mcpwire"),
+        llm=anthropic_llm,
+        mcp_servers=[http_orders.declaration()],
+        partitions=1,
+    )
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    async with running_worker(agent, kafka_bootstrap_servers):
+        events = await client.run(agent.name, question="Order 12?", timeout=60)
+
+    assert events[-1].type == "run:complete", events[-1].data
+    assert events[-1].data["result"] == "Order 12 has shipped."
+    first, second = (r.body for r in anthropic_server.requests)
+    offered = {t["name"]: t for t in first["tools"]}
+    assert offered["orders_lookup"]["description"] == "Look up an order by id."
+    assert offered["orders_lookup"]["input_schema"]["required"] == ["order_id"]
+    result = second["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_1"
+    assert "order 12 has shipped" in str(result["content"])
 
 
 def test_declarations_are_checked_where_they_are_written() -> None:
