@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from mcp import Client
 
 from pyrula_stream import Event, KafkaAgentClient
 from pyrula_stream.testing import unique_name
-from tests.mcp_servers.processes import ROOT, OrderServer
+from tests.mcp_servers.processes import ROOT, OrderServer, sigkill
 
 
 def start_worker(bootstrap: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -35,12 +34,6 @@ def start_worker(bootstrap: str, env: dict[str, str]) -> subprocess.Popen[bytes]
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
-
-
-def sigkill(worker: subprocess.Popen[bytes]) -> None:
-    if worker.poll() is None:
-        os.killpg(worker.pid, signal.SIGKILL)
-    worker.wait(10)
 
 
 async def refunds(server: OrderServer) -> int:
@@ -83,8 +76,7 @@ async def test_sigkill_after_the_mcp_calls_commit_does_not_call_it_again(
         assert await refunds(server) == 1, "the journaled MCP call was not made again"
     finally:
         sigkill(first)
-        if second is not None:
-            sigkill(second)
+        sigkill(second)
         server.kill()
 
 

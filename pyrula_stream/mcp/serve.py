@@ -39,7 +39,7 @@ class _Resources:
     """What calls share while the server runs (opened by the server's lifespan)."""
 
     http: httpx.AsyncClient
-    kafka: KafkaAgentClient | None
+    kafka: dict[str, KafkaAgentClient]  # by topic prefix
 
 
 Call = Callable[[Mapping[str, Any], _Resources], Awaitable[tuple[str, bool]]]
@@ -85,12 +85,11 @@ def _expose_agent(agent: KafkaAgent, turn_timeout: float | None) -> _Exposed:
     timeout = turn_timeout if turn_timeout is not None else agent.timeout
 
     async def call(arguments: Mapping[str, Any], res: _Resources) -> tuple[str, bool]:
-        assert res.kafka is not None
         try:
             params = validate_arguments(agent.name, schema, model, arguments)
         except InvalidToolArguments as exc:
             return str(exc), True
-        events = await res.kafka.run(agent.name, timeout=timeout, **params)
+        events = await res.kafka[agent.prefix].run(agent.name, timeout=timeout, **params)
         last = events[-1]
         if last.type == "run:complete":
             result = last.data.get("result")
@@ -141,10 +140,13 @@ def build_mcp_server(
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ToolRegistrationError(f"build_mcp_server: names repeat: {dupes}")
-    return _server(name, {e.name: e for e in exposed}, bootstrap_servers if agents else None)
+    prefixes = sorted({a.prefix for a in agents})
+    return _server(name, {e.name: e for e in exposed}, bootstrap_servers, prefixes)
 
 
-def _server(name: str, exposed: dict[str, _Exposed], bootstrap: str | None) -> Server[Any]:
+def _server(
+    name: str, exposed: dict[str, _Exposed], bootstrap: str | None, prefixes: list[str]
+) -> Server[Any]:
     from mcp.server.lowlevel import Server
     from mcp.types import (
         CallToolRequestParams,
@@ -172,9 +174,12 @@ def _server(name: str, exposed: dict[str, _Exposed], bootstrap: str | None) -> S
 
         async with contextlib.AsyncExitStack() as stack:
             http = await stack.enter_async_context(httpx.AsyncClient())
-            kafka = None
-            if bootstrap:
-                kafka = await stack.enter_async_context(KafkaAgentClient(bootstrap))
+            kafka = {
+                prefix: await stack.enter_async_context(
+                    KafkaAgentClient(bootstrap or "", prefix=prefix)
+                )
+                for prefix in prefixes
+            }
             yield _Resources(http, kafka)
 
     async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:

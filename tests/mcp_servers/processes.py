@@ -18,6 +18,32 @@ ROOT = str(Path(__file__).resolve().parent.parent.parent)
 STDIO_COMMAND = [sys.executable, "-m", "tests.mcp_servers.order_server", "--stdio"]
 
 
+def start_listening(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own process group; return once ``port`` accepts connections."""
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=child_env(env), stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{argv} exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+            return proc
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"{argv} did not open port {port}")
+        time.sleep(0.05)
+
+
+def sigkill(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL the process group and reap it."""
+    if proc is not None and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    if proc is not None:
+        proc.wait(10)
+
+
 class OrderServer:
     """``order_server --http PORT`` in its own process group; ``kill()`` is a SIGKILL."""
 
@@ -31,27 +57,15 @@ class OrderServer:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def start(self) -> OrderServer:
-        self.proc = subprocess.Popen(
+        self.proc = start_listening(
             [sys.executable, "-m", "tests.mcp_servers.order_server", "--http", str(self.port)],
-            env=child_env({"ORDER_SERVER_TOOLSET": self.toolset}),
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            self.port,
+            {"ORDER_SERVER_TOOLSET": self.toolset},
         )
-        deadline = time.monotonic() + 60
-        while True:  # ready when the port accepts connections
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the MCP test server exited with {self.proc.returncode}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
-                return self
-            if time.monotonic() > deadline:
-                raise TimeoutError("the MCP test server did not open its port")
-            time.sleep(0.05)
+        return self
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        sigkill(self.proc)
 
     def declaration(self, name: str = "orders", **options: object) -> MCPServer:
         return MCPServer(name, url=self.url, **options)  # type: ignore[arg-type]
