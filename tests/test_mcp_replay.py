@@ -71,10 +71,10 @@ class Transport:
         self.flag = tmp_path / "down"
         self.http = OrderServer().start() if kind == "http" else None
 
-    def declaration(self, toolset: str = "v1") -> MCPServer:
+    def declaration(self, toolset: str = "v1", retry: int = 0) -> MCPServer:
         if self.http is not None:
-            return self.http.declaration()
-        return stdio_declaration(toolset=toolset, down_flag=self.flag)
+            return self.http.declaration(retry=retry)
+        return stdio_declaration(toolset=toolset, down_flag=self.flag, retry=retry)
 
     def take_down(self) -> None:
         if self.http is not None:
@@ -125,7 +125,7 @@ async def test_a_replay_with_the_server_down_uses_the_journal_and_live_calls_fai
         ]
     )
     gate = Gate()
-    agent = make_agent(unique_name("mcpdown"), script, gate, transport.declaration())
+    agent = make_agent(unique_name("mcpdown"), script, gate, transport.declaration(retry=1))
     async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
         handle = await client.submit(agent.name)
         await wait_for(lambda: gate.started == 1, 60, "the local tool started")
@@ -140,14 +140,15 @@ async def test_a_replay_with_the_server_down_uses_the_journal_and_live_calls_fai
     assert script.calls == [0, 1, 2, 3], "calls 0 and 1 came from the journal"
     assert script.offered[2] == script.offered[0] == V1_TOOLS, "the journaled tool list"
     results = [
-        (e.data["tool"], e.data["status"], e.data["output"])
+        (e.data["tool"], e.data["status"], e.data["output"], e.data["attempts"])
         for e in events
         if e.type == "tool:result"
     ]
-    assert results[0] == ("orders_refund", "ok", "refunded 100 cents on order 7")
+    assert results[0] == ("orders_refund", "ok", "refunded 100 cents on order 7", 1)
     assert [r[0] for r in results] == ["orders_refund", "hold", "orders_lookup"]
     lookup = results[2]
     assert lookup[1] == "error" and "MCPServerUnavailable" in lookup[2], lookup
+    assert lookup[3] == 2, "retried once, per MCPServer(retry=1)"
     assert "MCP server 'orders'" in lookup[2]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from pyrula_stream import AgentContext, KafkaAgentClient, MCPServer, kafka_agent
+from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.errors import ConfigurationError, ToolRegistrationError
 from pyrula_stream.llm import (
     FakeLLM,
@@ -172,6 +173,24 @@ async def test_an_sdk_backed_model_calls_an_mcp_tool(
     result = second["messages"][-1]["content"][0]
     assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_1"
     assert "order 12 has shipped" in str(result["content"])
+
+
+async def test_a_server_down_at_discovery_fails_the_turn_naming_it(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    down = MCPServer("orders", url=f"http://127.0.0.1:{free_port()}/mcp")
+
+    @kafka_agent(name=unique_name("mcpnone"), llm=FakeLLM(["x"]), mcp_servers=[down])
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "go"}])
+
+    async with running_worker(agent, kafka_bootstrap_servers):
+        events = await client.run(agent.name, timeout=60)
+    assert events[-1].type == "run:error"
+    assert events[-1].data["code"] == "tool_error"
+    assert events[-1].data["error_type"] == "MCPServerUnavailable"
+    assert f"MCP server 'orders' ({down.url}) is unavailable" in events[-1].data["message"]
+    assert not [e for e in events if e.type == "llm:complete"]
 
 
 def test_declarations_are_checked_where_they_are_written() -> None:
