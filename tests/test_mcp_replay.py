@@ -27,7 +27,14 @@ from pyrula_stream.testing import running_worker, unique_name, wait_for
 from tests.mcp_servers.processes import OrderServer, stdio_declaration
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
-V1_TOOLS = ["hold", "orders_lookup", "orders_refund", "orders_broken", "orders_call_count"]
+V1_TOOLS = [
+    "hold",
+    "orders_lookup",
+    "orders_refund",
+    "orders_broken",
+    "orders_whoami",
+    "orders_call_count",
+]
 
 
 class Script:

@@ -6,11 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
-from pyrula_stream import AgentContext, KafkaAgentClient, MCPServer, kafka_agent
+from pyrula_stream import AgentContext, KafkaAgentClient, MCPServer, ToolContext, kafka_agent
 from pyrula_stream.chaos.processes import free_port
-from pyrula_stream.errors import ConfigurationError, ToolRegistrationError
+from pyrula_stream.errors import (
+    ConfigurationError,
+    MCPServerUnavailable,
+    ToolRegistrationError,
+    TurnFailure,
+)
 from pyrula_stream.llm import (
     FakeLLM,
     LLMClient,
@@ -20,6 +26,8 @@ from pyrula_stream.llm import (
     reply_tool_call,
 )
 from pyrula_stream.llm.fake import count_model_calls
+from pyrula_stream.mcp.pool import MCPPool
+from pyrula_stream.mcp.tools import MCPTool, MCPToolListing
 from pyrula_stream.testing import running_worker, unique_name
 from tests.mcp_servers.processes import OrderServer, stdio_declaration
 from tests.wire import fixtures
@@ -80,6 +88,7 @@ async def test_the_model_sees_and_calls_mcp_tools_beside_its_own(
         "orders_lookup",
         "orders_refund",
         "orders_broken",
+        "orders_whoami",
         "orders_call_count",
     ]
     starts = [e.data for e in events if e.type == "tool:start"]
@@ -133,6 +142,7 @@ async def test_ctx_mcp_tools_and_a_direct_call(
         "orders_lookup": True,
         "orders_refund": False,
         "orders_broken": True,
+        "orders_whoami": True,
         "orders_call_count": True,
     }
     assert "no such MCP server" in seen["unknown"] and "orders" in seen["unknown"]
@@ -191,6 +201,25 @@ async def test_a_server_down_at_discovery_fails_the_turn_naming_it(
     assert events[-1].data["error_type"] == "MCPServerUnavailable"
     assert f"MCP server 'orders' ({down.url}) is unavailable" in events[-1].data["message"]
     assert not [e for e in events if e.type == "llm:complete"]
+
+
+async def test_one_connection_per_worker_with_its_headers_closed_for_good(
+    http_orders: OrderServer,
+) -> None:
+    server = http_orders.declaration(headers={"Authorization": "Bearer t0k"}, timeout=5)
+    async with MCPPool([server]) as pool, httpx.AsyncClient() as http:
+        connection = pool.connection("orders")
+        listed = [MCPToolListing.from_sdk(server, t) for t in await connection.list_tools()]
+        tools = {t.name: MCPTool(t, server, connection) for t in listed}
+        whoami = await tools["orders_whoami"](ToolContext(http=http))
+        shipped = await tools["orders_lookup"](ToolContext(http=http), order_id="3")
+        with pytest.raises(TurnFailure, match="order 3 is locked"):
+            await tools["orders_broken"](ToolContext(http=http), order_id="3")
+    assert whoami == {"result": "Bearer t0k"}
+    assert shipped == {"result": "order 3 has shipped"}
+    assert connection.opened == 1, "every request went over the one connection"
+    with pytest.raises(MCPServerUnavailable, match="pool is closed"):
+        await connection.list_tools()
 
 
 def test_declarations_are_checked_where_they_are_written() -> None:

@@ -24,6 +24,9 @@ _NOT_IN_TOOL_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 class MCPServer:
     """An MCP server: ``MCPServer("github", url=..., headers=...)`` or ``command=[...]``.
 
+    A ``command=`` server is started by the worker (``env`` is added to a minimal
+    environment, as the SDK does; ``cwd`` is its working directory).
+
     ``retry`` and ``timeout`` apply to each tool call (and to discovery) as they do to a
     ``@tool``; a server that cannot be reached is a tool error the model reads.
     ``tool_names`` maps an MCP tool name to the name the model sees (default
@@ -37,6 +40,7 @@ class MCPServer:
     headers: Mapping[str, str] = field(default_factory=dict)
     command: Sequence[str] = ()
     env: Mapping[str, str] | None = None
+    cwd: str | None = None
     retry: int | RetryPolicy = 0
     timeout: float = 30.0
     connect_timeout: float = 10.0
@@ -60,8 +64,8 @@ class MCPServer:
             raise ConfigurationError(f"{where}: url must start with http:// or https://")
         if self.headers and not self.url:
             raise ConfigurationError(f"{where}: headers= applies to url= servers only")
-        if self.env is not None and not self.command:
-            raise ConfigurationError(f"{where}: env= applies to command= servers only")
+        if (self.env is not None or self.cwd is not None) and not self.command:
+            raise ConfigurationError(f"{where}: env= and cwd= apply to command= servers only")
         for option in ("timeout", "connect_timeout"):
             value = getattr(self, option)
             if isinstance(value, bool) or not isinstance(value, int | float):

@@ -193,6 +193,7 @@ class MCPConnection:
                 command=server.command[0],
                 args=list(server.command[1:]),
                 env=dict(server.env) if server.env is not None else None,
+                cwd=server.cwd,
             )
             async with Client(params, cache=None) as client:
                 yield client

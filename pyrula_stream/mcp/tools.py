@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyrula_stream.errors import ErrorCode
+from pyrula_stream.errors import ErrorCode, TurnFailure
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.tools import (
     InvalidToolArguments,
@@ -24,6 +24,7 @@ from pyrula_stream.tools import (
     ToolOutcome,
     ToolSpec,
     canonical_json,
+    current_boundary,
 )
 
 if TYPE_CHECKING:
@@ -131,6 +132,16 @@ class MCPTool(ToolCallable):
         value = result.structured_content
         text = reply_text(result)
         return _Reply(value if value is not None else text, text, result.is_error)
+
+    async def __call__(self, ctx: Any, /, *, id: str | None = None, **kwargs: Any) -> Any:
+        """A direct call: durable with an agent context; with a hand-built one it just runs
+        and returns the structured result (else the text), raising if the call failed."""
+        if hasattr(ctx, "_durable_tool_call") or current_boundary() is not None:
+            return await super().__call__(ctx, id=id, **kwargs)
+        outcome = await self.invoke(ctx, kwargs)
+        if outcome.is_error:
+            raise TurnFailure(f"MCP tool '{self.name}' failed: {outcome.text}")
+        return outcome.value
 
     async def invoke(self, ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolOutcome:
         """One call under the server's retry and timeout; never raises for a tool failure."""

@@ -14,7 +14,7 @@ import os
 import sys
 from collections import Counter
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
@@ -53,6 +53,15 @@ def build() -> MCPServer:
     )
     def broken(order_id: str) -> str:
         raise ToolError(f"order {order_id} is locked")
+
+    @server.tool(
+        description="The Authorization header the call came with (HTTP only).",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    def whoami(ctx: Context) -> str:
+        request = ctx.request_context.request
+        headers = getattr(request, "headers", None) or {}
+        return str(headers.get("authorization", "anonymous"))
 
     @server.tool(
         description="How many times a counted tool really ran.",
