@@ -114,7 +114,7 @@ class MCPConnection:
             return call.result()
         except Exception as exc:
             if _is_connection_failure(exc):
-                await self._drop()
+                await self._drop(owner)
                 raise self._unavailable(f"could not {what}: {exc!r}") from exc
             from mcp.shared.exceptions import MCPError
 
@@ -198,8 +198,10 @@ class MCPConnection:
             async with Client(params, cache=None) as client:
                 yield client
 
-    async def _drop(self) -> None:
-        """Close the current connection, if any (a failed one, or at shutdown)."""
+    async def _drop(self, failed: asyncio.Task[None] | None = None) -> None:
+        """Close the current connection (or ``failed``, if it is still the current one)."""
+        if failed is not None and failed is not self._owner:
+            return  # another call already replaced it
         owner, self._owner, self._client = self._owner, None, None
         if owner is None:
             return
