@@ -5,7 +5,7 @@ group) run the model's tool loop, journal every step to a compacted changelog, a
 the turn's events exactly once to ``<prefix>.<agent>.events``.
 """
 
-from pyrula_stream.agent import AgentTopics, KafkaAgent, MCPServer, kafka_agent
+from pyrula_stream.agent import AgentTopics, KafkaAgent, kafka_agent
 from pyrula_stream.client import KafkaAgentClient, TurnHandle
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import (
@@ -34,6 +34,8 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.events import Event, EventType
 from pyrula_stream.limits import AgentLimits
+from pyrula_stream.mcp.declaration import MCPServer
+from pyrula_stream.mcp.serve import build_mcp_server
 from pyrula_stream.retry import RetryPolicy
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tools import ToolContext, tool
@@ -79,6 +81,7 @@ __all__ = [
     "TurnRequest",
     "UserError",
     "WorkerOptions",
+    "build_mcp_server",
     "kafka_agent",
     "tool",
 ]

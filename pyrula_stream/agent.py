@@ -23,6 +23,7 @@ from pyrula_stream.kafka.admin import (
 )
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm.base import LLMClient
+from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.tools import ToolCallable, check_bindable
 
 _AGENT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
@@ -47,15 +48,6 @@ class AgentTopics:
 
 
 @dataclass(frozen=True)
-class MCPServer:
-    """An MCP server declaration; only its approval settings matter to binding today."""
-
-    name: str
-    url: str = ""
-    requires_approval: Sequence[str] | bool = ()
-
-
-@dataclass(frozen=True)
 class KafkaAgent:
     """An agent bound to Kafka: what ``pyrula-stream worker MODULE:AGENT`` runs."""
 
@@ -69,6 +61,7 @@ class KafkaAgent:
     deps: Any = None
     output_topics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     timeout: float = 600.0
+    mcp_servers: tuple[MCPServer, ...] = ()
 
     @property
     def topics(self) -> AgentTopics:
@@ -120,11 +113,19 @@ def kafka_agent(
                 )
             check_bindable(t, agent_name=agent_name)
         for server in mcp_servers:
+            if not isinstance(server, MCPServer):
+                raise ToolRegistrationError(
+                    f"agent '{agent_name}': {server!r} is not an MCPServer; declare it as "
+                    "MCPServer(name, url=...) or MCPServer(name, command=[...])"
+                )
             if server.requires_approval:
                 raise ToolRegistrationError(
                     f"agent '{agent_name}': MCP server '{server.name}' sets requires_approval, "
                     "but a Kafka consumer cannot wait for a person's approval"
                 )
+        servers = [s.name for s in mcp_servers]
+        if len(set(servers)) != len(servers):
+            raise ToolRegistrationError(f"agent '{agent_name}': MCP server names repeat: {servers}")
         names = [t.name for t in tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -142,6 +143,7 @@ def kafka_agent(
             deps=deps,
             output_topics={k: tuple(v) for k, v in (output_topics or {}).items()},
             timeout=timeout,
+            mcp_servers=tuple(mcp_servers),
         )
 
     return bind

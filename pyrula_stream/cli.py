@@ -172,6 +172,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``mcp serve``: each agent becomes one MCP tool that runs a turn on Kafka."""
+    from pyrula_stream.mcp.serve import build_mcp_server, serve_http, serve_stdio
+
+    agents = [load_agent(spec) for spec in args.agents]
+    server = build_mcp_server(
+        agents=agents, bootstrap_servers=bootstrap_from(args), name=args.name or agents[0].name
+    )
+    if args.http is None:
+        asyncio.run(serve_stdio(server))  # stdout is the protocol: nothing else prints there
+    else:
+        print(f"serving MCP at http://{args.host}:{args.http}/mcp", file=sys.stderr)
+        asyncio.run(serve_http(server, host=args.host, port=args.http))
+    return 0
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from pyrula_stream.client import KafkaAgentClient
 
@@ -305,6 +321,17 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["exactly_once_v2", "at_least_once"],
     )
     w.set_defaults(func=cmd_worker)
+
+    m = sub.add_parser("mcp", help="Model Context Protocol")
+    m_sub = m.add_subparsers(dest="mcp_command", required=True)
+    ms = with_bootstrap(
+        m_sub.add_parser("serve", help="expose agents as MCP tools (stdio, or --http PORT)")
+    )
+    ms.add_argument("agents", nargs="+", metavar="MODULE:AGENT")
+    ms.add_argument("--http", type=int, default=None, metavar="PORT", help="streamable HTTP")
+    ms.add_argument("--host", default="127.0.0.1")
+    ms.add_argument("--name", default=None, help="the server's name (default: the first agent)")
+    ms.set_defaults(func=cmd_mcp)
 
     s = with_bootstrap(sub.add_parser("submit", help="submit a turn: AGENT key=value ..."))
     s.add_argument("agent")

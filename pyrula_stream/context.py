@@ -91,6 +91,7 @@ class AgentContext:
         self, turn: TurnRuntime, loop: ToolLoop, tool_calls: ToolCalls, *, deps: Any = None
     ) -> None:
         self._turn = turn
+        self._loop = loop
         self._tool_calls = tool_calls
         self.llm = LLMHandle(loop)
         self.deps = deps
@@ -185,6 +186,17 @@ class AgentContext:
             if id is not None:
                 self._running_ids.discard((tool.name, id))
         return data.get("value")
+
+    async def mcp_tools(self, server: str | None = None) -> list[ToolCallable]:
+        """The MCP tools of ``server`` (or of all declared servers), to pass as ``tools=``.
+
+        The first call for a server journals its tool list as a step; a replay gets the
+        journaled list, even with the server down. No MCP servers declared: ``[]``.
+        """
+        _refuse_nested("ctx.mcp_tools", server or "mcp")
+        if self._loop.mcp is None:
+            return []
+        return list(await self._loop.mcp.tools(server))
 
     # -- what a Kafka consumer cannot do --------------------------------------------------
 

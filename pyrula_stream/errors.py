@@ -236,6 +236,14 @@ class ToolTimeout(TurnFailure):
     retriable = True
 
 
+class MCPServerUnavailable(TurnFailure):
+    """An MCP server could not be reached (or dropped the connection); retried per the
+    server's ``retry``. In a tool call the model reads it; in discovery it fails the turn."""
+
+    code = ErrorCode.TOOL_ERROR
+    retriable = True
+
+
 class Fatal(TurnFailure):
     """Raise from a tool to fail the call without any retry."""
 

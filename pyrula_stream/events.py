@@ -134,11 +134,15 @@ class LlmComplete:
 
 @dataclass(frozen=True, slots=True)
 class ToolStart:
+    """A tool call about to run; ``described`` adds what the tool says of itself (an MCP
+    tool: ``mcp_server``, ``mcp_tool``, ``destructive``)."""
+
     type: ClassVar[EventType] = EventType.TOOL_START
     call_key: str
     tool: str
     input: Mapping[str, Any]
     tool_use_id: str | None
+    described: Mapping[str, Any] = field(default_factory=dict)
 
     def data(self) -> dict[str, Any]:
         return {
@@ -146,6 +150,7 @@ class ToolStart:
             "tool": self.tool,
             "tool_use_id": self.tool_use_id,
             "input": dict(self.input),
+            **self.described,
         }
 
 

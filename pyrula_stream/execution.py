@@ -23,6 +23,8 @@ from pyrula_stream.errors import ErrorCode, Poison, PyrulaError
 from pyrula_stream.events import RunComplete, RunError, RunStart
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
+from pyrula_stream.mcp.discovery import MCPToolbox
+from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
 from pyrula_stream.serde import TurnRequest
@@ -47,8 +49,10 @@ class TurnExecutor:
         options: WorkerOptions,
         worker_id: str,
         add_records: Callable[[list[OutRecord]], None],
+        mcp_pool: MCPPool | None = None,
     ) -> None:
         self.agent = agent
+        self.mcp_pool = mcp_pool
         self.llm = llm
         self.http = http
         self.cache = cache
@@ -123,7 +127,14 @@ class TurnExecutor:
         tool_calls = ToolCalls(
             runtime, self.agent.limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
         )
-        loop = ToolLoop(runtime, self.llm, self.agent.tools, self.agent.limits, tool_calls)
+        loop = ToolLoop(
+            runtime,
+            self.llm,
+            self.agent.tools,
+            self.agent.limits,
+            tool_calls,
+            mcp=self._mcp_toolbox(runtime),
+        )
         ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps)
         try:
             async with asyncio.timeout(self.agent.timeout):
@@ -137,6 +148,13 @@ class TurnExecutor:
         runtime.raise_if_cancelled()
         value = _jsonable(result, self.agent.name)
         await runtime.finish(RunComplete(value, runtime.spend.as_dict()))
+
+    def _mcp_toolbox(self, runtime: TurnRuntime) -> MCPToolbox | None:
+        """MCP: the turn's view of the agent's servers (discovered on first use)."""
+        if not self.agent.mcp_servers or self.mcp_pool is None:
+            return None
+        names = [t.name for t in self.agent.tools]
+        return MCPToolbox(runtime, self.mcp_pool, self.agent.mcp_servers, reserved_names=names)
 
     def _start_data(self, request: TurnRequest) -> Any:
         async def live() -> StepData:

@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import (
     LLMError,
@@ -40,6 +40,9 @@ from pyrula_stream.tool_calls import MAX_UNKNOWN_NAME, ToolCall, ToolCalls
 from pyrula_stream.tools import ToolCallable, check_bindable
 from pyrula_stream.turn import StepData, TurnRuntime
 
+if TYPE_CHECKING:
+    from pyrula_stream.mcp.discovery import MCPToolbox
+
 PROVIDER_FAILURES = (ProviderStreamTruncated, LLMProviderUnavailable, LLMRateLimited, LLMError)
 """Provider failures that are journaled as the call's outcome (most specific first)."""
 
@@ -68,8 +71,11 @@ class ToolLoop:
         tools: Sequence[ToolCallable],
         limits: AgentLimits,
         tool_calls: ToolCalls,
+        *,
+        mcp: MCPToolbox | None = None,
     ) -> None:
         self.turn = turn
+        self.mcp = mcp
         self.llm = llm
         self.tools = list(tools)
         self.limits = limits
@@ -101,6 +107,8 @@ class ToolLoop:
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
         """The same loop as an iterator: content blocks as they complete, and each response."""
         offered = list(self.tools if tools is None else tools)
+        if tools is None and self.mcp is not None:  # MCP: discovered tools beside the @tools
+            offered += await self.mcp.tools()
         for t in offered:  # tools passed at run time get the bind-time refusals too
             try:
                 check_bindable(t, agent_name=self.turn.agent)

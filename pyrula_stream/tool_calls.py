@@ -166,7 +166,11 @@ class ToolCalls:
         check_wall_time(self.limits, turn.started_ms)
         await turn.barrier()  # the response asking for this call is durable first
         turn.raise_if_cancelled()
-        turn.emit(ToolStart(call.call_key, tool.name, call.arguments, call.tool_use_id))
+        turn.emit(
+            ToolStart(
+                call.call_key, tool.name, call.arguments, call.tool_use_id, tool.event_fields()
+            )
+        )
         outcome = await tool.run_validated(
             self.context(tool, call.tool_use_id, call.call_key), args
         )

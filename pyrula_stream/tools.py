@@ -305,6 +305,10 @@ class ToolCallable:
     def definition(self) -> ToolDefinition:
         return self.spec.definition()
 
+    def event_fields(self) -> dict[str, Any]:
+        """Extra ``tool:start`` fields; an MCP tool adds its server and ``destructive`` hint."""
+        return {}
+
     def __repr__(self) -> str:
         return f"<tool {self.name!r} wrapping {getattr(self._fn, '__qualname__', self._fn)!r}>"
 

@@ -40,6 +40,7 @@ from pyrula_stream.kafka.consumers import ControlReader, read_partition_to_end, 
 from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, TurnRecord
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.base import LLMClient
+from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.options import PoisonOptions, WorkerOptions
 from pyrula_stream.partition import PartitionState, QueuedTurn
 from pyrula_stream.records import ControlRequest, OutRecord, dead_letter_source, tombstone
@@ -196,7 +197,7 @@ class KafkaWorker:
                 )
                 await asyncio.to_thread(shared.start)
                 self._cache = shared
-            async with httpx.AsyncClient() as http:
+            async with httpx.AsyncClient() as http, MCPPool(self.agent.mcp_servers) as mcp:
                 self._executor = TurnExecutor(
                     self.agent,
                     self.llm,
@@ -205,6 +206,7 @@ class KafkaWorker:
                     options=self.options,
                     worker_id=self.worker_id,
                     add_records=lambda records: self.committer.add_records(records),
+                    mcp_pool=mcp,
                 )
                 while not self._stop_requested:
                     try:

@@ -51,6 +51,7 @@ def test_exported_names_are_pinned() -> None:
             "TurnRequest",
             "UserError",
             "WorkerOptions",
+            "build_mcp_server",
             "kafka_agent",
             "tool",
         ]

@@ -50,7 +50,12 @@ def test_binding_refuses_tools_that_need_a_person() -> None:
     with pytest.raises(ToolRegistrationError, match="refund_body"):
         kafka_agent(name="gate", tools=[predicate])(_body)
     with pytest.raises(ToolRegistrationError, match="MCP server 'github'"):
-        kafka_agent(name="gate", mcp_servers=[MCPServer("github", requires_approval=("x",))])(_body)
+        kafka_agent(
+            name="gate",
+            mcp_servers=[
+                MCPServer("github", url="https://mcp.example/mcp", requires_approval=("x",))
+            ],
+        )(_body)
 
 
 async def _body(ctx: AgentContext) -> str:
