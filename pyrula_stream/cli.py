@@ -213,6 +213,41 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_turn_export(args: argparse.Namespace) -> int:
+    from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.history import export_turn
+
+    if ":" in args.agent:
+        agent = load_agent(args.agent)
+        topics = agent.topics
+    else:
+        topics = AgentTopics.for_agent(args.agent, args.prefix)
+    recording = export_turn(
+        bootstrap_from(args),
+        history_topic=topics.history,
+        events_topic=topics.events,
+        turn_id=args.turn_id,
+    )
+    print(json.dumps(recording.to_json(), indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from pyrula_stream.replay import replay_files
+
+    agent = load_agent(args.agent)
+
+    async def main() -> int:
+        code = 0
+        for pattern in args.turns:
+            for report in await replay_files(agent, pattern):
+                print(report)
+                code = code or (0 if report.clean else 1)
+        return code
+
+    return asyncio.run(main())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrula-stream", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -265,6 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
     tl.add_argument("--from-beginning", action="store_true")
     tl.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
     tl.set_defaults(func=cmd_tail)
+
+    tr = sub.add_parser("turn", help="recorded turns (agents with keep_history=True)")
+    turn_sub = tr.add_subparsers(dest="turn_command", required=True)
+    ex = with_bootstrap(turn_sub.add_parser("export", help="write a finished turn as JSON"))
+    ex.add_argument("turn_id")
+    ex.add_argument("--agent", required=True, help="AGENT name, or MODULE:AGENT")
+    ex.set_defaults(func=cmd_turn_export)
+
+    rp = sub.add_parser("replay", help="run today's code against recorded turns, offline")
+    rp.add_argument("agent", help="MODULE:AGENT")
+    rp.add_argument("turns", nargs="+", help="turn files from `turn export` (globs allowed)")
+    rp.set_defaults(func=cmd_replay)
     return parser
 
 

@@ -12,6 +12,7 @@ choose between a retry and the dead-letter topic.
     │   ├── ConcurrentCallIdError
     │   ├── NestedDurableOperationError
     │   └── KafkaLimitError            an API that needs a person or a timer loop
+    ├── TurnNotRecorded                no history record of the turn (keep_history off, or expired)
     ├── TopicDriftError                existing topics differ from their spec
     ├── BrokerUnavailableError         no local broker could be started or reached
     ├── MalformedRecordError           a record that cannot be decoded (goes to the DLQ)
@@ -19,6 +20,7 @@ choose between a retry and the dead-letter topic.
         ├── ToolCallRejected
         ├── ToolCallFailed             a tool called from agent code failed (its own code)
         ├── ReplayInputChanged
+        ├── VersionUnavailable         a pinned turn's version is not on this worker
         ├── BudgetExceeded
         ├── ContextWindowExceeded
         ├── LLMRateLimited
@@ -156,6 +158,12 @@ class BrokerUnavailableError(PyrulaError):
     retriable = True
 
 
+class TurnNotRecorded(PyrulaError):
+    """A turn asked for by id has no record in ``<agent>.history``."""
+
+    code = ErrorCode.NOT_FOUND
+
+
 class MalformedRecordError(PyrulaError):
     """A record that cannot be decoded or validated; it goes to the dead-letter topic."""
 
@@ -203,6 +211,12 @@ class ToolCallFailed(TurnFailure):
 
 class ReplayInputChanged(TurnFailure):
     code = ErrorCode.REPLAY_INPUT_CHANGED
+
+
+class VersionUnavailable(TurnFailure):
+    """A pinned turn started on a version whose body this worker does not have."""
+
+    code = ErrorCode.VERSION_SKEW
 
 
 class BudgetExceeded(TurnFailure):

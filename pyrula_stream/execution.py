@@ -19,7 +19,7 @@ import httpx
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.context import AgentContext
-from pyrula_stream.errors import ErrorCode, Poison, PyrulaError
+from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
 from pyrula_stream.events import RunComplete, RunError, RunStart
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
@@ -30,6 +30,7 @@ from pyrula_stream.tool_cache import CacheStore
 from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
 from pyrula_stream.turn import StepData, TurnRuntime
+from pyrula_stream.versions import body_for, known_versions, turn_version
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,17 @@ class TurnExecutor:
     async def _run_body(self, runtime: TurnRuntime) -> None:
         """Journal the start, run the body, finish with its result (or raise its error)."""
         request = runtime.request
+        version = runtime.version = turn_version(self.agent, runtime.journal)
+        body = body_for(self.agent, version)
+        if body is None:  # the worker hands such turns on; this is the last line of defence
+            raise VersionUnavailable(
+                f"turn started on version {version!r}; this worker has "
+                f"{known_versions(self.agent)}"
+            )
+        if version is not None:
+            runtime.events.common["version"] = version
         data, _ = await runtime.durable_step(
-            "start", "start", "", self._start_data(request), lambda d: [_run_start(d)]
+            "start", "start", "", self._start_data(request, version), lambda d: [_run_start(d)]
         )
         # The wall-time budget counts from the first attempt's start, on any worker.
         runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
@@ -127,7 +137,7 @@ class TurnExecutor:
         ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps)
         try:
             async with asyncio.timeout(self.agent.timeout):
-                result = await self.agent.fn(ctx, **request.params)
+                result = await body(ctx, **request.params)
         except Exception as exc:
             if runtime.refusal is not None and exc is not runtime.refusal:
                 raise runtime.refusal from exc
@@ -138,15 +148,18 @@ class TurnExecutor:
         value = _jsonable(result, self.agent.name)
         await runtime.finish(RunComplete(value, runtime.spend.as_dict()))
 
-    def _start_data(self, request: TurnRequest) -> Any:
+    def _start_data(self, request: TurnRequest, version: str | None) -> Any:
         async def live() -> StepData:
-            return {
+            data: StepData = {
                 "params": request.params,
                 "metadata": request.metadata,
                 "thread_id": request.thread_id,
                 "worker": self.worker_id,
                 "started_ms": int(time.time() * 1000),
             }
+            if version is not None:
+                data["version"] = version
+            return data
 
         return live
 

@@ -46,6 +46,7 @@ from pyrula_stream.records import ControlRequest, OutRecord, dead_letter_source,
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 from pyrula_stream.turn import TurnRuntime, TurnTopics
+from pyrula_stream.versions import known_versions, missing_version
 
 log = logging.getLogger(__name__)
 
@@ -471,6 +472,16 @@ class KafkaWorker:
         ps = self._parts[partition]
         restored = ps.journal.turns.get(queued.request.turn_id)
         journal = restored.materialize() if restored else TurnJournal(queued.request.turn_id)
+        version = missing_version(self.agent, journal)
+        if version is not None:  # pinned elsewhere: not started, offset not committed
+            log.warning(
+                "turn %s is pinned to version %s, which this worker lacks (it has %s); "
+                "left for a worker that has it",
+                queued.request.turn_id,
+                version,
+                known_versions(self.agent),
+            )
+            return
         runtime = self._new_runtime(partition, queued.request, journal)
         task = asyncio.create_task(self._run_turn(runtime, queued), name=runtime.turn_id)
         self._running[runtime.turn_id] = _Running(runtime, task, partition, queued.offset)
@@ -481,7 +492,12 @@ class KafkaWorker:
         limits = self.agent.limits
         runtime = TurnRuntime(
             request=request,
-            topics=TurnTopics(self.topics.journal, self.agent.event_routing, partition),
+            topics=TurnTopics(
+                self.topics.journal,
+                self.agent.event_routing,
+                partition,
+                history=self.topics.history if self.agent.keep_history else None,
+            ),
             output=self.committer,
             journal=journal,
             attempt=journal.attempt + 1,
