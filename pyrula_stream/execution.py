@@ -120,8 +120,7 @@ class TurnExecutor:
         body = body_for(self.agent, version)
         if body is None:  # the worker hands such turns on; this is the last line of defence
             raise VersionUnavailable(
-                f"turn started on version {version!r}; this worker has "
-                f"{known_versions(self.agent)}"
+                f"turn started on version {version!r}; this worker has {known_versions(self.agent)}"
             )
         if version is not None:
             runtime.events.common["version"] = version

@@ -33,7 +33,8 @@ from pyrula_stream.serde import JournalEntry, headers_dict
 from pyrula_stream.tool_cache import InProcessCacheStore
 from pyrula_stream.turn import TurnRuntime, TurnTopics
 
-REPLAY_TOPIC = "replay"
+REPLAY_EVENTS = "replay.events"
+REPLAY_JOURNAL = "replay.journal"
 
 
 @dataclass
@@ -87,7 +88,7 @@ class MemoryOutput:
         return [
             decode_event(r.value, headers_dict(list(r.headers)))
             for r in self.records
-            if r.topic == REPLAY_TOPIC and r.value is not None
+            if r.topic == REPLAY_EVENTS and r.value is not None
         ]
 
 
@@ -98,7 +99,7 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
     output = MemoryOutput()
     runtime = TurnRuntime(
         request=recording.request,
-        topics=TurnTopics(REPLAY_TOPIC, EventRouting(REPLAY_TOPIC), 0),
+        topics=TurnTopics(REPLAY_JOURNAL, EventRouting(REPLAY_EVENTS), 0),
         output=output,
         journal=journal,
     )
