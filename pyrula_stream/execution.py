@@ -122,8 +122,9 @@ class TurnExecutor:
             raise VersionUnavailable(
                 f"turn started on version {version!r}; this worker has {known_versions(self.agent)}"
             )
-        if version is not None:
-            runtime.events.common["version"] = version
+        running = version if self.agent.version_behavior == "pinned" else self.agent.version
+        if running is not None:  # events carry the version of the code that publishes them
+            runtime.events.common["version"] = running
         data, _ = await runtime.durable_step(
             "start", "start", "", self._start_data(request, version), lambda d: [_run_start(d)]
         )
