@@ -21,6 +21,8 @@ choose between a retry and the dead-letter topic.
         ├── ToolCallFailed             a tool called from agent code failed (its own code)
         ├── ReplayInputChanged
         ├── VersionUnavailable         a pinned turn's version is not on this worker
+        ├── WriteToolBlocked           a branch asked for an effect it may not repeat
+        ├── BranchUnresumable          a branch's original turn is gone
         ├── BudgetExceeded
         ├── ContextWindowExceeded
         ├── LLMRateLimited
@@ -75,6 +77,7 @@ class ErrorCode(StrEnum):
     FATAL = "fatal"
     POISON = "poison"
     REPLAY_INPUT_CHANGED = "replay_input_changed"
+    BRANCH_UNRESUMABLE = "branch_unresumable"
     STREAM_CARRY_MISSING = "stream_carry_missing"
     INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
 
@@ -211,6 +214,19 @@ class ToolCallFailed(TurnFailure):
 
 class ReplayInputChanged(TurnFailure):
     code = ErrorCode.REPLAY_INPUT_CHANGED
+
+
+class WriteToolBlocked(TurnFailure):
+    """A branch needed an effect the original never had; ``detail["reason"]`` says which
+    kind (``write``, ``unmarked``, ``step``, ``effect``)."""
+
+    code = ErrorCode.WRITE_TOOL_BLOCKED
+
+
+class BranchUnresumable(TurnFailure):
+    """A branch's original turn is gone (``detail["reason"]``: ``parent_missing``)."""
+
+    code = ErrorCode.BRANCH_UNRESUMABLE
 
 
 class VersionUnavailable(TurnFailure):

@@ -11,16 +11,18 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.branch import Branch, branch_of
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
 from pyrula_stream.events import RunComplete, RunError, RunStart
+from pyrula_stream.history import TurnRecording
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.options import WorkerOptions
@@ -48,6 +50,7 @@ class TurnExecutor:
         options: WorkerOptions,
         worker_id: str,
         add_records: Callable[[list[OutRecord]], None],
+        load_recording: Callable[[str], Awaitable[TurnRecording | None]] | None = None,
     ) -> None:
         self.agent = agent
         self.llm = llm
@@ -56,6 +59,7 @@ class TurnExecutor:
         self.options = options
         self.worker_id = worker_id
         self.add_records = add_records
+        self.load_recording = load_recording
 
     async def finish_duplicate(self, runtime: TurnRuntime, original: str) -> None:
         """Another turn already took this idempotency key: point the submitter at it."""
@@ -125,6 +129,12 @@ class TurnExecutor:
         running = version if self.agent.version_behavior == "pinned" else self.agent.version
         if running is not None:  # events carry the version of the code that publishes them
             runtime.events.common["version"] = running
+        parent = branch_of(request)
+        if parent is not None:
+            runtime.events.common["branch_of"] = parent
+            original = await self.load_recording(parent) if self.load_recording else None
+            runtime.branch = Branch.of(request, original)
+            runtime.branch.prefill(runtime.journal)
         data, _ = await runtime.durable_step(
             "start", "start", "", self._start_data(request, version), lambda d: [_run_start(d)]
         )

@@ -169,6 +169,20 @@ def decode_history(payload: bytes, headers: Mapping[str, str]) -> TurnRecording:
     )
 
 
+def load_recording(bootstrap_servers: str, history_topic: str, turn_id: str) -> TurnRecording:
+    """One finished turn from ``<agent>.history`` (blocking: run it in a thread)."""
+    from pyrula_stream.kafka.consumers import read_key
+
+    values = read_key(bootstrap_servers, history_topic, turn_id, client_id="pyrula-history")
+    if not values:
+        raise TurnNotRecorded(
+            f"turn {turn_id} is not in {history_topic}: only turns that finished while the "
+            "agent ran with keep_history=True are recorded (and only within the topic's "
+            "retention)"
+        )
+    return decode_history(values[-1], {})
+
+
 def export_turn(
     bootstrap_servers: str, *, history_topic: str, events_topic: str, turn_id: str
 ) -> TurnRecording:
@@ -176,14 +190,7 @@ def export_turn(
     from pyrula_stream.events import decode_event
     from pyrula_stream.kafka.consumers import read_key
 
-    values = read_key(bootstrap_servers, history_topic, turn_id, client_id="pyrula-export")
-    if not values:
-        raise TurnNotRecorded(
-            f"turn {turn_id} is not in {history_topic}: only turns that finished while the "
-            "agent ran with keep_history=True are recorded (and only within the topic's "
-            "retention)"
-        )
-    recording = decode_history(values[-1], {})
+    recording = load_recording(bootstrap_servers, history_topic, turn_id)
     events = [
         decode_event(v, {})
         for v in read_key(bootstrap_servers, events_topic, turn_id, client_id="pyrula-export")

@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyrula_stream import serde
 from pyrula_stream.errors import PyrulaError, TurnCancelled
@@ -25,6 +25,9 @@ from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJo
 from pyrula_stream.limits import Spend
 from pyrula_stream.records import OutRecord, tombstone, wire_record
 from pyrula_stream.serde import JournalEntry, TurnRequest
+
+if TYPE_CHECKING:
+    from pyrula_stream.branch import Branch
 
 StepData = dict[str, Any]
 
@@ -67,6 +70,7 @@ class TurnRuntime:
     started_ms: int | None = None
     refusal: PyrulaError | None = None
     version: str | None = None
+    branch: Branch | None = None
     events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _written: dict[int, JournalEntry] = field(default_factory=dict)

@@ -28,11 +28,13 @@ from pyrula_stream.errors import (
     ErrorCode,
     TopicDriftError,
     TurnCancelled,
+    TurnNotRecorded,
     UserError,
 )
 from pyrula_stream.events import RunError
 from pyrula_stream.execution import TurnExecutor
 from pyrula_stream.health import start_health_server
+from pyrula_stream.history import TurnRecording, load_recording
 from pyrula_stream.journal import IdempotencyRecord, PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics, missing_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
@@ -201,6 +203,7 @@ class KafkaWorker:
                     options=self.options,
                     worker_id=self.worker_id,
                     add_records=lambda records: self.committer.add_records(records),
+                    load_recording=self._load_recording,
                 )
                 while not self._stop_requested:
                     try:
@@ -548,6 +551,17 @@ class KafkaWorker:
         nxt = ps.dequeue(queued.request.key)
         if nxt is not None:
             self._admit(runtime.topics.partition, nxt)
+
+    async def _load_recording(self, turn_id: str) -> TurnRecording | None:
+        """A branch's original turn, from the history topic (``None`` when it is gone)."""
+        if not self.agent.keep_history:
+            return None
+        try:
+            return await asyncio.to_thread(
+                load_recording, self.bootstrap_servers, self.topics.history, turn_id
+            )
+        except TurnNotRecorded:
+            return None
 
     # -- commit plumbing ------------------------------------------------------------------
 

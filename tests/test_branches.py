@@ -1,0 +1,94 @@
+"""Branches on the real broker: replay a finished turn up to a step, then run live with a
+change; read-only tools run live, other tools replay their recorded result or are
+blocked with write_tool_blocked, and the original turn is untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyrula_stream import ConfigurationError, Event, KafkaAgentClient, WorkerOptions
+from pyrula_stream.branch import branch_metadata
+from pyrula_stream.testing import running_worker, unique_name
+from tests.agents.recorded import NOTES, make_agent
+
+
+async def events_of(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
+    return [e async for e in client.stream(agent, turn_id)]
+
+
+def tools_started(events: list[Event]) -> list[str]:
+    return [e.data["tool"] for e in events if e.type == "tool:start"]
+
+
+async def test_a_branch_from_step_2_runs_read_only_tools_live_and_blocks_a_new_write(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    agent = make_agent(unique_name("branch"))
+    async with running_worker(agent, kafka_bootstrap_servers, WorkerOptions(shutdown_grace=0.2)):
+        original = await client.submit(agent.name, question="Where is order 42?")
+        before = await events_of(client, agent.name, original.turn_id)
+        assert before[-1].type == "run:complete"
+        notes = list(NOTES)
+        assert notes[-1] == "42:customer asked"
+
+        # New params from step 2: the model's recorded call (look up 42) replays, the
+        # read-only lookup runs live, and the model now asks to note order 43: blocked.
+        changed = await client.branch(
+            agent.name, original.turn_id, from_step=2, question="Where is order 43?"
+        )
+        blocked = await events_of(client, agent.name, changed.turn_id)
+
+        # Another system prompt from step 2: the model asks for the same note as the
+        # original, so the write tool returns its recorded result and runs nothing.
+        same_call = await client.branch(
+            agent.name, original.turn_id, from_step=2, system="Be brief."
+        )
+        replayed = await events_of(client, agent.name, same_call.turn_id)
+        after = await events_of(client, agent.name, original.turn_id)
+
+    end = blocked[-1]
+    assert end.type == "run:error" and end.data["code"] == "write_tool_blocked"
+    assert end.data["detail"]["reason"] == "write"
+    assert end.data["detail"]["call"] == "tool:add_note"
+    assert tools_started(blocked) == ["lookup_order"], "the read-only tool ran live"
+    assert all(e.data["branch_of"] == original.turn_id for e in blocked)
+    assert blocked[0].type == "run:start"
+
+    assert replayed[-1].type == "run:complete", replayed[-1].data
+    assert replayed[-1].data["result"] == before[-1].data["result"]
+    assert tools_started(replayed) == ["lookup_order"]
+    noted = [e for e in replayed if e.type == "tool:result" and e.data["tool"] == "add_note"]
+    assert noted and noted[0].data["output"] == "noted on 42"
+    assert [e.type for e in replayed].count("llm:complete") == 2, "model calls 2 and 3 ran live"
+
+    assert notes == NOTES, "no branch repeated the write"
+    assert [(e.seq, e.type, e.data) for e in after] == [(e.seq, e.type, e.data) for e in before]
+    assert all("branch_of" not in e.data for e in after)
+
+
+async def test_a_branch_needs_a_recorded_turn_and_a_step_inside_it(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    agent = make_agent(unique_name("nobranch"))
+    async with running_worker(agent, kafka_bootstrap_servers, WorkerOptions(shutdown_grace=0.2)):
+        original = await client.submit(agent.name, question="Where is order 1?")
+        await events_of(client, agent.name, original.turn_id)
+        with pytest.raises(ConfigurationError, match="from_step must be between 1 and 6"):
+            await client.branch(agent.name, original.turn_id, from_step=9)
+    with pytest.raises(Exception, match="keep_history=True"):
+        await client.branch(agent.name, "no-such-turn", from_step=1)
+
+
+async def test_a_branch_whose_original_is_gone_ends_with_branch_unresumable(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    agent = make_agent(unique_name("orphan"))
+    async with running_worker(agent, kafka_bootstrap_servers, WorkerOptions(shutdown_grace=0.2)):
+        handle = await client.submit(
+            agent.name, metadata=branch_metadata("gone", 2, None), question="Where is order 5?"
+        )
+        events = await events_of(client, agent.name, handle.turn_id)
+    assert [e.type for e in events] == ["run:error"]
+    assert events[0].data["code"] == "branch_unresumable"
+    assert events[0].data["detail"] == {"reason": "parent_missing", "branch_of": "gone"}
+    assert events[0].data["branch_of"] == "gone"
