@@ -98,7 +98,8 @@ class Branch:
         return self._recorded("step", name, input_hash, step, "step").data
 
     def refuse_effect(self, what: str, step: int | None = None) -> WriteToolBlocked:
-        """The error for an effect a branch may not have (memory writes use this)."""
+        """The error for an effect that is neither a tool nor a step. The hook for memory
+        writes (``ctx.memory.put``/``delete``) once agents have memory; there is none yet."""
         return self._blocked(what, "effect", step)
 
     def _recorded(
@@ -116,9 +117,14 @@ class Branch:
         raise self._blocked(f"{'ctx.step' if kind == 'step' else 'tool'}:{name}", reason, step)
 
     def _blocked(self, what: str, reason: str, step: int | None) -> WriteToolBlocked:
+        where = f" at step {step}" if step is not None else ""
         return WriteToolBlocked(
-            f"branch of turn {self.turn_id} stopped at step {step}: {what} was not called "
+            f"branch of turn {self.turn_id} stopped{where}: {what} was not called "
             f"this way in the original, and a branch never repeats an effect (reason: {reason}); "
-            "mark the tool read_only=True if it has none, or branch after it",
+            + (
+                "branch after it"
+                if reason in ("step", "effect")
+                else "branch after it, or mark the tool read_only=True if it has no side effects"
+            ),
             detail={"reason": reason, "call": what, "step": step, "branch_of": self.turn_id},
         )

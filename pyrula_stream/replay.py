@@ -106,7 +106,7 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
     async with httpx.AsyncClient() as http:
         executor = TurnExecutor(
             agent,
-            agent.llm or FakeLLM([]),
+            agent.llm or FakeLLM(),  # never called: every step comes from the recording
             http=http,
             cache=InProcessCacheStore(),
             options=WorkerOptions(),

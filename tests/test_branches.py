@@ -6,8 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from pyrula_stream import ConfigurationError, Event, KafkaAgentClient, WorkerOptions
+from pyrula_stream import (
+    AgentContext,
+    ConfigurationError,
+    Event,
+    KafkaAgentClient,
+    ToolContext,
+    WorkerOptions,
+    WriteToolBlocked,
+    kafka_agent,
+    tool,
+)
 from pyrula_stream.branch import branch_metadata
+from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.recorded import NOTES, make_agent
 
@@ -92,3 +103,41 @@ async def test_a_branch_whose_original_is_gone_ends_with_branch_unresumable(
     assert events[0].data["code"] == "branch_unresumable"
     assert events[0].data["detail"] == {"reason": "parent_missing", "branch_of": "gone"}
     assert events[0].data["branch_of"] == "gone"
+
+
+async def test_a_branch_refuses_new_steps_and_unmarked_tools_even_when_caught(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @tool
+    async def send_mail(ctx: ToolContext, n: int) -> str:
+        """Marked neither read_only nor writes."""
+        return f"sent {n}"
+
+    def double(n: int) -> int:
+        return 2 * n
+
+    @kafka_agent(name=unique_name("guard"), llm=FakeLLM(), tools=[send_mail], keep_history=True)
+    async def agent(ctx: AgentContext, n: int) -> str:
+        await ctx.step("double", double, n)
+        try:
+            await send_mail(ctx, n=n)
+        except WriteToolBlocked:
+            return "caught it"
+        return "sent"
+
+    async with running_worker(agent, kafka_bootstrap_servers, WorkerOptions(shutdown_grace=0.2)):
+        original = await client.submit(agent.name, n=1)
+        assert (await events_of(client, agent.name, original.turn_id))[-1].type == "run:complete"
+        new_step = await client.branch(agent.name, original.turn_id, from_step=1, n=2)
+        new_mail = await client.branch(agent.name, original.turn_id, from_step=2, n=2)
+        same_mail = await client.branch(agent.name, original.turn_id, from_step=2)
+        step_end = (await events_of(client, agent.name, new_step.turn_id))[-1]
+        mail_end = (await events_of(client, agent.name, new_mail.turn_id))[-1]
+        same_end = (await events_of(client, agent.name, same_mail.turn_id))[-1]
+
+    assert step_end.data["code"] == "write_tool_blocked"
+    assert step_end.data["detail"]["reason"] == "step"
+    assert step_end.data["detail"]["call"] == "ctx.step:double"
+    assert mail_end.data["code"] == "write_tool_blocked", "the body caught it; still the end"
+    assert mail_end.data["detail"]["reason"] == "unmarked"
+    assert same_end.type == "run:complete" and same_end.data["result"] == "sent"
