@@ -80,8 +80,8 @@ class Branch:
         """Put the original's steps before ``from_step`` (not its start) in the branch's
         journal, as recorded: the branch replays them even though its input changed."""
         for entry in self.original.steps:
-            if 1 <= entry.step < self.from_step and entry.step not in journal.steps:
-                journal.steps[entry.step] = entry
+            if 1 <= entry.step < self.from_step:
+                journal.steps.setdefault(entry.step, entry)
                 journal.forked.add(entry.step)
 
     def tool_result(

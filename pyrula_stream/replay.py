@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,7 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
             options=WorkerOptions(),
             worker_id="replay",
             add_records=output.records.extend,
+            load_recording=_recorded_original(recording),
         )
         await executor.execute(runtime)
     terminal = next((e for e in reversed(output.events()) if e.is_terminal), None)
@@ -141,6 +142,18 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
             f"{recorded_code or ''}".rstrip(),
         )
     return ReplayReport(turn_id, True, "replays cleanly")
+
+
+def _recorded_original(
+    recording: TurnRecording,
+) -> Callable[[str], Awaitable[TurnRecording | None]]:
+    """A branch's recording holds the steps it took from its original, so it serves as
+    the original when the branch is replayed."""
+
+    async def load(turn_id: str) -> TurnRecording | None:
+        return recording
+
+    return load
 
 
 async def replay_files(agent: KafkaAgent, pattern: str | Path) -> list[ReplayReport]:

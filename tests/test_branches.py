@@ -4,6 +4,8 @@ blocked with write_tool_blocked, and the original turn is untouched."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from pyrula_stream import (
@@ -18,7 +20,9 @@ from pyrula_stream import (
     tool,
 )
 from pyrula_stream.branch import branch_metadata
+from pyrula_stream.history import load_recording
 from pyrula_stream.llm import FakeLLM
+from pyrula_stream.replay import replay_turn
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.recorded import NOTES, make_agent
 
@@ -56,6 +60,9 @@ async def test_a_branch_from_step_2_runs_read_only_tools_live_and_blocks_a_new_w
         )
         replayed = await events_of(client, agent.name, same_call.turn_id)
         after = await events_of(client, agent.name, original.turn_id)
+        branch_recording = await asyncio.to_thread(
+            load_recording, kafka_bootstrap_servers, agent.topics.history, same_call.turn_id
+        )
 
     end = blocked[-1]
     assert end.type == "run:error" and end.data["code"] == "write_tool_blocked"
@@ -73,6 +80,8 @@ async def test_a_branch_from_step_2_runs_read_only_tools_live_and_blocks_a_new_w
     assert [e.type for e in replayed].count("llm:complete") == 2, "model calls 2 and 3 ran live"
 
     assert notes == NOTES, "no branch repeated the write"
+    report = await replay_turn(agent, branch_recording)
+    assert report.clean, report.message
     assert [(e.seq, e.type, e.data) for e in after] == [(e.seq, e.type, e.data) for e in before]
     assert all("branch_of" not in e.data for e in after)
 
