@@ -1,5 +1,5 @@
 """Branches: a new turn that replays a recorded turn up to a step, then runs live with a
-change (new params or system prompt), without repeating the original's effects.
+change (new params, system prompt or model), without repeating the original's effects.
 
 A branch is an ordinary turn request whose metadata names the original turn and the
 step to fork at. The worker reads the original from ``<agent>.history`` (so branching
@@ -15,24 +15,31 @@ A refusal ends the branch even if the body catches it. The original is never tou
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyrula_stream.errors import BranchUnresumable, WriteToolBlocked
 from pyrula_stream.history import TurnRecording
 from pyrula_stream.journal import TurnJournal
+from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.serde import JournalEntry, TurnRequest
 
 BRANCH_OF = "pyrula.branch_of"
 FROM_STEP = "pyrula.branch_from_step"
 SYSTEM = "pyrula.branch_system"
+MODEL = "pyrula.branch_model"
 
 
-def branch_metadata(original: str, from_step: int, system: str | None) -> dict[str, Any]:
+def branch_metadata(
+    original: str, from_step: int, system: str | None = None, model: str | None = None
+) -> dict[str, Any]:
     """The metadata that makes a turn request a branch of ``original``."""
     meta: dict[str, Any] = {BRANCH_OF: original, FROM_STEP: from_step}
     if system is not None:
         meta[SYSTEM] = system
+    if model is not None:
+        meta[MODEL] = model
     return meta
 
 
@@ -58,6 +65,7 @@ class Branch:
     original: TurnRecording
     from_step: int
     system: str | None = None
+    model: str | None = None
     _taken: set[int] = field(default_factory=set)
 
     @classmethod
@@ -69,8 +77,29 @@ class Branch:
                 "longer in the history topic (deleted or past retention)",
                 detail={"reason": "parent_missing", "branch_of": parent},
             )
-        system = request.metadata.get(SYSTEM)
-        return cls(original, int(request.metadata[FROM_STEP]), str(system) if system else None)
+        meta = request.metadata
+        if not isinstance(meta.get(FROM_STEP), int):
+            raise BranchUnresumable(
+                f"branch {request.turn_id} has no integer {FROM_STEP} in its metadata; "
+                "start branches with KafkaAgentClient.branch",
+                detail={"reason": "bad_request", "branch_of": parent},
+            )
+        system, model = meta.get(SYSTEM), meta.get(MODEL)
+        return cls(
+            original,
+            meta[FROM_STEP],
+            str(system) if system is not None else None,
+            str(model) if model is not None else None,
+        )
+
+    def llm(self, llm: LLMClient) -> LLMClient:
+        """The agent's model client, or a copy that calls ``model`` instead (same
+        provider, connection and rate limit)."""
+        if self.model is None:
+            return llm
+        other = copy.copy(llm)
+        other.model = self.model
+        return other
 
     @property
     def turn_id(self) -> str:

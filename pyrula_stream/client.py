@@ -104,12 +104,14 @@ class KafkaAgentClient:
         *,
         from_step: int,
         system: str | None = None,
+        model: str | None = None,
         **params: Any,
     ) -> TurnHandle:
         """Start a new turn that replays finished turn ``turn_id`` up to ``from_step`` and
         then runs live with ``params`` (merged over the original's) and, if given, another
-        system prompt. Only ``read_only`` tools run live; see the README. The agent must
-        keep history (``keep_history=True``)."""
+        system prompt or model (the agent's model client calling another model). Only
+        ``read_only`` tools run live; see the README. The agent must keep history
+        (``keep_history=True``)."""
         from pyrula_stream.history import load_recording
 
         original = await asyncio.to_thread(
@@ -125,7 +127,7 @@ class KafkaAgentClient:
             params={**original.request.params, **params},
             metadata={
                 **original.request.metadata,
-                **branch_metadata(turn_id, from_step, system),
+                **branch_metadata(turn_id, from_step, system, model),
             },
             submitted_ms=int(time.time() * 1000),
         )

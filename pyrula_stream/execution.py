@@ -143,7 +143,8 @@ class TurnExecutor:
         tool_calls = ToolCalls(
             runtime, self.agent.limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
         )
-        loop = ToolLoop(runtime, self.llm, self.agent.tools, self.agent.limits, tool_calls)
+        llm = self.llm if runtime.branch is None else runtime.branch.llm(self.llm)
+        loop = ToolLoop(runtime, llm, self.agent.tools, self.agent.limits, tool_calls)
         ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps)
         try:
             async with asyncio.timeout(self.agent.timeout):

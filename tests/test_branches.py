@@ -56,7 +56,7 @@ async def test_a_branch_from_step_2_runs_read_only_tools_live_and_blocks_a_new_w
         # Another system prompt from step 2: the model asks for the same note as the
         # original, so the write tool returns its recorded result and runs nothing.
         same_call = await client.branch(
-            agent.name, original.turn_id, from_step=2, system="Be brief."
+            agent.name, original.turn_id, from_step=2, system="Be brief.", model="fake-2"
         )
         replayed = await events_of(client, agent.name, same_call.turn_id)
         after = await events_of(client, agent.name, original.turn_id)
@@ -77,7 +77,8 @@ async def test_a_branch_from_step_2_runs_read_only_tools_live_and_blocks_a_new_w
     assert tools_started(replayed) == ["lookup_order"]
     noted = [e for e in replayed if e.type == "tool:result" and e.data["tool"] == "add_note"]
     assert noted and noted[0].data["output"] == "noted on 42"
-    assert [e.type for e in replayed].count("llm:complete") == 2, "model calls 2 and 3 ran live"
+    live_models = [e.data["model"] for e in replayed if e.type == "llm:complete"]
+    assert live_models == ["fake-2", "fake-2"], "model calls 2 and 3 ran live, on the new model"
 
     assert notes == NOTES, "no branch repeated the write"
     report = await replay_turn(agent, branch_recording)
