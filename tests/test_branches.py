@@ -14,6 +14,7 @@ from pyrula_stream import (
     Event,
     KafkaAgentClient,
     ToolContext,
+    TurnNotRecorded,
     WorkerOptions,
     WriteToolBlocked,
     kafka_agent,
@@ -96,8 +97,10 @@ async def test_a_branch_needs_a_recorded_turn_and_a_step_inside_it(
         await events_of(client, agent.name, original.turn_id)
         with pytest.raises(ConfigurationError, match="from_step must be between 1 and 6"):
             await client.branch(agent.name, original.turn_id, from_step=9)
-    with pytest.raises(Exception, match="keep_history=True"):
+    with pytest.raises(TurnNotRecorded, match="keep_history=True"):
         await client.branch(agent.name, "no-such-turn", from_step=1)
+    with pytest.raises(TurnNotRecorded, match="keep_history=True"):  # no history topic at all
+        await client.branch(unique_name("nohistory"), "no-such-turn", from_step=1)
 
 
 async def test_a_branch_whose_original_is_gone_ends_with_branch_unresumable(
