@@ -19,7 +19,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyrula_stream.errors import BranchUnresumable, WriteToolBlocked
+from pyrula_stream.errors import BranchUnresumable, ConfigurationError, WriteToolBlocked
 from pyrula_stream.history import TurnRecording
 from pyrula_stream.journal import TurnJournal
 from pyrula_stream.llm.base import LLMClient
@@ -52,7 +52,7 @@ def check_from_step(original: TurnRecording, from_step: int) -> None:
     """A branch forks after the start step and at most after the last recorded step."""
     last = max((s.step for s in original.steps), default=0)
     if not 1 <= from_step <= last + 1:
-        raise ValueError(
+        raise ConfigurationError(
             f"from_step must be between 1 and {last + 1} for turn {original.turn_id} "
             f"(it recorded steps 0..{last}); got {from_step}"
         )

@@ -135,7 +135,12 @@ def cmd_topics(args: argparse.Namespace) -> int:
         agent = load_agent(args.agent)
         specs = agent.topic_specs()
     else:
-        specs = agent_topic_specs(args.agent, prefix=args.prefix, partitions=args.partitions)
+        specs = agent_topic_specs(
+            args.agent,
+            prefix=args.prefix,
+            partitions=args.partitions,
+            keep_history=args.keep_history,
+        )
     report = apply_topics(bootstrap_from(args), specs)
     print(report.describe())
     if not report.ok:
@@ -271,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("apply", choices=["apply"])
     t.add_argument("agent", help="AGENT name, or MODULE:AGENT to use its partitions/prefix")
     t.add_argument("--partitions", type=int, default=6)
+    t.add_argument(
+        "--keep-history", action="store_true", help="also <agent>.history (keep_history=True)"
+    )
     t.set_defaults(func=cmd_topics)
 
     w = with_bootstrap(sub.add_parser("worker", help="run an agent's turns"))

@@ -117,10 +117,7 @@ class KafkaAgentClient:
         original = await asyncio.to_thread(
             load_recording, self.bootstrap_servers, self._topics(agent).history, turn_id
         )
-        try:
-            check_from_step(original, from_step)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
+        check_from_step(original, from_step)
         request = TurnRequest(
             turn_id=turn_id_for(None),
             agent=agent,
