@@ -122,6 +122,15 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
         detail = terminal.data.get("detail")
         step = detail.get("step") if isinstance(detail, dict) else None
         return ReplayReport(turn_id, False, terminal.data["message"], step, detail)
+    recorded_code = recording.terminal.get("code")
+    live_code = terminal.data.get("code")
+    if live_code is not None and live_code != recorded_code:
+        return ReplayReport(
+            turn_id,
+            False,
+            f"the turn now ends with run:error {live_code}: {terminal.data.get('message')}",
+            detail=terminal.data.get("detail"),
+        )
     unused = sorted(set(journal.steps) - journal.used)
     if unused:
         return ReplayReport(
@@ -131,8 +140,6 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
             f"goes on to step {unused[-1]} ({len(unused)} recorded steps were not asked for)",
             unused[0],
         )
-    recorded_code = recording.terminal.get("code")
-    live_code = terminal.data.get("code")
     if recording.terminal and recorded_code != live_code:
         return ReplayReport(
             turn_id,

@@ -122,6 +122,15 @@ async def test_changed_tool_arguments_and_a_shorter_body_are_reported(
     assert not report.clean
     assert "the code ended after step 0" in report.message
 
+    @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
+    async def renamed_param(ctx: AgentContext, query: str) -> str:
+        return query
+
+    report = await replay_turn(renamed_param, recording)
+    assert not report.clean
+    assert report.message.startswith("the turn now ends with run:error invalid_request:")
+    assert "question" in report.message
+
 
 def test_the_replay_command_prints_the_changed_step(exported: tuple[str, Path]) -> None:
     name, path = exported
