@@ -5,11 +5,12 @@ group) run the model's tool loop, journal every step to a compacted changelog, a
 the turn's events exactly once to ``<prefix>.<agent>.events``.
 """
 
-from pyrula_stream.agent import AgentTopics, KafkaAgent, kafka_agent
+from pyrula_stream.agent import AgentTopics, KafkaAgent, VersionBehavior, kafka_agent
 from pyrula_stream.client import KafkaAgentClient, TurnHandle
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import (
     AgentRegistrationError,
+    BranchUnresumable,
     BudgetExceeded,
     ConcurrentCallIdError,
     ConfigurationError,
@@ -30,7 +31,10 @@ from pyrula_stream.errors import (
     ToolRegistrationError,
     TopicDriftError,
     TurnFailure,
+    TurnNotRecorded,
     UserError,
+    VersionUnavailable,
+    WriteToolBlocked,
 )
 from pyrula_stream.events import Event, EventType
 from pyrula_stream.limits import AgentLimits
@@ -48,6 +52,7 @@ __all__ = [
     "AgentLimits",
     "AgentRegistrationError",
     "AgentTopics",
+    "BranchUnresumable",
     "BudgetExceeded",
     "ConcurrentCallIdError",
     "ConfigurationError",
@@ -78,9 +83,13 @@ __all__ = [
     "TopicDriftError",
     "TurnFailure",
     "TurnHandle",
+    "TurnNotRecorded",
     "TurnRequest",
     "UserError",
+    "VersionBehavior",
+    "VersionUnavailable",
     "WorkerOptions",
+    "WriteToolBlocked",
     "build_mcp_server",
     "kafka_agent",
     "tool",

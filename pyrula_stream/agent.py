@@ -11,7 +11,7 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pyrula_stream.errors import AgentRegistrationError, ToolRegistrationError
 from pyrula_stream.events import EventRouting
@@ -38,13 +38,22 @@ class AgentTopics:
     journal: str
     control: str
     dlq: str
+    history: str
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
         base = f"{prefix}.{agent}"
         return cls(
-            f"{base}.turns", f"{base}.events", f"{base}.journal", f"{base}.control", f"{base}.dlq"
+            f"{base}.turns",
+            f"{base}.events",
+            f"{base}.journal",
+            f"{base}.control",
+            f"{base}.dlq",
+            f"{base}.history",
         )
+
+
+VersionBehavior = Literal["pinned", "auto_upgrade"]
 
 
 @dataclass(frozen=True)
@@ -62,13 +71,22 @@ class KafkaAgent:
     output_topics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     timeout: float = 600.0
     mcp_servers: tuple[MCPServer, ...] = ()
+    keep_history: bool = False
+    version: str | None = None
+    version_behavior: VersionBehavior = "auto_upgrade"
+    versions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
 
     @property
     def topics(self) -> AgentTopics:
         return AgentTopics.for_agent(self.name, self.prefix)
 
     def topic_specs(self) -> list[TopicSpec]:
-        return agent_topic_specs(self.name, prefix=self.prefix, partitions=self.partitions)
+        return agent_topic_specs(
+            self.name,
+            prefix=self.prefix,
+            partitions=self.partitions,
+            keep_history=self.keep_history,
+        )
 
     @property
     def event_routing(self) -> EventRouting:
@@ -91,11 +109,20 @@ def kafka_agent(
     mcp_servers: Sequence[MCPServer] = (),
     output_topics: Mapping[str, Sequence[str]] | None = None,
     timeout: float = 600.0,
+    keep_history: bool = False,
+    version: str | None = None,
+    version_behavior: VersionBehavior | None = None,
+    versions: Mapping[str, Callable[..., Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
     ``output_topics`` routes event types (or ``"*"``) to extra topics, e.g.
     ``{"run:complete": ["orders.answers"]}``; every event also goes to ``<agent>.events``.
+    ``keep_history`` writes each finished turn's steps to ``<agent>.history``.
+    ``version`` names this body's version (journaled when a turn starts);
+    ``version_behavior`` is ``"pinned"`` (the default with a version: a turn finishes on
+    the version it started on, from ``versions={"1": old_body}``) or ``"auto_upgrade"``
+    (the default without one: the newest body continues every turn).
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
@@ -132,6 +159,27 @@ def kafka_agent(
             raise ToolRegistrationError(f"agent '{agent_name}': tool names repeat: {dupes}")
         if partitions < 1:
             raise AgentRegistrationError(f"agent '{agent_name}': partitions must be >= 1")
+        behavior = version_behavior or ("pinned" if version else "auto_upgrade")
+        if behavior not in ("pinned", "auto_upgrade"):
+            raise AgentRegistrationError(
+                f"agent '{agent_name}': version_behavior must be 'pinned' or 'auto_upgrade', "
+                f"got {behavior!r}"
+            )
+        older = dict(versions or {})
+        if older and version is None:
+            raise AgentRegistrationError(
+                f"agent '{agent_name}': versions= needs version= (the version of this body)"
+            )
+        if version is not None and version in older:
+            raise AgentRegistrationError(
+                f"agent '{agent_name}': version {version!r} is this body; versions= lists "
+                "only older bodies"
+            )
+        for v, body in older.items():
+            if not inspect.iscoroutinefunction(body):
+                raise AgentRegistrationError(
+                    f"agent '{agent_name}': versions[{v!r}] must be an async def"
+                )
         return KafkaAgent(
             name=agent_name,
             fn=fn,
@@ -144,6 +192,10 @@ def kafka_agent(
             output_topics={k: tuple(v) for k, v in (output_topics or {}).items()},
             timeout=timeout,
             mcp_servers=tuple(mcp_servers),
+            keep_history=keep_history,
+            version=version,
+            version_behavior=behavior,
+            versions=older,
         )
 
     return bind

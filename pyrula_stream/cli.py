@@ -137,7 +137,12 @@ def cmd_topics(args: argparse.Namespace) -> int:
         agent = load_agent(args.agent)
         specs = agent.topic_specs()
     else:
-        specs = agent_topic_specs(args.agent, prefix=args.prefix, partitions=args.partitions)
+        specs = agent_topic_specs(
+            args.agent,
+            prefix=args.prefix,
+            partitions=args.partitions,
+            keep_history=args.keep_history,
+        )
     report = apply_topics(bootstrap_from(args), specs)
     print(report.describe())
     if not report.ok:
@@ -266,6 +271,41 @@ def cmd_ui(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_turn_export(args: argparse.Namespace) -> int:
+    from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.history import export_turn
+
+    if ":" in args.agent:
+        agent = load_agent(args.agent)
+        topics = agent.topics
+    else:
+        topics = AgentTopics.for_agent(args.agent, args.prefix)
+    recording = export_turn(
+        bootstrap_from(args),
+        history_topic=topics.history,
+        events_topic=topics.events,
+        turn_id=args.turn_id,
+    )
+    print(json.dumps(recording.to_json(), indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from pyrula_stream.replay import replay_files
+
+    agent = load_agent(args.agent)
+
+    async def main() -> int:
+        code = 0
+        for pattern in args.turns:
+            for report in await replay_files(agent, pattern):
+                print(report)
+                code = code or (0 if report.clean else 1)
+        return code
+
+    return asyncio.run(main())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrula-stream", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -289,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("apply", choices=["apply"])
     t.add_argument("agent", help="AGENT name, or MODULE:AGENT to use its partitions/prefix")
     t.add_argument("--partitions", type=int, default=6)
+    t.add_argument(
+        "--keep-history", action="store_true", help="also <agent>.history (keep_history=True)"
+    )
     t.set_defaults(func=cmd_topics)
 
     w = with_bootstrap(sub.add_parser("worker", help="run an agent's turns"))
@@ -360,6 +403,17 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--history-minutes", type=float, default=60.0, help="how far back to read")
     u.add_argument("--max-turns", type=int, default=200, help="turns kept per agent")
     u.set_defaults(func=cmd_ui)
+    tr = sub.add_parser("turn", help="recorded turns (agents with keep_history=True)")
+    turn_sub = tr.add_subparsers(dest="turn_command", required=True)
+    ex = with_bootstrap(turn_sub.add_parser("export", help="write a finished turn as JSON"))
+    ex.add_argument("turn_id")
+    ex.add_argument("--agent", required=True, help="AGENT name, or MODULE:AGENT")
+    ex.set_defaults(func=cmd_turn_export)
+
+    rp = sub.add_parser("replay", help="run today's code against recorded turns, offline")
+    rp.add_argument("agent", help="MODULE:AGENT")
+    rp.add_argument("turns", nargs="+", help="turn files from `turn export` (globs allowed)")
+    rp.set_defaults(func=cmd_replay)
     return parser
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
+from pyrula_stream.branch import branch_metadata, check_from_step
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.events import Event, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
@@ -92,6 +93,39 @@ class KafkaAgentClient:
             metadata=metadata or {},
             thread_id=thread_id,
             idempotency_key=idempotency_key,
+            submitted_ms=int(time.time() * 1000),
+        )
+        return await self.submit_request(request)
+
+    async def branch(
+        self,
+        agent: str,
+        turn_id: str,
+        *,
+        from_step: int,
+        system: str | None = None,
+        model: str | None = None,
+        **params: Any,
+    ) -> TurnHandle:
+        """Start a new turn that replays finished turn ``turn_id`` up to ``from_step`` and
+        then runs live with ``params`` (merged over the original's) and, if given, another
+        system prompt or model (the agent's model client calling another model). Only
+        ``read_only`` tools run live; see the README. The agent must keep history
+        (``keep_history=True``)."""
+        from pyrula_stream.history import load_recording
+
+        original = await asyncio.to_thread(
+            load_recording, self.bootstrap_servers, self._topics(agent).history, turn_id
+        )
+        check_from_step(original, from_step)
+        request = TurnRequest(
+            turn_id=turn_id_for(None),
+            agent=agent,
+            params={**original.request.params, **params},
+            metadata={
+                **original.request.metadata,
+                **branch_metadata(turn_id, from_step, system, model),
+            },
             submitted_ms=int(time.time() * 1000),
         )
         return await self.submit_request(request)

@@ -18,6 +18,7 @@ from pyrula_stream.errors import (
     ConcurrentCallIdError,
     KafkaLimitError,
     NestedDurableOperationError,
+    WriteToolBlocked,
 )
 from pyrula_stream.events import Status
 from pyrula_stream.journal import fingerprint
@@ -135,8 +136,14 @@ class AgentContext:
     ) -> Any:
         """Run ``fn`` once per turn and journal its (JSON) result; a replay returns it."""
         _refuse_nested("ctx.step", name)
+        input_hash = fingerprint([list(args), kwargs])
 
         async def live() -> StepData:
+            if self._turn.branch is not None:  # a branch never runs a step live
+                try:
+                    return self._turn.branch.step_result(None, name, input_hash)
+                except WriteToolBlocked as exc:
+                    raise self._turn.refuse(exc) from None
             check_wall_time(self._tool_calls.limits, self._turn.started_ms)
             await self._turn.barrier()
             with durable_boundary("step", name):
@@ -146,9 +153,7 @@ class AgentContext:
             encode_result(value, name)  # fails fast, naming the step, if not serializable
             return {"value": value}
 
-        data, _ = await self._turn.durable_step(
-            "step", name, fingerprint([list(args), kwargs]), live
-        )
+        data, _ = await self._turn.durable_step("step", name, input_hash, live)
         return data["value"]
 
     async def sleep(self, duration: timedelta | float) -> None:

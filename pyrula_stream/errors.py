@@ -12,6 +12,7 @@ choose between a retry and the dead-letter topic.
     │   ├── ConcurrentCallIdError
     │   ├── NestedDurableOperationError
     │   └── KafkaLimitError            an API that needs a person or a timer loop
+    ├── TurnNotRecorded                no history record of the turn (keep_history off, or expired)
     ├── TopicDriftError                existing topics differ from their spec
     ├── BrokerUnavailableError         no local broker could be started or reached
     ├── MalformedRecordError           a record that cannot be decoded (goes to the DLQ)
@@ -19,6 +20,9 @@ choose between a retry and the dead-letter topic.
         ├── ToolCallRejected
         ├── ToolCallFailed             a tool called from agent code failed (its own code)
         ├── ReplayInputChanged
+        ├── VersionUnavailable         a pinned turn's version is not on this worker
+        ├── WriteToolBlocked           a branch asked for an effect it may not repeat
+        ├── BranchUnresumable          a branch's original turn is gone
         ├── BudgetExceeded
         ├── ContextWindowExceeded
         ├── LLMRateLimited
@@ -73,6 +77,7 @@ class ErrorCode(StrEnum):
     FATAL = "fatal"
     POISON = "poison"
     REPLAY_INPUT_CHANGED = "replay_input_changed"
+    BRANCH_UNRESUMABLE = "branch_unresumable"
     STREAM_CARRY_MISSING = "stream_carry_missing"
     INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
 
@@ -156,6 +161,12 @@ class BrokerUnavailableError(PyrulaError):
     retriable = True
 
 
+class TurnNotRecorded(PyrulaError):
+    """A turn asked for by id has no record in ``<agent>.history``."""
+
+    code = ErrorCode.NOT_FOUND
+
+
 class MalformedRecordError(PyrulaError):
     """A record that cannot be decoded or validated; it goes to the dead-letter topic."""
 
@@ -203,6 +214,25 @@ class ToolCallFailed(TurnFailure):
 
 class ReplayInputChanged(TurnFailure):
     code = ErrorCode.REPLAY_INPUT_CHANGED
+
+
+class WriteToolBlocked(TurnFailure):
+    """A branch needed an effect the original never had; ``detail["reason"]`` says which
+    kind (``write``, ``unmarked``, ``step``, ``effect``)."""
+
+    code = ErrorCode.WRITE_TOOL_BLOCKED
+
+
+class BranchUnresumable(TurnFailure):
+    """A branch's original turn is gone (``detail["reason"]``: ``parent_missing``)."""
+
+    code = ErrorCode.BRANCH_UNRESUMABLE
+
+
+class VersionUnavailable(TurnFailure):
+    """A pinned turn started on a version whose body this worker does not have."""
+
+    code = ErrorCode.VERSION_SKEW
 
 
 class BudgetExceeded(TurnFailure):

@@ -285,6 +285,8 @@ class TurnEvents:
     max_count: int | None = None
     max_payload_bytes: int | None = None
     max_record_bytes: int | None = None
+    common: dict[str, Any] = field(default_factory=dict)
+    """Fields every event of the turn carries in ``data``: ``version``, ``branch_of``."""
 
     def records(self, payload: Payload) -> list[OutRecord]:
         """The payload's records (taking the next ``seq``), or none once over the cap."""
@@ -317,7 +319,7 @@ class TurnEvents:
             self.next_seq,
             int(time.time() * 1000),
             self.attempt,
-            payload.data(),
+            {**payload.data(), **self.common} if self.common else payload.data(),
         )
         self.next_seq += 1
         value = serde.encode("event", event)

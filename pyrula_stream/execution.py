@@ -11,16 +11,18 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.branch import Branch, branch_of
 from pyrula_stream.context import AgentContext
-from pyrula_stream.errors import ErrorCode, Poison, PyrulaError
+from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
 from pyrula_stream.events import RunComplete, RunError, RunStart
+from pyrula_stream.history import TurnRecording
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.mcp.discovery import MCPToolbox
@@ -32,6 +34,7 @@ from pyrula_stream.tool_cache import CacheStore
 from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
 from pyrula_stream.turn import StepData, TurnRuntime
+from pyrula_stream.versions import body_for, known_versions, turn_version
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ class TurnExecutor:
         worker_id: str,
         add_records: Callable[[list[OutRecord]], None],
         mcp_pool: MCPPool | None = None,
+        load_recording: Callable[[str], Awaitable[TurnRecording | None]] | None = None,
     ) -> None:
         self.agent = agent
         self.mcp_pool = mcp_pool
@@ -59,6 +63,7 @@ class TurnExecutor:
         self.options = options
         self.worker_id = worker_id
         self.add_records = add_records
+        self.load_recording = load_recording
 
     async def finish_duplicate(self, runtime: TurnRuntime, original: str) -> None:
         """Another turn already took this idempotency key: point the submitter at it."""
@@ -119,17 +124,33 @@ class TurnExecutor:
     async def _run_body(self, runtime: TurnRuntime) -> None:
         """Journal the start, run the body, finish with its result (or raise its error)."""
         request = runtime.request
+        version = runtime.version = turn_version(self.agent, runtime.journal)
+        body = body_for(self.agent, version)
+        if body is None:  # the worker hands such turns on; this is the last line of defence
+            raise VersionUnavailable(
+                f"turn started on version {version!r}; this worker has {known_versions(self.agent)}"
+            )
+        running = version if self.agent.version_behavior == "pinned" else self.agent.version
+        if running is not None:  # events carry the version of the code that publishes them
+            runtime.events.common["version"] = running
+        parent = branch_of(request)
+        if parent is not None:
+            runtime.events.common["branch_of"] = parent
+            original = await self.load_recording(parent) if self.load_recording else None
+            runtime.branch = Branch.of(request, original)
+            runtime.branch.prefill(runtime.journal)
         data, _ = await runtime.durable_step(
-            "start", "start", "", self._start_data(request), lambda d: [_run_start(d)]
+            "start", "start", "", self._start_data(request, version), lambda d: [_run_start(d)]
         )
         # The wall-time budget counts from the first attempt's start, on any worker.
         runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
         tool_calls = ToolCalls(
             runtime, self.agent.limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
         )
+        llm = self.llm if runtime.branch is None else runtime.branch.llm(self.llm)
         loop = ToolLoop(
             runtime,
-            self.llm,
+            llm,
             self.agent.tools,
             self.agent.limits,
             tool_calls,
@@ -138,7 +159,7 @@ class TurnExecutor:
         ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps)
         try:
             async with asyncio.timeout(self.agent.timeout):
-                result = await self.agent.fn(ctx, **request.params)
+                result = await body(ctx, **request.params)
         except Exception as exc:
             if runtime.refusal is not None and exc is not runtime.refusal:
                 raise runtime.refusal from exc
@@ -156,15 +177,18 @@ class TurnExecutor:
         names = [t.name for t in self.agent.tools]
         return MCPToolbox(runtime, self.mcp_pool, self.agent.mcp_servers, reserved_names=names)
 
-    def _start_data(self, request: TurnRequest) -> Any:
+    def _start_data(self, request: TurnRequest, version: str | None) -> Any:
         async def live() -> StepData:
-            return {
+            data: StepData = {
                 "params": request.params,
                 "metadata": request.metadata,
                 "thread_id": request.thread_id,
                 "worker": self.worker_id,
                 "started_ms": int(time.time() * 1000),
             }
+            if version is not None:
+                data["version"] = version
+            return data
 
         return live
 

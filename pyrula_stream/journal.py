@@ -75,6 +75,8 @@ class TurnJournal:
     terminal_ms: int | None = None
     raw_steps: dict[int, bytes] = field(default_factory=dict)
     raw_progress: bytes | None = None
+    forked: set[int] = field(default_factory=set)
+    """Steps a branch took from its original: replayed as recorded, whatever their input."""
 
     @property
     def attempt(self) -> int:
@@ -149,7 +151,7 @@ class TurnJournal:
                 f"the code now makes {kind} '{name}'",
                 detail={"step": step, "recorded": [entry.kind, entry.name], "live": [kind, name]},
             )
-        if entry.input_hash != input_hash:
+        if entry.input_hash != input_hash and step not in self.forked:
             what = (
                 describe_model_input_change(entry.input_hash, input_hash)
                 if kind == "llm"

@@ -148,6 +148,8 @@ class ToolLoop:
         self, messages: list[dict[str, Any]], offered: list[ToolCallable], system: str | None
     ) -> ModelResponse:
         turn = self.turn
+        if turn.branch is not None and turn.branch.system is not None:
+            system = turn.branch.system  # a branch that changes the system prompt
         index = turn.model_calls
         turn.model_calls += 1
         definitions = [self._definition(t) for t in offered]

@@ -84,6 +84,7 @@ _JSON_FIELDS = {
     "turn_request": ("params", "metadata"),
     "event": ("data",),
     "journal_entry": ("data",),
+    "turn_history": ("data",),
 }
 
 
@@ -91,6 +92,7 @@ _FIELD_NAMES = {
     "turn_request": [f.name for f in fields(TurnRequest)],
     "event": ["type", "turn_id", "agent", "seq", "ts_ms", "attempt", "data"],
     "journal_entry": [f.name for f in fields(JournalEntry)],
+    "turn_history": ["turn_id", "agent", "version", "ts_ms", "data"],
 }
 
 

@@ -12,10 +12,12 @@ bootstrap address:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 from pyrula_stream.agent import KafkaAgent
@@ -111,3 +113,28 @@ def read_topic(
 
     records = read_all(bootstrap_servers, topic, timeout_s=timeout_s, client_id=unique_name("read"))
     return [(r.key.encode() if r.key else None, r.value, r.headers) for r in records]
+
+
+def assert_replays(agent: KafkaAgent, pattern: str | Path) -> None:
+    """Fail unless every recorded turn matching ``pattern`` replays cleanly on ``agent``'s
+    current code (offline: no Kafka, no model). Keep golden turns from
+    ``pyrula-stream turn export`` in your repo and CI catches a change that would fail
+    in-flight turns with ``replay_input_changed`` before it is deployed."""
+    from pyrula_stream.replay import replay_files
+
+    def run() -> list[Any]:
+        return asyncio.run(replay_files(agent, pattern))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        reports = run()
+    else:  # called from an async test: replay on a loop of its own
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            reports = pool.submit(run).result()
+    broken = [str(r) for r in reports if not r.clean]
+    if broken:
+        raise AssertionError(
+            f"{len(broken)} of {len(reports)} recorded turns no longer replay:\n  "
+            + "\n  ".join(broken)
+        )

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from pyrula_stream.errors import ErrorCode, Poison, ToolCallFailed, ToolRegistrationError
+from pyrula_stream.errors import (
+    ErrorCode,
+    Poison,
+    ToolCallFailed,
+    ToolRegistrationError,
+    WriteToolBlocked,
+)
 from pyrula_stream.events import Status, ToolResult, ToolStart
 from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import AgentLimits, check_wall_time
@@ -163,6 +169,19 @@ class ToolCalls:
                 "error_type": type(exc).__name__,
                 "attempts": 0,
             }
+        if turn.branch is not None:  # a branch never repeats an effect (see branch.py)
+            try:
+                recorded = turn.branch.tool_result(
+                    call.step,
+                    name,
+                    fingerprint(dict(call.arguments)),
+                    read_only=tool.spec.read_only,
+                    writes=tool.spec.writes,
+                )
+            except WriteToolBlocked as exc:
+                raise turn.refuse(exc) from None
+            if recorded is not None:
+                return recorded
         check_wall_time(self.limits, turn.started_ms)
         await turn.barrier()  # the response asking for this call is durable first
         turn.raise_if_cancelled()

@@ -15,15 +15,19 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyrula_stream import serde
 from pyrula_stream.errors import PyrulaError, TurnCancelled
 from pyrula_stream.events import EventRouting, Payload, RunComplete, Terminal, TurnEvents
+from pyrula_stream.history import history_record
 from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
 from pyrula_stream.limits import Spend
 from pyrula_stream.records import OutRecord, tombstone, wire_record
 from pyrula_stream.serde import JournalEntry, TurnRequest
+
+if TYPE_CHECKING:
+    from pyrula_stream.branch import Branch
 
 StepData = dict[str, Any]
 
@@ -41,6 +45,8 @@ class TurnTopics:
     journal: str
     events: EventRouting
     partition: int
+    history: str | None = None
+    """``<agent>.history`` when the agent keeps history (``keep_history=True``)."""
 
 
 @dataclass
@@ -63,9 +69,11 @@ class TurnRuntime:
     steps_at_start: int = 0
     started_ms: int | None = None
     refusal: PyrulaError | None = None
+    version: str | None = None
+    branch: Branch | None = None
     events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
-    _written: set[int] = field(default_factory=set)
+    _written: dict[int, JournalEntry] = field(default_factory=dict)
     _step: int = 0
     _stalled: int = 0
 
@@ -210,7 +218,7 @@ class TurnRuntime:
 
         future.add_done_callback(confirm)
         self._unconfirmed.append(future)
-        self._written.add(index)
+        self._written[index] = entry
 
     async def barrier(self) -> None:
         """Wait until every step this attempt journaled so far is committed.
@@ -253,11 +261,23 @@ class TurnRuntime:
             ts_ms=now,
         )
         # Every step key: restored ones and this attempt's, committed or still in flight.
-        indices = self.journal.step_indices() | self._written
+        indices = self.journal.step_indices() | set(self._written)
         keys = [serde.journal_key(self.turn_id, i) for i in sorted(indices)]
         keys.append(serde.journal_key(self.turn_id, -1, PROGRESS))
         records = [self.journal_record(None, k) for k in keys]
         records.append(self.journal_record(entry, serde.journal_key(self.turn_id, -1, TERMINAL)))
+        if self.topics.history is not None:
+            records.append(
+                history_record(
+                    self.topics.history,
+                    self.request,
+                    {**self.journal.steps, **self._written}.values(),
+                    {"type": terminal.type, **entry.data, **terminal.data()},
+                    version=self.version,
+                    ts_ms=now,
+                    max_bytes=self.max_record_bytes,
+                )
+            )
         if self.request.idempotency_key:
             records.append(
                 self.journal_record(entry, IDEMPOTENCY_PREFIX + self.request.idempotency_key)

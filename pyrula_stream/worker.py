@@ -28,11 +28,13 @@ from pyrula_stream.errors import (
     ErrorCode,
     TopicDriftError,
     TurnCancelled,
+    TurnNotRecorded,
     UserError,
 )
 from pyrula_stream.events import RunError
 from pyrula_stream.execution import TurnExecutor
 from pyrula_stream.health import start_health_server
+from pyrula_stream.history import TurnRecording, load_recording
 from pyrula_stream.journal import IdempotencyRecord, PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics, missing_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
@@ -47,6 +49,7 @@ from pyrula_stream.records import ControlRequest, OutRecord, dead_letter_source,
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 from pyrula_stream.turn import TurnRuntime, TurnTopics
+from pyrula_stream.versions import known_versions, missing_version
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +210,7 @@ class KafkaWorker:
                     worker_id=self.worker_id,
                     add_records=lambda records: self.committer.add_records(records),
                     mcp_pool=mcp,
+                    load_recording=self._load_recording,
                 )
                 while not self._stop_requested:
                     try:
@@ -480,6 +484,16 @@ class KafkaWorker:
         ps = self._parts[partition]
         restored = ps.journal.turns.get(queued.request.turn_id)
         journal = restored.materialize() if restored else TurnJournal(queued.request.turn_id)
+        version = missing_version(self.agent, journal)
+        if version is not None:  # pinned elsewhere: not started, offset not committed
+            log.warning(
+                "turn %s is pinned to version %s, which this worker lacks (it has %s); "
+                "left for a worker that has it",
+                queued.request.turn_id,
+                version,
+                known_versions(self.agent),
+            )
+            return
         runtime = self._new_runtime(partition, queued.request, journal)
         task = asyncio.create_task(self._run_turn(runtime, queued), name=runtime.turn_id)
         self._running[runtime.turn_id] = _Running(runtime, task, partition, queued.offset)
@@ -490,7 +504,12 @@ class KafkaWorker:
         limits = self.agent.limits
         runtime = TurnRuntime(
             request=request,
-            topics=TurnTopics(self.topics.journal, self.agent.event_routing, partition),
+            topics=TurnTopics(
+                self.topics.journal,
+                self.agent.event_routing,
+                partition,
+                history=self.topics.history if self.agent.keep_history else None,
+            ),
             output=self.committer,
             journal=journal,
             attempt=journal.attempt + 1,
@@ -541,6 +560,17 @@ class KafkaWorker:
         nxt = ps.dequeue(queued.request.key)
         if nxt is not None:
             self._admit(runtime.topics.partition, nxt)
+
+    async def _load_recording(self, turn_id: str) -> TurnRecording | None:
+        """A branch's original turn, from the history topic (``None`` when it is gone)."""
+        if not self.agent.keep_history:
+            return None
+        try:
+            return await asyncio.to_thread(
+                load_recording, self.bootstrap_servers, self.topics.history, turn_id
+            )
+        except TurnNotRecorded:
+            return None
 
     # -- commit plumbing ------------------------------------------------------------------
 

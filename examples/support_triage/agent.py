@@ -108,6 +108,7 @@ def choose_llm() -> LLMClient:
     tools=[lookup_order, search_faq, create_ticket],
     limits=AgentLimits(max_llm_calls=6, max_tool_calls=6),
     partitions=3,
+    keep_history=True,  # finished turns go to pyrula.support.history (golden turns)
 )
 async def support(ctx: AgentContext, customer: str, question: str) -> dict[str, str]:
     answer = await ctx.llm.run([{"role": "user", "content": question}], system=SYSTEM)

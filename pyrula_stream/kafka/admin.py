@@ -49,9 +49,15 @@ class ApplyReport:
 
 
 def agent_topic_specs(
-    agent: str, *, prefix: str = DEFAULT_PREFIX, partitions: int = DEFAULT_PARTITIONS
+    agent: str,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    partitions: int = DEFAULT_PARTITIONS,
+    keep_history: bool = False,
 ) -> list[TopicSpec]:
-    """The agent's topics, read from the declarative spec shipped with the package."""
+    """The agent's topics, read from the declarative spec shipped with the package
+    (``<agent>.history`` only with ``keep_history``)."""
+    options = {"keep_history": keep_history}
     text = resources.files("pyrula_stream").joinpath("topics/agent.yaml").read_text()
     raw = yaml.safe_load(text)
     fill = {"prefix": prefix, "agent": agent, "partitions": str(partitions)}
@@ -62,6 +68,7 @@ def agent_topic_specs(
             config={k: str(v).format(**fill) for k, v in (t.get("config") or {}).items()},
         )
         for t in raw["topics"]
+        if options.get(t.get("only_with") or "", True)
     ]
 
 

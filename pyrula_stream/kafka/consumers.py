@@ -231,3 +231,27 @@ class ControlReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def read_key(
+    bootstrap_servers: str, topic: str, key: str, *, client_id: str, timeout_s: float = 120.0
+) -> list[bytes]:
+    """The committed values of ``key`` in ``topic``: its (murmur2) partition read to the
+    end. A topic that does not exist holds no values."""
+    from pyrula_stream.kafka.partitioner import partition_for
+
+    consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None or not md.partitions:
+            return []
+        partition = partition_for(key.encode(), len(md.partitions))
+        return [
+            value
+            for k, value, _ in read_partition_to_end(
+                consumer, topic, partition, timeout_s=timeout_s
+            )
+            if k == key and value is not None
+        ]
+    finally:
+        consumer.close()

@@ -1,0 +1,158 @@
+"""Recorded turns on the real broker: keep_history, `turn export`, and offline replay of
+the export against today's code (`pyrula-stream replay`, `assert_replays`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.history import TurnRecording
+from pyrula_stream.llm import FakeLLM
+from pyrula_stream.replay import replay_turn
+from pyrula_stream.testing import assert_replays, running_worker, unique_name
+from tests.agents.recorded import SYSTEM, add_note, lookup_order, make_agent, order_model
+
+ROOT = Path(__file__).parent.parent
+QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyrula_stream.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+
+
+@pytest.fixture
+async def exported(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> tuple[str, Path]:
+    """A completed turn of a keep_history agent, exported with the CLI to a file."""
+    agent = make_agent(unique_name("rec"))
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        handle = await client.submit(agent.name, question="Where is order 42?")
+        events = [e async for e in client.stream(agent.name, handle.turn_id)]
+    assert events[-1].type == "run:complete"
+    out = cli(
+        "turn",
+        "export",
+        handle.turn_id,
+        "--agent",
+        agent.name,
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+    )
+    assert out.returncode == 0, out.stderr
+    path = tmp_path / "turn.json"
+    path.write_text(out.stdout)
+    return agent.name, path
+
+
+async def test_export_writes_request_steps_and_events(exported: tuple[str, Path]) -> None:
+    _, path = exported
+    raw = json.loads(path.read_text())
+    assert raw["request"]["params"] == {"question": "Where is order 42?"}
+    assert [(s["step"], s["kind"], s["name"]) for s in raw["steps"]] == [
+        (0, "start", "start"),
+        (1, "llm", "llm"),
+        (2, "tool", "lookup_order"),
+        (3, "llm", "llm"),
+        (4, "tool", "add_note"),
+        (5, "llm", "llm"),
+    ]
+    assert raw["terminal"]["type"] == "run:complete"
+    assert raw["terminal"]["result"].startswith("Order 42:")
+    types = [e["type"] for e in raw["events"]]
+    assert types[0] == "run:start" and types[-1] == "run:complete"
+    assert [e["seq"] for e in raw["events"]] == list(range(len(types)))
+
+
+async def test_an_exported_turn_replays_cleanly_on_the_same_code(
+    exported: tuple[str, Path],
+) -> None:
+    name, path = exported
+    report = await replay_turn(make_agent(name), TurnRecording.load(path))
+    assert report.clean, report.message
+    assert_replays(make_agent(name), path)
+
+
+async def test_a_changed_system_prompt_is_reported_at_the_first_model_call(
+    exported: tuple[str, Path],
+) -> None:
+    name, path = exported
+    report = await replay_turn(make_agent(name, "Be terse."), TurnRecording.load(path))
+    assert not report.clean
+    assert report.step == 1
+    assert "the system prompt changed" in report.message
+    with pytest.raises(AssertionError, match="system prompt changed"):
+        assert_replays(make_agent(name, "Be terse."), path)
+
+
+async def test_changed_tool_arguments_and_a_shorter_body_are_reported(
+    exported: tuple[str, Path],
+) -> None:
+    name, path = exported
+    recording = TurnRecording.load(path)
+
+    @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
+    async def direct(ctx: AgentContext, question: str) -> str:
+        await lookup_order(ctx, order_id="43")
+        return "done"
+
+    report = await replay_turn(direct, recording)
+    assert not report.clean
+    assert report.step == 1
+    assert "the code now makes tool 'lookup_order'" in report.message
+
+    @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
+    async def stops_early(ctx: AgentContext, question: str) -> str:
+        return "no model today"
+
+    report = await replay_turn(stops_early, recording)
+    assert not report.clean
+    assert "the code ended after step 0" in report.message
+
+    @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
+    async def renamed_param(ctx: AgentContext, query: str) -> str:
+        return query
+
+    report = await replay_turn(renamed_param, recording)
+    assert not report.clean
+    assert report.message.startswith("the turn now ends with run:error invalid_request:")
+    assert "question" in report.message
+
+
+def test_the_replay_command_prints_the_changed_step(exported: tuple[str, Path]) -> None:
+    name, path = exported
+    spec = "tests.agents.recorded:recorded"
+    same = cli("replay", spec, str(path), env={"RECORDED_AGENT_NAME": name})
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.strip().endswith("replays cleanly")
+    changed = cli(
+        "replay", spec, str(path), env={"RECORDED_AGENT_NAME": name, "RECORDED_SYSTEM": "Hi."}
+    )
+    assert changed.returncode == 1, changed.stderr
+    assert "step 1 (llm 'llm'): the system prompt changed" in changed.stdout
+    assert SYSTEM not in changed.stdout
+
+
+def test_export_of_an_unrecorded_turn_names_the_reason(kafka_bootstrap_servers: str) -> None:
+    name = unique_name("norec")
+    from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+
+    apply_topics(kafka_bootstrap_servers, agent_topic_specs(name, partitions=1, keep_history=True))
+    out = cli(
+        "turn", "export", "nope", "--agent", name, "--bootstrap-servers", kafka_bootstrap_servers
+    )
+    assert out.returncode == 2
+    assert "keep_history=True" in out.stderr
