@@ -292,10 +292,8 @@ class KafkaWorker:
 
     def _restore(self, partition: int) -> PartitionJournal:
         journal = PartitionJournal(partition)
-        for key, value, ts_ms in read_partition_to_end(
-            self._restorer, self.topics.journal, partition
-        ):
-            journal.apply(key, value, ts_ms)
+        for record in read_partition_to_end(self._restorer, self.topics.journal, partition):
+            journal.apply(record.key, record.value, record.ts_ms)
         self.restored_records += journal.records_read
         return journal
 

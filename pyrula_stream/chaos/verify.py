@@ -22,7 +22,7 @@ from typing import Any
 from pyrula_stream import serde
 from pyrula_stream.chaos.effects import read_effects
 from pyrula_stream.chaos.model_server import answer_for
-from pyrula_stream.kafka.consumers import ConsumedRecord
+from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.serde import Event, JournalEntry
 
 Record = ConsumedRecord
