@@ -50,8 +50,10 @@ class GroupCommitter:
         on_abort: Callable[[set[str]], None],
         *,
         interval_s: float = 0.0,
+        on_committed: Callable[[Offsets], None] | None = None,
     ) -> None:
         self._write = write
+        self._on_committed = on_committed
         self._offsets = offsets
         self._on_abort = on_abort
         self._interval_s = interval_s
@@ -164,6 +166,8 @@ class GroupCommitter:
             self.stats.records += len(records)
             self.stats.seconds += last - started
             self._last_offsets.update(changed)
+            if changed and self._on_committed is not None:
+                self._on_committed(changed)
             for t, turn in batch.turns.items():
                 turn.committed_seq = seqs[t]
             for _, fut in batch.waiters:

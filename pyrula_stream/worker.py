@@ -11,11 +11,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,15 +34,12 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.execution import TurnExecutor, error_data
 from pyrula_stream.health import start_health_server
-from pyrula_stream.journal import IdempotencyRecord, PartitionJournal, TurnJournal
+from pyrula_stream.journal import IdempotencyKeys, PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
-from pyrula_stream.kafka.consumers import (
-    assign_from_beginning,
-    group_consumer,
-    read_partition_to_end,
-    reader_consumer,
-)
+from pyrula_stream.kafka.consumers import assign_from_beginning, group_consumer, reader_consumer
+from pyrula_stream.kafka.offsets import committed_offset, watermarks
+from pyrula_stream.kafka.table import PartitionedTable, SqliteView
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.fake import FakeLLM
 from pyrula_stream.options import PoisonOptions, WorkerOptions
@@ -56,6 +56,9 @@ REVOKE_COMMIT_WAIT_S = 10.0
 MAX_REMEMBERED_CANCELS = 100_000
 """Cancel requests kept for turns this worker has not seen yet (oldest dropped first)."""
 """How long a revoke waits for a transaction in flight (the transaction timeout)."""
+
+EXPIRY_INTERVAL_S = 60.0
+"""How often idempotency keys past their TTL are looked for (and tombstoned)."""
 
 
 class SessionLost(Exception):
@@ -94,6 +97,9 @@ class KafkaWorker:
         self.restored_records = 0
         self.sessions = 0
         self._callback_error: Exception | None = None
+        self._journal_table = PartitionedTable(self.topics.journal)
+        self._state_dir: Path | None = None  # created by run(): options.state_dir or a temp dir
+        self._next_expiry = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -120,6 +126,12 @@ class KafkaWorker:
                     f"agent '{self.agent.name}' refuses to start: its topics differ from the "
                     "spec:\n  " + "\n  ".join(report.drift)
                 )
+        own_state_dir = self.options.state_dir is None
+        self._state_dir = Path(
+            tempfile.mkdtemp(prefix=f"pyrula-{self.agent.name}-")
+            if self.options.state_dir is None
+            else self.options.state_dir
+        )
         self._cache: CacheStore = InProcessCacheStore()
         if self.options.shared_tool_cache:
             shared = KafkaCacheStore(
@@ -149,6 +161,8 @@ class KafkaWorker:
         finally:
             if isinstance(self._cache, KafkaCacheStore):
                 await asyncio.to_thread(self._cache.close)
+            if own_state_dir:
+                shutil.rmtree(self._state_dir, ignore_errors=True)
 
     async def _session(self) -> None:
         self.sessions += 1
@@ -182,6 +196,7 @@ class KafkaWorker:
             self._committable_offsets,
             self._on_abort,
             interval_s=self.options.commit_interval_s,
+            on_committed=self._on_committed,
         )
         self._consumer.subscribe(
             [self.topics.turns],
@@ -290,26 +305,35 @@ class KafkaWorker:
         except Exception as exc:
             self._callback_error = exc
 
-    def _restore(self, partition: int) -> PartitionJournal:
-        journal = PartitionJournal(partition)
-        for record in read_partition_to_end(self._restorer, self.topics.journal, partition):
-            journal.apply(record.key, record.value, record.ts_ms)
-        self.restored_records += journal.records_read
-        return journal
+    def _restore(self, partition: int) -> PartitionState:
+        """Rebuild a partition's state from its journal (runs in the assign callback).
 
-    async def _install(self, restored: dict[int, PartitionJournal]) -> None:
+        The input partition's end is read after the journal: every turn the journal shows
+        finished was read before that, so its request lies below the end.
+        """
+        assert self._state_dir is not None, "run() sets the state dir"
+        name = f"{self.group_id}.{self.worker_id}.journal-{partition}.sqlite"
+        journal = PartitionJournal(partition, IdempotencyKeys(SqliteView(self._state_dir / name)))
+        journal.restore(self._journal_table.restore(self._restorer, partition))
+        self.restored_records += journal.records_read
+        _, end = watermarks(self._restorer, self.topics.turns, partition)
+        committed = committed_offset(self._consumer, self.topics.turns, partition)
+        return PartitionState(partition, journal, restored_end=end, restored_committed=committed)
+
+    async def _install(self, restored: dict[int, PartitionState]) -> None:
         ttl_ms = int(self.options.idempotency_ttl_s * 1000)
-        for p, journal in restored.items():
-            self._parts[p] = PartitionState(p, journal)
-            expired = journal.expire(int(time.time() * 1000), ttl_ms)
-            if expired:  # housekeeping: terminal records past the idempotency TTL
+        for p, state in restored.items():
+            self._parts[p] = state
+            # housekeeping: keys past the idempotency TTL, terminal records nothing re-reads
+            expired = state.journal.expire(int(time.time() * 1000), ttl_ms)
+            if state.restored_committed is not None:
+                expired += state.committed(state.restored_committed)
+            if expired:
                 self.committer.add_records([self._tombstone(p, key) for key in expired])
 
     def _tombstone(self, partition: int, key: str) -> OutRecord:
         ctype = serde.content_type("journal_entry").encode()
-        return OutRecord(
-            self.topics.journal, key.encode(), None, [(serde.CONTENT_TYPE_HEADER, ctype)], partition
-        )
+        return self._journal_table.tombstone(key, partition, [(serde.CONTENT_TYPE_HEADER, ctype)])
 
     async def _revoke(self, partitions: set[int]) -> None:
         """Stop the partitions' turns and let a commit in flight end before they move on."""
@@ -478,20 +502,34 @@ class KafkaWorker:
         ps = self._parts.get(runtime.topics.partition)
         if ps is None:
             return
-        ps.finished.add(runtime.turn_id)
-        ps.journal.turns.pop(runtime.turn_id, None)
-        idem = runtime.request.idempotency_key
-        if idem and ps.running_keys.get(idem) == runtime.turn_id:
-            del ps.running_keys[idem]
-            ps.journal.idempotency[idem] = IdempotencyRecord(
-                runtime.turn_id, int(time.time() * 1000)
-            )
+        ps.turn_finished(runtime.request, queued.offset, int(time.time() * 1000))
         ps.watermark.done(queued.offset)
         self.turns_finished += 1
         self.committer.offsets_changed()
         nxt = ps.dequeue(queued.request.key)
         if nxt is not None:
             self._admit(runtime.topics.partition, nxt)
+
+    def _on_committed(self, offsets: Offsets) -> None:
+        """Input offsets committed: forget the finished turns they passed, tombstone their
+        terminal records (a later commit carries them), and expire idempotency keys."""
+        records: list[OutRecord] = []
+        for (_, p), offset in offsets.items():
+            ps = self._parts.get(p)
+            if ps is not None:
+                records += [self._tombstone(p, key) for key in ps.committed(offset)]
+        if time.monotonic() >= self._next_expiry:
+            self._next_expiry = time.monotonic() + EXPIRY_INTERVAL_S
+            now_ms, ttl_ms = int(time.time() * 1000), int(self.options.idempotency_ttl_s * 1000)
+            for p, ps in self._parts.items():
+                records += [self._tombstone(p, k) for k in ps.journal.expire(now_ms, ttl_ms)]
+        if records:
+            self.committer.add_records(records)
+
+    @property
+    def remembered_turns(self) -> int:
+        """Finished turns held in memory: those the committed input offset has not passed."""
+        return sum(ps.remembered_turns for ps in self._parts.values())
 
     # -- commit plumbing ------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from pyrula_stream.serde import headers_dict
 __all__ = [
     "CatchUp",
     "ConsumedRecord",
+    "committed_offset",
     "kafka_error",
     "partitions_of",
     "read_to_end",
@@ -101,6 +102,19 @@ def watermarks(
         return int(low), int(high)
 
     result: tuple[int, int] = _retrying(time.monotonic() + timeout_s, ask)
+    return result
+
+
+def committed_offset(
+    consumer: Consumer, topic: str, partition: int, *, timeout_s: float = 30.0
+) -> int | None:
+    """The group's committed offset of one partition (the consumer's group), if any."""
+
+    def ask() -> int | None:
+        (tp,) = consumer.committed([TopicPartition(topic, partition)], timeout=timeout_s)
+        return int(tp.offset) if tp.offset >= 0 else None
+
+    result: int | None = _retrying(time.monotonic() + timeout_s, ask)
     return result
 
 

@@ -25,11 +25,12 @@ crash safety of its own (no journal, no fsync).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,23 +109,17 @@ class SqliteView:
         row = self._db.execute("SELECT count(*) FROM entries").fetchone()
         return int(row[0])
 
-    def apply_all(self, records: Iterable[tuple[str, bytes | None, int]]) -> int:
-        """Fold ``(key, value, ts_ms)`` records in log order in one transaction (restore)."""
-        n = 0
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Apply many writes as one SQLite transaction (a restore: one write, not one each)."""
         self._db.execute("BEGIN")
         try:
-            for key, value, ts_ms in records:
-                self._apply(key, value, ts_ms)
-                n += 1
+            yield
         finally:
             self._db.execute("COMMIT")
-        return n
 
     def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
         """One committed write: ``None`` deletes the key."""
-        self._apply(key, value, ts_ms)
-
-    def _apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
         if value is None:
             self._db.execute("DELETE FROM entries WHERE key = ?", (key,))
         else:
