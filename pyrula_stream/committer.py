@@ -41,7 +41,11 @@ class CommitStats:
 
 
 class GroupCommitter:
-    """Buffers turn records and commits them in batches, one batch in flight at a time."""
+    """Buffers turn records and commits them in batches, one batch in flight at a time.
+
+    ``on_committed`` hears the input offsets each successful commit made durable (what a
+    crash can no longer re-read), so the worker can forget what lies below them.
+    """
 
     def __init__(
         self,
@@ -79,7 +83,7 @@ class GroupCommitter:
         return fut
 
     def add_records(self, records: list[OutRecord]) -> None:
-        """Records that belong to no turn (dead letters)."""
+        """Records that belong to no turn (dead letters, housekeeping tombstones)."""
         self._pending.records.extend((None, r) for r in records)
         self._wake.set()
 

@@ -70,6 +70,7 @@ class PartitionState:
     finished: dict[str, int] = field(default_factory=dict)  # turn id -> request offset
     running_keys: dict[str, str] = field(default_factory=dict)
     queued_ids: set[str] = field(default_factory=set)
+    _restored_forgotten: bool = field(default=False, init=False, repr=False)
 
     def is_finished(self, request: TurnRequest) -> bool:
         """Whether this turn already ended: its re-read request is a no-op."""
@@ -110,8 +111,9 @@ class PartitionState:
         for turn_id in passed:
             del self.finished[turn_id]
         keys = [f"{turn_id}/{TERMINAL}" for turn_id in passed]
-        if offset >= self.restored_end:
+        if not self._restored_forgotten and offset >= self.restored_end:
             keys += self.journal.forget_finished()
+            self._restored_forgotten = True  # turns finished here never enter the journal
         return keys
 
     @property

@@ -13,8 +13,10 @@ restore).
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pyrula_stream import serde
@@ -59,14 +61,20 @@ def journal_entries(n: int) -> list[Record]:
 
 
 def _time_restore(bootstrap: str, worker: KafkaWorker) -> tuple[float, int]:
+    # What run() and _session() would set up: a state dir, the restore reader, and a
+    # consumer to ask for the committed offset (this one's group never committed).
     worker._restorer = reader_consumer(bootstrap, client_id=unique("bench-restore"))
-    try:
-        before = worker.restored_records
-        started = time.perf_counter()
-        worker._restore(0)
-        return time.perf_counter() - started, worker.restored_records - before
-    finally:
-        worker._restorer.close()
+    worker._consumer = reader_consumer(bootstrap, client_id=unique("bench-group"))
+    with tempfile.TemporaryDirectory(prefix="bench-restore-") as state_dir:
+        worker._state_dir = Path(state_dir)
+        try:
+            before = worker.restored_records
+            started = time.perf_counter()
+            worker._restore(0).close()
+            return time.perf_counter() - started, worker.restored_records - before
+        finally:
+            worker._restorer.close()
+            worker._consumer.close()
 
 
 async def restore_one(
