@@ -83,9 +83,12 @@ class PartitionedTable:
 class SqliteView:
     """A disk-backed local view: key -> (value, record timestamp), one file per partition.
 
-    The file is rebuilt from the topic on each assignment (``open`` empties it), so it is
-    opened without a rollback journal or fsync: a crash loses nothing the topic does not
-    hold. Used from one thread at a time (the worker's restore, then its event loop).
+    The file is rebuilt from the topic on each assignment (creating the view empties it),
+    so it is opened without a rollback journal or fsync: a crash loses nothing the topic
+    does not hold. Its page cache is small (128 KB): a key is looked up about once per
+    request that carries it, and the operating system's file cache serves the rest, so
+    the process's memory does not grow with the keys held. Used from one thread at a time
+    (the worker's restore, then its event loop).
     """
 
     def __init__(self, path: Path) -> None:
@@ -97,7 +100,7 @@ class SqliteView:
             """
             PRAGMA journal_mode = OFF;
             PRAGMA synchronous = OFF;
-            PRAGMA cache_size = -2048;
+            PRAGMA cache_size = -128;
             CREATE TABLE entries (
                 key TEXT PRIMARY KEY, value BLOB NOT NULL, ts_ms INTEGER NOT NULL
             );
