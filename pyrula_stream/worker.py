@@ -126,12 +126,6 @@ class KafkaWorker:
                     f"agent '{self.agent.name}' refuses to start: its topics differ from the "
                     "spec:\n  " + "\n  ".join(report.drift)
                 )
-        own_state_dir = self.options.state_dir is None
-        self._state_dir = Path(
-            tempfile.mkdtemp(prefix=f"pyrula-{self.agent.name}-")
-            if self.options.state_dir is None
-            else self.options.state_dir
-        )
         self._cache: CacheStore = InProcessCacheStore()
         if self.options.shared_tool_cache:
             shared = KafkaCacheStore(
@@ -141,6 +135,12 @@ class KafkaWorker:
             )
             await asyncio.to_thread(shared.start)
             self._cache = shared
+        own_state_dir = self.options.state_dir is None
+        self._state_dir = Path(
+            tempfile.mkdtemp(prefix=f"pyrula-{self.agent.name}-")
+            if self.options.state_dir is None
+            else self.options.state_dir
+        )
         try:
             async with httpx.AsyncClient() as http:
                 self._executor = TurnExecutor(
@@ -163,6 +163,9 @@ class KafkaWorker:
                 await asyncio.to_thread(self._cache.close)
             if own_state_dir:
                 shutil.rmtree(self._state_dir, ignore_errors=True)
+            else:  # the local tables are rebuilt from the journal on the next assignment
+                for table in self._state_dir.glob(self._table_file("*")):
+                    table.unlink(missing_ok=True)
 
     async def _session(self) -> None:
         self.sessions += 1
@@ -312,13 +315,17 @@ class KafkaWorker:
         finished was read before that, so its request lies below the end.
         """
         assert self._state_dir is not None, "run() sets the state dir"
-        name = f"{self.group_id}.{self.worker_id}.journal-{partition}.sqlite"
-        journal = PartitionJournal(partition, IdempotencyKeys(SqliteView(self._state_dir / name)))
+        table = SqliteView(self._state_dir / self._table_file(str(partition)))
+        journal = PartitionJournal(partition, IdempotencyKeys(table))
         journal.restore(self._journal_table.restore(self._restorer, partition))
         self.restored_records += journal.records_read
         _, end = watermarks(self._restorer, self.topics.turns, partition)
         committed = committed_offset(self._consumer, self.topics.turns, partition)
         return PartitionState(partition, journal, restored_end=end, restored_committed=committed)
+
+    def _table_file(self, partition: str) -> str:
+        """The file of a partition's idempotency keys: one per group, worker and partition."""
+        return f"{self.group_id}.{self.worker_id}.journal-{partition}.sqlite"
 
     async def _install(self, restored: dict[int, PartitionState]) -> None:
         ttl_ms = int(self.options.idempotency_ttl_s * 1000)

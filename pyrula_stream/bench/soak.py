@@ -4,11 +4,11 @@ A worker must hold what is live (turns in flight, idempotency keys within their 
 disk), not what has finished: memory that grows with throughput runs a long-lived worker
 out of memory. The worker runs alone in a freshly spawned interpreter, so its resident
 set holds nothing of the bench; the load generator and the completion reader (which keep
-per-turn timings) stay in this process. After a warm-up (the heap, librdkafka's buffers
-and SQLite's page caches reach their working size) the RSS is read, then ``turns``
-one-tool turns run in chunks, half of them with an idempotency key; the RSS is read again
-after each chunk. ``rss_bytes_per_finished_turn`` is ``(RSS at the end - RSS after the
-warm-up) / turns``.
+per-turn timings) stay in this process. After a warm-up of plain and keyed turns (the
+heap, librdkafka's buffers and SQLite's page caches reach their working size) the RSS is
+read, then ``turns`` one-tool turns run in chunks, every other chunk's turns with an
+idempotency key; the RSS is read again after each chunk. ``rss_bytes_per_finished_turn``
+is ``(RSS at the end - RSS after the warm-up) / turns``.
 """
 
 from __future__ import annotations
@@ -105,7 +105,9 @@ async def run_soak(
                 f"soak: {reader.terminal}/{sent} turns completed",
             )
 
-        await run_chunk(warmup, keyed=False)
+        await run_chunk(warmup - warmup // 2, keyed=False)
+        await run_chunk(warmup // 2, keyed=True)
+        keyed_turns = 0  # of the measured turns
         await asyncio.sleep(1.0)  # the last commits (offsets, tombstones) land
         before = rss().rss
         samples: list[dict[str, int]] = []
