@@ -3,7 +3,9 @@
 ``@tool(cache_ttl=...)`` results and ``ctx.cache`` entries must be seen by every worker of
 the fleet, or a turn moved to another worker after a rebalance recomputes what its first
 worker already paid for. ``KafkaCacheStore`` keeps them where the rest of the system keeps
-state: in Kafka. This module moves records; ``pyrula_stream.cache_table`` is the table.
+state: in Kafka. The topic is a global table (``pyrula_stream.kafka.table.GlobalTable``
+reads and follows it, ``TableWriter`` writes it); ``pyrula_stream.cache_table`` decides
+what a record changes and what a read returns; this module ties them to the cache API.
 
 Why a compacted topic materialized in every worker (a Kafka Streams GlobalKTable):
 
@@ -143,7 +145,6 @@ class KafkaCacheStore:
         self.client_id = client_id or f"pyrula-cache-{uuid.uuid4().hex[:8]}"
         self._start_timeout_s = start_timeout_s
         self._write_timeout_s = write_timeout_s
-        self._sweep_interval_s = sweep_interval_s
         self._table = CacheTable()  # shared by the event loop and the reader thread
         self._state: _State = "new"
         self._state_lock = threading.Lock()

@@ -26,8 +26,10 @@ __all__ = [
     "ConsumedRecord",
     "committed_offset",
     "kafka_error",
+    "next_batch",
     "partitions_of",
     "read_to_end",
+    "to_record",
     "transient",
     "watermarks",
 ]
@@ -171,6 +173,7 @@ def next_batch(consumer: Consumer, wait_s: float = 0.2) -> list[Any]:
 
 
 def to_record(msg: Any) -> ConsumedRecord:
+    """A consumed message as our record type (the one place a raw message is unpacked)."""
     key = msg.key()
     return ConsumedRecord(
         msg.partition() or 0,
