@@ -146,9 +146,14 @@ def check_journal(turn_ids: Iterable[str], records: list[Record], f: Findings) -
     view = JournalView()
     steps: dict[str, Counter[int]] = defaultdict(Counter)
     live: dict[str, bytes | None] = {}
+    # A terminal record is tombstoned once the committed input offset passes its turn's
+    # request, so "written" is any committed value, not the live one.
+    terminal_written: set[str] = set()
     for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
         live[rec.key] = rec.value
         turn, _, suffix = rec.key.rpartition("/")
+        if suffix == "terminal" and rec.value is not None:
+            terminal_written.add(turn)
         if rec.value is None or not suffix.isdigit():
             continue
         entry: JournalEntry = serde.decode_journal_entry(rec.value, rec.headers)
@@ -171,9 +176,9 @@ def check_journal(turn_ids: Iterable[str], records: list[Record], f: Findings) -
                 example=f"{turn}: step -> entries {doubled}",
             )
         left = [s for s in counts if live.get(f"{turn}/{s}") is not None]
-        if left and live.get(f"{turn}/terminal") is not None:
+        if left and turn in terminal_written:
             f.add("steps_left_after_finish", example=f"{turn}: steps {sorted(left)}")
-        if live.get(f"{turn}/terminal") is None:
+        if turn not in terminal_written:
             f.add("missing_terminal_record", example=turn)
     f.counts["journal_records"] = len(records)
     return view
