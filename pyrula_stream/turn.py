@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyrula_stream import serde
-from pyrula_stream.errors import PayloadTooLarge, TurnCancelled
+from pyrula_stream.errors import ErrorCode, PayloadTooLarge, TurnCancelled
 from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
 from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import Event, EventType, JournalEntry, TurnRequest
@@ -267,7 +267,8 @@ class TurnRuntime:
         keys.append(serde.journal_key(self.turn_id, -1, PROGRESS))
         records = [self.journal_record(None, k) for k in keys]
         records.append(self.journal_record(terminal, serde.journal_key(self.turn_id, -1, TERMINAL)))
-        if self.request.idempotency_key:
+        # The key's record names the turn that took the key; a duplicate only points at it.
+        if self.request.idempotency_key and data.get("code") != ErrorCode.DUPLICATE_RUN:
             records.append(
                 self.journal_record(terminal, IDEMPOTENCY_PREFIX + self.request.idempotency_key)
             )

@@ -78,9 +78,18 @@ async def test_a_duplicate_key_is_caught_after_a_takeover_from_the_on_disk_table
         handle = await client.submit_request(foreign)
         duplicate = await asyncio.wait_for(collect(client, agent.name, handle.turn_id), 60)
         marker = await client.run(agent.name, order="8", timeout=60)  # after both requests
+    # A third owner: the duplicate's own terminal must not have taken the key over.
+    async with running_worker(agent, kafka_bootstrap_servers, WorkerOptions(worker_id="c")):
+        third = await client.submit(agent.name, idempotency_key="order-7", order="7")
+        other = TurnRequest("foreign-7b", agent.name, {"order": "7"}, idempotency_key="order-7")
+        handle_b = await client.submit_request(other)
+        duplicate_b = await asyncio.wait_for(collect(client, agent.name, handle_b.turn_id), 60)
+        await client.run(agent.name, order="9", timeout=60)
+    assert third.turn_id == first[0].turn_id
+    assert duplicate_b[0].data["original_turn_id"] == first[0].turn_id
+    assert runs == ["7", "6", "8", "9"], "order 7 ran once, across two takeovers"
     assert again.turn_id == first[0].turn_id
     assert marker[-1].type == "run:complete"
-    assert runs == ["7", "6", "8"], "order 7 ran once, across the takeover"
     assert [e.type for e in duplicate] == ["run:error"]
     assert duplicate[0].data["code"] == "duplicate_run"
     assert duplicate[0].data["original_turn_id"] == first[0].turn_id
