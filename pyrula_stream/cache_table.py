@@ -1,7 +1,8 @@
 """The in-memory table behind the shared tool cache, with no broker client in sight.
 
 ``CacheTable`` is what every worker holds of the compacted cache topic (the design is in
-``pyrula_stream.kafka.cache_store``): live entries with their wall-clock expiry, this
+``pyrula_stream.kafka.cache_store``; reading and following the topic is
+``pyrula_stream.kafka.table.GlobalTable``): live entries with their wall-clock expiry, this
 worker's own writes still on their way through the log, and expired keys still owed a
 tombstone. It decides what a read returns and what a record read from the log changes;
 ``KafkaCacheStore`` moves the records. The table is shared by the event loop and the
@@ -84,7 +85,7 @@ def decode_entry(value: bytes) -> Entry:
     return record["v"], exp
 
 
-def _expiry_removed(headers: Mapping[str, bytes]) -> int | None:
+def _expiry_removed(headers: Mapping[str, str]) -> int | None:
     """The expiry an expiry tombstone removes; ``None`` for a plain (unconditional) delete."""
     raw = headers.get(EXPIRED_HEADER)
     try:
@@ -159,14 +160,14 @@ class CacheTable:
                 del self._pending[key]
                 self._entries.pop(key, None)
 
-    def apply(self, key: str, entry: Entry | None, headers: Mapping[str, bytes]) -> None:
+    def apply(self, key: str, entry: Entry | None, headers: Mapping[str, str]) -> None:
         """Apply one record read from the log (``entry`` ``None``: a tombstone)."""
         writer = headers.get(WRITER_HEADER)
         now = now_ms()
         with self._lock:
             mine = self._pending.get(key)
             if mine is not None:
-                if writer is None or writer.decode() != mine:
+                if writer != mine:
                     return  # precedes our own newer write in the log
                 del self._pending[key]
             self._expired_unswept.pop(key, None)

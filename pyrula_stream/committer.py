@@ -41,7 +41,11 @@ class CommitStats:
 
 
 class GroupCommitter:
-    """Buffers turn records and commits them in batches, one batch in flight at a time."""
+    """Buffers turn records and commits them in batches, one batch in flight at a time.
+
+    ``on_committed`` hears the input offsets each successful commit made durable (what a
+    crash can no longer re-read), so the worker can forget what lies below them.
+    """
 
     def __init__(
         self,
@@ -50,8 +54,10 @@ class GroupCommitter:
         on_abort: Callable[[set[str]], None],
         *,
         interval_s: float = 0.0,
+        on_committed: Callable[[Offsets], None] | None = None,
     ) -> None:
         self._write = write
+        self._on_committed = on_committed
         self._offsets = offsets
         self._on_abort = on_abort
         self._interval_s = interval_s
@@ -77,7 +83,7 @@ class GroupCommitter:
         return fut
 
     def add_records(self, records: list[OutRecord]) -> None:
-        """Records that belong to no turn (dead letters)."""
+        """Records that belong to no turn (dead letters, housekeeping tombstones)."""
         self._pending.records.extend((None, r) for r in records)
         self._wake.set()
 
@@ -164,6 +170,8 @@ class GroupCommitter:
             self.stats.records += len(records)
             self.stats.seconds += last - started
             self._last_offsets.update(changed)
+            if changed and self._on_committed is not None:
+                self._on_committed(changed)
             for t, turn in batch.turns.items():
                 turn.committed_seq = seqs[t]
             for _, fut in batch.waiters:

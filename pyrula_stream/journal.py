@@ -7,13 +7,17 @@ call's input fails the turn with ``replay_input_changed``, naming the step and w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
+from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.kafka.table import SqliteView
 from pyrula_stream.serde import (
     JournalEntry,
     decode_journal_entry,
@@ -172,42 +176,102 @@ class IdempotencyRecord:
     ts_ms: int
 
 
+class IdempotencyKeys:
+    """The idempotency keys of one journal partition within their TTL, kept on disk.
+
+    A worker takes keys at its throughput and holds each for the TTL (a day by default),
+    so they live in a ``SqliteView`` rebuilt from the journal's ``idem/<key>`` records on
+    assignment, not in memory. The view changes only after a write committed.
+    """
+
+    def __init__(self, view: SqliteView) -> None:
+        self._view = view
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def get(self, key: str) -> IdempotencyRecord | None:
+        found = self._view.get(key)
+        return None if found is None else IdempotencyRecord(found[0].decode(), found[1])
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        """Apply many records as one disk write (restore)."""
+        return self._view.batch()
+
+    def remember(self, key: str, turn_id: str, ts_ms: int) -> None:
+        """A terminal record taking ``key`` committed."""
+        self._view.apply(key, turn_id.encode(), ts_ms)
+
+    def expire(self, before_ms: int) -> list[str]:
+        """Forget keys taken before ``before_ms``; return them (their records to tombstone)."""
+        keys = self._view.older_than(before_ms)
+        with self._view.batch():
+            for key in keys:
+                self._view.apply(key, None, 0)
+        return keys
+
+    def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
+        """Fold one restored ``idem/<key>`` record (``None``: a tombstone)."""
+        if value is None:
+            self._view.apply(key, None, ts_ms)
+            return
+        try:
+            turn_id = decode_journal_entry(value, {}).turn_id
+        except MalformedRecordError as exc:
+            log.error("idempotency record %s%s unreadable: %s", IDEMPOTENCY_PREFIX, key, exc)
+            return
+        self._view.apply(key, turn_id.encode(), ts_ms)
+
+    def close(self) -> None:
+        self._view.close()
+
+
 @dataclass
 class PartitionJournal:
-    """The restored journal of one partition: unfinished turns and terminal records."""
+    """The restored journal of one partition: live turns, terminal records, idempotency keys.
+
+    Terminal records stay in the journal only until the committed input watermark passes
+    their request (then nothing can read the request again), so restore holds the live
+    turns, the few recently finished ones, and the idempotency keys (on disk).
+    """
 
     partition: int
+    idempotency: IdempotencyKeys
     turns: dict[str, TurnJournal] = field(default_factory=dict)
-    idempotency: dict[str, IdempotencyRecord] = field(default_factory=dict)
     records_read: int = 0
 
+    def restore(self, records: Iterable[ConsumedRecord]) -> None:
+        """Fold a partition's records, read to its end, in offset order."""
+        with self.idempotency.batch():
+            for record in records:
+                self.apply(record.key, record.value, record.ts_ms)
+
     def expire(self, now_ms: int, ttl_ms: int) -> list[str]:
-        """Forget terminal records older than the TTL; return their keys to tombstone."""
+        """Forget terminal records and keys older than the TTL; return the keys to tombstone."""
         keys: list[str] = []
         for turn_id, turn in list(self.turns.items()):
             if turn.terminal_ms is not None and now_ms - turn.terminal_ms > ttl_ms:
                 keys.append(journal_key(turn_id, -1, TERMINAL))
                 del self.turns[turn_id]
-        for idem, record in list(self.idempotency.items()):
-            if now_ms - record.ts_ms > ttl_ms:
-                keys.append(IDEMPOTENCY_PREFIX + idem)
-                del self.idempotency[idem]
+        keys += [IDEMPOTENCY_PREFIX + k for k in self.idempotency.expire(now_ms - ttl_ms)]
         return keys
+
+    def finished_turns(self) -> list[str]:
+        """Restored turns that have a terminal record."""
+        return [t for t, turn in self.turns.items() if turn.terminal_ms is not None]
+
+    def forget_finished(self) -> list[str]:
+        """Drop restored terminal records; return their keys to tombstone."""
+        done = self.finished_turns()
+        for turn_id in done:
+            del self.turns[turn_id]
+        return [journal_key(turn_id, -1, TERMINAL) for turn_id in done]
 
     def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
         """Fold one raw record of this partition's journal (in offset order)."""
         self.records_read += 1
         if key.startswith(IDEMPOTENCY_PREFIX):
-            idem_key = key[len(IDEMPOTENCY_PREFIX) :]
-            if value is None:
-                self.idempotency.pop(idem_key, None)
-                return
-            try:
-                turn_id = decode_journal_entry(value, {}).turn_id
-            except MalformedRecordError as exc:
-                log.error("idempotency record %s unreadable: %s", key, exc)
-                return
-            self.idempotency[idem_key] = IdempotencyRecord(turn_id, ts_ms)
+            self.idempotency.apply(key[len(IDEMPOTENCY_PREFIX) :], value, ts_ms)
             return
         turn_id = parse_journal_key(key)[0]
         turn = self.turns.get(turn_id)

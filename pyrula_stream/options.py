@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 
@@ -33,6 +34,9 @@ class WorkerOptions:
     sends a static member's LeaveGroup, so a worker stopped for good leaves its partitions
     idle until the session timeout (10 s) ends. ``group_protocol="consumer"`` selects the
     KIP-848 rebalance protocol (the broker assigns; Kafka 4.0+).
+    ``state_dir`` holds the worker's local tables (idempotency keys within
+    ``idempotency_ttl_s``, one SQLite file per partition, rebuilt from the journal on each
+    assignment); unset, each worker uses a temporary directory it removes when it stops.
     """
 
     max_concurrent_turns: int = 50
@@ -44,6 +48,7 @@ class WorkerOptions:
     processing_guarantee: Literal["exactly_once_v2", "at_least_once"] = "exactly_once_v2"
     commit_interval_s: float = 0.0
     idempotency_ttl_s: float = 86400.0
+    state_dir: str | Path | None = None
     worker_id: str | None = None
     group_id: str | None = None
     max_record_bytes: int = 1_000_000

@@ -1,8 +1,9 @@
 """Per-partition bookkeeping of a worker: the input watermark and the per-key queues.
 
 The input offset of a partition is committed only up to its lowest unfinished turn, so a
-crash re-reads exactly the turns that had not ended (their journal makes finished ones
-no-ops). Turns of one key (thread) run one at a time, in the order they were submitted.
+crash re-reads exactly the turns from there on; those that had ended are no-ops (their
+terminal records, kept until the committed offset passes them, or their idempotency
+key). Turns of one key (thread) run one at a time, in the order they were submitted.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from pyrula_stream.journal import PartitionJournal
+from pyrula_stream.journal import TERMINAL, PartitionJournal
 from pyrula_stream.serde import TurnRequest
 
 
@@ -50,19 +51,37 @@ class QueuedTurn:
 
 @dataclass
 class PartitionState:
+    """One assigned partition: its journal, watermark, queues and what finished lately.
+
+    A finished turn is remembered only while its request can still be read again: until
+    the committed input offset passes it (``committed``). Turns restored as finished are
+    forgotten once the committed offset reaches ``restored_end``, the input partition's
+    end when the journal was restored (every such turn's request lies below it);
+    ``restored_committed`` is the committed offset then. Keyed
+    turns are also found through their idempotency key, which outlives both.
+    """
+
     partition: int
     journal: PartitionJournal
+    restored_end: int = 0
+    restored_committed: int | None = None
     watermark: OffsetWatermark = field(default_factory=OffsetWatermark)
     queues: dict[str, deque[QueuedTurn]] = field(default_factory=dict)
-    finished: set[str] = field(default_factory=set)
+    finished: dict[str, int] = field(default_factory=dict)  # turn id -> request offset
     running_keys: dict[str, str] = field(default_factory=dict)
     queued_ids: set[str] = field(default_factory=set)
+    _restored_forgotten: bool = field(default=False, init=False, repr=False)
 
     def is_finished(self, request: TurnRequest) -> bool:
         """Whether this turn already ended: its re-read request is a no-op."""
+        if request.turn_id in self.finished:
+            return True
         turn = self.journal.turns.get(request.turn_id)
-        finished = turn is not None and turn.terminal_ms is not None
-        return request.turn_id in self.finished or finished
+        if turn is not None and turn.terminal_ms is not None:
+            return True
+        key = request.idempotency_key
+        taken = self.journal.idempotency.get(key) if key else None
+        return taken is not None and taken.turn_id == request.turn_id
 
     def original_turn(self, request: TurnRequest) -> str | None:
         """The turn that already took this request's idempotency key, if another one did."""
@@ -72,6 +91,39 @@ class PartitionState:
         entry = self.journal.idempotency.get(key)
         original = entry.turn_id if entry is not None else self.running_keys.get(key)
         return original if original != request.turn_id else None
+
+    def turn_finished(self, request: TurnRequest, offset: int, ts_ms: int) -> None:
+        """The turn's terminal record committed: remember it until the watermark passes."""
+        self.finished[request.turn_id] = offset
+        self.journal.turns.pop(request.turn_id, None)
+        key = request.idempotency_key
+        if key and self.running_keys.get(key) == request.turn_id:
+            del self.running_keys[key]
+            self.journal.idempotency.remember(key, request.turn_id, ts_ms)
+
+    def committed(self, offset: int) -> list[str]:
+        """The input offset ``offset`` committed: forget the turns it passed.
+
+        Returns their terminal journal keys: nothing reads those requests again, so the
+        records can be tombstoned (by a later commit, never by this one).
+        """
+        passed = [t for t, o in self.finished.items() if o < offset]
+        for turn_id in passed:
+            del self.finished[turn_id]
+        keys = [f"{turn_id}/{TERMINAL}" for turn_id in passed]
+        if not self._restored_forgotten and offset >= self.restored_end:
+            keys += self.journal.forget_finished()
+            self._restored_forgotten = True  # turns finished here never enter the journal
+        return keys
+
+    @property
+    def remembered_turns(self) -> int:
+        """Finished turns held in memory (recent ones and restored terminal records)."""
+        return len(self.finished) + len(self.journal.finished_turns())
+
+    def close(self) -> None:
+        """The partition left this worker: release its local tables."""
+        self.journal.idempotency.close()
 
     def enqueue(self, queued: QueuedTurn) -> bool:
         """Queue behind earlier turns of the same key; True when it may start now."""

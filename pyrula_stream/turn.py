@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pyrula_stream import serde
-from pyrula_stream.errors import PyrulaError, TurnCancelled
+from pyrula_stream.errors import ErrorCode, PyrulaError, TurnCancelled
 from pyrula_stream.events import EventRouting, Payload, RunComplete, Terminal, TurnEvents
 from pyrula_stream.history import history_record
 from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
@@ -278,7 +278,8 @@ class TurnRuntime:
                     max_bytes=self.max_record_bytes,
                 )
             )
-        if self.request.idempotency_key:
+        # The key's record names the turn that took the key; a duplicate only points at it.
+        if self.request.idempotency_key and code != ErrorCode.DUPLICATE_RUN:
             records.append(
                 self.journal_record(entry, IDEMPOTENCY_PREFIX + self.request.idempotency_key)
             )

@@ -11,11 +11,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -35,17 +38,24 @@ from pyrula_stream.events import RunError
 from pyrula_stream.execution import TurnExecutor
 from pyrula_stream.health import start_health_server
 from pyrula_stream.history import TurnRecording, load_recording
-from pyrula_stream.journal import IdempotencyRecord, PartitionJournal, TurnJournal
+from pyrula_stream.journal import IdempotencyKeys, PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics, missing_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
-from pyrula_stream.kafka.consumers import ControlReader, read_partition_to_end, reader_consumer
+from pyrula_stream.kafka.consumers import ControlReader, reader_consumer
 from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, TurnRecord
+from pyrula_stream.kafka.offsets import committed_offset, watermarks
+from pyrula_stream.kafka.table import PartitionedTable, SqliteView
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.options import PoisonOptions, WorkerOptions
 from pyrula_stream.partition import PartitionState, QueuedTurn
-from pyrula_stream.records import ControlRequest, OutRecord, dead_letter_source, tombstone
+from pyrula_stream.records import (
+    ControlRequest,
+    OutRecord,
+    content_type_header,
+    dead_letter_source,
+)
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 from pyrula_stream.turn import TurnRuntime, TurnTopics
@@ -60,6 +70,9 @@ MAX_REMEMBERED_CANCELS = 100_000
 """Cancel requests kept for turns this worker has not seen yet (oldest dropped first)."""
 
 _State = Literal["new", "running", "stopped"]
+
+EXPIRY_INTERVAL_S = 60.0
+"""How often idempotency keys past their TTL are looked for (and tombstoned)."""
 
 
 class SessionLost(Exception):
@@ -135,6 +148,9 @@ class KafkaWorker:
         self._ready = False
         self._joined = asyncio.Event()
         self._callback_error: Exception | None = None
+        self._journal_table = PartitionedTable(self.topics.journal)
+        self._state_dir: Path | None = None  # created by run(): options.state_dir or a temp dir
+        self._next_expiry = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -190,6 +206,12 @@ class KafkaWorker:
         if self._state != "new":
             raise UserError(f"this worker of '{self.agent.name}' already ran; create a new one")
         self._state = "running"
+        own_state_dir = self.options.state_dir is None
+        self._state_dir = Path(
+            tempfile.mkdtemp(prefix=f"pyrula-{self.agent.name}-")
+            if self.options.state_dir is None
+            else self.options.state_dir
+        )
         try:
             await self._check_topics()
             if self.options.shared_tool_cache:
@@ -222,6 +244,11 @@ class KafkaWorker:
             self._state = "stopped"
             if isinstance(self._cache, KafkaCacheStore):
                 await asyncio.to_thread(self._cache.close)
+            if own_state_dir:
+                shutil.rmtree(self._state_dir, ignore_errors=True)
+            else:  # the local tables are rebuilt from the journal on the next assignment
+                for table in self._state_dir.glob(self._table_file("*")):
+                    table.unlink(missing_ok=True)
 
     async def _check_topics(self) -> None:
         """Create what is missing; refuse drift and output topics that do not exist."""
@@ -276,6 +303,7 @@ class KafkaWorker:
                 self._committable_offsets,
                 self._on_abort,
                 interval_s=self.options.commit_interval_s,
+                on_committed=self._on_committed,
             ),
             loop=asyncio.get_running_loop(),
         )
@@ -362,22 +390,43 @@ class KafkaWorker:
         except Exception as exc:
             self._callback_error = exc
 
-    def _restore(self, partition: int) -> PartitionJournal:
-        assert self._session is not None
-        journal = restore_journal(self._session.restorer, self.topics.journal, partition)
-        self.restored_records += journal.records_read
-        return journal
+    def _restore(self, partition: int) -> PartitionState:
+        """Rebuild a partition's state from its journal (runs in the assign callback).
 
-    async def _install(self, restored: dict[int, PartitionJournal]) -> None:
+        The input partition's end is read after the journal: every turn the journal shows
+        finished was read before that, so its request lies below the end.
+        """
+        assert self._state_dir is not None, "run() sets the state dir"
+        session = self._session
+        assert session is not None
+        journal = restore_journal(
+            session.restorer,
+            self._journal_table,
+            partition,
+            self._state_dir / self._table_file(str(partition)),
+        )
+        self.restored_records += journal.records_read
+        _, end = watermarks(session.restorer, self.topics.turns, partition)
+        committed = committed_offset(session.consumer.client, self.topics.turns, partition)
+        return PartitionState(partition, journal, restored_end=end, restored_committed=committed)
+
+    def _table_file(self, partition: str) -> str:
+        """The file of a partition's idempotency keys: one per group, worker and partition."""
+        return f"{self.group_id}.{self.worker_id}.journal-{partition}.sqlite"
+
+    async def _install(self, restored: dict[int, PartitionState]) -> None:
         ttl_ms = int(self.options.idempotency_ttl_s * 1000)
-        for p, journal in restored.items():
-            self._parts[p] = PartitionState(p, journal)
-            expired = journal.expire(int(time.time() * 1000), ttl_ms)
-            if expired:  # housekeeping: terminal records past the idempotency TTL
+        for p, state in restored.items():
+            self._parts[p] = state
+            # housekeeping: keys past the idempotency TTL, terminal records nothing re-reads
+            expired = state.journal.expire(int(time.time() * 1000), ttl_ms)
+            if state.restored_committed is not None:
+                expired += state.committed(state.restored_committed)
+            if expired:
                 self.committer.add_records([self._tombstone(p, key) for key in expired])
 
     def _tombstone(self, partition: int, key: str) -> OutRecord:
-        return tombstone(self.topics.journal, key, partition)
+        return self._journal_table.tombstone(key, partition, [content_type_header("journal_entry")])
 
     async def _revoke(self, partitions: set[int]) -> None:
         """Stop the partitions' turns and let a commit in flight end before they move on."""
@@ -546,14 +595,7 @@ class KafkaWorker:
         ps = self._parts.get(runtime.topics.partition)
         if ps is None:
             return
-        ps.finished.add(runtime.turn_id)
-        ps.journal.turns.pop(runtime.turn_id, None)
-        idem = runtime.request.idempotency_key
-        if idem and ps.running_keys.get(idem) == runtime.turn_id:
-            del ps.running_keys[idem]
-            ps.journal.idempotency[idem] = IdempotencyRecord(
-                runtime.turn_id, int(time.time() * 1000)
-            )
+        ps.turn_finished(runtime.request, queued.offset, int(time.time() * 1000))
         ps.watermark.done(queued.offset)
         self.turns_finished += 1
         self.committer.offsets_changed()
@@ -571,6 +613,27 @@ class KafkaWorker:
             )
         except TurnNotRecorded:
             return None
+
+    def _on_committed(self, offsets: Offsets) -> None:
+        """Input offsets committed: forget the finished turns they passed, tombstone their
+        terminal records (a later commit carries them), and expire idempotency keys."""
+        records: list[OutRecord] = []
+        for (_, p), offset in offsets.items():
+            ps = self._parts.get(p)
+            if ps is not None:
+                records += [self._tombstone(p, key) for key in ps.committed(offset)]
+        if time.monotonic() >= self._next_expiry:
+            self._next_expiry = time.monotonic() + EXPIRY_INTERVAL_S
+            now_ms, ttl_ms = int(time.time() * 1000), int(self.options.idempotency_ttl_s * 1000)
+            for p, ps in self._parts.items():
+                records += [self._tombstone(p, k) for k in ps.journal.expire(now_ms, ttl_ms)]
+        if records:
+            self.committer.add_records(records)
+
+    @property
+    def remembered_turns(self) -> int:
+        """Finished turns held in memory: those the committed input offset has not passed."""
+        return sum(ps.remembered_turns for ps in self._parts.values())
 
     # -- commit plumbing ------------------------------------------------------------------
 
@@ -611,11 +674,13 @@ class KafkaWorker:
             self._running[turn_id] = _Running(runtime, task, running.partition, running.offset)
 
 
-def restore_journal(reader: Any, journal_topic: str, partition: int) -> PartitionJournal:
-    """One journal partition read to its last stable offset and folded into turns."""
-    journal = PartitionJournal(partition)
-    for key, value, ts_ms in read_partition_to_end(reader, journal_topic, partition):
-        journal.apply(key, value, ts_ms)
+def restore_journal(
+    reader: Any, journal_table: PartitionedTable, partition: int, keys_file: Path
+) -> PartitionJournal:
+    """One journal partition read to its last stable offset: unfinished turns in memory,
+    idempotency keys in the SQLite file ``keys_file``."""
+    journal = PartitionJournal(partition, IdempotencyKeys(SqliteView(keys_file)))
+    journal.restore(journal_table.restore(reader, partition))
     return journal
 
 

@@ -24,6 +24,7 @@ NUMBER_KEYS = (
     "journal_linear_r2",
     "live_journal_bytes_per_finished_turn",
     "restore_live_entries",
+    "soak_turns",
     "turns",
     "seconds",
 )
@@ -59,15 +60,20 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         value = figures[key]
         assert isinstance(value, int | float) and not isinstance(value, bool), (key, value)
         assert value >= 0, (key, value)
+    # RSS can shrink over a short soak, so this figure may be negative; it must be there.
+    soak = figures["rss_bytes_per_finished_turn"]
+    assert isinstance(soak, int | float) and not isinstance(soak, bool), soak
     assert figures["quick"] is True
     assert figures["ratio"] > 0
     assert 0 < figures["journal_linear_r2"] <= 1.0
 
     results = json.loads(Path(figures["results_file"]).read_text())
-    assert {"throughput", "latency", "concurrency", "journal", "restore", "machine"} <= set(results)
+    phases = {"throughput", "latency", "concurrency", "journal", "restore", "soak"}
+    assert phases | {"machine"} <= set(results)
     assert [s["steps"] for s in results["journal"]["sizes"]] == [1, 5, 20]
     assert len(results["throughput"]["framework_runs"]) == len(results["throughput"]["floor_runs"])
     assert Path(results["plot"]).stat().st_size > 0
     text = docs.read_text()
     assert "prose stays" in text
     assert "| ratio framework / floor |" in text
+    assert "| RSS per finished turn over 1,000 turns (bytes) |" in text

@@ -34,6 +34,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(PHASES)}",
     )
     p.add_argument("--in-flight", type=int, help="turns in flight (default 2000)")
+    p.add_argument("--soak-turns", type=int, help="turns of the soak (default 200000)")
+    p.add_argument("--soak-warmup", type=int, help="warm-up turns before it (default 5000)")
     p.add_argument("--out-dir", type=Path, default=Path("bench/results"))
     p.add_argument("--write-docs", action="store_true", help="refresh docs/BENCHMARKS.md")
     p.add_argument("--docs", type=Path, default=Path("docs/BENCHMARKS.md"))
@@ -52,7 +54,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "keep_topics": args.keep_topics,
         "out_dir": args.out_dir,
     }
-    for name in ("turns", "rounds", "in_flight"):
+    for name in ("turns", "rounds", "in_flight", "soak_turns", "soak_warmup"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     if args.quick:

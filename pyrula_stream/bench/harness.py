@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import platform
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.kafka.admin import TopicSpec, admin_client, apply_topics
 from pyrula_stream.kafka.consumers import reader_consumer
+from pyrula_stream.kafka.offsets import watermarks
 from pyrula_stream.testing import running_worker
 from pyrula_stream.worker import KafkaWorker, WorkerOptions
 
@@ -59,24 +59,12 @@ def create_topics(bootstrap_servers: str, specs: list[TopicSpec], timeout_s: flo
     then fails its restore with NOT_LEADER_FOR_PARTITION inside the rebalance callback
     (seen on a busy 2-core machine), so the bench creates topics before any client uses them.
     """
-    from confluent_kafka import KafkaException, TopicPartition
-
     apply_topics(bootstrap_servers, specs)
     consumer = reader_consumer(bootstrap_servers, client_id=unique("bench-ready"))
-    deadline = time.monotonic() + timeout_s
     try:
         for spec in specs:
             for p in range(spec.partitions):
-                while True:
-                    try:
-                        consumer.get_watermark_offsets(
-                            TopicPartition(spec.name, p), timeout=5, cached=False
-                        )
-                        break
-                    except KafkaException:
-                        if time.monotonic() > deadline:
-                            raise
-                        time.sleep(0.1)
+                watermarks(consumer, spec.name, p, timeout_s=timeout_s)
     finally:
         consumer.close()
 

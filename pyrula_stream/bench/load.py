@@ -19,8 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 
 from pyrula_stream import serde
 from pyrula_stream.events import EventType, decode_event
-from pyrula_stream.kafka.config import base_config
-from pyrula_stream.kafka.partitioner import PARTITIONER
+from pyrula_stream.kafka.config import base_config, producer_config
 from pyrula_stream.records import content_type_header
 from pyrula_stream.serde import TurnRequest
 
@@ -66,17 +65,7 @@ class Submitter:
     """An idempotent producer that writes many turn requests without a flush per record."""
 
     def __init__(self, bootstrap_servers: str) -> None:
-        self._producer = Producer(
-            base_config(
-                bootstrap_servers,
-                **{
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 1,
-                    "partitioner": PARTITIONER,
-                },
-            )
-        )
+        self._producer = Producer(producer_config(bootstrap_servers))
 
     def _produce(self, topic: str, record: Record) -> None:
         key, value, headers = record

@@ -33,6 +33,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     conc = results.get("concurrency", {})
     jr = results.get("journal", {})
     rs = results.get("restore", [])
+    soak = results.get("soak", {})
     largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
     return {
         "turns_per_s": tp.get("framework_turns_per_s"),
@@ -50,6 +51,8 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "journal_linear_r2": jr.get("linear_r2"),
         "live_journal_bytes_per_finished_turn": jr.get("live_bytes_per_finished_turn"),
         "restore_live_entries": largest.get("live_entries"),
+        "rss_bytes_per_finished_turn": soak.get("rss_bytes_per_finished_turn"),
+        "soak_turns": soak.get("turns"),
         "turns": tp.get("turns"),
         "quick": results.get("config", {}).get("quick"),
         "seconds": results.get("seconds"),
@@ -77,6 +80,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     conc = results.get("concurrency")
     jr = results.get("journal")
     rs = results.get("restore")
+    soak = results.get("soak")
     out: list[tuple[str, str, str]] = []
     if tp:
         n = len(tp["framework_runs"])
@@ -131,6 +135,14 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 f"restore {r['live_entries']:,} live entries: records/s (takeover s)",
                 f"{_fmt(r['records_per_s'])} ({_fmt(r['takeover_s'], 2)})",
                 ">= 100,000",
+            )
+        )
+    if soak:
+        out.append(
+            (
+                f"RSS per finished turn over {soak['turns']:,} turns (bytes)",
+                _fmt(soak["rss_bytes_per_finished_turn"]),
+                "<= 20",
             )
         )
     return out

@@ -13,8 +13,10 @@ restore).
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pyrula_stream import serde
@@ -30,6 +32,7 @@ from pyrula_stream.bench.stats import median
 from pyrula_stream.bench.workload import STEP_TEXT, steps_agent
 from pyrula_stream.journal import fingerprint
 from pyrula_stream.kafka.consumers import reader_consumer
+from pyrula_stream.kafka.table import PartitionedTable
 from pyrula_stream.records import content_type_header
 from pyrula_stream.serde import JournalEntry
 from pyrula_stream.worker import restore_journal
@@ -61,9 +64,14 @@ def journal_entries(n: int) -> list[Record]:
 def _time_restore(bootstrap: str, journal_topic: str) -> tuple[float, int]:
     reader = reader_consumer(bootstrap, client_id=unique("bench-restore"))
     try:
-        started = time.perf_counter()
-        journal = restore_journal(reader, journal_topic, 0)
-        return time.perf_counter() - started, journal.records_read
+        with tempfile.TemporaryDirectory(prefix="bench-restore-") as state_dir:
+            started = time.perf_counter()
+            journal = restore_journal(
+                reader, PartitionedTable(journal_topic), 0, Path(state_dir) / "keys.sqlite"
+            )
+            seconds = time.perf_counter() - started
+            journal.idempotency.close()
+            return seconds, journal.records_read
     finally:
         reader.close()
 

@@ -1,4 +1,4 @@
-"""Runs the five phases in order and gathers one results dict (the JSON file's content).
+"""Runs the phases in order and gathers one results dict (the JSON file's content).
 
 Throughput alternates framework and floor (A B A B ...) so drift in a noisy machine hits
 both sides alike, and reports the medians. The first framework run is read back to give
@@ -23,10 +23,11 @@ from pyrula_stream.bench.journal_size import run_journal_size
 from pyrula_stream.bench.latency import run_latency
 from pyrula_stream.bench.load import turn_requests
 from pyrula_stream.bench.restore import run_restore
+from pyrula_stream.bench.soak import run_soak
 from pyrula_stream.bench.stats import median
 from pyrula_stream.bench.workload import QUESTION
 
-PHASES = ("throughput", "latency", "concurrency", "journal", "restore")
+PHASES = ("throughput", "latency", "concurrency", "journal", "restore", "soak")
 
 
 @dataclass
@@ -48,6 +49,8 @@ class BenchConfig:
     journal_turns: int = 50
     restore_sizes: tuple[int, ...] = (10_000, 100_000)
     restore_repeats: int = 3
+    soak_turns: int = 200_000
+    soak_warmup: int = 5_000
     phases: tuple[str, ...] = PHASES
     profile: bool = False
     quick: bool = False
@@ -66,6 +69,8 @@ class BenchConfig:
             "journal_turns": 2,
             "restore_sizes": (200, 1000),
             "restore_repeats": 1,
+            "soak_turns": 1000,
+            "soak_warmup": 200,
             "quick": True,
         }
         return cls(**{**sizes, **overrides})
@@ -216,6 +221,17 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             sizes=config.restore_sizes,
             repeats=config.restore_repeats,
             keep_topics=config.keep_topics,
+        )
+    if "soak" in config.phases:
+        progress(
+            f"soak: {config.soak_turns} turns after {config.soak_warmup} warm-up "
+            "(worker in a fresh process)"
+        )
+        results["soak"] = await run_soak(
+            bootstrap,
+            turns=config.soak_turns,
+            warmup=config.soak_warmup,
+            partitions=config.partitions,
         )
     results["seconds"] = round(time.monotonic() - started, 1)
     return results

@@ -23,7 +23,7 @@ from pyrula_stream import serde
 from pyrula_stream.chaos.effects import read_effects
 from pyrula_stream.chaos.model_server import answer_for
 from pyrula_stream.events import Event, EventType, decode_event
-from pyrula_stream.kafka.consumers import ConsumedRecord
+from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.serde import JournalEntry
 
 Record = ConsumedRecord
@@ -147,9 +147,14 @@ def check_journal(turn_ids: Iterable[str], records: list[Record], f: Findings) -
     view = JournalView()
     steps: dict[str, Counter[int]] = defaultdict(Counter)
     live: dict[str, bytes | None] = {}
+    # A terminal record is tombstoned once the committed input offset passes its turn's
+    # request, so "written" is any committed value, not the live one.
+    terminal_written: set[str] = set()
     for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
         live[rec.key] = rec.value
         turn, _, suffix = rec.key.rpartition("/")
+        if suffix == "terminal" and rec.value is not None:
+            terminal_written.add(turn)
         if rec.value is None or not suffix.isdigit():
             continue
         entry: JournalEntry = serde.decode_journal_entry(rec.value, rec.headers)
@@ -172,9 +177,9 @@ def check_journal(turn_ids: Iterable[str], records: list[Record], f: Findings) -
                 example=f"{turn}: step -> entries {doubled}",
             )
         left = [s for s in counts if live.get(f"{turn}/{s}") is not None]
-        if left and live.get(f"{turn}/terminal") is not None:
+        if left and turn in terminal_written:
             f.add("steps_left_after_finish", example=f"{turn}: steps {sorted(left)}")
-        if live.get(f"{turn}/terminal") is None:
+        if turn not in terminal_written:
             f.add("missing_terminal_record", example=turn)
     f.counts["journal_records"] = len(records)
     return view

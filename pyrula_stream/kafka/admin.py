@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
     AdminClient,
     ConfigResource,
@@ -19,6 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.offsets import kafka_error
 
 DEFAULT_PREFIX = "pyrula"
 DEFAULT_PARTITIONS = 6
@@ -114,7 +115,8 @@ def apply_topics(
                 fut.result()
                 report.created.append(name)
             except KafkaException as exc:
-                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                err = kafka_error(exc)
+                if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
                 report.matched.append(name)
     present = [s for s in specs if s.name in existing]

@@ -3,7 +3,9 @@
 ``@tool(cache_ttl=...)`` results and ``ctx.cache`` entries must be seen by every worker of
 the fleet, or a turn moved to another worker after a rebalance recomputes what its first
 worker already paid for. ``KafkaCacheStore`` keeps them where the rest of the system keeps
-state: in Kafka. This module moves records; ``pyrula_stream.cache_table`` is the table.
+state: in Kafka. The topic is a global table (``pyrula_stream.kafka.table.GlobalTable``
+reads and follows it, ``TableWriter`` writes it); ``pyrula_stream.cache_table`` decides
+what a record changes and what a read returns; this module ties them to the cache API.
 
 Why a compacted topic materialized in every worker (a Kafka Streams GlobalKTable):
 
@@ -48,22 +50,13 @@ import functools
 import logging
 import math
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from importlib import resources
 from types import TracebackType
 from typing import Any, Literal, Self
 
 import yaml
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import KafkaError, KafkaException
 
 from pyrula_stream.cache_table import (
     EXPIRED_HEADER,
@@ -80,9 +73,9 @@ from pyrula_stream.errors import (
     UserError,
 )
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, apply_topics, broker_answers
-from pyrula_stream.kafka.config import base_config
-from pyrula_stream.kafka.consumers import reader_consumer
-from pyrula_stream.kafka.partitioner import PARTITIONER
+from pyrula_stream.kafka.offsets import ConsumedRecord, kafka_error
+from pyrula_stream.kafka.table import DeliveryCallback, GlobalTable, TableWriter
+from pyrula_stream.records import OutRecord
 
 __all__ = ["DEFAULT_CACHE_PARTITIONS", "KafkaCacheStore", "cache_topic_spec"]
 
@@ -92,13 +85,6 @@ DEFAULT_CACHE_PARTITIONS = 3
 MAX_RECORD_BYTES = 1_000_000  # the producer's message.max.bytes; the broker allows a bit more
 
 _State = Literal["new", "starting", "started", "closed"]
-_LEADERSHIP_MOVING = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-    }
-)
 
 
 def cache_topic_spec(
@@ -159,17 +145,19 @@ class KafkaCacheStore:
         self.client_id = client_id or f"pyrula-cache-{uuid.uuid4().hex[:8]}"
         self._start_timeout_s = start_timeout_s
         self._write_timeout_s = write_timeout_s
-        self._sweep_interval_s = sweep_interval_s
         self._table = CacheTable()  # shared by the event loop and the reader thread
-        self._remaining: dict[int, int] = {}  # partition -> end offset, until caught up
         self._state: _State = "new"
         self._state_lock = threading.Lock()
         self._stop = threading.Event()
-        self._caught_up = threading.Event()
-        self._failure: BaseException | None = None
-        self._producer: Producer | None = None
-        self._consumer: Consumer | None = None
-        self._threads: list[threading.Thread] = []
+        self._writer: TableWriter | None = None
+        self._reader = GlobalTable(
+            bootstrap_servers,
+            self.topic,
+            client_id=self.client_id,
+            apply=self._apply,
+            tick=None if sweep_interval_s is None else self._sweep,
+            tick_interval_s=sweep_interval_s or 60.0,
+        )
 
     def __repr__(self) -> str:
         return f"<KafkaCacheStore {self.topic} at {self.bootstrap_servers} ({self._state})>"
@@ -259,35 +247,29 @@ class KafkaCacheStore:
                 f"{self.bootstrap_servers}: {exc}"
             ) from exc
         self._check_drift(report.drift)
-        self._producer = Producer(
-            base_config(
-                self.bootstrap_servers,
-                **{
-                    "client.id": self.client_id,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 1,
-                    "partitioner": PARTITIONER,
-                    "message.max.bytes": MAX_RECORD_BYTES,
-                    "message.timeout.ms": int(self._write_timeout_s * 1000),
-                },
-            )
+        self._writer = TableWriter(
+            self.bootstrap_servers,
+            client_id=self.client_id,
+            timeout_s=self._write_timeout_s,
+            max_record_bytes=MAX_RECORD_BYTES,
         )
         try:  # connect now (metadata, idempotent producer id), not on the first set()
-            self._producer.list_topics(self.topic, timeout=min(self._start_timeout_s, 10.0))
+            self._writer.connect(self.topic, timeout_s=min(self._start_timeout_s, 10.0))
         except KafkaException as exc:
             raise BrokerUnavailableError(
                 f"the cache producer could not reach {self.bootstrap_servers}: {exc}"
             ) from exc
-        self._consumer = reader_consumer(self.bootstrap_servers, client_id=self.client_id)
-        self._assign_from_beginning(self._consumer)
-        self._threads = [
-            threading.Thread(target=self._read_loop, name=f"{self.client_id}-read", daemon=True),
-            threading.Thread(target=self._poll_loop, name=f"{self.client_id}-poll", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-        self._wait_caught_up()
+        try:
+            self._reader.start(timeout_s=self._start_timeout_s)
+        except TimeoutError as exc:
+            raise BrokerUnavailableError(
+                f"the shared tool cache did not read {self.topic} from "
+                f"{self.bootstrap_servers} to its end: {exc}"
+            ) from exc
+        except KafkaException as exc:
+            raise BrokerUnavailableError(
+                f"reading the cache topic {self.topic} from {self.bootstrap_servers} failed: {exc}"
+            ) from exc
 
     def _check_drift(self, drift: list[str]) -> None:
         """Only a non-compacted topic is fatal: it would lose live entries to retention."""
@@ -300,77 +282,17 @@ class KafkaCacheStore:
         for difference in drift:
             logger.warning("cache topic drift (harmless for the cache): %s", difference)
 
-    def _assign_from_beginning(self, consumer: Consumer) -> None:
-        """Record each partition's end offset, then read every partition from its start."""
-        deadline = time.monotonic() + self._start_timeout_s
-        while True:
-            try:
-                partitions = self._end_offsets(consumer)
-                break
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                # A topic created a moment ago can still be electing leaders: wait that out.
-                transient = isinstance(err, KafkaError) and (
-                    err.retriable() or err.code() in _LEADERSHIP_MOVING
-                )
-                if transient and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                    continue
-                raise BrokerUnavailableError(
-                    f"could not read the end offsets of {self.topic} at "
-                    f"{self.bootstrap_servers}: {exc}"
-                ) from exc
-        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
-        if not self._remaining:
-            self._caught_up.set()
-
-    def _end_offsets(self, consumer: Consumer) -> list[int]:
-        timeout = min(self._start_timeout_s, 10.0)
-        meta = consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
-        if meta is None or meta.error is not None:
-            raise KafkaException(
-                meta.error if meta is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
-            )
-        self._remaining.clear()
-        for partition in meta.partitions:
-            tp = TopicPartition(self.topic, partition)
-            low, high = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-            if high > low:
-                self._remaining[partition] = high
-        return sorted(meta.partitions)
-
-    def _wait_caught_up(self) -> None:
-        if not self._caught_up.wait(self._start_timeout_s):
-            lag = ", ".join(
-                f"partition {p} end {end}" for p, end in sorted(self._remaining.items())
-            )
-            raise BrokerUnavailableError(
-                f"the shared tool cache did not read {self.topic} from "
-                f"{self.bootstrap_servers} to its end within {self._start_timeout_s:g}s "
-                f"(still reading: {lag})"
-            )
-        if self._failure is not None:
-            raise BrokerUnavailableError(
-                f"reading the cache topic {self.topic} from {self.bootstrap_servers} failed: "
-                f"{self._failure}"
-            ) from self._failure
-
     def _shutdown(self) -> None:
-        """Idempotent: stop both threads, flush the producer, close the consumer."""
+        """Idempotent: stop the reader, deliver pending writes, close the clients."""
         self._stop.set()
-        for thread in self._threads:
-            if thread.is_alive() and thread is not threading.current_thread():
-                thread.join(timeout=10)
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            left = producer.flush(min(self._write_timeout_s, 5.0))
+        self._reader.stop()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            left = writer.close()
             if left:
                 logger.warning(
                     "%d cache writes to %s were not delivered before close", left, self.topic
                 )
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
 
     # --- the CacheStore protocol ---------------------------------------------------------
 
@@ -406,7 +328,8 @@ class KafkaCacheStore:
         token = self._table.begin_write(key, local)
         on_delivery = functools.partial(self._on_write_delivered, loop, done, key, token)
         try:
-            await self._produce(key, payload, [(WRITER_HEADER, token.encode())], on_delivery)
+            record = self._reader.record(key, payload, [(WRITER_HEADER, token.encode())])
+            await self._produce(key, record, on_delivery)
         except BaseException:
             self._table.forget_write(key, token)
             raise
@@ -422,44 +345,26 @@ class KafkaCacheStore:
 
     # --- writing -------------------------------------------------------------------------
 
-    async def _produce(
-        self,
-        key: str,
-        payload: bytes | None,
-        headers: list[tuple[str, str | bytes | None]],
-        on_delivery: Callable[[KafkaError | None, Any], None],
-    ) -> None:
+    async def _produce(self, key: str, record: OutRecord, on_delivery: DeliveryCallback) -> None:
         """Enqueue one record; a full queue is waited out (briefly), never busy-blocked."""
-        deadline = time.monotonic() + self._write_timeout_s
-        while True:
-            producer = self._producer
-            if producer is None:
-                raise UserError(f"the KafkaCacheStore of {self.topic} is closed")
-            try:
-                producer.produce(
-                    self.topic,
-                    key=key.encode(),
-                    value=payload,
-                    headers=headers,
-                    on_delivery=on_delivery,
-                )
-                return
-            except BufferError:
-                if time.monotonic() > deadline:
-                    raise BrokerUnavailableError(
-                        f"the producer queue for {self.topic} stayed full for "
-                        f"{self._write_timeout_s:g}s; is Kafka at {self.bootstrap_servers} "
-                        "reachable?"
-                    ) from None
-                await asyncio.sleep(0.01)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if isinstance(err, KafkaError) and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-                    raise self._too_large(key, len(payload or b"")) from exc
-                raise BrokerUnavailableError(
-                    f"could not write cache key {key!r} to {self.topic} at "
-                    f"{self.bootstrap_servers}: {exc}"
-                ) from exc
+        writer = self._writer
+        if writer is None:
+            raise UserError(f"the KafkaCacheStore of {self.topic} is closed")
+        try:
+            await writer.produce(record, on_delivery)
+        except (TimeoutError, RuntimeError) as exc:
+            raise BrokerUnavailableError(
+                f"could not write cache key {key!r} to {self.topic}: {exc}; is Kafka at "
+                f"{self.bootstrap_servers} reachable?"
+            ) from None
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise self._too_large(key, len(record.value or b"")) from exc
+            raise BrokerUnavailableError(
+                f"could not write cache key {key!r} to {self.topic} at "
+                f"{self.bootstrap_servers}: {exc}"
+            ) from exc
 
     def _too_large(self, key: str, size: int) -> PayloadTooLarge:
         return PayloadTooLarge(
@@ -490,17 +395,12 @@ class KafkaCacheStore:
 
     def _tombstone_expired(self, key: str, exp: int) -> None:
         """Best effort, never blocking: a missed tombstone is retried by a later sweep."""
-        producer = self._producer
-        if producer is None:
+        writer = self._writer
+        if writer is None:
             return
+        record = self._reader.record(key, None, [(EXPIRED_HEADER, str(exp).encode())])
         try:
-            producer.produce(
-                self.topic,
-                key=key.encode(),
-                value=None,
-                headers=[(EXPIRED_HEADER, str(exp).encode())],
-                on_delivery=self._on_tombstone_delivered,
-            )
+            writer.produce_nowait(record, self._on_tombstone_delivered)
         except (BufferError, KafkaException) as exc:
             logger.info("could not tombstone expired cache key %r in %s: %s", key, self.topic, exc)
 
@@ -508,7 +408,7 @@ class KafkaCacheStore:
         if err is not None:
             logger.info("an expiry tombstone for %s was not written: %s", self.topic, err.str())
 
-    # --- reading (the reader thread) -----------------------------------------------------
+    # --- reading -------------------------------------------------------------------------
 
     def _check_usable(self) -> None:
         if self._state != "started":
@@ -516,86 +416,31 @@ class KafkaCacheStore:
                 f"the KafkaCacheStore of {self.topic} is {self._state}; call start() or use "
                 "it as a context manager"
             )
-        if self._failure is not None:
+        failure = self._reader.failure
+        if failure is not None:
             raise BrokerUnavailableError(
                 f"the shared tool cache stopped reading {self.topic} from "
-                f"{self.bootstrap_servers}: {self._failure}"
+                f"{self.bootstrap_servers}: {failure}"
             )
 
-    def _read_loop(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None
-        next_sweep = time.monotonic() + (self._sweep_interval_s or 0.0)
-        try:
-            while not self._stop.is_set():
-                # poll() returns on the first record (consume() would wait out its timeout
-                # for a full batch); whatever else is buffered is then drained at once.
-                first = consumer.poll(0.1)
-                if first is not None:
-                    self._on_message(first)
-                    for msg in consumer.consume(500, timeout=0):
-                        self._on_message(msg)
-                if not self._caught_up.is_set():
-                    self._check_caught_up(consumer)
-                if self._sweep_interval_s is not None and time.monotonic() >= next_sweep:
-                    self._sweep()
-                    next_sweep = time.monotonic() + self._sweep_interval_s
-        except BaseException as exc:  # the thread must not die silently
-            self._failure = exc
-            logger.error("the cache reader of %s stopped", self.topic, exc_info=True)
-        finally:
-            self._caught_up.set()  # wake start(); it reports the failure or the stop
-
-    def _poll_loop(self) -> None:
-        """Serve delivery callbacks as soon as they arrive, so ``set`` returns promptly."""
-        try:
-            while not self._stop.is_set():
-                producer = self._producer
-                if producer is None:
-                    return
-                producer.poll(0.1)
-        except BaseException:
-            logger.error("the cache producer poller of %s stopped", self.topic, exc_info=True)
-
-    def _on_message(self, msg: Any) -> None:
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                self._remaining.pop(msg.partition(), None)
-                return
-            if err.fatal():
-                raise KafkaException(err)
-            logger.warning("reading the cache topic %s: %s", self.topic, err.str())
-            return
-        key = msg.key()
-        if not key:
+    def _apply(self, record: ConsumedRecord) -> None:
+        """Fold one record read from the topic into the table (the reader's thread)."""
+        if not record.key:
             logger.warning(
                 "skipped a record without a key in %s at offset %d of partition %d",
                 self.topic,
-                msg.offset(),
-                msg.partition(),
+                record.offset,
+                record.partition,
             )
             return
-        self._apply(key.decode("utf-8", "replace"), msg.value(), dict(msg.headers() or []))
-
-    def _apply(self, key: str, value: bytes | None, headers: dict[str, bytes]) -> None:
         try:
-            entry = None if value is None else decode_entry(value)
+            entry = None if record.value is None else decode_entry(record.value)
         except ValueError as exc:
-            logger.warning("skipped a malformed record for %r in %s: %s", key, self.topic, exc)
+            logger.warning(
+                "skipped a malformed record for %r in %s: %s", record.key, self.topic, exc
+            )
             return
-        self._table.apply(key, entry, headers)
-
-    def _check_caught_up(self, consumer: Consumer) -> None:
-        """Caught up when ``position >= end`` for every partition (markers take offsets)."""
-        if self._remaining:
-            tps = [TopicPartition(self.topic, p) for p in self._remaining]
-            for tp in consumer.position(tps):
-                end = self._remaining.get(tp.partition)
-                if end is not None and tp.offset >= end:
-                    del self._remaining[tp.partition]
-        if not self._remaining:
-            self._caught_up.set()
+        self._table.apply(record.key, entry, record.headers)
 
     def _sweep(self) -> None:
         """Drop expired entries and tombstone them, with those read already expired."""

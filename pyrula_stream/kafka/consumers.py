@@ -1,21 +1,18 @@
 """The worker's consumers: the group consumer of turns, journal restore, and control.
 
-Restore reads a journal partition to its last stable offset under ``read_committed``.
-Catch-up is ``position >= end`` (or the partition-EOF event), never ``==``: transaction
-markers occupy offsets, so the position can pass the last data record.
+Reading a topic or partition to its end is ``pyrula_stream.kafka.offsets.read_to_end``;
+the two functions here are its shapes for restore and for ``read_topic``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from pyrula_stream.kafka.config import base_config
-from pyrula_stream.serde import headers_dict
+from pyrula_stream.kafka.config import base_config, reader_config
+from pyrula_stream.kafka.offsets import ConsumedRecord, read_to_end
 
 RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
 
@@ -60,22 +57,8 @@ def group_consumer(
 
 
 def reader_consumer(bootstrap_servers: str, *, client_id: str) -> Consumer:
-    """A group-less reader (restore, control, clients): assigned partitions, never commits."""
-    return Consumer(
-        base_config(
-            bootstrap_servers,
-            **{
-                "group.id": f"{client_id}-reader",
-                "client.id": client_id,
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 10,
-            },
-        )
-    )
+    """A group-less reader (restore, tables, control, clients): assigned partitions only."""
+    return Consumer(reader_config(bootstrap_servers, client_id=client_id))
 
 
 def assign_from_beginning(consumer: Consumer, topic: str) -> None:
@@ -85,85 +68,11 @@ def assign_from_beginning(consumer: Consumer, topic: str) -> None:
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
 
 
-def _next_batch(consumer: Consumer) -> list[Any]:
-    """What is buffered now, else the first record within 200 ms (never a full wait)."""
-    batch = consumer.consume(1000, 0)
-    if batch:
-        return list(batch)
-    first = consumer.poll(0.2)
-    return [] if first is None else [first]
-
-
-def _watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
-    """Low and high (last stable, under read_committed) offsets; retries retriable errors,
-    such as a leader not yet elected for a topic created a moment ago."""
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-            return int(low), int(high)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            retriable = isinstance(err, KafkaError) and (
-                err.retriable() or err.code() in _RETRIABLE_METADATA
-            )
-            if not retriable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-_RETRIABLE_METADATA = (
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TIMED_OUT,
-)
-
-
 def read_partition_to_end(
     consumer: Consumer, topic: str, partition: int, *, timeout_s: float = 120.0
-) -> Iterator[tuple[str, bytes | None, int]]:
-    """Yield ``(key, value, timestamp_ms)`` of every committed record of one partition."""
-    tp = TopicPartition(topic, partition)
-    deadline = time.monotonic() + timeout_s
-    low, high = _watermarks(consumer, tp, deadline)
-    if high <= low:
-        return
-    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-    try:
-        while True:
-            reached_eof = False
-            for msg in _next_batch(consumer):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        reached_eof = True
-                        continue
-                    if err.retriable():
-                        continue
-                    raise KafkaException(err)
-                key = msg.key()
-                yield (key.decode() if key else "", msg.value(), msg.timestamp()[1])
-            position = consumer.position([tp])[0].offset
-            if reached_eof or position >= high:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"reading {topic}[{partition}] stopped at {position}, end is {high}"
-                )
-    finally:
-        consumer.unassign()
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumedRecord:
-    """One committed record, with where and when it was written."""
-
-    partition: int
-    offset: int
-    key: str
-    value: bytes | None
-    headers: dict[str, str]
-    ts_ms: int
+) -> Iterator[ConsumedRecord]:
+    """Every committed record of one partition, read to its end now (journal restore)."""
+    yield from read_to_end(consumer, topic, [partition], timeout_s=timeout_s)
 
 
 def read_topic(
@@ -175,46 +84,10 @@ def read_topic(
 ) -> list[ConsumedRecord]:
     """Every committed record of every partition of ``topic``, read to its end now."""
     consumer = reader_consumer(bootstrap_servers, client_id=client_id)
-    out: list[ConsumedRecord] = []
     try:
-        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if md is None or md.error is not None:
-            raise KafkaException(f"topic {topic} not found")
-        partitions = sorted(md.partitions)
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-            for p in partitions
-        }
-        pending = {p for p, high in ends.items() if high > 0}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}: partitions {sorted(pending)} not at end")
-            for msg in _next_batch(consumer):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition() or 0)
-                        continue
-                    raise KafkaException(err)
-                key = msg.key()
-                out.append(
-                    ConsumedRecord(
-                        msg.partition() or 0,
-                        msg.offset() or 0,
-                        key.decode() if isinstance(key, bytes) else (key or ""),
-                        msg.value(),
-                        headers_dict(msg.headers()),
-                        int(msg.timestamp()[1]),
-                    )
-                )
-            for tp in consumer.position([TopicPartition(topic, p) for p in sorted(pending)]):
-                if tp.offset >= ends[tp.partition]:
-                    pending.discard(tp.partition)
+        return list(read_to_end(consumer, topic, timeout_s=timeout_s))
     finally:
         consumer.close()
-    return out
 
 
 class ControlReader:
@@ -247,11 +120,9 @@ def read_key(
             return []
         partition = partition_for(key.encode(), len(md.partitions))
         return [
-            value
-            for k, value, _ in read_partition_to_end(
-                consumer, topic, partition, timeout_s=timeout_s
-            )
-            if k == key and value is not None
+            record.value
+            for record in read_partition_to_end(consumer, topic, partition, timeout_s=timeout_s)
+            if record.key == key and record.value is not None
         ]
     finally:
         consumer.close()

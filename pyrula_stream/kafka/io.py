@@ -18,9 +18,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.config import producer_config
 from pyrula_stream.kafka.consumers import reader_consumer
-from pyrula_stream.kafka.partitioner import PARTITIONER, partition_for
+from pyrula_stream.kafka.offsets import watermarks
+from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.serde import headers_dict
 
 
@@ -35,18 +36,7 @@ class RecordProducer:
     """An idempotent producer whose ``send`` returns once the broker acknowledged."""
 
     def __init__(self, bootstrap_servers: str, **extra: Any) -> None:
-        self._producer = Producer(
-            base_config(
-                bootstrap_servers,
-                **{
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 1,
-                    "partitioner": PARTITIONER,
-                },
-                **extra,
-            )
-        )
+        self._producer = Producer(producer_config(bootstrap_servers, **extra))
 
     def send_sync(
         self,
@@ -112,9 +102,7 @@ class PartitionReader:
             if since_ms is not None:
                 # The end is read first: a record written after it has a later timestamp,
                 # so when no record is as new as since_ms, starting there misses nothing.
-                _, end = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, p), timeout=10, cached=False
-                )
+                _, end = watermarks(self._consumer, self.topic, p, timeout_s=10)
                 found = self._consumer.offsets_for_times(
                     [TopicPartition(self.topic, p, since_ms)], timeout=10
                 )[0]

@@ -16,8 +16,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from pyrula_stream.kafka.config import base_config
-from pyrula_stream.kafka.partitioner import PARTITIONER
+from pyrula_stream.kafka.config import producer_config
+from pyrula_stream.kafka.offsets import kafka_error
 from pyrula_stream.records import OutRecord
 
 log = logging.getLogger(__name__)
@@ -31,11 +31,6 @@ class TransactionAborted(Exception):
 
 class ProducerFenced(Exception):
     """A newer producer with our transactional id, or a newer group generation, took over."""
-
-
-def _kafka_error(exc: KafkaException) -> KafkaError | None:
-    err = exc.args[0] if exc.args else None
-    return err if isinstance(err, KafkaError) else None
 
 
 class BatchWriter:
@@ -56,21 +51,14 @@ class BatchWriter:
         extra: dict[str, Any] | None = None,
     ) -> None:
         self.exactly_once = exactly_once
-        conf = base_config(
+        conf = producer_config(
             bootstrap_servers,
-            **{
-                "enable.idempotence": True,
-                "linger.ms": 1,
-                "acks": "all",
-                "message.max.bytes": 1_048_576,
-                "compression.type": "lz4",
-                "partitioner": PARTITIONER,
-            },
+            transactional_id=transactional_id if exactly_once else None,
+            transaction_timeout_ms=transaction_timeout_ms,
+            extra=extra,
+            message_max_bytes=1_048_576,
+            compression_type="lz4",
         )
-        if exactly_once:
-            conf["transactional.id"] = transactional_id
-            conf["transaction.timeout.ms"] = transaction_timeout_ms
-        conf.update(extra or {})
         self._producer = Producer(conf)
         self._delivery_errors: list[str] = []
 
@@ -133,14 +121,14 @@ class BatchWriter:
                 self._producer.commit_transaction(30)
                 return
             except KafkaException as exc:
-                err = _kafka_error(exc)
+                err = kafka_error(exc)
                 if err is not None and err.retriable() and not err.txn_requires_abort():
                     time.sleep(min(1.0, 0.05 * 2**attempt))
                     continue
                 raise
 
     def _handle(self, exc: KafkaException) -> None:
-        err = _kafka_error(exc)
+        err = kafka_error(exc)
         if err is not None and err.txn_requires_abort():
             log.warning("transaction must abort (%s); rebuilding affected turns", err.str())
             try:
