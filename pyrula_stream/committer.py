@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pyrula_stream.kafka.transactions import Offsets, TransactionAborted
+from pyrula_stream.observability.metrics import WorkerMetrics
+from pyrula_stream.observability.telemetry import CommitObserver
 from pyrula_stream.records import OutRecord
 from pyrula_stream.turn import TurnRuntime
 
@@ -50,8 +52,10 @@ class GroupCommitter:
         on_abort: Callable[[set[str]], None],
         *,
         interval_s: float = 0.0,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._write = write
+        self._metrics = metrics
         self._offsets = offsets
         self._on_abort = on_abort
         self._interval_s = interval_s
@@ -137,10 +141,14 @@ class GroupCommitter:
             seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
             self._idle.clear()
             started = time.monotonic()
+            observed = CommitObserver(
+                self._metrics, (t.telemetry for t in batch.turns.values()), records
+            )
             try:
                 await self._write(records, changed)
             except TransactionAborted:
                 self.stats.aborts += 1
+                observed.aborted()
                 # Records of no turn (dead letters, housekeeping) ride the next commit;
                 # turn records are rebuilt by rerunning their turns from the journal.
                 orphans = [(t, r) for t, r in batch.records if t is None]
@@ -153,12 +161,14 @@ class GroupCommitter:
                 self._on_abort(set(batch.turns))
                 continue
             except BaseException as exc:
+                observed.failed(exc)
                 for _, fut in batch.waiters:
                     if not fut.done():
                         fut.set_exception(exc)
                 raise
             finally:
                 self._idle.set()
+                observed.end()
             last = time.monotonic()
             self.stats.commits += 1
             self.stats.records += len(records)

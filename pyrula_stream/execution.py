@@ -116,7 +116,7 @@ class TurnExecutor:
         """Journal the start, run the body, finish with its result (or raise its error)."""
         request = runtime.request
         data, _ = await runtime.durable_step(
-            "start", "start", "", self._start_data(request), lambda d: [_run_start(d)]
+            "start", "start", "", self._start_data(request, runtime), lambda d: [_run_start(d)]
         )
         # The wall-time budget counts from the first attempt's start, on any worker.
         runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
@@ -138,7 +138,7 @@ class TurnExecutor:
         value = _jsonable(result, self.agent.name)
         await runtime.finish(RunComplete(value, runtime.spend.as_dict()))
 
-    def _start_data(self, request: TurnRequest) -> Any:
+    def _start_data(self, request: TurnRequest, runtime: TurnRuntime) -> Any:
         async def live() -> StepData:
             return {
                 "params": request.params,
@@ -146,6 +146,7 @@ class TurnExecutor:
                 "thread_id": request.thread_id,
                 "worker": self.worker_id,
                 "started_ms": int(time.time() * 1000),
+                "trace": runtime.telemetry.trace,  # a resumed turn continues this trace
             }
 
         return live

@@ -21,6 +21,7 @@ from pyrula_stream.errors import ErrorCode, Poison, ToolCallFailed, ToolRegistra
 from pyrula_stream.events import Status, ToolResult, ToolStart
 from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import AgentLimits, check_wall_time
+from pyrula_stream.observability.metrics import UNKNOWN_TOOL
 from pyrula_stream.text import truncate_utf8
 from pyrula_stream.tools import (
     InvalidToolArguments,
@@ -123,9 +124,12 @@ class ToolCalls:
                 )
             ]
 
-        data, _ = await turn.durable_step(
-            "tool", name, fingerprint(dict(call.arguments)), live, events, step=call.step
-        )
+        label = name if call.tool is not None else UNKNOWN_TOOL
+        with turn.telemetry.tool_call(label, call.call_key, call.tool_use_id) as observed:
+            data, replayed = await turn.durable_step(
+                "tool", name, fingerprint(dict(call.arguments)), live, events, step=call.step
+            )
+            observed.recorded(data, replayed)
         if data.get("poison"):
             raise Poison(f"tool '{name}' raised Poison: {data.get('message', data['text'])}")
         if call.direct and data["status"] != "ok":

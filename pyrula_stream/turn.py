@@ -22,6 +22,7 @@ from pyrula_stream.errors import PyrulaError, TurnCancelled
 from pyrula_stream.events import EventRouting, Payload, RunComplete, Terminal, TurnEvents
 from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
 from pyrula_stream.limits import Spend
+from pyrula_stream.observability.telemetry import TurnTelemetry
 from pyrula_stream.records import OutRecord, tombstone, wire_record
 from pyrula_stream.serde import JournalEntry, TurnRequest
 
@@ -63,6 +64,7 @@ class TurnRuntime:
     steps_at_start: int = 0
     started_ms: int | None = None
     refusal: PyrulaError | None = None
+    telemetry: TurnTelemetry = field(default_factory=TurnTelemetry)
     events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _written: set[int] = field(default_factory=set)
@@ -80,6 +82,7 @@ class TurnRuntime:
             max_count=self.max_event_count,
             max_payload_bytes=self.max_event_payload_bytes,
             max_record_bytes=self.max_record_bytes,
+            trace=self.telemetry.event_trace,
         )
         self.committed_seq = self.journal.next_seq
         self.steps_at_start = len(self.journal.steps)
@@ -234,6 +237,9 @@ class TurnRuntime:
         records += self.closing_records(terminal)
         self.finished = True
         await self.output.durable(self, records)
+        self.telemetry.ended(
+            None if isinstance(terminal, RunComplete) else terminal.code, self.started_ms
+        )
 
     def closing_records(self, terminal: Terminal) -> list[OutRecord]:
         now = int(time.time() * 1000)

@@ -40,6 +40,10 @@ from pyrula_stream.kafka.consumers import ControlReader, read_partition_to_end, 
 from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, TurnRecord
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.base import LLMClient
+from pyrula_stream.observability import logs
+from pyrula_stream.observability.metrics import WorkerMetrics
+from pyrula_stream.observability.telemetry import TurnTelemetry, journaled_trace
+from pyrula_stream.observability.tracing import TraceCarrier
 from pyrula_stream.options import PoisonOptions, WorkerOptions
 from pyrula_stream.partition import PartitionState, QueuedTurn
 from pyrula_stream.records import ControlRequest, OutRecord, dead_letter_source, tombstone
@@ -110,6 +114,9 @@ class KafkaWorker:
         self.topics = agent.topics
         self.worker_id = self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.group_id = self.options.group_id or f"{agent.prefix}.{agent.name}.workers"
+        self.metrics = WorkerMetrics(
+            agent.name, journal_topic=self.topics.journal, dlq_topic=self.topics.dlq
+        )
         self.turns_finished = 0
         self.restored_records = 0
         self.sessions = 0
@@ -181,6 +188,7 @@ class KafkaWorker:
         if self._state != "new":
             raise UserError(f"this worker of '{self.agent.name}' already ran; create a new one")
         self._state = "running"
+        logs.bind(agent=self.agent.name, worker_id=self.worker_id)
         try:
             await self._check_topics()
             if self.options.shared_tool_cache:
@@ -206,6 +214,7 @@ class KafkaWorker:
                         await self._run_session()
                     except (ProducerFenced, ConsumerFenced, SessionLost) as exc:
                         log.warning("%s: dropping turns and rejoining", exc)
+                        self.metrics.was_fenced()
                         await self._drop_all_turns()
         finally:
             self._state = "stopped"
@@ -250,6 +259,7 @@ class KafkaWorker:
             client_id=self.worker_id,
             exactly_once=exactly_once,
             extra=self.options.consumer_config,
+            on_lag=self.metrics.set_lag,
         )
         session = self._session = _Session(
             writer=writer,
@@ -263,6 +273,7 @@ class KafkaWorker:
                 self._committable_offsets,
                 self._on_abort,
                 interval_s=self.options.commit_interval_s,
+                metrics=self.metrics,
             ),
             loop=asyncio.get_running_loop(),
         )
@@ -271,7 +282,10 @@ class KafkaWorker:
         health = None
         if self.options.health_port is not None:
             health = await start_health_server(
-                self.options.health_host, self.options.health_port, lambda: self.ready
+                self.options.health_host,
+                self.options.health_port,
+                lambda: self.ready,
+                metrics=self.metrics.exposition,
             )
         self._ready = True
         self._joined.set()
@@ -351,8 +365,10 @@ class KafkaWorker:
 
     def _restore(self, partition: int) -> PartitionJournal:
         assert self._session is not None
+        started = time.monotonic()
         journal = restore_journal(self._session.restorer, self.topics.journal, partition)
         self.restored_records += journal.records_read
+        self.metrics.restored(time.monotonic() - started, journal.records_read)
         return journal
 
     async def _install(self, restored: dict[int, PartitionJournal]) -> None:
@@ -426,7 +442,7 @@ class KafkaWorker:
             ps.watermark.done(offset)
             self.committer.offsets_changed()
             return
-        queued = QueuedTurn(offset, request, ps.original_turn(request))
+        queued = QueuedTurn(offset, request, ps.original_turn(request), record.trace)
         if request.idempotency_key and queued.duplicate_of is None:
             ps.running_keys[request.idempotency_key] = request.turn_id
         if ps.enqueue(queued):
@@ -471,12 +487,17 @@ class KafkaWorker:
         ps = self._parts[partition]
         restored = ps.journal.turns.get(queued.request.turn_id)
         journal = restored.materialize() if restored else TurnJournal(queued.request.turn_id)
-        runtime = self._new_runtime(partition, queued.request, journal)
-        task = asyncio.create_task(self._run_turn(runtime, queued), name=runtime.turn_id)
+        runtime = self._new_runtime(partition, queued.request, journal, queued.trace)
+        turn = runtime.telemetry.track(self._run_turn(runtime, queued), runtime.attempt)
+        task = asyncio.create_task(turn, name=runtime.turn_id)
         self._running[runtime.turn_id] = _Running(runtime, task, partition, queued.offset)
 
     def _new_runtime(
-        self, partition: int, request: TurnRequest, journal: TurnJournal
+        self,
+        partition: int,
+        request: TurnRequest,
+        journal: TurnJournal,
+        trace: TraceCarrier | None,
     ) -> TurnRuntime:
         limits = self.agent.limits
         runtime = TurnRuntime(
@@ -488,6 +509,16 @@ class KafkaWorker:
             max_record_bytes=self.options.max_record_bytes,
             max_event_count=limits.max_event_count_per_turn,
             max_event_payload_bytes=limits.max_event_payload_bytes,
+            telemetry=TurnTelemetry(
+                request.turn_id,
+                self.agent.name,
+                self.topics.turns,
+                partition,
+                self.worker_id,
+                request.thread_id,
+                journaled_trace(journal.steps) or trace,
+                self.metrics,
+            ),
         )
         cancel = self._cancels.get(request.turn_id)
         if cancel is not None:
@@ -542,6 +573,7 @@ class KafkaWorker:
         await asyncio.to_thread(
             session.writer.write, records, offsets, consumer.client, consumer.group_metadata
         )
+        consumer.note_committed({p: o for (_, p), o in offsets.items()})
 
     def _committable_offsets(self) -> Offsets:
         out: Offsets = {}
@@ -566,9 +598,12 @@ class KafkaWorker:
                 turn_id, steps=dict(old.journal.steps), progress=old.journal.progress
             )
             queued = QueuedTurn(running.offset, old.request)
-            runtime = self._new_runtime(running.partition, old.request, journal)
+            runtime = self._new_runtime(
+                running.partition, old.request, journal, old.telemetry.trace
+            )
             runtime.restart_from(old)
-            task = asyncio.create_task(self._run_turn(runtime, queued), name=turn_id)
+            turn = runtime.telemetry.track(self._run_turn(runtime, queued), runtime.attempt)
+            task = asyncio.create_task(turn, name=turn_id)
             self._running[turn_id] = _Running(runtime, task, running.partition, running.offset)
 
 

@@ -17,6 +17,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from pyrula_stream.kafka.config import base_config
 from pyrula_stream.serde import headers_dict
 
+STATS_INTERVAL_MS = 5000
+"""How often librdkafka reports statistics (consumer lag) when a worker exports metrics."""
+
 RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
 
 
@@ -27,8 +30,13 @@ def group_consumer(
     client_id: str,
     exactly_once: bool,
     extra: dict[str, Any] | None = None,
+    stats_cb: Callable[[str], None] | None = None,
 ) -> Consumer:
-    """The turns consumer: cooperative rebalancing, manual offsets, committed reads only."""
+    """The turns consumer: cooperative rebalancing, manual offsets, committed reads only.
+
+    With ``stats_cb``, librdkafka hands it its statistics JSON every
+    ``statistics.interval.ms`` (default here: 5 s), from inside ``poll``.
+    """
     conf = base_config(
         bootstrap_servers,
         **{
@@ -44,6 +52,9 @@ def group_consumer(
             "max.poll.interval.ms": 300_000,
         },
     )
+    if stats_cb is not None:
+        conf["statistics.interval.ms"] = STATS_INTERVAL_MS
+        conf["stats_cb"] = stats_cb
     conf.update(extra or {})
     return Consumer(conf)
 
