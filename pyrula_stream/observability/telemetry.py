@@ -11,6 +11,7 @@ terminal event once committed. A replayed step gets its span marked
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -32,6 +33,8 @@ from pyrula_stream.observability.tracing import (
 )
 from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import JournalEntry
+
+log = logging.getLogger(__name__)
 
 REPLAYED = "pyrula.replayed"
 
@@ -100,6 +103,7 @@ class TurnTelemetry:
             ) as span,
         ):
             self.span = span
+            log.info("turn attempt started")
             if self.metrics is not None:
                 self.metrics.turn_started(attempt)
             try:
@@ -117,6 +121,7 @@ class TurnTelemetry:
 
     def ended(self, code: str | None, started_ms: int | None) -> None:
         """The terminal event is committed: count the turn once, by its outcome."""
+        log.info("turn ended: %s", code or "completed")
         if self.span is not None:
             self.span.set_attribute("pyrula.outcome", "failed" if code else "completed")
             if code:

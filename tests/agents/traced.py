@@ -26,7 +26,8 @@ from pyrula_stream.llm import FakeLLM, reply_tool_call
 @tool(writes=True)
 async def effect(ctx: ToolContext, item: str) -> str:
     """A side effect the test can hold forever (so it can kill the worker inside it)."""
-    Path(os.environ["TRACED_MARKER"]).write_text(ctx.idempotency_key or "")
+    marker = Path(os.environ["TRACED_MARKER"])
+    await asyncio.to_thread(marker.write_text, ctx.idempotency_key or "")
     if os.environ.get("TRACED_BLOCK") == "1":
         await asyncio.Event().wait()
     return f"did {item}"
