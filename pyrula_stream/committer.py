@@ -14,8 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pyrula_stream.kafka.transactions import Offsets, TransactionAborted
-from pyrula_stream.observability.metrics import WorkerMetrics
-from pyrula_stream.observability.telemetry import CommitObserver
+from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.records import OutRecord
 from pyrula_stream.turn import TurnRuntime
 
@@ -52,10 +51,10 @@ class GroupCommitter:
         on_abort: Callable[[set[str]], None],
         *,
         interval_s: float = 0.0,
-        metrics: WorkerMetrics | None = None,
+        telemetry: WorkerTelemetry,
     ) -> None:
         self._write = write
-        self._metrics = metrics
+        self._telemetry = telemetry
         self._offsets = offsets
         self._on_abort = on_abort
         self._interval_s = interval_s
@@ -141,9 +140,7 @@ class GroupCommitter:
             seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
             self._idle.clear()
             started = time.monotonic()
-            observed = CommitObserver(
-                self._metrics, (t.telemetry for t in batch.turns.values()), records
-            )
+            observed = self._telemetry.commit((t.telemetry for t in batch.turns.values()), records)
             try:
                 await self._write(records, changed)
             except TransactionAborted:

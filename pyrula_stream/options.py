@@ -27,6 +27,8 @@ class WorkerOptions:
     ``turn_id`` + ``seq``). ``commit_interval_s`` caps how often a commit starts (0: as
     soon as the previous one ends). ``worker_id`` makes the transactional id stable across
     restarts, so a restarted worker aborts its predecessor's open transaction at once.
+    ``telemetry=False`` records no per-turn metrics and starts no spans (``/metrics``
+    still answers); the bench uses it as the baseline that prices telemetry.
     """
 
     max_concurrent_turns: int = 50
@@ -45,3 +47,4 @@ class WorkerOptions:
     shared_tool_cache: bool = True
     consumer_config: dict[str, Any] = field(default_factory=dict)
     producer_config: dict[str, Any] = field(default_factory=dict)
+    telemetry: bool = True

@@ -41,8 +41,7 @@ from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, T
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.observability import logs
-from pyrula_stream.observability.metrics import WorkerMetrics
-from pyrula_stream.observability.telemetry import TurnTelemetry, journaled_trace
+from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.observability.tracing import TraceCarrier
 from pyrula_stream.options import PoisonOptions, WorkerOptions
 from pyrula_stream.partition import PartitionState, QueuedTurn
@@ -114,9 +113,10 @@ class KafkaWorker:
         self.topics = agent.topics
         self.worker_id = self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.group_id = self.options.group_id or f"{agent.prefix}.{agent.name}.workers"
-        self.metrics = WorkerMetrics(
-            agent.name, journal_topic=self.topics.journal, dlq_topic=self.topics.dlq
+        self.telemetry = WorkerTelemetry(
+            agent.name, topics=self.topics, worker_id=self.worker_id, enabled=self.options.telemetry
         )
+        self.metrics = self.telemetry.metrics
         self.turns_finished = 0
         self.restored_records = 0
         self.sessions = 0
@@ -259,7 +259,7 @@ class KafkaWorker:
             client_id=self.worker_id,
             exactly_once=exactly_once,
             extra=self.options.consumer_config,
-            on_lag=self.metrics.set_lag,
+            on_lag=self.telemetry.on_lag,
         )
         session = self._session = _Session(
             writer=writer,
@@ -273,7 +273,7 @@ class KafkaWorker:
                 self._committable_offsets,
                 self._on_abort,
                 interval_s=self.options.commit_interval_s,
-                metrics=self.metrics,
+                telemetry=self.telemetry,
             ),
             loop=asyncio.get_running_loop(),
         )
@@ -509,16 +509,7 @@ class KafkaWorker:
             max_record_bytes=self.options.max_record_bytes,
             max_event_count=limits.max_event_count_per_turn,
             max_event_payload_bytes=limits.max_event_payload_bytes,
-            telemetry=TurnTelemetry(
-                request.turn_id,
-                self.agent.name,
-                self.topics.turns,
-                partition,
-                self.worker_id,
-                request.thread_id,
-                journaled_trace(journal.steps) or trace,
-                self.metrics,
-            ),
+            telemetry=self.telemetry.for_turn(request, partition, journal.steps, trace),
         )
         cancel = self._cancels.get(request.turn_id)
         if cancel is not None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import NoOpTracer, Span, SpanKind, Tracer
 
 from pyrula_stream.llm.base import LLMClient, ModelResponse
 from pyrula_stream.observability import logs
@@ -32,7 +32,7 @@ from pyrula_stream.observability.tracing import (
     tracer,
 )
 from pyrula_stream.records import OutRecord
-from pyrula_stream.serde import JournalEntry
+from pyrula_stream.serde import JournalEntry, TurnRequest
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class TurnTelemetry:
     trace: TraceCarrier | None = None
     """The request's trace context: what ``submit`` injected, or what the journal kept."""
     metrics: WorkerMetrics | None = None
+    tracer: Tracer = field(default_factory=NoOpTracer)
     span: Span | None = field(default=None, init=False)
     _attempt_started: float = field(default_factory=time.time, init=False)
 
@@ -85,7 +86,7 @@ class TurnTelemetry:
             "pyrula.attempt": attempt,
             "pyrula.worker_id": self.worker_id,
         }
-        spans = tracer()
+        spans = self.tracer
         with (
             spans.start_as_current_span(
                 f"process {self.turns_topic}",
@@ -134,7 +135,7 @@ class TurnTelemetry:
     def model_call(self, llm: LLMClient) -> Iterator[ModelCallObserver]:
         """The ``chat <model>`` span around one model call step."""
         provider = llm.provider or type(llm).__name__
-        with tracer().start_as_current_span(
+        with self.tracer.start_as_current_span(
             f"chat {llm.model}",
             kind=SpanKind.CLIENT,
             attributes={
@@ -159,7 +160,9 @@ class TurnTelemetry:
         }
         if tool_use_id:
             attributes["gen_ai.tool.call.id"] = tool_use_id
-        with tracer().start_as_current_span(f"execute_tool {tool}", attributes=attributes) as span:
+        with self.tracer.start_as_current_span(
+            f"execute_tool {tool}", attributes=attributes
+        ) as span:
             yield ToolCallObserver(span, self.metrics, tool)
 
 
@@ -229,13 +232,14 @@ class CommitObserver:
 
     def __init__(
         self,
+        tracer: Tracer,
         metrics: WorkerMetrics | None,
         turns: Iterable[TurnTelemetry],
         records: list[OutRecord],
     ) -> None:
         self.metrics = metrics
         self.records = records
-        self.span = start_commit_span([t.span for t in turns], len(records))
+        self.span = start_commit_span(tracer, [t.span for t in turns], len(records))
         self.started = time.monotonic()
         self.ok = True
 
@@ -253,3 +257,48 @@ class CommitObserver:
         if self.ok and self.metrics is not None:
             self.metrics.committed(self.records, time.monotonic() - self.started)
         self.span.end()
+
+
+class WorkerTelemetry:
+    """A worker's metrics registry and tracer, and the factory of its turns' telemetry.
+
+    ``enabled=False`` (``WorkerOptions.telemetry``) records nothing per turn or commit
+    and starts no span; ``/metrics`` still answers. The bench measures the difference.
+    """
+
+    def __init__(self, agent: str, *, topics: Any, worker_id: str, enabled: bool = True) -> None:
+        self.agent = agent
+        self.turns_topic: str = topics.turns
+        self.worker_id = worker_id
+        self.metrics = WorkerMetrics(agent, journal_topic=topics.journal, dlq_topic=topics.dlq)
+        self.enabled = enabled
+        self.tracer: Tracer = tracer() if enabled else NoOpTracer()
+        self._hot = self.metrics if enabled else None
+
+    @property
+    def on_lag(self) -> Callable[[str, dict[int, int]], None] | None:
+        """What the group consumer reports lag to (``None``: no statistics at all)."""
+        return self.metrics.set_lag if self.enabled else None
+
+    def for_turn(
+        self,
+        request: TurnRequest,
+        partition: int,
+        steps: Mapping[int, JournalEntry],
+        trace: TraceCarrier | None,
+    ) -> TurnTelemetry:
+        """A turn's telemetry; the journaled trace context wins over the record's."""
+        return TurnTelemetry(
+            request.turn_id,
+            self.agent,
+            self.turns_topic,
+            partition,
+            self.worker_id,
+            request.thread_id,
+            journaled_trace(steps) or trace,
+            self._hot,
+            self.tracer,
+        )
+
+    def commit(self, turns: Iterable[TurnTelemetry], records: list[OutRecord]) -> CommitObserver:
+        return CommitObserver(self.tracer, self._hot, turns, records)

@@ -86,9 +86,9 @@ def send_span(topic: str, turn_id: str) -> Iterator[TraceCarrier]:
         yield current_carrier()
 
 
-def start_commit_span(links: Iterable[Span | None], records: int) -> Span:
+def start_commit_span(spans: trace.Tracer, links: Iterable[Span | None], records: int) -> Span:
     """A span for one transaction, linked to the turns whose records it commits."""
-    return tracer().start_span(
+    return spans.start_span(
         "commit_transaction",
         context=Context(),  # a commit serves many turns: its own trace, linked to each
         kind=SpanKind.PRODUCER,
