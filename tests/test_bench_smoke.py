@@ -24,6 +24,10 @@ NUMBER_KEYS = (
     "journal_linear_r2",
     "live_journal_bytes_per_finished_turn",
     "restore_live_entries",
+    "telemetry_turns_per_s_off",
+    "telemetry_turns_per_s_on",
+    "telemetry_overhead_p50_ms_off",
+    "telemetry_overhead_p50_ms_on",
     "turns",
     "seconds",
 )

@@ -33,6 +33,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     conc = results.get("concurrency", {})
     jr = results.get("journal", {})
     rs = results.get("restore", [])
+    tel = results.get("telemetry", {})
     largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
     return {
         "turns_per_s": tp.get("framework_turns_per_s"),
@@ -50,6 +51,10 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "journal_linear_r2": jr.get("linear_r2"),
         "live_journal_bytes_per_finished_turn": jr.get("live_bytes_per_finished_turn"),
         "restore_live_entries": largest.get("live_entries"),
+        "telemetry_turns_per_s_off": tel.get("turns_per_s_off"),
+        "telemetry_turns_per_s_on": tel.get("turns_per_s_on"),
+        "telemetry_overhead_p50_ms_off": tel.get("overhead_p50_ms_off"),
+        "telemetry_overhead_p50_ms_on": tel.get("overhead_p50_ms_on"),
         "turns": tp.get("turns"),
         "quick": results.get("config", {}).get("quick"),
         "seconds": results.get("seconds"),
@@ -133,6 +138,22 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 ">= 100,000",
             )
         )
+    tel = results.get("telemetry")
+    if tel:
+        what = "metrics + tracing" if tel["tracing_exported"] else "metrics (no OTel SDK)"
+        out += [
+            (
+                f"{what}: turns/s off / on (cost %)",
+                f"{_fmt(tel['turns_per_s_off'])} / {_fmt(tel['turns_per_s_on'])} "
+                f"({_fmt(tel['turns_per_s_cost_pct'])})",
+                "",
+            ),
+            (
+                f"{what}: overhead p50 off / on (ms)",
+                f"{_fmt(tel['overhead_p50_ms_off'])} / {_fmt(tel['overhead_p50_ms_on'])}",
+                "",
+            ),
+        ]
     return out
 
 
