@@ -22,6 +22,7 @@ from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
+from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 
@@ -88,6 +89,11 @@ async def test_metrics_count_what_was_committed_and_lag_drains(
         httpx.AsyncClient() as http,
     ):
         handles = [await client.submit(agent.name, fail=i % 3 == 0) for i in range(6)]
+        producer = RecordProducer(kafka_bootstrap_servers)
+        try:  # one record that is no turn request: dead-lettered, counted by reason
+            await producer.send(turns_topic, b"bad", b"\x00\x01garbage")
+        finally:
+            await asyncio.to_thread(producer.close)
 
         # During the run: every turn is held in its tool, none has ended.
         await wait_for(lambda: len(entered) == 6, 60, "every turn reached its tool")
@@ -145,6 +151,9 @@ async def test_metrics_count_what_was_committed_and_lag_drains(
     assert value(after, "pyrula_journal_bytes_total") > 0
     assert value(after, "pyrula_restore_duration_seconds_count") == 2  # one per partition
     assert value(after, "pyrula_transaction_aborts_total") == 0
+    dead = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, agent.topics.dlq)
+    assert len(dead) == 1
+    assert value(after, "pyrula_dead_letters_total", reason="invalid_request") == len(dead)
     assert set(lags(after, turns_topic)) == {"0", "1"}
 
 

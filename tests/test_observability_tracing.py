@@ -5,11 +5,14 @@ call and the tool: the second worker continues the same trace, replays the model
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -23,6 +26,7 @@ from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
+from pyrula_stream.serde import decode_journal_entry
 from pyrula_stream.testing import unique_name, wait_for
 
 Span = dict[str, Any]
@@ -100,6 +104,12 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
         handle = await client.submit(name, q="go")
         await wait_for(marker.exists, 90, "the first worker started the tool")
         first.kill()  # SIGKILL: the model call is journaled, the tool never finished
+        journal = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, topics.journal)
+        start = [
+            decode_journal_entry(r.value, r.headers)
+            for r in journal
+            if r.key == f"{handle.turn_id}/0" and r.value is not None
+        ]
         second.start()
         events = await asyncio.wait_for(_collect(client, name, handle.turn_id), 120)
         assert events[-1].type == "run:complete"
@@ -125,6 +135,9 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
     assert send["kind"] == "PRODUCER"
     trace_id = send["trace_id"]
     a_spans, b_spans = first.spans(), second.spans()
+    # The start step journaled the request's trace context (what a resumed turn continues).
+    assert [e.kind for e in start] == ["start"]
+    assert start[0].data["trace"]["traceparent"].split("-")[1:3] == [trace_id, send["span_id"]]
 
     # Worker A, killed inside the tool: only its ended model call span was exported.
     a_chat = one(a_spans, "chat fake")
@@ -181,3 +194,59 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
 
 async def _collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Any]:
     return [e async for e in client.stream(agent, turn_id)]
+
+
+class _Collector(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that keeps what it is sent."""
+
+    received: ClassVar[list[tuple[str, bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.received.append((self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+async def test_worker_exports_to_the_otlp_endpoint_in_its_environment(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    collector = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    name = unique_name("otlp")
+    env = child_env(
+        {
+            "ECHO_AGENT_NAME": name,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_port}",
+            "OTEL_SERVICE_NAME": "otlp-test-workers",
+        }
+    )
+    port = free_port()
+    argv = [
+        *(sys.executable, "-m", "pyrula_stream.cli", "worker", "tests.agents.echo:echo"),
+        *("--bootstrap-servers", kafka_bootstrap_servers, "--health-port", str(port)),
+    ]
+    worker = Managed("otlp", argv, env, tmp_path / "otlp-worker.log")
+    try:
+        worker.start()
+        async with httpx.AsyncClient() as http:
+            for _ in range(600):
+                with contextlib.suppress(httpx.TransportError):
+                    if (await http.get(f"http://127.0.0.1:{port}/readyz")).is_success:
+                        break
+                await asyncio.sleep(0.1)
+        events = await client.run(name, text="hi", timeout=120)
+        assert events[-1].type == "run:complete"
+        assert worker.stop(30) == 0  # a graceful stop flushes the batch of spans
+    finally:
+        worker.kill()
+        collector.shutdown()
+        collector.server_close()
+    sent = b"".join(body for path, body in _Collector.received if path == "/v1/traces")
+    for expected in (b"otlp-test-workers", f"invoke_agent {name}".encode(), b"execute_tool"):
+        assert expected in sent, worker.log_path.read_text()
