@@ -16,6 +16,7 @@ from pyrula_stream import (
     ToolContext,
     WorkerOptions,
     kafka_agent,
+    serde,
     tool,
 )
 from pyrula_stream.agent import KafkaAgent
@@ -23,7 +24,10 @@ from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.io import RecordProducer
+from pyrula_stream.kafka.transactions import BatchWriter
 from pyrula_stream.llm import FakeLLM, reply_tool_call
+from pyrula_stream.records import OutRecord, content_type_header
+from pyrula_stream.serde import TurnRequest
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -199,3 +203,43 @@ async def client_run(bootstrap: str, agent: str) -> None:
     async with KafkaAgentClient(bootstrap) as c:
         events = await c.run(agent, timeout=60)
     assert events[-1].type == "run:complete"
+
+
+async def test_lag_reaches_zero_past_transaction_markers(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Requests produced in a transaction (as agent-to-agent calls are) leave a marker
+    after the last record: drained, the lag is still 0, not stuck at 1."""
+
+    @kafka_agent(name=unique_name("txnlag"), llm=FakeLLM(["ok"]), partitions=1)
+    async def agent(ctx: AgentContext) -> str:
+        return "ok"
+
+    port = free_port()
+    options = WorkerOptions(health_port=port, consumer_config={"statistics.interval.ms": 200})
+    request = TurnRequest(unique_name("turn"), agent.name, {})
+    record = OutRecord(
+        agent.topics.turns,
+        request.key.encode(),
+        serde.encode("turn_request", request),
+        [content_type_header("turn_request")],
+    )
+    writer = BatchWriter(kafka_bootstrap_servers, transactional_id=unique_name("submitter"))
+    async with (
+        running_worker(agent, kafka_bootstrap_servers, options),
+        httpx.AsyncClient() as http,
+    ):
+        try:
+            await asyncio.to_thread(writer.start)
+            await asyncio.to_thread(writer.write, [record], {}, None, None)
+        finally:
+            await asyncio.to_thread(writer.close)
+        events = [e async for e in client.stream(agent.name, request.turn_id)]
+        assert events[-1].type == "run:complete"
+        after = await scrape_until(
+            http,
+            port,
+            lambda m: lags(m, agent.topics.turns) == {"0": 0},
+            "lag of the drained partition back to 0",
+        )
+    assert value(after, "pyrula_turns_total", outcome="completed") == 1

@@ -84,6 +84,7 @@ class TurnConsumer:
         self._on_lag = on_lag
         self._assigned: set[int] = set()
         self._committed: dict[int, int] = {}
+        self._delivered: dict[int, int] = {}
         self._consumer: Consumer = group_consumer(
             bootstrap_servers,
             group_id,
@@ -111,6 +112,7 @@ class TurnConsumer:
             self._assigned -= {tp.partition for tp in partitions}
             for tp in partitions:
                 self._committed.pop(tp.partition, None)
+                self._delivered.pop(tp.partition, None)
             on_revoke([tp.partition for tp in partitions])
 
         self._consumer.subscribe(
@@ -137,6 +139,10 @@ class TurnConsumer:
                 log.warning("consumer error: %s", err.str())
                 continue
             out.append(self._intake(msg))
+        if self._on_lag is not None:
+            for item in out:
+                if item.offset >= self._delivered.get(item.partition, -1):
+                    self._delivered[item.partition] = item.offset + 1
         return out
 
     def _intake(self, msg: Any) -> Intake:
@@ -164,7 +170,13 @@ class TurnConsumer:
                 self._committed[partition] = max(offset, self._committed.get(partition, -1))
 
     def _on_stats(self, raw: str) -> None:
-        """Lag per assigned partition: the last stable offset minus the committed one."""
+        """Lag per assigned partition: the last stable offset minus the committed one.
+
+        Transaction markers occupy offsets that are never delivered, so the committed
+        offset can stop one short of the end for good. Once every record delivered is
+        committed, the application's position (which librdkafka moves past markers)
+        counts as committed.
+        """
         assert self._on_lag is not None
         try:
             stats = json.loads(raw)
@@ -180,6 +192,8 @@ class TurnConsumer:
             if end < 0:
                 end = int(p.get("hi_offset", -1))
             committed = max(self._committed.get(partition, -1), int(p.get("committed_offset", -1)))
+            if committed >= self._delivered.get(partition, -1):
+                committed = max(committed, int(p.get("app_offset", -1)))
             if committed < 0:
                 committed = max(0, int(p.get("lo_offset", 0)))
             if end >= 0:
