@@ -16,6 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -488,7 +489,7 @@ class KafkaWorker:
         restored = ps.journal.turns.get(queued.request.turn_id)
         journal = restored.materialize() if restored else TurnJournal(queued.request.turn_id)
         runtime = self._new_runtime(partition, queued.request, journal, queued.trace)
-        turn = runtime.telemetry.track(self._run_turn(runtime, queued), runtime.attempt)
+        turn = runtime.telemetry.track(partial(self._run_turn, runtime, queued), runtime.attempt)
         task = asyncio.create_task(turn, name=runtime.turn_id)
         self._running[runtime.turn_id] = _Running(runtime, task, partition, queued.offset)
 
@@ -497,7 +498,7 @@ class KafkaWorker:
         partition: int,
         request: TurnRequest,
         journal: TurnJournal,
-        trace: TraceCarrier | None,
+        trace: TraceCarrier | None = None,
     ) -> TurnRuntime:
         limits = self.agent.limits
         runtime = TurnRuntime(
@@ -593,7 +594,9 @@ class KafkaWorker:
                 running.partition, old.request, journal, old.telemetry.trace
             )
             runtime.restart_from(old)
-            turn = runtime.telemetry.track(self._run_turn(runtime, queued), runtime.attempt)
+            turn = runtime.telemetry.track(
+                partial(self._run_turn, runtime, queued), runtime.attempt
+            )
             task = asyncio.create_task(turn, name=turn_id)
             self._running[turn_id] = _Running(runtime, task, running.partition, running.offset)
 

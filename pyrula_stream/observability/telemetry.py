@@ -63,17 +63,20 @@ class TurnTelemetry:
     metrics: WorkerMetrics | None = None
     tracer: Tracer = field(default_factory=NoOpTracer)
     span: Span | None = field(default=None, init=False)
+    _event_trace: TraceCarrier | None = field(default=None, init=False)
     _attempt_started: float = field(default_factory=time.time, init=False)
 
     def event_trace(self) -> TraceCarrier | None:
         """The context an event record carries: the running ``invoke_agent`` span's,
         else the request's."""
-        if self.span is not None and self.span.get_span_context().is_valid:
-            return span_carrier(self.span)
-        return self.trace
+        return self._event_trace or self.trace
 
-    async def track(self, turn: Awaitable[None], attempt: int) -> None:
-        """Run one attempt of the turn (the body of its task) inside its spans."""
+    async def track(self, turn: Callable[[], Awaitable[None]], attempt: int) -> None:
+        """Run one attempt of the turn (the body of its task) inside its spans.
+
+        ``turn`` is called here, not by the caller: a task cancelled before it starts
+        then leaves no coroutine that was never awaited.
+        """
         logs.bind(turn_id=self.turn_id, attempt=attempt, partition=self.partition)
         self._attempt_started = time.time()
         attributes: dict[str, Any] = {
@@ -104,11 +107,12 @@ class TurnTelemetry:
             ) as span,
         ):
             self.span = span
+            self._event_trace = span_carrier(span) if span.get_span_context().is_valid else None
             log.info("turn attempt started")
             if self.metrics is not None:
                 self.metrics.turn_started(attempt)
             try:
-                await turn
+                await turn()
             except asyncio.CancelledError:
                 span.set_attribute("pyrula.stopped", True)  # revoked, aborted or stopping
                 raise
