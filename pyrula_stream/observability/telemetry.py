@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import NoOpTracer, Span, SpanKind, Tracer
 
@@ -33,6 +33,9 @@ from pyrula_stream.observability.tracing import (
 )
 from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import JournalEntry, TurnRequest
+
+if TYPE_CHECKING:
+    from pyrula_stream.agent import AgentTopics
 
 log = logging.getLogger(__name__)
 
@@ -270,9 +273,11 @@ class WorkerTelemetry:
     and starts no span; ``/metrics`` still answers. The bench measures the difference.
     """
 
-    def __init__(self, agent: str, *, topics: Any, worker_id: str, enabled: bool = True) -> None:
+    def __init__(
+        self, agent: str, *, topics: AgentTopics, worker_id: str, enabled: bool = True
+    ) -> None:
         self.agent = agent
-        self.turns_topic: str = topics.turns
+        self.turns_topic = topics.turns
         self.worker_id = worker_id
         self.metrics = WorkerMetrics(agent, journal_topic=topics.journal, dlq_topic=topics.dlq)
         self.enabled = enabled
