@@ -11,7 +11,7 @@ back (the model reads it; agent code gets an exception).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -108,7 +108,7 @@ class ToolCalls:
         name = call.name[:MAX_UNKNOWN_NAME]
 
         async def live() -> StepData:
-            return await self._live(call, name)
+            return await self._live(call, name, observed.running)
 
         def events(data: StepData) -> list[ToolResult]:
             return [
@@ -141,7 +141,7 @@ class ToolCalls:
             )
         return data
 
-    async def _live(self, call: ToolCall, name: str) -> StepData:
+    async def _live(self, call: ToolCall, name: str, running: Callable[[], None]) -> StepData:
         turn, tool = self.turn, call.tool
         if tool is None:
             listed = ", ".join(sorted(call.offered)[:MAX_LISTED_TOOLS])
@@ -171,6 +171,7 @@ class ToolCalls:
         await turn.barrier()  # the response asking for this call is durable first
         turn.raise_if_cancelled()
         turn.emit(ToolStart(call.call_key, tool.name, call.arguments, call.tool_use_id))
+        running()
         outcome = await tool.run_validated(
             self.context(tool, call.tool_use_id, call.call_key), args
         )

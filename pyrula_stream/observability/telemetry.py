@@ -213,6 +213,11 @@ class ToolCallObserver:
     tool: str
     started: float = field(default_factory=time.monotonic)
 
+    def running(self) -> None:
+        """The tool itself starts now (its step was waiting for the durability barrier):
+        the duration metric is the tool's own time; the span covers the whole step."""
+        self.started = time.monotonic()
+
     def recorded(self, data: Mapping[str, Any], replayed: bool) -> None:
         status = str(data.get("status", "error"))
         self.span.set_attribute(REPLAYED, replayed)
