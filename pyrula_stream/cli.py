@@ -152,8 +152,10 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from pyrula_stream.observability import logs, tracing
     from pyrula_stream.worker import WorkerOptions, run_worker
 
+    logs.configure(logging.INFO if args.verbose else logging.WARNING, args.log_format)
     agent = load_agent(args.agent)
     if args.processes is not None:
         from pyrula_stream.supervisor import process_count, run_supervisor
@@ -164,6 +166,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise ConfigurationError(str(exc)) from None
         base_id = args.worker_id or socket.gethostname()
         return run_supervisor(args.cli_args, count=count, base_id=base_id)
+    tracing.otlp_from_environment("pyrula-stream")
     options = WorkerOptions(
         max_concurrent_turns=args.max_concurrent_turns,
         worker_id=args.worker_id,
@@ -344,7 +347,15 @@ def build_parser() -> argparse.ArgumentParser:
         "<worker-id>-0..N-1; a child that dies is restarted",
     )
     w.add_argument("--max-concurrent-turns", type=int, default=50)
-    w.add_argument("--health-port", type=int, default=None)
+    w.add_argument(
+        "--health-port", type=int, default=None, help="serve /livez, /readyz and /metrics"
+    )
+    w.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one object per line with agent, turn_id, attempt, partition, worker_id",
+    )
     w.add_argument("--shutdown-grace", type=float, default=30.0)
     w.add_argument(
         "--static-membership",

@@ -21,6 +21,7 @@ from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.events import Event, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.kafka.io import PartitionReader, RecordProducer
+from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.records import ControlRequest, content_type_header
 from pyrula_stream.serde import TurnRequest
 
@@ -131,12 +132,15 @@ class KafkaAgentClient:
         return await self.submit_request(request)
 
     async def submit_request(self, request: TurnRequest) -> TurnHandle:
-        delivered = await self._get_producer().send(
-            self._topics(request.agent).turns,
-            request.key.encode(),
-            serde.encode("turn_request", request),
-            [content_type_header("turn_request")],
-        )
+        """Produce a prepared request, with the current trace context in its headers."""
+        topic = self._topics(request.agent).turns
+        with send_span(topic, request.turn_id) as trace:
+            delivered = await self._get_producer().send(
+                topic,
+                request.key.encode(),
+                serde.encode("turn_request", request),
+                [content_type_header("turn_request"), *carrier_headers(trace)],
+            )
         return TurnHandle(
             request.turn_id,
             request.agent,

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pyrula_stream.kafka.transactions import Offsets, TransactionAborted
+from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.records import OutRecord
 from pyrula_stream.turn import TurnRuntime
 
@@ -54,9 +55,11 @@ class GroupCommitter:
         on_abort: Callable[[set[str]], None],
         *,
         interval_s: float = 0.0,
+        telemetry: WorkerTelemetry,
         on_committed: Callable[[Offsets], None] | None = None,
     ) -> None:
         self._write = write
+        self._telemetry = telemetry
         self._on_committed = on_committed
         self._offsets = offsets
         self._on_abort = on_abort
@@ -143,10 +146,12 @@ class GroupCommitter:
             seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
             self._idle.clear()
             started = time.monotonic()
+            observed = self._telemetry.commit((t.telemetry for t in batch.turns.values()), records)
             try:
                 await self._write(records, changed)
             except TransactionAborted:
                 self.stats.aborts += 1
+                observed.aborted()
                 # Records of no turn (dead letters, housekeeping) ride the next commit;
                 # turn records are rebuilt by rerunning their turns from the journal.
                 orphans = [(t, r) for t, r in batch.records if t is None]
@@ -159,12 +164,14 @@ class GroupCommitter:
                 self._on_abort(set(batch.turns))
                 continue
             except BaseException as exc:
+                observed.failed(exc)
                 for _, fut in batch.waiters:
                     if not fut.done():
                         fut.set_exception(exc)
                 raise
             finally:
                 self._idle.set()
+                observed.end()
             last = time.monotonic()
             self.stats.commits += 1
             self.stats.records += len(records)

@@ -18,7 +18,7 @@ Caps (``AgentLimits``):
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
@@ -287,6 +287,8 @@ class TurnEvents:
     max_record_bytes: int | None = None
     common: dict[str, Any] = field(default_factory=dict)
     """Fields every event of the turn carries in ``data``: ``version``, ``branch_of``."""
+    trace: Callable[[], Mapping[str, str] | None] | None = None
+    """The W3C trace context each event record carries in its headers."""
 
     def records(self, payload: Payload) -> list[OutRecord]:
         """The payload's records (taking the next ``seq``), or none once over the cap."""
@@ -323,7 +325,12 @@ class TurnEvents:
         )
         self.next_seq += 1
         value = serde.encode("event", event)
-        return [
+        records = [
             wire_record(t, self.turn_id.encode(), value, "event", max_bytes=self.max_record_bytes)
             for t in self.routing.topics_for(payload.type)
         ]
+        trace = self.trace() if self.trace is not None else None
+        if trace:
+            for record in records:
+                record.headers += [(k, v.encode()) for k, v in trace.items()]
+        return records

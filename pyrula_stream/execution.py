@@ -140,7 +140,11 @@ class TurnExecutor:
             runtime.branch = Branch.of(request, original)
             runtime.branch.prefill(runtime.journal)
         data, _ = await runtime.durable_step(
-            "start", "start", "", self._start_data(request, version), lambda d: [_run_start(d)]
+            "start",
+            "start",
+            "",
+            self._start_data(request, runtime, version),
+            lambda d: [_run_start(d)],
         )
         # The wall-time budget counts from the first attempt's start, on any worker.
         runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
@@ -177,7 +181,7 @@ class TurnExecutor:
         names = [t.name for t in self.agent.tools]
         return MCPToolbox(runtime, self.mcp_pool, self.agent.mcp_servers, reserved_names=names)
 
-    def _start_data(self, request: TurnRequest, version: str | None) -> Any:
+    def _start_data(self, request: TurnRequest, runtime: TurnRuntime, version: str | None) -> Any:
         async def live() -> StepData:
             data: StepData = {
                 "params": request.params,
@@ -185,6 +189,7 @@ class TurnExecutor:
                 "thread_id": request.thread_id,
                 "worker": self.worker_id,
                 "started_ms": int(time.time() * 1000),
+                "trace": runtime.telemetry.trace,  # a resumed turn continues this trace
             }
             if version is not None:
                 data["version"] = version

@@ -196,7 +196,10 @@ class ToolLoop:
                 )
             ]
 
-        data, replayed = await turn.durable_step("llm", "llm", input_hash, live, events)
+        cost_before = turn.spend.cost_usd
+        with turn.telemetry.model_call(self.llm) as observed:
+            data, replayed = await turn.durable_step("llm", "llm", input_hash, live, events)
+            observed.recorded(data, replayed, turn.spend.cost_usd - cost_before)
         if "error" in data:
             failure = {cls.__name__: cls for cls in PROVIDER_FAILURES}[data["error"]["type"]]
             raise failure(data["error"]["message"])

@@ -37,6 +37,8 @@ class WorkerOptions:
     ``state_dir`` holds the worker's local tables (idempotency keys within
     ``idempotency_ttl_s``, one SQLite file per partition, rebuilt from the journal on each
     assignment); unset, each worker uses a temporary directory it removes when it stops.
+    ``telemetry=False`` records no per-turn metrics and starts no spans (``/metrics``
+    still answers); the bench uses it as the baseline that prices telemetry.
     """
 
     max_concurrent_turns: int = 50
@@ -58,3 +60,4 @@ class WorkerOptions:
     group_protocol: Literal["classic", "consumer"] = "classic"
     consumer_config: dict[str, Any] = field(default_factory=dict)
     producer_config: dict[str, Any] = field(default_factory=dict)
+    telemetry: bool = True

@@ -47,6 +47,7 @@ class QueuedTurn:
     offset: int
     request: TurnRequest
     duplicate_of: str | None = None
+    trace: dict[str, str] | None = None
 
 
 @dataclass

@@ -11,7 +11,7 @@ back (the model reads it; agent code gets an exception).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from pyrula_stream.errors import (
 from pyrula_stream.events import Status, ToolResult, ToolStart
 from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import AgentLimits, check_wall_time
+from pyrula_stream.observability.metrics import UNKNOWN_TOOL
 from pyrula_stream.text import truncate_utf8
 from pyrula_stream.tools import (
     InvalidToolArguments,
@@ -113,7 +114,7 @@ class ToolCalls:
         name = call.name[:MAX_UNKNOWN_NAME]
 
         async def live() -> StepData:
-            return await self._live(call, name)
+            return await self._live(call, name, observed.running)
 
         def events(data: StepData) -> list[ToolResult]:
             return [
@@ -129,9 +130,12 @@ class ToolCalls:
                 )
             ]
 
-        data, _ = await turn.durable_step(
-            "tool", name, fingerprint(dict(call.arguments)), live, events, step=call.step
-        )
+        label = name if call.tool is not None else UNKNOWN_TOOL
+        with turn.telemetry.tool_call(label, call.call_key, call.tool_use_id) as observed:
+            data, replayed = await turn.durable_step(
+                "tool", name, fingerprint(dict(call.arguments)), live, events, step=call.step
+            )
+            observed.recorded(data, replayed)
         if data.get("poison"):
             raise Poison(f"tool '{name}' raised Poison: {data.get('message', data['text'])}")
         if call.direct and data["status"] != "ok":
@@ -143,7 +147,7 @@ class ToolCalls:
             )
         return data
 
-    async def _live(self, call: ToolCall, name: str) -> StepData:
+    async def _live(self, call: ToolCall, name: str, running: Callable[[], None]) -> StepData:
         turn, tool = self.turn, call.tool
         if tool is None:
             listed = ", ".join(sorted(call.offered)[:MAX_LISTED_TOOLS])
@@ -190,6 +194,7 @@ class ToolCalls:
                 call.call_key, tool.name, call.arguments, call.tool_use_id, tool.event_fields()
             )
         )
+        running()
         outcome = await tool.run_validated(
             self.context(tool, call.tool_use_id, call.call_key), args
         )

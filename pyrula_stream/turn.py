@@ -23,6 +23,7 @@ from pyrula_stream.events import EventRouting, Payload, RunComplete, Terminal, T
 from pyrula_stream.history import history_record
 from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
 from pyrula_stream.limits import Spend
+from pyrula_stream.observability.telemetry import TurnTelemetry
 from pyrula_stream.records import OutRecord, tombstone, wire_record
 from pyrula_stream.serde import JournalEntry, TurnRequest
 
@@ -71,6 +72,7 @@ class TurnRuntime:
     refusal: PyrulaError | None = None
     version: str | None = None
     branch: Branch | None = None
+    telemetry: TurnTelemetry = field(default_factory=TurnTelemetry)
     events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _written: dict[int, JournalEntry] = field(default_factory=dict)
@@ -88,6 +90,7 @@ class TurnRuntime:
             max_count=self.max_event_count,
             max_payload_bytes=self.max_event_payload_bytes,
             max_record_bytes=self.max_record_bytes,
+            trace=self.telemetry.event_trace,
         )
         self.committed_seq = self.journal.next_seq
         self.steps_at_start = len(self.journal.steps)
@@ -242,6 +245,9 @@ class TurnRuntime:
         records += self.closing_records(terminal)
         self.finished = True
         await self.output.durable(self, records)
+        self.telemetry.ended(
+            None if isinstance(terminal, RunComplete) else terminal.code, self.started_ms
+        )
 
     def closing_records(self, terminal: Terminal) -> list[OutRecord]:
         now = int(time.time() * 1000)

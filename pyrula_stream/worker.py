@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -48,6 +49,9 @@ from pyrula_stream.kafka.table import PartitionedTable, SqliteView
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.pool import MCPPool
+from pyrula_stream.observability import logs
+from pyrula_stream.observability.telemetry import WorkerTelemetry
+from pyrula_stream.observability.tracing import TraceCarrier
 from pyrula_stream.options import PoisonOptions, WorkerOptions
 from pyrula_stream.partition import PartitionState, QueuedTurn
 from pyrula_stream.records import (
@@ -132,6 +136,10 @@ class KafkaWorker:
         self.topics = agent.topics
         self.worker_id = self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.group_id = self.options.group_id or f"{agent.prefix}.{agent.name}.workers"
+        self.telemetry = WorkerTelemetry(
+            agent.name, topics=self.topics, worker_id=self.worker_id, enabled=self.options.telemetry
+        )
+        self.metrics = self.telemetry.metrics
         self.turns_finished = 0
         self.restored_records = 0
         self.sessions = 0
@@ -212,6 +220,7 @@ class KafkaWorker:
             if self.options.state_dir is None
             else self.options.state_dir
         )
+        logs.bind(agent=self.agent.name, worker_id=self.worker_id)
         try:
             await self._check_topics()
             if self.options.shared_tool_cache:
@@ -239,6 +248,7 @@ class KafkaWorker:
                         await self._run_session()
                     except (ProducerFenced, ConsumerFenced, SessionLost) as exc:
                         log.warning("%s: dropping turns and rejoining", exc)
+                        self.metrics.was_fenced()
                         await self._drop_all_turns()
         finally:
             self._state = "stopped"
@@ -290,6 +300,7 @@ class KafkaWorker:
             group_instance_id=self.worker_id if self.options.static_membership else None,
             group_protocol=self.options.group_protocol,
             extra=self.options.consumer_config,
+            on_lag=self.telemetry.on_lag,
         )
         session = self._session = _Session(
             writer=writer,
@@ -303,6 +314,7 @@ class KafkaWorker:
                 self._committable_offsets,
                 self._on_abort,
                 interval_s=self.options.commit_interval_s,
+                telemetry=self.telemetry,
                 on_committed=self._on_committed,
             ),
             loop=asyncio.get_running_loop(),
@@ -312,7 +324,10 @@ class KafkaWorker:
         health = None
         if self.options.health_port is not None:
             health = await start_health_server(
-                self.options.health_host, self.options.health_port, lambda: self.ready
+                self.options.health_host,
+                self.options.health_port,
+                lambda: self.ready,
+                metrics=self.metrics.exposition,
             )
         self._ready = True
         self._joined.set()
@@ -399,6 +414,7 @@ class KafkaWorker:
         assert self._state_dir is not None, "run() sets the state dir"
         session = self._session
         assert session is not None
+        started = time.monotonic()
         journal = restore_journal(
             session.restorer,
             self._journal_table,
@@ -408,6 +424,7 @@ class KafkaWorker:
         self.restored_records += journal.records_read
         _, end = watermarks(session.restorer, self.topics.turns, partition)
         committed = committed_offset(session.consumer.client, self.topics.turns, partition)
+        self.metrics.restored(time.monotonic() - started, journal.records_read)
         return PartitionState(partition, journal, restored_end=end, restored_committed=committed)
 
     def _table_file(self, partition: str) -> str:
@@ -488,7 +505,7 @@ class KafkaWorker:
             ps.watermark.done(offset)
             self.committer.offsets_changed()
             return
-        queued = QueuedTurn(offset, request, ps.original_turn(request))
+        queued = QueuedTurn(offset, request, ps.original_turn(request), record.trace)
         if request.idempotency_key and queued.duplicate_of is None:
             ps.running_keys[request.idempotency_key] = request.turn_id
         if ps.enqueue(queued):
@@ -543,12 +560,17 @@ class KafkaWorker:
                 known_versions(self.agent),
             )
             return
-        runtime = self._new_runtime(partition, queued.request, journal)
-        task = asyncio.create_task(self._run_turn(runtime, queued), name=runtime.turn_id)
+        runtime = self._new_runtime(partition, queued.request, journal, queued.trace)
+        turn = runtime.telemetry.track(partial(self._run_turn, runtime, queued), runtime.attempt)
+        task = asyncio.create_task(turn, name=runtime.turn_id)
         self._running[runtime.turn_id] = _Running(runtime, task, partition, queued.offset)
 
     def _new_runtime(
-        self, partition: int, request: TurnRequest, journal: TurnJournal
+        self,
+        partition: int,
+        request: TurnRequest,
+        journal: TurnJournal,
+        trace: TraceCarrier | None = None,
     ) -> TurnRuntime:
         limits = self.agent.limits
         runtime = TurnRuntime(
@@ -565,6 +587,7 @@ class KafkaWorker:
             max_record_bytes=self.options.max_record_bytes,
             max_event_count=limits.max_event_count_per_turn,
             max_event_payload_bytes=limits.max_event_payload_bytes,
+            telemetry=self.telemetry.for_turn(request, partition, journal.steps, trace),
         )
         cancel = self._cancels.get(request.turn_id)
         if cancel is not None:
@@ -644,6 +667,7 @@ class KafkaWorker:
         await asyncio.to_thread(
             session.writer.write, records, offsets, consumer.client, consumer.group_metadata
         )
+        consumer.note_committed({p: o for (_, p), o in offsets.items()})
 
     def _committable_offsets(self) -> Offsets:
         out: Offsets = {}
@@ -668,9 +692,14 @@ class KafkaWorker:
                 turn_id, steps=dict(old.journal.steps), progress=old.journal.progress
             )
             queued = QueuedTurn(running.offset, old.request)
-            runtime = self._new_runtime(running.partition, old.request, journal)
+            runtime = self._new_runtime(
+                running.partition, old.request, journal, old.telemetry.trace
+            )
             runtime.restart_from(old)
-            task = asyncio.create_task(self._run_turn(runtime, queued), name=turn_id)
+            turn = runtime.telemetry.track(
+                partial(self._run_turn, runtime, queued), runtime.attempt
+            )
+            task = asyncio.create_task(turn, name=turn_id)
             self._running[turn_id] = _Running(runtime, task, running.partition, running.offset)
 
 

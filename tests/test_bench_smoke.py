@@ -25,6 +25,10 @@ NUMBER_KEYS = (
     "live_journal_bytes_per_finished_turn",
     "restore_live_entries",
     "soak_turns",
+    "telemetry_turns_per_s_off",
+    "telemetry_turns_per_s_on",
+    "telemetry_overhead_p50_ms_off",
+    "telemetry_overhead_p50_ms_on",
     "turns",
     "seconds",
 )

@@ -91,7 +91,7 @@ async def test_supervised_workers_share_the_group_restart_and_drain(
         return await _ready(port) and await _ready(port + 1)
 
     try:
-        await _wait(both_ready, 90, "both children ready")
+        await _wait(both_ready, 180, "both children ready")
         started = dict(starts())
         assert set(started) == {"sup-0", "sup-1"}
 
@@ -100,7 +100,7 @@ async def test_supervised_workers_share_the_group_restart_and_drain(
         async def restarted() -> bool:
             return len(starts()) == 3 and await _ready(port + 1)
 
-        await _wait(restarted, 90, "the killed child restarted with its id")
+        await _wait(restarted, 180, "the killed child restarted with its id")
         again = starts()[-1]
         assert again[0] == "sup-1" and again[1] != started["sup-1"]
 

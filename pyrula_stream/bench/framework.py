@@ -53,11 +53,12 @@ async def run_framework(
     capture: bool = False,
     profile_to: Path | None = None,
     keep_topics: bool = False,
+    telemetry: bool = True,
 ) -> FrameworkRun:
     """One framework run; ``capture`` reads back what it wrote, ``profile_to`` profiles it."""
     agent = tool_turn_agent(unique("tput"), latency_s=0.0, partitions=partitions)
     requests = turn_requests(agent.name, turns, QUESTION)
-    options = WorkerOptions(max_concurrent_turns=concurrency)
+    options = WorkerOptions(max_concurrent_turns=concurrency, telemetry=telemetry)
     submitter = Submitter(bootstrap)
     try:
         async with in_process_worker(agent, bootstrap, options) as worker:

@@ -60,6 +60,7 @@ async def run_latency(
     partitions: int,
     warmup: int = 10,
     keep_topics: bool = False,
+    telemetry: bool = True,
 ) -> LatencyRun:
     """Warm the worker up with a few turns, then time ``turns`` turns sent at ``rate``/s."""
     agent = tool_turn_agent(unique("lat"), latency_s=model_latency_s, partitions=partitions)
@@ -67,7 +68,7 @@ async def run_latency(
     submitter = Submitter(bootstrap)
     try:
         async with in_process_worker(
-            agent, bootstrap, WorkerOptions(max_concurrent_turns=1000)
+            agent, bootstrap, WorkerOptions(max_concurrent_turns=1000, telemetry=telemetry)
         ) as worker:
             reader = CompletionReader(bootstrap, agent.topics.events, partitions, keep_ts=True)
             try:

@@ -34,6 +34,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     jr = results.get("journal", {})
     rs = results.get("restore", [])
     soak = results.get("soak", {})
+    tel = results.get("telemetry", {})
     largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
     return {
         "turns_per_s": tp.get("framework_turns_per_s"),
@@ -53,6 +54,10 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "restore_live_entries": largest.get("live_entries"),
         "rss_bytes_per_finished_turn": soak.get("rss_bytes_per_finished_turn"),
         "soak_turns": soak.get("turns"),
+        "telemetry_turns_per_s_off": tel.get("turns_per_s_off"),
+        "telemetry_turns_per_s_on": tel.get("turns_per_s_on"),
+        "telemetry_overhead_p50_ms_off": tel.get("overhead_p50_ms_off"),
+        "telemetry_overhead_p50_ms_on": tel.get("overhead_p50_ms_on"),
         "turns": tp.get("turns"),
         "quick": results.get("config", {}).get("quick"),
         "seconds": results.get("seconds"),
@@ -145,6 +150,22 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "<= 20",
             )
         )
+    tel = results.get("telemetry")
+    if tel:
+        what = "metrics + tracing" if tel["tracing_exported"] else "metrics (no OTel SDK)"
+        out += [
+            (
+                f"{what}: turns/s off / on (cost %)",
+                f"{_fmt(tel['turns_per_s_off'])} / {_fmt(tel['turns_per_s_on'])} "
+                f"({_fmt(tel['turns_per_s_cost_pct'])})",
+                "",
+            ),
+            (
+                f"{what}: overhead p50 off / on (ms)",
+                f"{_fmt(tel['overhead_p50_ms_off'])} / {_fmt(tel['overhead_p50_ms_on'])}",
+                "",
+            ),
+        ]
     return out
 
 

@@ -25,9 +25,11 @@ from pyrula_stream.bench.load import turn_requests
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.soak import run_soak
 from pyrula_stream.bench.stats import median
+from pyrula_stream.bench.telemetry import run_telemetry_cost
 from pyrula_stream.bench.workload import QUESTION
 
-PHASES = ("throughput", "latency", "concurrency", "journal", "restore", "soak")
+PHASES = ("throughput", "latency", "concurrency", "journal", "restore", "soak", "telemetry")
+"""``telemetry`` runs last: it installs the OpenTelemetry SDK for the rest of the process."""
 
 
 @dataclass
@@ -232,6 +234,22 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             turns=config.soak_turns,
             warmup=config.soak_warmup,
             partitions=config.partitions,
+        )
+    if "telemetry" in config.phases:
+        progress(
+            f"telemetry: {config.turns} turns x {config.rounds} rounds and "
+            f"{config.latency_turns} latency turns, metrics and tracing off then on"
+        )
+        results["telemetry"] = await run_telemetry_cost(
+            bootstrap,
+            turns=config.turns,
+            rounds=config.rounds,
+            partitions=config.partitions,
+            concurrency=config.framework_concurrency,
+            latency_turns=config.latency_turns,
+            latency_rate=config.latency_rate,
+            latency_model_s=config.latency_model_s,
+            keep_topics=config.keep_topics,
         )
     results["seconds"] = round(time.monotonic() - started, 1)
     return results

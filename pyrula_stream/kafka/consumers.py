@@ -14,6 +14,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pyrula_stream.kafka.config import base_config, reader_config
 from pyrula_stream.kafka.offsets import ConsumedRecord, read_to_end
 
+STATS_INTERVAL_MS = 5000
+"""How often librdkafka reports statistics (consumer lag) when a worker exports metrics."""
+
 RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
 
 
@@ -26,13 +29,15 @@ def group_consumer(
     group_instance_id: str | None = None,
     group_protocol: str = "classic",
     extra: dict[str, Any] | None = None,
+    stats_cb: Callable[[str], None] | None = None,
 ) -> Consumer:
     """The turns consumer: manual offsets, committed reads only.
 
     The classic protocol rebalances cooperatively (``cooperative-sticky``); with
     ``group_protocol="consumer"`` (KIP-848) the broker assigns and owns the session and
     heartbeat settings, so they are not set here. ``group_instance_id`` makes the member
-    static (KIP-345).
+    static (KIP-345). With ``stats_cb``, librdkafka hands it its statistics JSON every
+    ``statistics.interval.ms`` (5 s here), from inside ``poll``.
     """
     conf: dict[str, Any] = {
         "group.id": group_id,
@@ -52,6 +57,9 @@ def group_consumer(
     if group_instance_id is not None:
         conf["group.instance.id"] = group_instance_id
     conf = base_config(bootstrap_servers, **conf)
+    if stats_cb is not None:
+        conf["statistics.interval.ms"] = STATS_INTERVAL_MS
+        conf["stats_cb"] = stats_cb
     conf.update(extra or {})
     return Consumer(conf)
 

@@ -9,6 +9,7 @@ worker which lost its partitions (EOS v2) live here too.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,12 +19,15 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.consumers import group_consumer
+from pyrula_stream.observability.tracing import carrier_from_headers
 from pyrula_stream.records import SourceRecord
 from pyrula_stream.serde import TurnRequest, decode_turn_request, headers_dict
 
 log = logging.getLogger(__name__)
 
 PartitionsHook = Callable[[list[int]], None]
+LagHook = Callable[[str, dict[int, int]], None]
+"""Receives ``(topic, {partition: lag})`` for the partitions assigned now."""
 
 FIRST_RECORD_WAIT_S = 0.05
 MAX_BATCH = 256
@@ -40,6 +44,8 @@ class TurnRecord:
     partition: int
     offset: int
     request: TurnRequest
+    trace: dict[str, str] | None = None
+    """The W3C trace context (``traceparent``, ``tracestate``) of the request's headers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +79,14 @@ class TurnConsumer:
         group_instance_id: str | None = None,
         group_protocol: str = "classic",
         extra: dict[str, Any] | None = None,
+        on_lag: LagHook | None = None,
     ) -> None:
         self.topic = topic
         self.agent = agent
+        self._on_lag = on_lag
+        self._assigned: set[int] = set()
+        self._committed: dict[int, int] = {}
+        self._delivered: dict[int, int] = {}
         self._consumer: Consumer = group_consumer(
             bootstrap_servers,
             group_id,
@@ -84,6 +95,7 @@ class TurnConsumer:
             group_instance_id=group_instance_id,
             group_protocol=group_protocol,
             extra=extra,
+            stats_cb=self._on_stats if on_lag is not None else None,
         )
         self._paused = False
         self._metadata: Any = self._consumer.consumer_group_metadata()
@@ -95,11 +107,16 @@ class TurnConsumer:
         """
 
         def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self._assigned |= {tp.partition for tp in partitions}
             on_assign([tp.partition for tp in partitions])
             if self._paused and partitions:
                 consumer.pause(partitions)
 
         def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self._assigned -= {tp.partition for tp in partitions}
+            for tp in partitions:
+                self._committed.pop(tp.partition, None)
+                self._delivered.pop(tp.partition, None)
             on_revoke([tp.partition for tp in partitions])
 
         self._consumer.subscribe(
@@ -126,13 +143,18 @@ class TurnConsumer:
                 log.warning("consumer error: %s", err.str())
                 continue
             out.append(self._intake(msg))
+        if self._on_lag is not None:
+            for item in out:
+                if item.offset >= self._delivered.get(item.partition, -1):
+                    self._delivered[item.partition] = item.offset + 1
         return out
 
     def _intake(self, msg: Any) -> Intake:
         partition, offset = msg.partition(), msg.offset()
         raw_headers = [(k, v or b"") for k, v in (msg.headers() or [])]
+        headers = headers_dict(raw_headers)
         try:
-            request = decode_turn_request(msg.value(), headers_dict(raw_headers))
+            request = decode_turn_request(msg.value(), headers)
             if request.agent != self.agent:
                 raise MalformedRecordError(
                     f"turn is for agent {request.agent!r}, this topic belongs to {self.agent!r}"
@@ -142,7 +164,45 @@ class TurnConsumer:
                 msg.topic(), partition, offset, msg.key(), msg.value(), raw_headers
             )
             return BadRecord(partition, offset, str(exc), source)
-        return TurnRecord(partition, offset, request)
+        return TurnRecord(partition, offset, request, carrier_from_headers(headers))
+
+    def note_committed(self, offsets: dict[int, int]) -> None:
+        """Input offsets a transaction just committed (the consumer's own statistics do
+        not see offsets committed through the producer's transaction)."""
+        for partition, offset in offsets.items():
+            if partition in self._assigned:
+                self._committed[partition] = max(offset, self._committed.get(partition, -1))
+
+    def _on_stats(self, raw: str) -> None:
+        """Lag per assigned partition: the last stable offset minus the committed one.
+
+        Transaction markers occupy offsets that are never delivered, so the committed
+        offset can stop one short of the end for good. Once every record delivered is
+        committed, the application's position (which librdkafka moves past markers)
+        counts as committed.
+        """
+        assert self._on_lag is not None
+        try:
+            stats = json.loads(raw)
+            partitions = stats["topics"][self.topic]["partitions"]
+        except (ValueError, KeyError, TypeError):
+            return  # no statistics for the topic yet (nothing assigned)
+        lag: dict[int, int] = {}
+        for key, p in partitions.items():
+            partition = int(key)
+            if partition not in self._assigned:
+                continue
+            end = int(p.get("ls_offset", -1))
+            if end < 0:
+                end = int(p.get("hi_offset", -1))
+            committed = max(self._committed.get(partition, -1), int(p.get("committed_offset", -1)))
+            if committed >= self._delivered.get(partition, -1):
+                committed = max(committed, int(p.get("app_offset", -1)))
+            if committed < 0:
+                committed = max(0, int(p.get("lo_offset", 0)))
+            if end >= 0:
+                lag[partition] = max(0, end - committed)
+        self._on_lag(self.topic, lag)
 
     @property
     def group_metadata(self) -> Any:

@@ -1,0 +1,252 @@
+"""Every Prometheus metric a worker exports, on one registry per worker.
+
+A registry per worker (never prometheus-client's global one) lets several workers run
+in one process or test without colliding. Label values are bounded: agent, provider,
+model, tool, status, error code, partition; never a turn id. The spine calls the
+methods below at the few points where it already has the facts (intake, step, commit,
+terminal); nothing else in the code base touches a metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from pyrula_stream.llm.base import ModelResponse
+from pyrula_stream.records import OutRecord
+
+SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+TURN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+UNKNOWN_TOOL = "unknown"
+"""The ``tool`` label of a call to a tool the agent does not have (its name is the
+model's text, so it is not a bounded label value)."""
+
+METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
+DLQ_CODE_HEADER = "pyrula.dlq.code"
+
+
+class WorkerMetrics:
+    """The metrics of one worker of one agent (see the README's Operating section)."""
+
+    def __init__(self, agent: str, *, journal_topic: str, dlq_topic: str) -> None:
+        self.agent = agent
+        self.journal_topic = journal_topic
+        self.dlq_topic = dlq_topic
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.turns = Counter(
+            "pyrula_turns", "Turns that ended, by outcome.", ["agent", "outcome"], registry=r
+        )
+        self.turns_started = Counter(
+            "pyrula_turns_started",
+            "Turn attempts started on this worker (resumed: a rerun after a crash or abort).",
+            ["agent", "resumed"],
+            registry=r,
+        )
+        self.turn_failures = Counter(
+            "pyrula_turn_failures", "Failed turns by error code.", ["agent", "code"], registry=r
+        )
+        self.turn_duration = Histogram(
+            "pyrula_turn_duration_seconds",
+            "From a turn's first start (on any worker) to its terminal event.",
+            ["agent", "outcome"],
+            buckets=TURN_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "pyrula_turns_in_flight", "Turns running on this worker now.", ["agent"], registry=r
+        )
+        self.model_calls = Counter(
+            "pyrula_model_calls",
+            "Live model calls (replayed ones are not counted again).",
+            ["agent", "provider", "model", "outcome"],
+            registry=r,
+        )
+        self.model_duration = Histogram(
+            "pyrula_model_call_duration_seconds",
+            "Duration of live model calls.",
+            ["agent", "provider", "model"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.model_tokens = Counter(
+            "pyrula_model_tokens",
+            "Tokens billed by the provider, by kind (input, output, cache_read, cache_creation).",
+            ["agent", "provider", "model", "kind"],
+            registry=r,
+        )
+        self.model_cost = Counter(
+            "pyrula_model_cost_usd",
+            "Cost of model calls in US dollars (priced models only).",
+            ["agent", "provider", "model"],
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "pyrula_tool_calls",
+            "Live tool calls by tool and status (ok, error).",
+            ["agent", "tool", "status"],
+            registry=r,
+        )
+        self.tool_duration = Histogram(
+            "pyrula_tool_call_duration_seconds",
+            "Duration of live tool calls, retries included.",
+            ["agent", "tool"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.journal_records = Counter(
+            "pyrula_journal_records", "Journal records committed.", ["agent"], registry=r
+        )
+        self.journal_bytes = Counter(
+            "pyrula_journal_bytes", "Bytes of journal records committed.", ["agent"], registry=r
+        )
+        self.commit_duration = Histogram(
+            "pyrula_commit_duration_seconds",
+            "Duration of one transaction (records, progress and input offsets).",
+            ["agent"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.commit_batch = Histogram(
+            "pyrula_commit_batch_records",
+            "Records per committed transaction.",
+            ["agent"],
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.aborts = Counter(
+            "pyrula_transaction_aborts", "Transactions aborted.", ["agent"], registry=r
+        )
+        self.fenced = Counter(
+            "pyrula_fenced",
+            "Times this worker was fenced (or lost its session) and rejoined the group.",
+            ["agent"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "pyrula_dead_letters",
+            "Records written to the dead-letter topic, by reason code.",
+            ["agent", "reason"],
+            registry=r,
+        )
+        self.restore_duration = Histogram(
+            "pyrula_restore_duration_seconds",
+            "Time to read one journal partition when it is assigned.",
+            ["agent"],
+            buckets=SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.restored_records = Counter(
+            "pyrula_restored_records", "Journal records read by restores.", ["agent"], registry=r
+        )
+        self.consumer_lag = Gauge(
+            "pyrula_consumer_lag",
+            "Turn requests not yet committed, per assigned partition of the turns topic.",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self._lag_labels: set[tuple[str, str]] = set()
+        self.in_flight.labels(agent).set(0)
+        for outcome in ("completed", "failed"):
+            self.turns.labels(agent, outcome)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus text format (what ``/metrics`` serves)."""
+        return generate_latest(self.registry)
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def turn_started(self, attempt: int) -> None:
+        self.turns_started.labels(self.agent, "true" if attempt > 1 else "false").inc()
+        self.in_flight.labels(self.agent).inc()
+
+    def turn_left(self) -> None:
+        self.in_flight.labels(self.agent).dec()
+
+    def turn_ended(self, code: str | None, seconds: float | None) -> None:
+        outcome = "failed" if code else "completed"
+        self.turns.labels(self.agent, outcome).inc()
+        if code:
+            self.turn_failures.labels(self.agent, code).inc()
+        if seconds is not None:
+            self.turn_duration.labels(self.agent, outcome).observe(max(0.0, seconds))
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def model_call(
+        self,
+        provider: str,
+        model: str,
+        seconds: float,
+        response: ModelResponse | None,
+        cost_usd: float,
+    ) -> None:
+        self.model_calls.labels(
+            self.agent, provider, model, "ok" if response is not None else "error"
+        ).inc()
+        self.model_duration.labels(self.agent, provider, model).observe(seconds)
+        if response is None:
+            return
+        usage = response.usage
+        for kind, count in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_input_tokens),
+            ("cache_creation", usage.cache_creation_input_tokens),
+        ):
+            if count:
+                self.model_tokens.labels(self.agent, provider, model, kind).inc(count)
+        if cost_usd:
+            self.model_cost.labels(self.agent, provider, model).inc(cost_usd)
+
+    def tool_call(self, tool: str, status: str, seconds: float) -> None:
+        self.tool_calls.labels(self.agent, tool, status).inc()
+        self.tool_duration.labels(self.agent, tool).observe(seconds)
+
+    # -- commits, intake, restore ---------------------------------------------------------
+
+    def committed(self, records: Iterable[OutRecord], seconds: float) -> None:
+        count = journal = size = 0
+        for record in records:
+            count += 1
+            if record.topic == self.journal_topic:
+                journal += 1
+                size += record.size
+            elif record.topic == self.dlq_topic:
+                self.dead_lettered(_header(record, DLQ_CODE_HEADER) or "unknown")
+        self.commit_duration.labels(self.agent).observe(seconds)
+        self.commit_batch.labels(self.agent).observe(count)
+        self.journal_records.labels(self.agent).inc(journal)
+        self.journal_bytes.labels(self.agent).inc(size)
+
+    def aborted(self) -> None:
+        self.aborts.labels(self.agent).inc()
+
+    def was_fenced(self) -> None:
+        self.fenced.labels(self.agent).inc()
+
+    def dead_lettered(self, reason: str) -> None:
+        self.dead_letters.labels(self.agent, reason).inc()
+
+    def restored(self, seconds: float, records: int) -> None:
+        self.restore_duration.labels(self.agent).observe(seconds)
+        self.restored_records.labels(self.agent).inc(records)
+
+    def set_lag(self, topic: str, lag: Mapping[int, int]) -> None:
+        """The lag of every partition assigned now; partitions no longer assigned vanish."""
+        labels = {(topic, str(p)) for p in lag}
+        for gone in self._lag_labels - labels:
+            self.consumer_lag.remove(*gone)
+        for p, value in lag.items():
+            self.consumer_lag.labels(topic, str(p)).set(max(0, value))
+        self._lag_labels = labels
+
+
+def _header(record: OutRecord, name: str) -> str | None:
+    for key, value in record.headers:
+        if key == name:
+            return value.decode(errors="replace")
+    return None

@@ -1,0 +1,318 @@
+"""What one turn reports: its spans, its metrics and its log fields, in one object.
+
+The worker gives each ``TurnRuntime`` a ``TurnTelemetry``; the spine calls it where it
+already has the facts: ``track`` wraps the turn's task (``process`` and ``invoke_agent``
+spans, in-flight gauge, log fields), ``model_call`` and ``tool_call`` wrap the one durable
+step of each (``chat`` and ``execute_tool`` spans, call metrics), ``ended`` is the
+terminal event once committed. A replayed step gets its span marked
+``pyrula.replayed=true`` and is not counted or timed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.trace import NoOpTracer, Span, SpanKind, Tracer
+
+from pyrula_stream.llm.base import LLMClient, ModelResponse
+from pyrula_stream.observability import logs
+from pyrula_stream.observability.metrics import WorkerMetrics
+from pyrula_stream.observability.tracing import (
+    TraceCarrier,
+    context_of,
+    mark_error,
+    span_carrier,
+    start_commit_span,
+    tracer,
+)
+from pyrula_stream.records import OutRecord
+from pyrula_stream.serde import JournalEntry, TurnRequest
+
+if TYPE_CHECKING:
+    from pyrula_stream.agent import AgentTopics
+
+log = logging.getLogger(__name__)
+
+REPLAYED = "pyrula.replayed"
+
+
+def journaled_trace(steps: Mapping[int, JournalEntry]) -> TraceCarrier | None:
+    """The trace context a turn's ``start`` step journaled (a resumed turn continues it)."""
+    start = steps.get(0)
+    if start is None or start.kind != "start":
+        return None
+    trace = start.data.get("trace")
+    return {str(k): str(v) for k, v in trace.items()} if isinstance(trace, dict) else None
+
+
+@dataclass
+class TurnTelemetry:
+    """Spans, metrics and log fields of one turn on this worker (see the module doc)."""
+
+    turn_id: str = ""
+    agent: str = ""
+    turns_topic: str = ""
+    partition: int = -1
+    worker_id: str = ""
+    thread_id: str | None = None
+    trace: TraceCarrier | None = None
+    """The request's trace context: what ``submit`` injected, or what the journal kept."""
+    metrics: WorkerMetrics | None = None
+    tracer: Tracer = field(default_factory=NoOpTracer)
+    span: Span | None = field(default=None, init=False)
+    _event_trace: TraceCarrier | None = field(default=None, init=False)
+    _attempt_started: float = field(default_factory=time.time, init=False)
+
+    def event_trace(self) -> TraceCarrier | None:
+        """The context an event record carries: the running ``invoke_agent`` span's,
+        else the request's."""
+        return self._event_trace or self.trace
+
+    async def track(self, turn: Callable[[], Awaitable[None]], attempt: int) -> None:
+        """Run one attempt of the turn (the body of its task) inside its spans.
+
+        ``turn`` is called here, not by the caller: a task cancelled before it starts
+        then leaves no coroutine that was never awaited.
+        """
+        logs.bind(turn_id=self.turn_id, attempt=attempt, partition=self.partition)
+        self._attempt_started = time.time()
+        attributes: dict[str, Any] = {
+            "messaging.system": "kafka",
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.destination.name": self.turns_topic,
+            "messaging.destination.partition.id": str(self.partition),
+            "pyrula.turn_id": self.turn_id,
+            "pyrula.attempt": attempt,
+            "pyrula.worker_id": self.worker_id,
+        }
+        spans = self.tracer
+        with (
+            spans.start_as_current_span(
+                f"process {self.turns_topic}",
+                context=context_of(self.trace),
+                kind=SpanKind.CONSUMER,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            ),
+            spans.start_as_current_span(
+                f"invoke_agent {self.agent}",
+                attributes=_agent_attributes(self.agent, self.thread_id),
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span,
+        ):
+            self.span = span
+            self._event_trace = span_carrier(span) if span.get_span_context().is_valid else None
+            log.info("turn attempt started")
+            if self.metrics is not None:
+                self.metrics.turn_started(attempt)
+            try:
+                await turn()
+            except asyncio.CancelledError:
+                span.set_attribute("pyrula.stopped", True)  # revoked, aborted or stopping
+                raise
+            except Exception as exc:
+                span.record_exception(exc)
+                mark_error(span, type(exc).__name__, str(exc))
+                raise
+            finally:
+                if self.metrics is not None:
+                    self.metrics.turn_left()
+
+    def ended(self, code: str | None, started_ms: int | None) -> None:
+        """The terminal event is committed: count the turn once, by its outcome."""
+        log.info("turn ended: %s", code or "completed")
+        if self.span is not None:
+            self.span.set_attribute("pyrula.outcome", "failed" if code else "completed")
+            if code:
+                mark_error(self.span, code)
+        if self.metrics is not None:
+            started = started_ms / 1000 if started_ms else self._attempt_started
+            self.metrics.turn_ended(code, time.time() - started)
+
+    @contextmanager
+    def model_call(self, llm: LLMClient) -> Iterator[ModelCallObserver]:
+        """The ``chat <model>`` span around one model call step."""
+        provider = llm.provider or type(llm).__name__
+        with self.tracer.start_as_current_span(
+            f"chat {llm.model}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider,
+                "gen_ai.request.model": llm.model,
+                "gen_ai.agent.name": self.agent,
+            },
+        ) as span:
+            observer = ModelCallObserver(span, self.metrics, provider, llm.model)
+            yield observer
+
+    @contextmanager
+    def tool_call(
+        self, tool: str, call_key: str, tool_use_id: str | None
+    ) -> Iterator[ToolCallObserver]:
+        """The ``execute_tool <tool>`` span around one tool call step."""
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "pyrula.call_key": call_key,
+        }
+        if tool_use_id:
+            attributes["gen_ai.tool.call.id"] = tool_use_id
+        with self.tracer.start_as_current_span(
+            f"execute_tool {tool}", attributes=attributes
+        ) as span:
+            yield ToolCallObserver(span, self.metrics, tool)
+
+
+@dataclass
+class ModelCallObserver:
+    span: Span
+    metrics: WorkerMetrics | None
+    provider: str
+    model: str
+    started: float = field(default_factory=time.monotonic)
+
+    def recorded(self, data: Mapping[str, Any], replayed: bool, cost_usd: float) -> None:
+        """The step's journaled data; a live call is counted, a replayed one only marked."""
+        span = self.span
+        span.set_attribute(REPLAYED, replayed)
+        response = None
+        if "error" in data:
+            mark_error(span, str(data["error"].get("type", "error")))
+        else:
+            response = ModelResponse.model_validate(data["response"])
+            usage = response.usage
+            span.set_attributes(
+                {
+                    "gen_ai.response.model": response.model or self.model,
+                    "gen_ai.response.finish_reasons": [response.stop_reason],
+                    "gen_ai.usage.input_tokens": usage.input_tokens,
+                    "gen_ai.usage.output_tokens": usage.output_tokens,
+                    "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
+                    "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,
+                }
+            )
+        if not replayed and self.metrics is not None:
+            seconds = time.monotonic() - self.started
+            self.metrics.model_call(self.provider, self.model, seconds, response, cost_usd)
+
+
+@dataclass
+class ToolCallObserver:
+    span: Span
+    metrics: WorkerMetrics | None
+    tool: str
+    started: float = field(default_factory=time.monotonic)
+
+    def running(self) -> None:
+        """The tool itself starts now (its step was waiting for the durability barrier):
+        the duration metric is the tool's own time; the span covers the whole step."""
+        self.started = time.monotonic()
+
+    def recorded(self, data: Mapping[str, Any], replayed: bool) -> None:
+        status = str(data.get("status", "error"))
+        self.span.set_attribute(REPLAYED, replayed)
+        self.span.set_attribute("pyrula.tool.status", status)
+        if status != "ok":
+            mark_error(self.span, str(data.get("error_code") or "tool_error"))
+        if not replayed and self.metrics is not None:
+            self.metrics.tool_call(self.tool, status, time.monotonic() - self.started)
+
+
+def _agent_attributes(agent: str, thread_id: str | None) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent,
+    }
+    if thread_id:
+        attributes["gen_ai.conversation.id"] = thread_id
+    return attributes
+
+
+class CommitObserver:
+    """One transaction: its ``commit_transaction`` span (linked to the turns it carries)
+    and, once committed, its duration, batch size, journal records and dead letters."""
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        metrics: WorkerMetrics | None,
+        turns: Iterable[TurnTelemetry],
+        records: list[OutRecord],
+    ) -> None:
+        self.metrics = metrics
+        self.records = records
+        self.span = start_commit_span(tracer, [t.span for t in turns], len(records))
+        self.started = time.monotonic()
+        self.ok = True
+
+    def aborted(self) -> None:
+        self.ok = False
+        mark_error(self.span, "transaction_aborted")
+        if self.metrics is not None:
+            self.metrics.aborted()
+
+    def failed(self, exc: BaseException) -> None:
+        self.ok = False
+        mark_error(self.span, type(exc).__name__, str(exc))
+
+    def end(self) -> None:
+        if self.ok and self.metrics is not None:
+            self.metrics.committed(self.records, time.monotonic() - self.started)
+        self.span.end()
+
+
+class WorkerTelemetry:
+    """A worker's metrics registry and tracer, and the factory of its turns' telemetry.
+
+    ``enabled=False`` (``WorkerOptions.telemetry``) records nothing per turn or commit
+    and starts no span; ``/metrics`` still answers. The bench measures the difference.
+    """
+
+    def __init__(
+        self, agent: str, *, topics: AgentTopics, worker_id: str, enabled: bool = True
+    ) -> None:
+        self.agent = agent
+        self.turns_topic = topics.turns
+        self.worker_id = worker_id
+        self.metrics = WorkerMetrics(agent, journal_topic=topics.journal, dlq_topic=topics.dlq)
+        self.enabled = enabled
+        self.tracer: Tracer = tracer() if enabled else NoOpTracer()
+        self._hot = self.metrics if enabled else None
+
+    @property
+    def on_lag(self) -> Callable[[str, dict[int, int]], None] | None:
+        """What the group consumer reports lag to (``None``: no statistics at all)."""
+        return self.metrics.set_lag if self.enabled else None
+
+    def for_turn(
+        self,
+        request: TurnRequest,
+        partition: int,
+        steps: Mapping[int, JournalEntry],
+        trace: TraceCarrier | None,
+    ) -> TurnTelemetry:
+        """A turn's telemetry; the journaled trace context wins over the record's."""
+        return TurnTelemetry(
+            request.turn_id,
+            self.agent,
+            self.turns_topic,
+            partition,
+            self.worker_id,
+            request.thread_id,
+            journaled_trace(steps) or trace,
+            self._hot,
+            self.tracer,
+        )
+
+    def commit(self, turns: Iterable[TurnTelemetry], records: list[OutRecord]) -> CommitObserver:
+        return CommitObserver(self.tracer, self._hot, turns, records)

@@ -1,0 +1,133 @@
+"""OpenTelemetry spans and W3C trace context across Kafka hops.
+
+Only the OpenTelemetry API is a dependency: without an SDK configured every span here is
+a no-op. The trace context travels as a ``traceparent`` (and ``tracestate``) header:
+``submit`` injects it into the turn request, the worker continues it, the turn's
+``start`` step journals it (so a turn resumed on another worker continues the same
+trace) and every event record carries it. The confluent-kafka contrib instrumentation
+is not used: it does not wrap transactional producers.
+
+Span names follow the OpenTelemetry messaging and GenAI conventions: ``send <topic>``
+(client), ``process <turns topic>`` (consumer), ``invoke_agent <agent>``,
+``chat <model>``, ``execute_tool <tool>``; plus ``commit_transaction`` for each
+transaction the worker commits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+TRACE_HEADERS = ("traceparent", "tracestate")
+TraceCarrier = dict[str, str]
+"""The W3C trace context of a turn: ``{"traceparent": ..., "tracestate": ...}``."""
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def tracer() -> trace.Tracer:
+    """The library's tracer from the global provider (a no-op until an SDK is set)."""
+    from pyrula_stream import __version__
+
+    return trace.get_tracer("pyrula_stream", __version__)
+
+
+def current_carrier() -> TraceCarrier:
+    """The current span's context as W3C headers (empty when there is no valid span)."""
+    carrier: TraceCarrier = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier
+
+
+def span_carrier(span: Span) -> TraceCarrier:
+    """``span``'s context as W3C headers."""
+    carrier: TraceCarrier = {}
+    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier
+
+
+def carrier_from_headers(headers: Mapping[str, str]) -> TraceCarrier | None:
+    """The trace context a record's headers carry, if any."""
+    carrier = {k: headers[k] for k in TRACE_HEADERS if headers.get(k)}
+    return carrier or None
+
+
+def carrier_headers(carrier: Mapping[str, str] | None) -> list[tuple[str, bytes]]:
+    """Kafka headers for a trace context."""
+    return [(k, v.encode()) for k, v in (carrier or {}).items() if k in TRACE_HEADERS]
+
+
+def context_of(carrier: Mapping[str, str] | None) -> Context | None:
+    """The parent context a carrier describes (``None``: start a new trace)."""
+    return _PROPAGATOR.extract(dict(carrier)) if carrier else None
+
+
+@contextmanager
+def send_span(topic: str, turn_id: str) -> Iterator[TraceCarrier]:
+    """The client's ``send <topic>`` span; yields the context to put in the headers."""
+    with tracer().start_as_current_span(
+        f"send {topic}",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": "kafka",
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+            "messaging.destination.name": topic,
+            "pyrula.turn_id": turn_id,
+        },
+    ):
+        yield current_carrier()
+
+
+def start_commit_span(spans: trace.Tracer, links: Iterable[Span | None], records: int) -> Span:
+    """A span for one transaction, linked to the turns whose records it commits."""
+    return spans.start_span(
+        "commit_transaction",
+        context=Context(),  # a commit serves many turns: its own trace, linked to each
+        kind=SpanKind.PRODUCER,
+        links=[Link(s.get_span_context()) for s in links if s is not None],
+        attributes={"messaging.system": "kafka", "messaging.batch.message_count": records},
+    )
+
+
+def mark_error(span: Span, error_type: str, message: str | None = None) -> None:
+    span.set_attribute("error.type", error_type)
+    span.set_status(Status(StatusCode.ERROR, message))
+
+
+def otlp_from_environment(service_name: str) -> bool:
+    """Export spans over OTLP/HTTP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces
+    variant) is set and the ``otel`` extra is installed; returns whether it did.
+
+    Called by ``pyrula-stream worker``; an application that configures its own
+    ``TracerProvider`` does not need it.
+    """
+    if not (
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    ):
+        return False
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        from pyrula_stream.errors import ConfigurationError
+
+        raise ConfigurationError(
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK is not installed: "
+            "pip install 'pyrula-stream[otel]'"
+        ) from exc
+    attrs: dict[str, Any] = {"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)}
+    provider = TracerProvider(resource=Resource.create(attrs))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return True

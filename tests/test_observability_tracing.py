@@ -1,0 +1,252 @@
+"""One trace from ``submit`` through two worker processes, with a SIGKILL between the model
+call and the tool: the second worker continues the same trace, replays the model call
+(marked replayed, not re-run) and runs the tool; every event carries the trace context."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from pyrula_stream import KafkaAgentClient
+from pyrula_stream.agent import AgentTopics
+from pyrula_stream.chaos.processes import Managed, child_env, free_port
+from pyrula_stream.events import decode_event
+from pyrula_stream.kafka.consumers import read_topic
+from pyrula_stream.serde import decode_journal_entry
+from pyrula_stream.testing import unique_name, wait_for
+
+Span = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def client_spans() -> Iterator[InMemorySpanExporter]:
+    """The test process's own spans (the client's ``send``), kept in memory."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    yield exporter
+    exporter.clear()
+
+
+class TracedWorker(Managed):
+    """``tests.agents.traced`` in its own process group, spans to ``spans_file``."""
+
+    def __init__(self, tag: str, tmp: Path, bootstrap: str, env: dict[str, str]) -> None:
+        self.spans_file = tmp / f"spans-{tag}.jsonl"
+        self.port = free_port()
+        argv = [
+            *(sys.executable, "-m", "tests.agents.traced", str(self.spans_file), "--"),
+            *("worker", "tests.agents.traced:traced", "--bootstrap-servers", bootstrap),
+            *("--worker-id", f"traced-{tag}", "--health-port", str(self.port)),
+            *("--shutdown-grace", "2"),
+        ]
+        super().__init__(tag, argv, env, tmp / f"worker-{tag}.log")
+
+    async def wait_ready(self) -> None:
+        async with httpx.AsyncClient() as http:
+            for _ in range(600):
+                assert self.alive(), self.log_path.read_text()
+                try:
+                    if (await http.get(f"http://127.0.0.1:{self.port}/readyz")).is_success:
+                        return
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"worker {self.name} never ready; see {self.log_path}")
+
+    def spans(self) -> list[Span]:
+        lines = self.spans_file.read_text().splitlines() if self.spans_file.exists() else []
+        return [json.loads(line) for line in lines]
+
+
+def one(spans: list[Span], name: str, **attributes: Any) -> Span:
+    found = [
+        s
+        for s in spans
+        if s["name"] == name and all(s["attributes"].get(k) == v for k, v in attributes.items())
+    ]
+    assert len(found) == 1, f"{len(found)} spans {name} {attributes}: {spans}"
+    return found[0]
+
+
+async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
+    kafka_bootstrap_servers: str,
+    client: KafkaAgentClient,
+    client_spans: InMemorySpanExporter,
+    tmp_path: Path,
+) -> None:
+    name = unique_name("traced")
+    topics = AgentTopics.for_agent(name)
+    marker = tmp_path / "tool-started"
+    base = {"TRACED_AGENT": name, "TRACED_MARKER": str(marker)}
+    first = TracedWorker(
+        "a", tmp_path, kafka_bootstrap_servers, child_env(base | {"TRACED_BLOCK": "1"})
+    )
+    second = TracedWorker("b", tmp_path, kafka_bootstrap_servers, child_env(base))
+    try:
+        first.start()
+        await first.wait_ready()
+        handle = await client.submit(name, q="go")
+        await wait_for(marker.exists, 90, "the first worker started the tool")
+        first.kill()  # SIGKILL: the model call is journaled, the tool never finished
+        journal = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, topics.journal)
+        start = [
+            decode_journal_entry(r.value, r.headers)
+            for r in journal
+            if r.key == f"{handle.turn_id}/0" and r.value is not None
+        ]
+        second.start()
+        events = await asyncio.wait_for(_collect(client, name, handle.turn_id), 120)
+        assert events[-1].type == "run:complete"
+        assert second.stop(30) == 0
+    finally:
+        first.kill()
+        second.kill()
+
+    send = one(
+        [
+            {
+                "name": s.name,
+                "trace_id": format(s.context.trace_id, "032x"),
+                "span_id": format(s.context.span_id, "016x"),
+                "kind": s.kind.name,
+                "attributes": dict(s.attributes or {}),
+            }
+            for s in client_spans.get_finished_spans()
+        ],
+        f"send {topics.turns}",
+        **{"pyrula.turn_id": handle.turn_id},
+    )
+    assert send["kind"] == "PRODUCER"
+    trace_id = send["trace_id"]
+    a_spans, b_spans = first.spans(), second.spans()
+    # The start step journaled the request's trace context (what a resumed turn continues).
+    assert [e.kind for e in start] == ["start"]
+    assert start[0].data["trace"]["traceparent"].split("-")[1:3] == [trace_id, send["span_id"]]
+
+    # Worker A, killed inside the tool: only its ended model call span was exported.
+    a_chat = one(a_spans, "chat fake")
+    assert a_chat["trace_id"] == trace_id
+    assert a_chat["attributes"]["pyrula.replayed"] is False
+    assert a_chat["parent_id"] is not None  # A's invoke_agent span, which never ended
+    assert not [s for s in a_spans if s["name"].startswith(("execute_tool", "invoke_agent"))]
+
+    # Worker B continues the same trace under the client's send span.
+    process = one(b_spans, f"process {topics.turns}")
+    assert (process["trace_id"], process["parent_id"]) == (trace_id, send["span_id"])
+    assert process["kind"] == "CONSUMER"
+    assert process["attributes"]["messaging.system"] == "kafka"
+    assert process["attributes"]["pyrula.attempt"] == 2
+    invoke = one(b_spans, f"invoke_agent {name}")
+    assert (invoke["trace_id"], invoke["parent_id"]) == (trace_id, process["span_id"])
+    assert invoke["attributes"]["gen_ai.agent.name"] == name
+    assert invoke["attributes"]["pyrula.outcome"] == "completed"
+
+    replayed = one(b_spans, "chat fake", **{"pyrula.replayed": True})
+    live = one(b_spans, "chat fake", **{"pyrula.replayed": False})
+    tool_span = one(b_spans, "execute_tool effect")
+    for span in (replayed, live, tool_span):
+        assert (span["trace_id"], span["parent_id"]) == (trace_id, invoke["span_id"])
+    # The replay returns what A journaled: same response, same usage, no second call.
+    for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"):
+        assert replayed["attributes"][key] == a_chat["attributes"][key] > 0
+    assert a_chat["attributes"]["gen_ai.response.finish_reasons"] == ["tool_use"]
+    assert live["attributes"]["gen_ai.response.finish_reasons"] == ["end_turn"]
+    for span in (a_chat, live):
+        attrs = span["attributes"]
+        assert attrs["gen_ai.operation.name"] == "chat"
+        assert attrs["gen_ai.provider.name"] == "fake"
+        assert attrs["gen_ai.request.model"] == attrs["gen_ai.response.model"] == "fake"
+        assert "gen_ai.usage.cache_read.input_tokens" in attrs
+    assert tool_span["attributes"]["gen_ai.operation.name"] == "execute_tool"
+    assert tool_span["attributes"]["gen_ai.tool.name"] == "effect"
+    assert tool_span["attributes"]["pyrula.replayed"] is False
+    assert tool_span["attributes"]["pyrula.tool.status"] == "ok"
+    commits = [s for s in b_spans if s["name"] == "commit_transaction"]
+    assert any(invoke["span_id"] in s["links"] for s in commits)
+
+    # Every event of the turn, from either worker, carries the trace in its headers.
+    records = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, topics.events)
+    parents = {}
+    for record in records:
+        event = decode_event(record.value or b"", record.headers)
+        _, tid, parent, _ = record.headers["traceparent"].split("-")
+        assert tid == trace_id
+        parents[event.seq] = (event.attempt, parent)
+    assert {p for attempt, p in parents.values() if attempt == 1} == {a_chat["parent_id"]}
+    assert {p for attempt, p in parents.values() if attempt == 2} == {invoke["span_id"]}
+
+
+async def _collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Any]:
+    return [e async for e in client.stream(agent, turn_id)]
+
+
+class _Collector(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that keeps what it is sent."""
+
+    received: ClassVar[list[tuple[str, bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.received.append((self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+async def test_worker_exports_to_the_otlp_endpoint_in_its_environment(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    collector = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    name = unique_name("otlp")
+    env = child_env(
+        {
+            "ECHO_AGENT_NAME": name,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_port}",
+            "OTEL_SERVICE_NAME": "otlp-test-workers",
+        }
+    )
+    port = free_port()
+    argv = [
+        *(sys.executable, "-m", "pyrula_stream.cli", "worker", "tests.agents.echo:echo"),
+        *("--bootstrap-servers", kafka_bootstrap_servers, "--health-port", str(port)),
+    ]
+    worker = Managed("otlp", argv, env, tmp_path / "otlp-worker.log")
+    try:
+        worker.start()
+        async with httpx.AsyncClient() as http:
+            for _ in range(600):
+                with contextlib.suppress(httpx.TransportError):
+                    if (await http.get(f"http://127.0.0.1:{port}/readyz")).is_success:
+                        break
+                await asyncio.sleep(0.1)
+        events = await client.run(name, text="hi", timeout=120)
+        assert events[-1].type == "run:complete"
+        assert worker.stop(30) == 0  # a graceful stop flushes the batch of spans
+    finally:
+        worker.kill()
+        collector.shutdown()
+        collector.server_close()
+    sent = b"".join(body for path, body in _Collector.received if path == "/v1/traces")
+    for expected in (b"otlp-test-workers", f"invoke_agent {name}".encode(), b"execute_tool"):
+        assert expected in sent, worker.log_path.read_text()
