@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
 import logging
@@ -13,9 +14,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream.errors import ConfigurationError, PyrulaError
+from pyrula_stream.errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    PyrulaError,
+    UnknownTopicError,
+    UserError,
+)
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+KAFKA_TIMEOUT_S = 30.0
+"""Default for ``--timeout``: how long a command waits on Kafka (and on a turn's next event)."""
 
 
 def load_agent(spec: str) -> Any:
@@ -26,8 +35,18 @@ def load_agent(spec: str) -> Any:
     if not module_name or not attr:
         raise ConfigurationError(f"expected MODULE:AGENT, got {spec!r}")
     sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise ConfigurationError(
+                f"no module named '{module_name}' (from {spec}): run from the directory "
+                "that holds it, or add that directory to PYTHONPATH"
+            ) from None
+        raise ConfigurationError(f"importing '{module_name}' failed: {exc}") from None
     agent = getattr(module, attr, None)
+    if agent is None:
+        raise ConfigurationError(f"module '{module_name}' has no '{attr}' (from {spec})")
     if not isinstance(agent, KafkaAgent):
         raise ConfigurationError(f"{spec} is not a @kafka_agent (got {type(agent).__name__})")
     return agent
@@ -159,26 +178,66 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def no_worker_hint(bootstrap: str, agent: str, prefix: str) -> str | None:
+    """A line for a person waiting on a turn that no worker is there to run."""
+    from pyrula_stream.kafka.admin import group_member_count
+
+    group = f"{prefix}.{agent}.workers"
+    if group_member_count(bootstrap, group) != 0:
+        return None
+    return (
+        f"no worker is running for '{agent}' (consumer group {group} has no members): "
+        f"start one with `pyrula-stream worker MODULE:{agent}`"
+    )
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from pyrula_stream.client import KafkaAgentClient
 
     params = parse_params(args.params)
+    bootstrap = bootstrap_from(args)
 
     async def main() -> int:
-        async with KafkaAgentClient(bootstrap_from(args), prefix=args.prefix) as client:
+        async with KafkaAgentClient(bootstrap, prefix=args.prefix, timeout=args.timeout) as client:
             handle = await client.submit(
                 args.agent, idempotency_key=args.idempotency_key, thread_id=args.thread, **params
             )
-            print(handle.turn_id)
+            print(handle.turn_id, flush=True)
             if not args.wait:
                 return 0
+            hint: list[str] = []
+
+            async def warn_without_workers() -> None:
+                await asyncio.sleep(min(3.0, args.timeout / 3))
+                line = await asyncio.to_thread(no_worker_hint, bootstrap, args.agent, args.prefix)
+                if line is not None:
+                    hint.append(line)
+                    print(f"waiting for turn {handle.turn_id}: {line}", file=sys.stderr, flush=True)
+
+            watcher = asyncio.create_task(warn_without_workers())
             code = 0
-            async for event in client.stream(
-                args.agent, handle.turn_id, since_ms=handle.submitted_ms - 60_000
-            ):
-                print(format_event(event))
-                if event.type == "run:error":
-                    code = 1
+            try:
+                async for event in client.stream(
+                    args.agent,
+                    handle.turn_id,
+                    since_ms=handle.submitted_ms - 60_000,
+                    idle_timeout_seconds=args.timeout,
+                ):
+                    watcher.cancel()
+                    print(format_event(event), flush=True)
+                    if event.type == "run:error":
+                        code = 1
+            except TimeoutError:
+                print(
+                    f"error: no event of turn {handle.turn_id} within {args.timeout:g}s"
+                    + (f"; {hint[0]}" if hint else "; is its worker busy or stuck?"),
+                    file=sys.stderr,
+                )
+                return 1
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
             return code
 
     return asyncio.run(main())
@@ -187,17 +246,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_tail(args: argparse.Namespace) -> int:
     from pyrula_stream import serde
     from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.client import missing_agent_topic
     from pyrula_stream.kafka.io import PartitionReader
 
     topic = AgentTopics.for_agent(args.agent, args.prefix).events
-    reader = PartitionReader(bootstrap_from(args), topic, client_id="pyrula-tail")
+    reader = PartitionReader(
+        bootstrap_from(args),
+        topic,
+        client_id="pyrula-tail",
+        timeout_s=min(args.timeout, KAFKA_TIMEOUT_S) if args.timeout else KAFKA_TIMEOUT_S,
+    )
     since = None if args.from_beginning else int(time.time() * 1000) - 1000
-    if args.turn:
-        reader.seek_key(args.turn.encode(), since)
-    else:
-        reader.seek_partitions(None, since)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     try:
+        if args.turn:
+            reader.seek_key(args.turn.encode(), since)
+        else:
+            reader.seek_partitions(None, since)
         while deadline is None or time.monotonic() < deadline:
             for key, value, headers, _, _ in reader.poll(0.2):
                 if value is None or (args.turn and key != args.turn.encode()):
@@ -206,11 +271,20 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 print(format_event(event), flush=True)
                 if args.turn and event.is_terminal:
                     return 0
+    except UnknownTopicError as exc:
+        raise missing_agent_topic(args.agent, args.prefix, exc.topic) from None
     except KeyboardInterrupt:
         pass
     finally:
         reader.close()
     return 0
+
+
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,13 +331,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--idempotency-key", default=None)
     s.add_argument("--thread", default=None)
     s.add_argument("--wait", action="store_true", help="print the turn's events until it ends")
+    s.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=KAFKA_TIMEOUT_S,
+        help="seconds to wait for Kafka, and with --wait for each next event (default 30)",
+    )
     s.set_defaults(func=cmd_submit)
 
     tl = with_bootstrap(sub.add_parser("tail", help="print an agent's events"))
     tl.add_argument("agent")
     tl.add_argument("--turn", default=None)
     tl.add_argument("--from-beginning", action="store_true")
-    tl.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    tl.add_argument(
+        "--timeout", type=positive_seconds, default=None, help="stop after this many seconds"
+    )
     tl.set_defaults(func=cmd_tail)
     return parser
 
@@ -276,9 +358,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
+    except BrokerUnavailableError as exc:
+        print(
+            f"error: {exc} (--bootstrap-servers, $KAFKA_BOOTSTRAP_SERVERS, "
+            "or `pyrula-stream broker start` for a local one)",
+            file=sys.stderr,
+        )
+        return 1
     except PyrulaError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return 2 if isinstance(exc, UserError) else 1
 
 
 if __name__ == "__main__":
