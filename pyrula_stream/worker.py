@@ -32,7 +32,7 @@ from pyrula_stream.errors import (
 from pyrula_stream.execution import TurnExecutor, error_data
 from pyrula_stream.health import start_health_server
 from pyrula_stream.journal import IdempotencyRecord, PartitionJournal, TurnJournal
-from pyrula_stream.kafka.admin import apply_topics
+from pyrula_stream.kafka.admin import apply_topics, broker_answers
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
 from pyrula_stream.kafka.consumers import (
     assign_from_beginning,
@@ -52,6 +52,9 @@ from pyrula_stream.turn import TurnRuntime, TurnTopics
 log = logging.getLogger(__name__)
 
 REVOKE_COMMIT_WAIT_S = 10.0
+
+BROKER_WAIT_MAX_S = 10.0
+"""Longest pause between two looks for a Kafka that does not answer yet."""
 
 MAX_REMEMBERED_CANCELS = 100_000
 """Cancel requests kept for turns this worker has not seen yet (oldest dropped first)."""
@@ -110,7 +113,48 @@ class KafkaWorker:
         self._stop_requested = True
 
     async def run(self) -> None:
-        """Run until ``stop()``; recreates the clients after a fatal (fenced) error."""
+        """Run until ``stop()``; recreates the clients after a fatal (fenced) error.
+
+        ``/readyz`` (with ``health_port``) answers from the start: 503 until the worker
+        has joined its group, so a worker waiting for Kafka is alive but not ready.
+        """
+        health = None
+        if self.options.health_port is not None:
+            health = await start_health_server(
+                self.options.health_host, self.options.health_port, lambda: self.ready
+            )
+        try:
+            await self._wait_for_broker()
+            if not self._stop_requested:
+                await self._run()
+        finally:
+            if health is not None:
+                health.close()
+
+    async def _wait_for_broker(self) -> None:
+        """Kafka may come up after the worker (a restart, a deploy): wait with backoff."""
+        delay, waited, started = 0.5, False, time.monotonic()
+        while not self._stop_requested:
+            if await asyncio.to_thread(broker_answers, self.bootstrap_servers, 2.0):
+                if waited:
+                    log.warning(
+                        "Kafka at %s answers after %.0fs; starting",
+                        self.bootstrap_servers,
+                        time.monotonic() - started,
+                    )
+                return
+            if not waited:
+                log.warning(
+                    "Kafka at %s does not answer; waiting for it (retrying with backoff up "
+                    "to %.0fs; /readyz says not ready until the worker has started)",
+                    self.bootstrap_servers,
+                    BROKER_WAIT_MAX_S,
+                )
+                waited = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BROKER_WAIT_MAX_S)
+
+    async def _run(self) -> None:
         if self.options.apply_topics:
             report = await asyncio.to_thread(
                 apply_topics, self.bootstrap_servers, self.agent.topic_specs()
@@ -190,11 +234,6 @@ class KafkaWorker:
             on_lost=self._on_revoke_cb,
         )
         committer_task = asyncio.create_task(self.committer.run(), name="committer")
-        health = None
-        if self.options.health_port is not None:
-            health = await start_health_server(
-                self.options.health_host, self.options.health_port, lambda: self.ready
-            )
         self._ready = True
         try:
             await self._poll_loop(committer_task)
@@ -208,8 +247,6 @@ class KafkaWorker:
             self._restorer.close()
             self._control.close()
             self._writer.close()
-            if health is not None:
-                health.close()
 
     async def _poll_loop(self, committer_task: asyncio.Task[None]) -> None:
         while not self._stop_requested:
