@@ -34,6 +34,7 @@ from pyrula_stream.health import start_health_server
 from pyrula_stream.journal import IdempotencyRecord, PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics, broker_answers
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
+from pyrula_stream.kafka.config import is_connection_failure
 from pyrula_stream.kafka.consumers import (
     assign_from_beginning,
     group_consumer,
@@ -124,9 +125,17 @@ class KafkaWorker:
                 self.options.health_host, self.options.health_port, lambda: self.ready
             )
         try:
-            await self._wait_for_broker()
-            if not self._stop_requested:
-                await self._run()
+            while not self._stop_requested:
+                await self._wait_for_broker()
+                if self._stop_requested:
+                    return
+                try:
+                    await self._run()
+                    return
+                except Exception as exc:
+                    if not is_connection_failure(exc):
+                        raise
+                    log.warning("lost Kafka (%s); waiting for it, then starting again", exc)
         finally:
             if health is not None:
                 health.close()

@@ -17,7 +17,9 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
+
+from pyrula_stream.errors import BrokerUnavailableError
 
 librdkafka_logger = logging.getLogger("pyrula_stream.librdkafka")
 
@@ -30,7 +32,8 @@ STATS_INTERVAL_MS = 2_000
 _CONNECTION_ERRORS = frozenset(
     {KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN}
 )
-_BROKER_PREFIX = re.compile(r"(?:^|: )([^\s\[\]/]+)/(?:\w+): ")
+_BROKER_PREFIX = re.compile(r"(?:^|: )([\w.\-]+:\d+)(?:/\w+)?: ")
+"""``host:port/id: `` (a broker) or ``GroupCoordinator: host:port: `` (a coordinator)."""
 
 
 class BrokerConnectionLog:
@@ -104,6 +107,22 @@ def unreachable_reason(bootstrap_servers: str) -> str | None:
     return "; ".join(sorted({log.last_detail for log in logs if log is not None}))
 
 
+def is_connection_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says Kafka could not be reached (worth waiting for), not a bug."""
+    if isinstance(exc, BrokerUnavailableError):
+        return True
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return (
+        isinstance(err, KafkaError)
+        and not err.fatal()
+        and (
+            err.retriable()
+            or err.code() in _CONNECTION_ERRORS
+            or err.code() == KafkaError._TIMED_OUT
+        )
+    )
+
+
 def _short(detail: str) -> str:
     """``Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms ...)`` → the
     reason, which is what a person needs."""
@@ -123,11 +142,14 @@ class _ClientLogger:
     def log(self, level: int, fmt: str, *args: Any) -> None:
         facility = str(args[0]) if args else ""
         text = str(args[-1]) if args else fmt
-        broker = _broker_of(text) if facility == "FAIL" else None
+        if facility != "FAIL":
+            librdkafka_logger.log(level, fmt, *args)
+            return
+        broker = _broker_of(text)
         if broker is not None:
             connection_log(broker).failed(text)
-        else:
-            librdkafka_logger.log(level, fmt, *args)
+        else:  # a coordinator's copy of a broker's failure, without its address
+            librdkafka_logger.debug(fmt, *args)
 
 
 def _on_error(err: KafkaError) -> None:
