@@ -9,6 +9,7 @@ import importlib
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -110,34 +111,56 @@ def format_event(event: Any) -> str:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
+    """``start`` brings back the previous broker (same port, same topics) unless ``--fresh``;
+    ``stop`` keeps its data for that."""
     from pyrula_stream.kafka.admin import broker_answers
-    from pyrula_stream.kafka.local_broker import LocalBroker, cache_root, start_local_broker
+    from pyrula_stream.kafka.local_broker import (
+        LocalBroker,
+        cache_root,
+        port_is_free,
+        start_local_broker,
+    )
 
     path = state_file()
     current = LocalBroker(**json.loads(path.read_text())) if path.exists() else None
+    running = current is not None and current.is_running()
     if args.action == "start":
-        if current and current.is_running() and broker_answers(current.bootstrap_servers):
+        if current and running and broker_answers(current.bootstrap_servers):
+            if args.fresh:
+                raise ConfigurationError(
+                    f"a broker is running (pid {current.pid}): run `pyrula-stream broker stop` "
+                    "before `broker start --fresh`"
+                )
             print(f"already running (pid {current.pid})")
             print(current.bootstrap_servers)
             return 0
         data_dir = cache_root() / "broker-data"
-        broker = start_local_broker(data_dir=data_dir, port=args.port, die_with_parent=False)
-        broker.owns_data_dir = True
+        port = args.port
+        if args.fresh:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            previous = int(current.bootstrap_servers.rsplit(":", 1)[1]) if current else None
+            if port is None and previous is not None and port_is_free(previous):
+                port = previous
+        broker = start_local_broker(data_dir=data_dir, port=port, die_with_parent=False)
+        broker.owns_data_dir = False  # `broker stop` keeps the data for the next start
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(broker.to_json())
-        print(f"Kafka {broker.pid} started; log: {broker.log_file}")
+        print(f"Kafka {broker.pid} started; data: {data_dir}; log: {broker.log_file}")
         print(broker.bootstrap_servers)
         return 0
     if args.action == "stop":
-        if current is None:
-            print("no broker started by pyrula-stream")
+        if current is None or not running:
+            print("no broker started by pyrula-stream is running")
             return 0
-        current.stop()
-        path.unlink(missing_ok=True)
-        print("stopped")
+        current.halt()
+        print(
+            f"stopped; its data stays in {current.data_dir} for the next `broker start` "
+            "(`broker start --fresh` starts an empty one)"
+        )
         return 0
-    if current is None or not current.is_running():
-        print("not running")
+    if current is None or not running:
+        where = f" (last at {current.bootstrap_servers})" if current else ""
+        print(f"not running{where}; `pyrula-stream broker start` starts it")
         return 1
     answers = broker_answers(current.bootstrap_servers)
     print(
@@ -303,7 +326,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("broker", help="a local single-node Kafka broker (no Docker)")
     b.add_argument("action", choices=["start", "stop", "status"])
-    b.add_argument("--port", type=int, default=None)
+    b.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="default: the previous broker's port, else a free one",
+    )
+    b.add_argument(
+        "--fresh", action="store_true", help="start an empty broker (deletes the previous data)"
+    )
     b.set_defaults(func=cmd_broker)
 
     t = with_bootstrap(sub.add_parser("topics", help="create an agent's topics, report drift"))

@@ -153,20 +153,45 @@ def test_submit_rejects_malformed_params() -> None:
 
 
 @pytest.mark.slow
-def test_broker_start_status_stop(tmp_path: Path) -> None:
+@pytest.mark.timeout(400)
+def test_broker_start_brings_back_the_same_port_and_topics_unless_fresh(tmp_path: Path) -> None:
     from pyrula_stream.kafka.local_broker import cache_root, fetch_jars
 
     jars = fetch_jars()  # shared jar cache; only the state file goes to tmp_path
     env = {"PYRULA_STREAM_CACHE": str(tmp_path)}
     (tmp_path / jars.parent.name).symlink_to(jars.parent)
     assert cache_root() != tmp_path
-    started = cli("broker", "start", env=env)
-    try:
+
+    def start(*flags: str) -> str:
+        started = cli("broker", "start", *flags, env=env)
         assert started.returncode == 0, started.stderr
-        bootstrap = started.stdout.strip().splitlines()[-1]
+        return started.stdout.strip().splitlines()[-1]
+
+    def apply_topics(bootstrap: str) -> str:
+        applied = cli("topics", "apply", "kept", "--bootstrap-servers", bootstrap)
+        assert applied.returncode == 0, applied.stderr
+        return applied.stdout
+
+    try:
+        bootstrap = start()
         assert bootstrap.startswith("127.0.0.1:")
         status = cli("broker", "status", env=env)
         assert status.returncode == 0 and "running pid" in status.stdout
+        assert "created pyrula.kept.turns" in apply_topics(bootstrap)
+        assert cli("broker", "stop", env=env).returncode == 0
+        stopped = cli("broker", "status", env=env)
+        assert stopped.returncode == 1
+        assert f"not running (last at {bootstrap})" in stopped.stdout
+
+        assert start() == bootstrap  # a restart: same port, same topics
+        assert "ok      pyrula.kept.turns" in apply_topics(bootstrap)
+        refused = cli("broker", "start", "--fresh", env=env)
+        assert refused.returncode == 2
+        assert "run `pyrula-stream broker stop` before `broker start --fresh`" in refused.stderr
+
+        assert cli("broker", "stop", env=env).returncode == 0
+        fresh = start("--fresh")
+        assert "created pyrula.kept.turns" in apply_topics(fresh)
     finally:
         stopped = cli("broker", "stop", env=env)
     assert stopped.returncode == 0
