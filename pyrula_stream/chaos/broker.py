@@ -60,6 +60,7 @@ class BrokerRestarter(threading.Thread):
         log: Callable[[str], None],
         *,
         outage_s: float = 2.0,
+        min_up_s: float = 10.0,
     ) -> None:
         super().__init__(name="chaos-broker-restarter", daemon=True)
         self.broker = broker
@@ -67,6 +68,8 @@ class BrokerRestarter(threading.Thread):
         self.all_done = all_done
         self.log = log
         self.outage_s = outage_s
+        self.min_up_s = min_up_s
+        """Up at least this long between restarts, so the workers do some work in between."""
         self.restarts: list[BrokerRestart] = []
         self.error: BaseException | None = None
         self.started = time.monotonic()
@@ -75,13 +78,18 @@ class BrokerRestarter(threading.Thread):
 
     def run(self) -> None:
         try:
+            up_since = self.started
             for i, at in enumerate(self.plan):
-                while time.monotonic() - self.started < at:
+                while (
+                    time.monotonic() - self.started < at
+                    or time.monotonic() - up_since < self.min_up_s
+                ):
                     if self._halt.wait(0.05) or self.all_done():
                         break
                 if self._halt.is_set() or self.all_done():
                     break
                 self._restart(signal.SIGKILL if i == 0 else signal.SIGTERM)
+                up_since = time.monotonic()
         except BaseException as exc:  # the harness reports it; the thread must stay alive
             self.error = exc
             self.log(f"  broker restart failed: {exc!r}")

@@ -5,14 +5,14 @@ failed attempt; a worker holds several clients, so an outage used to print thous
 ``Connection refused`` lines. Here every client's log and error callbacks feed one
 ``BrokerConnectionLog`` per broker address for the whole process: one line when a broker
 goes away, at most one reminder every ``REMINDER_S`` while it stays away, and one line when
-it is back (seen in the clients' statistics, which report each broker's state).
+it is back (a TCP probe of the address, as librdkafka reports no recoveries).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
+import socket
 import threading
 import time
 from typing import Any
@@ -26,8 +26,8 @@ librdkafka_logger = logging.getLogger("pyrula_stream.librdkafka")
 REMINDER_S = 10.0
 """At most one "still unreachable" line per broker this often."""
 
-STATS_INTERVAL_MS = 2_000
-"""How often clients report broker states: how soon "is back" is noticed."""
+PROBE_S = 1.0
+"""How often an unreachable broker's address is tried: how soon "is back" is noticed."""
 
 _CONNECTION_ERRORS = frozenset(
     {KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN}
@@ -37,14 +37,20 @@ _BROKER_PREFIX = re.compile(r"(?:^|: )([\w.\-]+:\d+)(?:/\w+)?: ")
 
 
 class BrokerConnectionLog:
-    """The reachability of one broker address as this process sees it, logged sparingly."""
+    """The reachability of one broker address as this process sees it, logged sparingly.
+
+    Down: the first failure of any client. Back: a TCP connection to the address succeeds
+    (a probe thread tries every ``PROBE_S`` while it is down), since librdkafka reports
+    failures but not recoveries.
+    """
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.down_since: float | None = None
         self.failures = 0
         self.last_detail = ""
-        self._last_line = 0.0
+        self._announced = False
+        self._last_line = -REMINDER_S
         self._lock = threading.Lock()
 
     def failed(self, detail: str) -> None:
@@ -53,35 +59,53 @@ class BrokerConnectionLog:
             self.failures += 1
             self.last_detail = _short(detail)
             if self.down_since is None:
-                self.down_since = self._last_line = now
-                self.failures = 1
+                self.down_since, self.failures = now, 1
+                threading.Thread(
+                    target=self._probe, name=f"pyrula-probe-{self.address}", daemon=True
+                ).start()
+            if now - self._last_line < REMINDER_S:
+                return
+            self._last_line = now
+            if not self._announced:
+                self._announced = True
                 librdkafka_logger.warning(
                     "Kafka broker %s is unreachable (%s); retrying with backoff, "
                     "a reminder every %.0fs until it is back",
                     self.address,
-                    _short(detail),
+                    self.last_detail,
                     REMINDER_S,
                 )
-            elif now - self._last_line >= REMINDER_S:
-                self._last_line = now
+            else:
                 librdkafka_logger.warning(
                     "Kafka broker %s still unreachable after %.0fs (%d failed attempts; %s)",
                     self.address,
                     now - self.down_since,
                     self.failures,
-                    _short(detail),
+                    self.last_detail,
                 )
+
+    def _probe(self) -> None:
+        host, _, port = self.address.rpartition(":")
+        while True:
+            time.sleep(PROBE_S)
+            try:
+                socket.create_connection((host, int(port)), timeout=PROBE_S).close()
+            except (OSError, ValueError):
+                continue
+            self.reachable()
+            return
 
     def reachable(self) -> None:
         with self._lock:
             if self.down_since is None:
                 return
-            librdkafka_logger.warning(
-                "Kafka broker %s is reachable again after %.0fs",
-                self.address,
-                time.monotonic() - self.down_since,
-            )
-            self.down_since = None
+            if self._announced:
+                librdkafka_logger.warning(
+                    "Kafka broker %s is reachable again after %.0fs",
+                    self.address,
+                    time.monotonic() - self.down_since,
+                )
+            self.down_since, self._announced = None, False
 
 
 _logs: dict[str, BrokerConnectionLog] = {}
@@ -163,19 +187,6 @@ def _on_error(err: KafkaError) -> None:
     librdkafka_logger.log(level, "Kafka client error: %s", err.str())
 
 
-def _on_stats(stats_json: str) -> None:
-    """Marks brokers this client is connected to as reachable (only while one is down)."""
-    if not any(log.down_since is not None for log in list(_logs.values())):
-        return
-    try:
-        brokers = json.loads(stats_json).get("brokers", {})
-    except ValueError:
-        return
-    for broker in brokers.values():
-        if broker.get("state") == "UP" and broker.get("nodename") in _logs:
-            _logs[broker["nodename"]].reachable()
-
-
 def base_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
     """Bootstrap, low-latency socket and retry settings, librdkafka's logs into Python's."""
     conf: dict[str, Any] = {
@@ -183,8 +194,7 @@ def base_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
         "logger": _ClientLogger(),
         "log_level": 3,
         "error_cb": _on_error,
-        "stats_cb": _on_stats,
-        "statistics.interval.ms": STATS_INTERVAL_MS,
+        "log.connection.close": False,  # a broker closing an idle connection is no failure
         # Small requests (transaction control, offsets) must not wait on Nagle's algorithm,
         # and a transaction that follows another is retried at once while the previous
         # one's markers land (CONCURRENT_TRANSACTIONS); together ~114 ms -> ~14 ms a commit.
