@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, ChaosResult, run_chaos
+from pyrula_stream.errors import PyrulaError
 
 HEADLINE = (
     "turns",
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"interrupted ({exc or 'SIGINT'}); every process was stopped", flush=True)
         return 130
+    except PyrulaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(summary(result), flush=True)
     first = {k: result.counts[k] for k in HEADLINE if k in result.counts}
     print(json.dumps({**first, **result.counts}, default=str), flush=True)
