@@ -9,6 +9,7 @@ its partitions, recreates the producer and rejoins).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -218,5 +219,7 @@ class BatchWriter:
                 raise TransactionAborted(f"offset commit failed: {exc}") from exc
 
     def close(self) -> None:
+        """Flush what is left; a producer that failed fatally (fenced) has nothing to add."""
         if not self.stuck:
-            self._producer.flush(10)
+            with contextlib.suppress(KafkaException):
+                self._producer.flush(10)
