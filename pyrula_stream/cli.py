@@ -9,15 +9,24 @@ import importlib
 import json
 import logging
 import os
+import shutil
 import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream.errors import ConfigurationError, PyrulaError
+from pyrula_stream.errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    PyrulaError,
+    UnknownTopicError,
+    UserError,
+)
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+KAFKA_TIMEOUT_S = 30.0
+"""Default for ``--timeout``: how long a command waits on Kafka (and on a turn's next event)."""
 
 
 def load_agent(spec: str) -> Any:
@@ -28,8 +37,18 @@ def load_agent(spec: str) -> Any:
     if not module_name or not attr:
         raise ConfigurationError(f"expected MODULE:AGENT, got {spec!r}")
     sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise ConfigurationError(
+                f"no module named '{module_name}' (from {spec}): run from the directory "
+                "that holds it, or add that directory to PYTHONPATH"
+            ) from None
+        raise ConfigurationError(f"importing '{module_name}' failed: {exc}") from None
     agent = getattr(module, attr, None)
+    if agent is None:
+        raise ConfigurationError(f"module '{module_name}' has no '{attr}' (from {spec})")
     if not isinstance(agent, KafkaAgent):
         raise ConfigurationError(f"{spec} is not a @kafka_agent (got {type(agent).__name__})")
     return agent
@@ -93,34 +112,56 @@ def format_event(event: Any) -> str:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
+    """``start`` brings back the previous broker (same port, same topics) unless ``--fresh``;
+    ``stop`` keeps its data for that."""
     from pyrula_stream.kafka.admin import broker_answers
-    from pyrula_stream.kafka.local_broker import LocalBroker, cache_root, start_local_broker
+    from pyrula_stream.kafka.local_broker import (
+        LocalBroker,
+        cache_root,
+        port_is_free,
+        start_local_broker,
+    )
 
     path = state_file()
     current = LocalBroker(**json.loads(path.read_text())) if path.exists() else None
+    running = current is not None and current.is_running()
     if args.action == "start":
-        if current and current.is_running() and broker_answers(current.bootstrap_servers):
+        if current and running and broker_answers(current.bootstrap_servers):
+            if args.fresh:
+                raise ConfigurationError(
+                    f"a broker is running (pid {current.pid}): run `pyrula-stream broker stop` "
+                    "before `broker start --fresh`"
+                )
             print(f"already running (pid {current.pid})")
             print(current.bootstrap_servers)
             return 0
         data_dir = cache_root() / "broker-data"
-        broker = start_local_broker(data_dir=data_dir, port=args.port, die_with_parent=False)
-        broker.owns_data_dir = True
+        port = args.port
+        if args.fresh:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            previous = int(current.bootstrap_servers.rsplit(":", 1)[1]) if current else None
+            if port is None and previous is not None and port_is_free(previous):
+                port = previous
+        broker = start_local_broker(data_dir=data_dir, port=port, die_with_parent=False)
+        broker.owns_data_dir = False  # `broker stop` keeps the data for the next start
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(broker.to_json())
-        print(f"Kafka {broker.pid} started; log: {broker.log_file}")
+        print(f"Kafka {broker.pid} started; data: {data_dir}; log: {broker.log_file}")
         print(broker.bootstrap_servers)
         return 0
     if args.action == "stop":
-        if current is None:
-            print("no broker started by pyrula-stream")
+        if current is None or not running:
+            print("no broker started by pyrula-stream is running")
             return 0
-        current.stop()
-        path.unlink(missing_ok=True)
-        print("stopped")
+        current.halt()
+        print(
+            f"stopped; its data stays in {current.data_dir} for the next `broker start` "
+            "(`broker start --fresh` starts an empty one)"
+        )
         return 0
-    if current is None or not current.is_running():
-        print("not running")
+    if current is None or not running:
+        where = f" (last at {current.bootstrap_servers})" if current else ""
+        print(f"not running{where}; `pyrula-stream broker start` starts it")
         return 1
     answers = broker_answers(current.bootstrap_servers)
     print(
@@ -196,26 +237,66 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def no_worker_hint(bootstrap: str, agent: str, prefix: str) -> str | None:
+    """A line for a person waiting on a turn that no worker is there to run."""
+    from pyrula_stream.kafka.admin import group_member_count
+
+    group = f"{prefix}.{agent}.workers"
+    if group_member_count(bootstrap, group) != 0:
+        return None
+    return (
+        f"no worker is running for '{agent}' (consumer group {group} has no members): "
+        f"start one with `pyrula-stream worker MODULE:{agent}`"
+    )
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from pyrula_stream.client import KafkaAgentClient
 
     params = parse_params(args.params)
+    bootstrap = bootstrap_from(args)
 
     async def main() -> int:
-        async with KafkaAgentClient(bootstrap_from(args), prefix=args.prefix) as client:
+        async with KafkaAgentClient(bootstrap, prefix=args.prefix, timeout=args.timeout) as client:
             handle = await client.submit(
                 args.agent, idempotency_key=args.idempotency_key, thread_id=args.thread, **params
             )
-            print(handle.turn_id)
+            print(handle.turn_id, flush=True)
             if not args.wait:
                 return 0
+            hint: list[str] = []
+
+            async def warn_without_workers() -> None:
+                await asyncio.sleep(min(3.0, args.timeout / 3))
+                line = await asyncio.to_thread(no_worker_hint, bootstrap, args.agent, args.prefix)
+                if line is not None:
+                    hint.append(line)
+                    print(f"waiting for turn {handle.turn_id}: {line}", file=sys.stderr, flush=True)
+
+            watcher = asyncio.create_task(warn_without_workers())
             code = 0
-            async for event in client.stream(
-                args.agent, handle.turn_id, since_ms=handle.submitted_ms - 60_000
-            ):
-                print(format_event(event))
-                if event.type == "run:error":
-                    code = 1
+            try:
+                async for event in client.stream(
+                    args.agent,
+                    handle.turn_id,
+                    since_ms=handle.submitted_ms - 60_000,
+                    idle_timeout_seconds=args.timeout,
+                ):
+                    watcher.cancel()
+                    print(format_event(event), flush=True)
+                    if event.type == "run:error":
+                        code = 1
+            except TimeoutError:
+                print(
+                    f"error: no event of turn {handle.turn_id} within {args.timeout:g}s"
+                    + (f"; {hint[0]}" if hint else "; is its worker busy or stuck?"),
+                    file=sys.stderr,
+                )
+                return 1
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
             return code
 
     return asyncio.run(main())
@@ -223,18 +304,24 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_tail(args: argparse.Namespace) -> int:
     from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.client import missing_agent_topic
     from pyrula_stream.events import decode_event
     from pyrula_stream.kafka.io import PartitionReader
 
     topic = AgentTopics.for_agent(args.agent, args.prefix).events
-    reader = PartitionReader(bootstrap_from(args), topic, client_id="pyrula-tail")
+    reader = PartitionReader(
+        bootstrap_from(args),
+        topic,
+        client_id="pyrula-tail",
+        timeout_s=min(args.timeout, KAFKA_TIMEOUT_S) if args.timeout else KAFKA_TIMEOUT_S,
+    )
     since = None if args.from_beginning else int(time.time() * 1000) - 1000
-    if args.turn:
-        reader.seek_key(args.turn.encode(), since)
-    else:
-        reader.seek_partitions(None, since)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     try:
+        if args.turn:
+            reader.seek_key(args.turn.encode(), since)
+        else:
+            reader.seek_partitions(None, since)
         while deadline is None or time.monotonic() < deadline:
             for key, value, headers, _, _ in reader.poll(0.2):
                 if value is None or (args.turn and key != args.turn.encode()):
@@ -243,6 +330,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 print(format_event(event), flush=True)
                 if args.turn and event.is_terminal:
                     return 0
+    except UnknownTopicError as exc:
+        raise missing_agent_topic(args.agent, args.prefix, exc.topic) from None
     except KeyboardInterrupt:
         pass
     finally:
@@ -309,6 +398,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrula-stream", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -325,7 +421,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("broker", help="a local single-node Kafka broker (no Docker)")
     b.add_argument("action", choices=["start", "stop", "status"])
-    b.add_argument("--port", type=int, default=None)
+    b.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="default: the previous broker's port, else a free one",
+    )
+    b.add_argument(
+        "--fresh", action="store_true", help="start an empty broker (deletes the previous data)"
+    )
     b.set_defaults(func=cmd_broker)
 
     t = with_bootstrap(sub.add_parser("topics", help="create an agent's topics, report drift"))
@@ -393,13 +497,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--idempotency-key", default=None)
     s.add_argument("--thread", default=None)
     s.add_argument("--wait", action="store_true", help="print the turn's events until it ends")
+    s.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=KAFKA_TIMEOUT_S,
+        help="seconds to wait for Kafka, and with --wait for each next event (default 30)",
+    )
     s.set_defaults(func=cmd_submit)
 
     tl = with_bootstrap(sub.add_parser("tail", help="print an agent's events"))
     tl.add_argument("agent")
     tl.add_argument("--turn", default=None)
     tl.add_argument("--from-beginning", action="store_true")
-    tl.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    tl.add_argument(
+        "--timeout", type=positive_seconds, default=None, help="stop after this many seconds"
+    )
     tl.set_defaults(func=cmd_tail)
 
     u = with_bootstrap(sub.add_parser("ui", help="a live web view of turns and the DLQ"))
@@ -438,9 +550,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
+    except BrokerUnavailableError as exc:
+        print(
+            f"error: {exc} (--bootstrap-servers, $KAFKA_BOOTSTRAP_SERVERS, "
+            "or `pyrula-stream broker start` for a local one)",
+            file=sys.stderr,
+        )
+        return 1
     except PyrulaError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return 2 if isinstance(exc, UserError) else 1
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
 Every method talks to Kafka only: a turn request goes to ``<prefix>.<agent>.turns`` and the
 events are read back from ``<prefix>.<agent>.events`` under ``read_committed``, so a client
 sees each event of a turn exactly once, in ``seq`` order.
+
+Nothing waits forever on Kafka: a call that cannot reach a broker within ``timeout``
+raises ``BrokerUnavailableError``, and an agent without topics ``UnknownTopicError``
+saying how to create them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.branch import branch_metadata, check_from_step
-from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.errors import ConfigurationError, UnknownTopicError
 from pyrula_stream.events import Event, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.kafka.io import PartitionReader, RecordProducer
@@ -48,14 +52,33 @@ def turn_id_for(idempotency_key: str | None) -> str:
     return uuid.uuid5(IDEMPOTENT_TURN_NAMESPACE, idempotency_key).hex
 
 
-class KafkaAgentClient:
-    """Async client for agents served by ``pyrula-stream worker``. Use as ``async with``."""
+def missing_agent_topic(agent: str, prefix: str, topic: str) -> UnknownTopicError:
+    """The error for an agent whose topics were never created, saying how to create them."""
+    flag = "" if prefix == DEFAULT_PREFIX else f" --prefix {prefix}"
+    return UnknownTopicError(
+        f"no topic {topic}: start a worker for '{agent}' or run "
+        f"`pyrula-stream topics apply {agent}{flag}`",
+        topic=topic,
+    )
 
-    def __init__(self, bootstrap_servers: str, *, prefix: str = DEFAULT_PREFIX) -> None:
+
+class KafkaAgentClient:
+    """Async client for agents served by ``pyrula-stream worker``. Use as ``async with``.
+
+    ``timeout`` (seconds) bounds each request to Kafka: a submit's acknowledgement, a
+    stream's first look at its topic.
+    """
+
+    def __init__(
+        self, bootstrap_servers: str, *, prefix: str = DEFAULT_PREFIX, timeout: float = 30.0
+    ) -> None:
         if not bootstrap_servers:
             raise ConfigurationError("bootstrap_servers is empty")
+        if timeout <= 0:
+            raise ConfigurationError(f"timeout must be > 0 seconds, got {timeout}")
         self.bootstrap_servers = bootstrap_servers
         self.prefix = prefix
+        self.timeout = timeout
         self._producer: RecordProducer | None = None
 
     async def __aenter__(self) -> KafkaAgentClient:
@@ -74,8 +97,11 @@ class KafkaAgentClient:
 
     def _get_producer(self) -> RecordProducer:
         if self._producer is None:
-            self._producer = RecordProducer(self.bootstrap_servers)
+            self._producer = RecordProducer(self.bootstrap_servers, timeout_s=self.timeout)
         return self._producer
+
+    def _no_topic(self, agent: str, exc: UnknownTopicError) -> UnknownTopicError:
+        return missing_agent_topic(agent, self.prefix, exc.topic)
 
     async def submit(
         self,
@@ -135,12 +161,15 @@ class KafkaAgentClient:
         """Produce a prepared request, with the current trace context in its headers."""
         topic = self._topics(request.agent).turns
         with send_span(topic, request.turn_id) as trace:
-            delivered = await self._get_producer().send(
-                topic,
-                request.key.encode(),
-                serde.encode("turn_request", request),
-                [content_type_header("turn_request"), *carrier_headers(trace)],
-            )
+            try:
+                delivered = await self._get_producer().send(
+                    topic,
+                    request.key.encode(),
+                    serde.encode("turn_request", request),
+                    [content_type_header("turn_request"), *carrier_headers(trace)],
+                )
+            except UnknownTopicError as exc:
+                raise self._no_topic(request.agent, exc) from None
         return TurnHandle(
             request.turn_id,
             request.agent,
@@ -166,9 +195,13 @@ class KafkaAgentClient:
             self.bootstrap_servers,
             self._topics(agent).events,
             client_id=f"pyrula-client-{uuid.uuid4().hex[:8]}",
+            timeout_s=self.timeout,
         )
         try:
-            await asyncio.to_thread(reader.seek_key, turn_id.encode(), since_ms)
+            try:
+                await asyncio.to_thread(reader.seek_key, turn_id.encode(), since_ms)
+            except UnknownTopicError as exc:
+                raise self._no_topic(agent, exc) from None
             key = turn_id.encode()
             next_seq = 0
             last_seen = time.monotonic()
@@ -229,6 +262,9 @@ class KafkaAgentClient:
         if reason is not None and len(reason) > MAX_REASON:
             raise ConfigurationError(f"reason is {len(reason)} characters; at most {MAX_REASON}")
         record = ControlRequest(turn_id, action, reason).record(self._topics(agent).control)
-        await self._get_producer().send(
-            record.topic, record.key, record.value, list(record.headers)
-        )
+        try:
+            await self._get_producer().send(
+                record.topic, record.key, record.value, list(record.headers)
+            )
+        except UnknownTopicError as exc:
+            raise self._no_topic(agent, exc) from None

@@ -167,6 +167,14 @@ class TurnNotRecorded(PyrulaError):
     code = ErrorCode.NOT_FOUND
 
 
+class UnknownTopicError(UserError):
+    """A topic the call needs does not exist (the message says how to create it)."""
+
+    def __init__(self, message: str, *, topic: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
 class MalformedRecordError(PyrulaError):
     """A record that cannot be decoded or validated; it goes to the dead-letter topic."""
 

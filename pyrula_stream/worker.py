@@ -40,8 +40,9 @@ from pyrula_stream.execution import TurnExecutor
 from pyrula_stream.health import start_health_server
 from pyrula_stream.history import TurnRecording, load_recording
 from pyrula_stream.journal import IdempotencyKeys, PartitionJournal, TurnJournal
-from pyrula_stream.kafka.admin import apply_topics, missing_topics
+from pyrula_stream.kafka.admin import apply_topics, broker_answers, missing_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
+from pyrula_stream.kafka.config import is_connection_failure
 from pyrula_stream.kafka.consumers import ControlReader, reader_consumer
 from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, TurnRecord
 from pyrula_stream.kafka.offsets import committed_offset, watermarks
@@ -69,6 +70,9 @@ log = logging.getLogger(__name__)
 
 REVOKE_COMMIT_WAIT_S = 10.0
 """How long a revoke waits for a transaction in flight (the transaction timeout)."""
+
+BROKER_WAIT_MAX_S = 10.0
+"""Longest pause between two looks for a Kafka that does not answer yet."""
 
 MAX_REMEMBERED_CANCELS = 100_000
 """Cancel requests kept for turns this worker has not seen yet (oldest dropped first)."""
@@ -210,10 +214,23 @@ class KafkaWorker:
             await self._task
 
     async def run(self) -> None:
-        """Run until ``stop()``; recreates the clients after a fatal (fenced) error."""
+        """Run until ``stop()``; recreates the clients after a fatal (fenced) error.
+
+        ``/readyz`` (with ``health_port``) answers from the start: 503 until the worker
+        has joined its group, so a worker waiting for Kafka is alive but not ready. Kafka
+        that is down at the start, or goes away, is waited for with backoff.
+        """
         if self._state != "new":
             raise UserError(f"this worker of '{self.agent.name}' already ran; create a new one")
         self._state = "running"
+        health = None
+        if self.options.health_port is not None:
+            health = await start_health_server(
+                self.options.health_host,
+                self.options.health_port,
+                lambda: self.ready,
+                metrics=self.metrics.exposition,
+            )
         own_state_dir = self.options.state_dir is None
         self._state_dir = Path(
             tempfile.mkdtemp(prefix=f"pyrula-{self.agent.name}-")
@@ -221,6 +238,53 @@ class KafkaWorker:
             else self.options.state_dir
         )
         logs.bind(agent=self.agent.name, worker_id=self.worker_id)
+        try:
+            while not self._stop_requested:
+                await self._wait_for_broker()
+                if self._stop_requested:
+                    return
+                try:
+                    await self._run()
+                    return
+                except Exception as exc:
+                    if not is_connection_failure(exc):
+                        raise
+                    log.warning("lost Kafka (%s); waiting for it, then starting again", exc)
+        finally:
+            self._state = "stopped"
+            if health is not None:
+                health.close()
+            if own_state_dir:
+                shutil.rmtree(self._state_dir, ignore_errors=True)
+            else:  # the local tables are rebuilt from the journal on the next assignment
+                for table in self._state_dir.glob(self._table_file("*")):
+                    table.unlink(missing_ok=True)
+
+    async def _wait_for_broker(self) -> None:
+        """Kafka may come up after the worker (a restart, a deploy): wait with backoff."""
+        delay, waited, started = 0.5, False, time.monotonic()
+        while not self._stop_requested:
+            if await asyncio.to_thread(broker_answers, self.bootstrap_servers, 2.0):
+                if waited:
+                    log.warning(
+                        "Kafka at %s answers after %.0fs; starting",
+                        self.bootstrap_servers,
+                        time.monotonic() - started,
+                    )
+                return
+            if not waited:
+                log.warning(
+                    "Kafka at %s does not answer; waiting for it (retrying with backoff up "
+                    "to %.0fs; /readyz says not ready until the worker has started)",
+                    self.bootstrap_servers,
+                    BROKER_WAIT_MAX_S,
+                )
+                waited = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BROKER_WAIT_MAX_S)
+
+    async def _run(self) -> None:
+        """One start: topics, the shared cache, then group sessions until stopped."""
         try:
             await self._check_topics()
             if self.options.shared_tool_cache:
@@ -251,14 +315,9 @@ class KafkaWorker:
                         self.metrics.was_fenced()
                         await self._drop_all_turns()
         finally:
-            self._state = "stopped"
             if isinstance(self._cache, KafkaCacheStore):
                 await asyncio.to_thread(self._cache.close)
-            if own_state_dir:
-                shutil.rmtree(self._state_dir, ignore_errors=True)
-            else:  # the local tables are rebuilt from the journal on the next assignment
-                for table in self._state_dir.glob(self._table_file("*")):
-                    table.unlink(missing_ok=True)
+                self._cache = InProcessCacheStore()
 
     async def _check_topics(self) -> None:
         """Create what is missing; refuse drift and output topics that do not exist."""
@@ -321,14 +380,6 @@ class KafkaWorker:
         )
         consumer.subscribe(self._on_assign_cb, self._on_revoke_cb)
         committer_task = asyncio.create_task(session.committer.run(), name="committer")
-        health = None
-        if self.options.health_port is not None:
-            health = await start_health_server(
-                self.options.health_host,
-                self.options.health_port,
-                lambda: self.ready,
-                metrics=self.metrics.exposition,
-            )
         self._ready = True
         self._joined.set()
         try:
@@ -340,8 +391,6 @@ class KafkaWorker:
             with contextlib.suppress(asyncio.CancelledError, ProducerFenced):
                 await committer_task
             await asyncio.to_thread(session.close)
-            if health is not None:
-                health.close()
 
     async def _poll_loop(self, session: _Session, committer_task: asyncio.Task[None]) -> None:
         while not self._stop_requested:

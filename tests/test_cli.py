@@ -153,21 +153,119 @@ def test_submit_rejects_malformed_params() -> None:
 
 
 @pytest.mark.slow
-def test_broker_start_status_stop(tmp_path: Path) -> None:
+@pytest.mark.timeout(400)
+def test_broker_start_brings_back_the_same_port_and_topics_unless_fresh(tmp_path: Path) -> None:
     from pyrula_stream.kafka.local_broker import cache_root, fetch_jars
 
     jars = fetch_jars()  # shared jar cache; only the state file goes to tmp_path
     env = {"PYRULA_STREAM_CACHE": str(tmp_path)}
     (tmp_path / jars.parent.name).symlink_to(jars.parent)
     assert cache_root() != tmp_path
-    started = cli("broker", "start", env=env)
-    try:
+
+    def start(*flags: str) -> str:
+        started = cli("broker", "start", *flags, env=env)
         assert started.returncode == 0, started.stderr
-        bootstrap = started.stdout.strip().splitlines()[-1]
+        return started.stdout.strip().splitlines()[-1]
+
+    def apply_topics(bootstrap: str) -> str:
+        applied = cli("topics", "apply", "kept", "--bootstrap-servers", bootstrap)
+        assert applied.returncode == 0, applied.stderr
+        return applied.stdout
+
+    try:
+        bootstrap = start()
         assert bootstrap.startswith("127.0.0.1:")
         status = cli("broker", "status", env=env)
         assert status.returncode == 0 and "running pid" in status.stdout
+        assert "created pyrula.kept.turns" in apply_topics(bootstrap)
+        assert cli("broker", "stop", env=env).returncode == 0
+        stopped = cli("broker", "status", env=env)
+        assert stopped.returncode == 1
+        assert f"not running (last at {bootstrap})" in stopped.stdout
+
+        assert start() == bootstrap  # a restart: same port, same topics
+        assert "ok      pyrula.kept.turns" in apply_topics(bootstrap)
+        refused = cli("broker", "start", "--fresh", env=env)
+        assert refused.returncode == 2
+        assert "run `pyrula-stream broker stop` before `broker start --fresh`" in refused.stderr
+
+        assert cli("broker", "stop", env=env).returncode == 0
+        fresh = start("--fresh")
+        assert "created pyrula.kept.turns" in apply_topics(fresh)
     finally:
         stopped = cli("broker", "stop", env=env)
     assert stopped.returncode == 0
     assert cli("broker", "status", env=env).returncode == 1
+
+
+# -- what a new user meets: one clear line, a non-zero exit, a bounded wait ----------------
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def test_worker_of_an_unknown_module_says_what_to_do_without_a_traceback() -> None:
+    result = cli("worker", "nosuch:agent", "--bootstrap-servers", "127.0.0.1:1")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert last_line(result.stderr) == (
+        "error: no module named 'nosuch' (from nosuch:agent): run from the directory "
+        "that holds it, or add that directory to PYTHONPATH"
+    )
+
+
+def test_submit_to_an_agent_without_topics_says_how_to_create_them(
+    kafka_bootstrap_servers: str,
+) -> None:
+    agent = unique_name("ghost")
+    result = cli("submit", agent, "x=1", "--bootstrap-servers", kafka_bootstrap_servers)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert last_line(result.stderr) == (
+        f"error: no topic pyrula.{agent}.turns: start a worker for '{agent}' or run "
+        f"`pyrula-stream topics apply {agent}`"
+    )
+
+
+def test_submit_wait_without_a_worker_says_so_and_gives_up_at_its_timeout(
+    kafka_bootstrap_servers: str,
+) -> None:
+    agent = unique_name("idle")
+    applied = cli("topics", "apply", agent, "--bootstrap-servers", kafka_bootstrap_servers)
+    assert applied.returncode == 0, applied.stderr
+    result = cli(
+        "submit",
+        agent,
+        "x=1",
+        "--wait",
+        "--timeout",
+        "6",
+        "--bootstrap-servers",
+        kafka_bootstrap_servers,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    turn_id = result.stdout.splitlines()[0]
+    hint = (
+        f"no worker is running for '{agent}' (consumer group pyrula.{agent}.workers has no "
+        f"members): start one with `pyrula-stream worker MODULE:{agent}`"
+    )
+    assert f"waiting for turn {turn_id}: {hint}" in result.stderr
+    assert last_line(result.stderr) == f"error: no event of turn {turn_id} within 6s; {hint}"
+
+
+def test_submit_to_a_wrong_address_fails_at_its_timeout_with_one_clear_line() -> None:
+    port = free_port()  # nothing listens there
+    result = cli(
+        "submit", "support", "x=1", "--timeout", "3", "--bootstrap-servers", f"127.0.0.1:{port}"
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert last_line(result.stderr).startswith(
+        f"error: cannot reach Kafka at 127.0.0.1:{port} within 3s"
+    )
+    assert "Connection refused" in last_line(result.stderr)
+    # librdkafka retries every few tens of milliseconds; the user reads one line about it.
+    assert len(result.stderr.splitlines()) <= 2, result.stderr

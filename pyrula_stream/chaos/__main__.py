@@ -16,11 +16,13 @@ import sys
 from typing import Any
 
 from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, ChaosResult, run_chaos
+from pyrula_stream.errors import PyrulaError
 
 HEADLINE = (
     "turns",
     "workers",
     "kills",
+    "broker_restarts",
     "lost",
     "duplicate_terminal",
     "duplicate_events",
@@ -60,13 +62,16 @@ def summary(result: ChaosResult) -> str:
     lines = ["", "== chaos summary =="]
     lines.append(
         f"{c['turns']} turns, {c['workers']} workers, {c['kills']} kills "
-        f"({c['kills_after_effect']} right after a side effect), {c['seconds']}s"
+        f"({c['kills_after_effect']} right after a side effect), "
+        f"{c.get('broker_restarts', 0)} broker restarts, {c['seconds']}s"
     )
     lines.append(
         f"{c.get('events', 0)} events, {c.get('model_calls', 0)} model calls, "
         f"{c.get('effects', 0)} effects, {c.get('journal_records', 0)} journal records; "
         f"terminal attempts {c.get('terminal_attempts')}"
     )
+    for restart in result.broker_restarts:
+        lines.append(f"  broker restart t={restart.at_s}s {restart.signal}, down {restart.down_s}s")
     for kill in result.kills:
         lines.append(
             f"  kill t={kill.at_s}s {kill.worker} pid {kill.pid} {kill.kind} {kill.detail}".rstrip()
@@ -98,6 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=300)
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--kills", type=int, default=8)
+    p.add_argument(
+        "--broker-restarts",
+        type=int,
+        default=0,
+        help="stop the broker this many times mid-run (the first with SIGKILL) and restart "
+        "it on the same port and data directory; the harness then runs its own broker",
+    )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument(
         "--bootstrap-servers",
@@ -121,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
-    if args.turns < 1 or args.workers < 1 or args.kills < 0 or args.rate <= 0:
-        p.error("--turns and --workers must be >= 1, --kills >= 0, --rate > 0")
+    if args.turns < 1 or args.workers < 1 or min(args.kills, args.broker_restarts) < 0:
+        p.error("--turns and --workers must be >= 1, --kills and --broker-restarts >= 0")
+    if args.rate <= 0:
+        p.error("--rate must be > 0")
     logging.basicConfig(level=logging.WARNING)
 
     def on_term(signum: int, frame: Any) -> None:
@@ -133,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         turns=args.turns,
         workers=args.workers,
         kills=args.kills,
+        broker_restarts=args.broker_restarts,
         seed=args.seed,
         bootstrap_servers=args.bootstrap_servers,
         partitions=args.partitions,
@@ -149,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"interrupted ({exc or 'SIGINT'}); every process was stopped", flush=True)
         return 130
+    except PyrulaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(summary(result), flush=True)
     first = {k: result.counts[k] for k in HEADLINE if k in result.counts}
     print(json.dumps({**first, **result.counts}, default=str), flush=True)

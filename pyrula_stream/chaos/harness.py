@@ -5,7 +5,9 @@ uses a fresh agent name, so its topics, consumer group and transactional ids are
 and reruns on one broker never mix. Turns are submitted at a steady rate and the kills
 are spread over that window (see ``monkey.py``). When every turn has a terminal event (or
 the timeout says which have not), the workers get SIGTERM, and everything is checked from
-the outside (see ``verify.py``). No process is left behind, whatever happens.
+the outside (see ``verify.py``). With ``broker_restarts`` the harness runs its own broker
+and stops and restarts it mid-run (see ``broker.py``). No process is left behind, whatever
+happens.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import random
 import shutil
 import tempfile
@@ -26,15 +29,17 @@ from typing import Any
 
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos import verify
+from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, OwnBroker
 from pyrula_stream.chaos.effects import AGENT_ENV, EFFECTS_ENV, MODEL_URL_ENV, PARTITIONS_ENV
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
 from pyrula_stream.chaos.processes import ModelServer, Worker, child_env
 from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.io import PartitionReader
-from pyrula_stream.testing import local_kafka
+from pyrula_stream.testing import BOOTSTRAP_ENV, local_kafka
 
 GATE_KEYS = (
     "lost",
@@ -50,6 +55,8 @@ class ChaosConfig:
     turns: int = 300
     workers: int = 3
     kills: int = 8
+    broker_restarts: int = 0
+    """Times the broker is stopped (the first with SIGKILL) and restarted mid-run."""
     seed: int | None = None
     bootstrap_servers: str | None = None
     partitions: int = 6
@@ -73,6 +80,7 @@ class ChaosResult:
     counts: dict[str, Any]
     examples: dict[str, list[str]]
     kills: list[KillRecord] = field(default_factory=list)
+    broker_restarts: list[BrokerRestart] = field(default_factory=list)
     worker_log: list[tuple[int, str]] = field(default_factory=list)
     """Distinct warning/error lines of the workers' logs (count, text), most frequent first."""
 
@@ -123,8 +131,11 @@ class EventMonitor(threading.Thread):
 async def submit_all(
     bootstrap: str, agent: str, turns: int, rate: float, submitted: list[str]
 ) -> None:
-    """Submit ``turns`` turns with ``KafkaAgentClient`` at ``rate`` per second."""
-    async with KafkaAgentClient(bootstrap, prefix=DEFAULT_PREFIX) as client:
+    """Submit ``turns`` turns with ``KafkaAgentClient`` at ``rate`` per second.
+
+    The timeout outlasts a broker restart: a submit waits for the broker to come back.
+    """
+    async with KafkaAgentClient(bootstrap, prefix=DEFAULT_PREFIX, timeout=120.0) as client:
         start = time.monotonic()
         for i in range(turns):
             delay = start + i / rate - time.monotonic()
@@ -135,12 +146,25 @@ async def submit_all(
 
 
 @contextlib.contextmanager
-def _broker(given: str | None) -> Iterator[str]:
-    if given:
-        yield given
+def _broker(cfg: ChaosConfig, run_dir: Path) -> Iterator[tuple[str, OwnBroker | None]]:
+    """The given broker, else a local one; our own on a fixed port when it gets restarted."""
+    if cfg.broker_restarts:
+        if cfg.bootstrap_servers or os.environ.get(BOOTSTRAP_ENV):
+            raise ConfigurationError(
+                "broker restarts need the harness's own broker: drop --bootstrap-servers "
+                f"and ${BOOTSTRAP_ENV}"
+            )
+        own = OwnBroker(run_dir / "kafka")
+        own.start()
+        try:
+            yield own.bootstrap_servers, own
+        finally:
+            own.stop()
+    elif cfg.bootstrap_servers:
+        yield cfg.bootstrap_servers, None
     else:
         with local_kafka() as bootstrap:
-            yield bootstrap
+            yield bootstrap, None
 
 
 def _wait_ready(workers: list[Worker], timeout_s: float) -> None:
@@ -175,7 +199,13 @@ class _Run:
     def finished(self, monitor: EventMonitor) -> bool:
         return len(self.submitted) == self.cfg.turns and set(self.submitted) <= monitor.finished
 
-    def drive(self, workers: list[Worker], monitor: EventMonitor, monkey: Monkey) -> float:
+    def drive(
+        self,
+        workers: list[Worker],
+        monitor: EventMonitor,
+        monkey: Monkey,
+        restarter: BrokerRestarter | None,
+    ) -> float:
         """Submit the turns and wait for their ends; returns when submission started."""
         cfg = self.cfg
         errors: list[BaseException] = []
@@ -191,6 +221,8 @@ class _Run:
         sub = threading.Thread(target=submitter, name="chaos-submitter", daemon=True)
         t0 = time.monotonic()
         monkey.start()
+        if restarter is not None:
+            restarter.start()
         sub.start()
         last_note, deadline = 0.0, None
         while not self.finished(monitor):
@@ -215,6 +247,8 @@ class _Run:
                 )
             time.sleep(0.1)
         monkey.stop()
+        if restarter is not None:
+            restarter.wait_idle()  # the workers stop, and the topics are read, with a broker
         sub.join(5)
         return t0
 
@@ -265,9 +299,13 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     agent = f"chaos{uuid.uuid4().hex[:10]}"
     say = cfg.log
-    say(f"chaos: {cfg.turns} turns, {cfg.workers} workers, {cfg.kills} kills, seed {seed}")
+    say(
+        f"chaos: {cfg.turns} turns, {cfg.workers} workers, {cfg.kills} kills, "
+        f"{cfg.broker_restarts} broker restarts, seed {seed}"
+    )
     say(f"agent {agent}; files in {run_dir}")
-    with _broker(cfg.bootstrap_servers) as bootstrap:
+    restarter: BrokerRestarter | None = None
+    with _broker(cfg, run_dir) as (bootstrap, own), contextlib.ExitStack() as after_check:
         say(f"kafka: {bootstrap}")
         run = _Run(cfg, bootstrap, agent, run_dir)
         report = apply_topics(bootstrap, agent_topic_specs(agent, partitions=cfg.partitions))
@@ -319,7 +357,17 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             monkey = Monkey(
                 workers, plan, run.effects, rng, lambda: run.finished(mon), say, run.lock
             )
-            t0 = run.drive(workers, monitor, monkey)
+            if own is not None:
+                window = max(cfg.turns / cfg.rate, 2.0)
+                restarts = cfg.broker_restarts
+                restarter = BrokerRestarter(
+                    own,
+                    [window * (i + 0.3) / restarts for i in range(restarts)],
+                    lambda: run.finished(mon),
+                    say,
+                )
+                after_check.callback(restarter.stop)
+            t0 = run.drive(workers, monitor, monkey, restarter)
             end = time.monotonic()
             stall, stall_at = monitor.longest_stall(t0, end)
             say(f"  t={end - t0:6.1f}s {len(monitor.finished)} turns ended; SIGTERM to workers")
@@ -346,6 +394,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             "workers": cfg.workers,
             "kills": len(kills),
             "kills_after_effect": sum(1 for k in kills if k.kind == "after_effect"),
+            "broker_restarts": len(restarter.restarts) if restarter is not None else 0,
             "worker_crashes": len(run.crashes),
             "worker_exit_codes": run.stop_codes,
             "longest_stall_s": stall,
@@ -359,10 +408,13 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
     )
     for crash in run.crashes[:5]:
         f.examples["worker_crashes"].append(crash)
+    if restarter is not None and restarter.error is not None:
+        raise RuntimeError(f"restarting the broker failed: {restarter.error!r}")
     result = ChaosResult(
         f.counts,
         dict(f.examples),
         kills,
+        restarter.restarts if restarter is not None else [],
         verify.worker_log_digest(sorted(run_dir.glob("worker-*.log"))),
     )
     f.counts["run_dir"] = str(run_dir)

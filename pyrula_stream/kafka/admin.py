@@ -18,7 +18,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     NewTopic,
 )
 
-from pyrula_stream.kafka.config import base_config
+from pyrula_stream.errors import BrokerUnavailableError
+from pyrula_stream.kafka.config import base_config, unreachable_reason
 from pyrula_stream.kafka.offsets import kafka_error
 
 DEFAULT_PREFIX = "pyrula"
@@ -94,12 +95,43 @@ def missing_topics(bootstrap_servers: str, names: list[str], timeout_s: float = 
     return [name for name in names if name not in existing]
 
 
+def group_member_count(bootstrap_servers: str, group_id: str, timeout_s: float = 5.0) -> int | None:
+    """Members of a consumer group now (0 for a group that never existed); ``None`` when
+    the cluster did not answer in time."""
+    admin = admin_client(bootstrap_servers)  # kept alive until its future resolves
+    futures = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)
+    try:
+        description = futures[group_id].result(timeout=timeout_s + 1)
+    except TimeoutError:
+        return None
+    except KafkaException as exc:
+        err = kafka_error(exc)
+        if err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+            return 0
+        return None
+    return len(description.members)
+
+
 def apply_topics(
     bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30.0
 ) -> ApplyReport:
     """Create what is missing, leave what matches, report every difference as drift."""
     admin = admin_client(bootstrap_servers)
-    existing = admin.list_topics(timeout=timeout_s).topics
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() in (
+            KafkaError._TRANSPORT,
+            KafkaError._TIMED_OUT,
+        ):
+            admin.poll(0)  # serves the error callbacks that say why
+            raise BrokerUnavailableError(
+                f"cannot reach Kafka at {bootstrap_servers} within {timeout_s:g}s to apply "
+                f"topics ({unreachable_reason(bootstrap_servers) or 'no answer'}): check the "
+                "bootstrap servers and that the broker is running"
+            ) from None
+        raise
     report = ApplyReport()
     missing = [s for s in specs if s.name not in existing]
     if missing:

@@ -1,5 +1,11 @@
 """Plain producing and reading for clients: submit records, read a partition from a time,
-follow whole topics (the web UI's one shared consumer), read one key's records."""
+follow whole topics (the web UI's one shared consumer), read one key's records.
+
+Producing and reading a partition answer within a timeout with one of our errors:
+``UnknownTopicError`` for a topic that does not exist (asked up front, instead of
+librdkafka's 30 s wait for it to appear) and ``BrokerUnavailableError`` when no broker
+answers.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +24,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from pyrula_stream.kafka.config import producer_config
+from pyrula_stream.errors import BrokerUnavailableError, UnknownTopicError
+from pyrula_stream.kafka.config import producer_config, unreachable_reason
 from pyrula_stream.kafka.consumers import reader_consumer
-from pyrula_stream.kafka.offsets import watermarks
+from pyrula_stream.kafka.offsets import kafka_error, watermarks
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.serde import headers_dict
 
@@ -32,10 +39,55 @@ class Delivered:
     offset: int
 
 
-class RecordProducer:
-    """An idempotent producer whose ``send`` returns once the broker acknowledged."""
+def broker_unavailable(
+    bootstrap_servers: str, timeout_s: float, what: str
+) -> BrokerUnavailableError:
+    """The error for "no broker answered": says where, how long, why, and what to check."""
+    reason = unreachable_reason(bootstrap_servers) or "no answer"
+    return BrokerUnavailableError(
+        f"cannot reach Kafka at {bootstrap_servers} within {timeout_s:g}s to {what} "
+        f"({reason}): check the bootstrap servers and that the broker is running"
+    )
 
-    def __init__(self, bootstrap_servers: str, **extra: Any) -> None:
+
+def _is_transport(exc: KafkaException) -> bool:
+    err = kafka_error(exc)
+    return err is not None and err.code() in (
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+    )
+
+
+def _topic_partitions(
+    client: Producer | Consumer, bootstrap: str, topic: str, timeout_s: float
+) -> int:
+    """How many partitions ``topic`` has; ``UnknownTopicError`` when it has none."""
+    try:
+        md = client.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        if _is_transport(exc):
+            if isinstance(client, Producer) or not client.assignment():
+                client.poll(0)  # serves the queued error callbacks that say why
+            raise broker_unavailable(bootstrap, timeout_s, f"read metadata of {topic}") from None
+        raise
+    found = md.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise UnknownTopicError(f"no topic {topic}", topic=topic)
+    return len(found.partitions)
+
+
+class RecordProducer:
+    """An idempotent producer whose ``send`` returns once the broker acknowledged.
+
+    ``timeout_s`` bounds each send, including the first look at a topic's metadata.
+    """
+
+    def __init__(self, bootstrap_servers: str, *, timeout_s: float = 30.0, **extra: Any) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout_s = timeout_s
+        self._known_topics: set[str] = set()
         self._producer = Producer(producer_config(bootstrap_servers, **extra))
 
     def send_sync(
@@ -44,8 +96,12 @@ class RecordProducer:
         key: bytes | None,
         value: bytes | None,
         headers: list[tuple[str, str | bytes | None]] | None = None,
-        timeout_s: float = 30.0,
+        timeout_s: float | None = None,
     ) -> Delivered:
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        if topic not in self._known_topics:
+            _topic_partitions(self._producer, self.bootstrap_servers, topic, timeout_s)
+            self._known_topics.add(topic)
         result: list[Any] = []
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
@@ -56,8 +112,14 @@ class RecordProducer:
         )
         self._producer.flush(timeout_s)
         if not result:
-            raise TimeoutError(f"no acknowledgement from {topic} within {timeout_s}s")
+            # Not sent yet: take it back, so a send reported as failed does not land later.
+            self._producer.purge(in_queue=True, in_flight=False)
+            self._producer.poll(0)
+            raise broker_unavailable(self.bootstrap_servers, timeout_s, f"write to {topic}")
         if isinstance(result[0], KafkaError):
+            if result[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                self._known_topics.discard(topic)
+                raise UnknownTopicError(f"no topic {topic}", topic=topic)
             raise KafkaException(result[0])
         msg = result[0]
         return Delivered(msg.topic(), msg.partition(), msg.offset())
@@ -78,16 +140,16 @@ class RecordProducer:
 class PartitionReader:
     """Reads committed records of the partition that holds ``key``, from a timestamp."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, *, client_id: str) -> None:
+    def __init__(
+        self, bootstrap_servers: str, topic: str, *, client_id: str, timeout_s: float = 10.0
+    ) -> None:
         self.topic = topic
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout_s = timeout_s
         self._consumer: Consumer = reader_consumer(bootstrap_servers, client_id=client_id)
 
     def partitions(self) -> int:
-        md = self._consumer.list_topics(self.topic, timeout=10)
-        topic = md.topics.get(self.topic)
-        if topic is None or topic.error is not None:
-            raise KafkaException(f"topic {self.topic} not found")
-        return len(topic.partitions)
+        return _topic_partitions(self._consumer, self.bootstrap_servers, self.topic, self.timeout_s)
 
     def seek_key(self, key: bytes, since_ms: int | None) -> int:
         partition = partition_for(key, self.partitions())
@@ -102,10 +164,17 @@ class PartitionReader:
             if since_ms is not None:
                 # The end is read first: a record written after it has a later timestamp,
                 # so when no record is as new as since_ms, starting there misses nothing.
-                _, end = watermarks(self._consumer, self.topic, p, timeout_s=10)
-                found = self._consumer.offsets_for_times(
-                    [TopicPartition(self.topic, p, since_ms)], timeout=10
-                )[0]
+                try:
+                    _, end = watermarks(self._consumer, self.topic, p, timeout_s=self.timeout_s)
+                    found = self._consumer.offsets_for_times(
+                        [TopicPartition(self.topic, p, since_ms)], timeout=self.timeout_s
+                    )[0]
+                except KafkaException as exc:
+                    if _is_transport(exc):
+                        raise broker_unavailable(
+                            self.bootstrap_servers, self.timeout_s, f"read {self.topic}"
+                        ) from None
+                    raise
                 offset = found.offset if found.offset >= 0 else end
             start.append(TopicPartition(self.topic, p, offset))
         self._consumer.assign(start)

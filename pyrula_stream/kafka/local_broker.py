@@ -2,7 +2,9 @@
 
 No Docker and no Kafka install: Maven fetches ``org.apache.kafka:kafka_2.13`` and a log4j
 binding into a cache folder once; every later start reuses it. The broker runs as a child
-JVM on free loopback ports and is stopped cleanly (SIGTERM, then SIGKILL after a grace).
+JVM on loopback ports and is stopped cleanly (SIGTERM, then SIGKILL after a grace).
+Started again on a data directory it already formatted, it comes back on the same ports
+with the same topics, offsets and transactions (a restart, not a new cluster).
 """
 
 from __future__ import annotations
@@ -128,10 +130,30 @@ def fetch_jars(version: str = KAFKA_VERSION) -> Path:
     return libs
 
 
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_LISTENERS = re.compile(r"^listeners=PLAINTEXT://[^:]+:(\d+),CONTROLLER://[^:]+:(\d+)$", re.M)
+
+
+def _previous_ports(props: Path) -> tuple[int, int] | None:
+    """The broker and controller ports of a data directory formatted before, if any."""
+    if not (props.parent / "log" / "meta.properties").exists() or not props.exists():
+        return None
+    match = _LISTENERS.search(props.read_text())
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
@@ -193,10 +215,19 @@ class LocalBroker:
         return True
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """SIGTERM the JVM, wait for a clean shutdown, SIGKILL if it hangs. Safe to repeat."""
+        """SIGTERM the JVM, wait for a clean shutdown, SIGKILL if it hangs. Safe to repeat.
+
+        The data directory is removed only when this module made it (``owns_data_dir``).
+        """
+        self.halt(signal.SIGTERM, grace_s)
+        if self.owns_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def halt(self, sig: int = signal.SIGTERM, grace_s: float = 20.0) -> None:
+        """End the JVM with ``sig`` (SIGKILL after ``grace_s``), keeping its data."""
         if self.is_running():
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGTERM)
+                os.killpg(self.pid, sig)
             deadline = time.monotonic() + grace_s
             while self.is_running() and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -205,8 +236,6 @@ class LocalBroker:
                     os.killpg(self.pid, signal.SIGKILL)
                 while self.is_running():
                     time.sleep(0.05)
-        if self.owns_data_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -234,6 +263,18 @@ def wait_until_ready(bootstrap_servers: str, timeout_s: float = 60.0) -> None:
     )
 
 
+def _format_storage(jvm: list[str], props: Path) -> None:
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    fmt = subprocess.run(
+        [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if fmt.returncode != 0:
+        raise BrokerUnavailableError(f"formatting Kafka storage failed:\n{fmt.stderr[-2000:]}")
+
+
 def start_local_broker(
     *,
     data_dir: Path | None = None,
@@ -241,15 +282,20 @@ def start_local_broker(
     die_with_parent: bool = True,
     heap: str = "768m",
 ) -> LocalBroker:
-    """Format storage and start a single-node KRaft broker; return once it answers."""
+    """Start a single-node KRaft broker; return once it answers.
+
+    A ``data_dir`` this function formatted before is started again as it was, on its
+    previous port unless ``port`` says otherwise; a new one is formatted first.
+    """
     java = check_java()
     libs = fetch_jars()
     owns = data_dir is None
     data = Path(data_dir or tempfile.mkdtemp(prefix="pyrula-kafka-"))
     data.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    controller_port = free_port()
     props = data / "server.properties"
+    previous = _previous_ports(props)
+    port = port or (previous[0] if previous else free_port())
+    controller_port = previous[1] if previous else free_port()
     props.write_text(_server_properties(data, port, controller_port))
     log_file = data / "broker.log"
     (data / "log4j2.properties").write_text(_LOG4J.format(log=log_file))
@@ -264,16 +310,9 @@ def start_local_broker(
         "-cp",
         classpath,
     ]
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    fmt = subprocess.run(
-        [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if fmt.returncode != 0:
-        raise BrokerUnavailableError(f"formatting Kafka storage failed:\n{fmt.stderr[-2000:]}")
-    with open(data / "broker.out", "wb") as out:
+    if previous is None:
+        _format_storage(jvm, props)
+    with open(data / "broker.out", "ab") as out:
         proc = subprocess.Popen(
             [*jvm, "kafka.Kafka", str(props)],
             stdout=out,

@@ -9,7 +9,9 @@ its partitions, recreates the producer and rejoins).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +25,10 @@ from pyrula_stream.records import OutRecord
 log = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], int]
+
+TRANSACTION_CALL_TIMEOUT_S = 15.0
+"""Bound on each blocking transactional call (offsets, commit, abort); longer than the
+10 s transaction timeout, after which the broker aborts the transaction anyway."""
 
 
 class TransactionAborted(Exception):
@@ -61,6 +67,8 @@ class BatchWriter:
         )
         self._producer = Producer(conf)
         self._delivery_errors: list[str] = []
+        self.stuck = False
+        """A call into this producer never returned; ``close`` must not wait on it."""
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Fence any previous producer of our transactional id and abort its open txn."""
@@ -107,18 +115,51 @@ class BatchWriter:
             self._producer.begin_transaction()
             self._produce_all(records)
             if offsets:
-                self._producer.send_offsets_to_transaction(
-                    [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                    group_metadata,
+                self._send_offsets(
+                    [TopicPartition(t, p, o) for (t, p), o in offsets.items()], group_metadata
                 )
             self._commit_with_retry()
         except KafkaException as exc:
             self._handle(exc)
 
+    def _send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
+        """``send_offsets_to_transaction`` with a timeout that holds.
+
+        librdkafka ignores this call's timeout when the group coordinator goes away (a
+        broker restart): it blocks for good (librdkafka issues #5456, #5511). The call runs
+        in a thread of its own; when it has not returned in time, this producer is given up
+        as fenced, and the worker's next producer, with the same transactional id, aborts
+        the open transaction. The stuck thread is left behind (a daemon, one per outage).
+        """
+        outcome: list[BaseException | None] = []
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                self._producer.send_offsets_to_transaction(
+                    positions, group_metadata, TRANSACTION_CALL_TIMEOUT_S
+                )
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=call, name="pyrula-send-offsets", daemon=True).start()
+        if not done.wait(TRANSACTION_CALL_TIMEOUT_S + 5):
+            self.stuck = True
+            raise ProducerFenced(
+                f"send_offsets_to_transaction did not return within "
+                f"{TRANSACTION_CALL_TIMEOUT_S + 5:g}s (the group coordinator went away); "
+                "starting a new producer"
+            )
+        if outcome and outcome[0] is not None:
+            raise outcome[0]
+
     def _commit_with_retry(self) -> None:
         for attempt in range(10):
             try:
-                self._producer.commit_transaction(30)
+                self._producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S)
                 return
             except KafkaException as exc:
                 err = kafka_error(exc)
@@ -129,10 +170,12 @@ class BatchWriter:
 
     def _handle(self, exc: KafkaException) -> None:
         err = kafka_error(exc)
-        if err is not None and err.txn_requires_abort():
+        if err is not None and not err.fatal() and (err.txn_requires_abort() or err.retriable()):
+            # Retriable here means the broker did not answer in time (a restart, an
+            # outage): abort rather than wait, and rerun the turns from their journal.
             log.warning("transaction must abort (%s); rebuilding affected turns", err.str())
             try:
-                self._producer.abort_transaction(30)
+                self._producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S)
             except KafkaException as abort_exc:
                 raise ProducerFenced(f"abort failed: {abort_exc}") from exc
             raise TransactionAborted(err.str()) from exc
@@ -164,4 +207,7 @@ class BatchWriter:
                 raise TransactionAborted(f"offset commit failed: {exc}") from exc
 
     def close(self) -> None:
-        self._producer.flush(10)
+        """Flush what is left; a producer that failed fatally (fenced) has nothing to add."""
+        if not self.stuck:
+            with contextlib.suppress(KafkaException):
+                self._producer.flush(10)

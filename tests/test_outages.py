@@ -1,0 +1,149 @@
+"""Kafka that is missing, down, or restarted: clear errors within a timeout, a few log
+lines instead of one per librdkafka retry, and a worker that waits and carries on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.errors import BrokerUnavailableError, UnknownTopicError
+from pyrula_stream.kafka.io import PartitionReader
+from pyrula_stream.kafka.local_broker import LocalBroker, free_port, start_local_broker
+from pyrula_stream.testing import unique_name
+
+ROOT = Path(__file__).parent.parent
+
+
+async def test_client_names_the_missing_topic_and_how_to_create_it(
+    kafka_bootstrap_servers: str,
+) -> None:
+    agent = unique_name("ghost")
+    hint = f"start a worker for '{agent}' or run `pyrula-stream topics apply {agent} --prefix p2`"
+    async with KafkaAgentClient(kafka_bootstrap_servers, prefix="p2", timeout=10) as client:
+        with pytest.raises(UnknownTopicError) as submitted:
+            await client.submit(agent, x=1)
+        with pytest.raises(UnknownTopicError) as streamed:
+            async for _ in client.stream(agent, "0" * 32):
+                pass
+    assert str(submitted.value) == f"no topic p2.{agent}.turns: {hint}"
+    assert str(streamed.value) == f"no topic p2.{agent}.events: {hint}"
+
+
+async def test_client_submit_to_a_closed_port_fails_after_its_timeout() -> None:
+    port = free_port()
+    async with KafkaAgentClient(f"127.0.0.1:{port}", timeout=3) as client:
+        with pytest.raises(BrokerUnavailableError) as info:
+            await client.submit("support", question="hello?")
+    message = str(info.value)
+    assert message.startswith(f"cannot reach Kafka at 127.0.0.1:{port} within 3s")
+    assert "(Connection refused)" in message
+
+
+def test_connection_failures_are_logged_once_not_per_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pyrula_stream.librdkafka")
+    port = free_port()
+    reader = PartitionReader(f"127.0.0.1:{port}", "pyrula.outage.events", client_id="outage")
+    try:
+        reader.seek_partitions([0], None)  # assigned without metadata: only fetches fail
+        for _ in range(30):  # about 6 s of librdkafka reconnecting every few tens of ms
+            assert list(reader.poll(0.2)) == []
+    finally:
+        reader.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "pyrula_stream.librdkafka"]
+    assert lines == [
+        f"Kafka broker 127.0.0.1:{port} is unreachable (Connection refused); retrying with "
+        "backoff, a reminder every 10s until it is back"
+    ]
+
+
+# -- a worker started before its broker, and the broker restarted under it --------------
+
+
+def _readyz(port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return None
+
+
+def _wait(predicate: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.2)
+
+
+async def _one_turn(bootstrap: str, agent: str) -> str:
+    async with KafkaAgentClient(bootstrap, timeout=120) as client:
+        events = await client.run(agent, text="hello", timeout=180)
+    return events[-1].type
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_worker_waits_for_kafka_and_carries_on_after_a_broker_restart(
+    tmp_path: Path,
+) -> None:
+    agent = unique_name("outage")
+    port, health = free_port(), free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    log_path = tmp_path / "worker.log"
+    with open(log_path, "wb") as log_file:
+        worker = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "pyrula_stream.cli", "worker", "tests.agents.echo:echo"),
+                *("--bootstrap-servers", bootstrap, "--health-port", str(health)),
+                *("--worker-id", "outage-1"),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "ECHO_AGENT_NAME": agent},
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    broker: LocalBroker | None = None
+    try:
+        _wait(lambda: _readyz(health) is not None, 60, "the health server never answered")
+        assert _readyz(health) == 503
+        _wait(
+            lambda: "does not answer; waiting for it" in log_path.read_text(),
+            30,
+            "no log line about waiting for Kafka",
+        )
+
+        broker = start_local_broker(data_dir=tmp_path / "kafka", port=port)
+        _wait(lambda: _readyz(health) == 200, 120, "the worker never became ready")
+        assert asyncio.run(_one_turn(bootstrap, agent)) == "run:complete"
+
+        broker.halt(signal.SIGTERM)  # same port, same data directory: a restart
+        broker = start_local_broker(data_dir=tmp_path / "kafka", port=port)
+        assert asyncio.run(_one_turn(bootstrap, agent)) == "run:complete"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(60)
+        finally:
+            worker.kill()
+            if broker is not None:
+                broker.stop()
+    log = log_path.read_text()
+    assert worker.returncode == 0, log
+    assert f"Kafka broker {bootstrap} is unreachable (Connection refused)" in log
+    assert f"Kafka broker {bootstrap} is reachable again after" in log
+    assert "Connect to ipv4#" not in log, log  # no raw line per librdkafka retry
