@@ -5,7 +5,7 @@ group) run the model's tool loop, journal every step to a compacted changelog, a
 the turn's events exactly once to ``<prefix>.<agent>.events``.
 """
 
-from pyrula_stream.agent import AgentTopics, KafkaAgent, MCPServer, kafka_agent
+from pyrula_stream.agent import AgentTopics, KafkaAgent, MCPServer, kafka_agent, registered_agents
 from pyrula_stream.client import KafkaAgentClient, TurnHandle
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import (
@@ -34,6 +34,7 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.events import Event, EventType
 from pyrula_stream.limits import AgentLimits
+from pyrula_stream.mesh import MeshWorker
 from pyrula_stream.retry import RetryPolicy
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tools import ToolContext, tool
@@ -62,6 +63,7 @@ __all__ = [
     "LLMRateLimited",
     "MCPServer",
     "MalformedRecordError",
+    "MeshWorker",
     "NestedDurableOperationError",
     "Poison",
     "PoisonOptions",
@@ -80,5 +82,6 @@ __all__ = [
     "UserError",
     "WorkerOptions",
     "kafka_agent",
+    "registered_agents",
     "tool",
 ]

@@ -27,6 +27,16 @@ from pyrula_stream.tools import ToolCallable, check_bindable
 
 _AGENT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
 
+_REGISTERED: dict[tuple[str, str], KafkaAgent] = {}
+"""Agents bound in this process, by (prefix, name); what ``registered_agents`` lists.
+The seeds' API asks for it: binding is import time, and a worker of several agents or a
+``call_agent`` by name finds them here. Re-binding a name replaces the earlier agent."""
+
+
+def registered_agents() -> list[KafkaAgent]:
+    """Every agent bound with ``@kafka_agent`` in this process, in the order bound."""
+    return list(_REGISTERED.values())
+
 
 @dataclass(frozen=True)
 class AgentTopics:
@@ -37,12 +47,18 @@ class AgentTopics:
     journal: str
     control: str
     dlq: str
+    replies: str
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
         base = f"{prefix}.{agent}"
         return cls(
-            f"{base}.turns", f"{base}.events", f"{base}.journal", f"{base}.control", f"{base}.dlq"
+            f"{base}.turns",
+            f"{base}.events",
+            f"{base}.journal",
+            f"{base}.control",
+            f"{base}.dlq",
+            f"{base}.replies",
         )
 
 
@@ -131,7 +147,7 @@ def kafka_agent(
             raise ToolRegistrationError(f"agent '{agent_name}': tool names repeat: {dupes}")
         if partitions < 1:
             raise AgentRegistrationError(f"agent '{agent_name}': partitions must be >= 1")
-        return KafkaAgent(
+        agent = KafkaAgent(
             name=agent_name,
             fn=fn,
             llm=llm,
@@ -143,5 +159,8 @@ def kafka_agent(
             output_topics={k: tuple(v) for k, v in (output_topics or {}).items()},
             timeout=timeout,
         )
+        _REGISTERED.pop((prefix, agent_name), None)
+        _REGISTERED[(prefix, agent_name)] = agent
+        return agent
 
     return bind

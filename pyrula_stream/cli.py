@@ -147,7 +147,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from pyrula_stream.worker import WorkerOptions, run_worker
 
-    agent = load_agent(args.agent)
+    agents = [load_agent(spec) for spec in args.agent]
     options = WorkerOptions(
         max_concurrent_turns=args.max_concurrent_turns,
         worker_id=args.worker_id,
@@ -155,7 +155,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         processing_guarantee=args.processing_guarantee,
         shutdown_grace=args.shutdown_grace,
     )
-    run_worker(agent, bootstrap_from(args), options)
+    run_worker(agents[0] if len(agents) == 1 else agents, bootstrap_from(args), options)
     return 0
 
 
@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_topics)
 
     w = with_bootstrap(sub.add_parser("worker", help="run an agent's turns"))
-    w.add_argument("agent", help="MODULE:AGENT")
+    w.add_argument("agent", nargs="+", help="MODULE:AGENT, one or more (one process runs them all)")
     w.add_argument("--worker-id", default=None, help="stable id (transactional.id suffix)")
     w.add_argument("--max-concurrent-turns", type=int, default=50)
     w.add_argument("--health-port", type=int, default=None)

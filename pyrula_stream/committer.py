@@ -25,8 +25,9 @@ WriteBatch = Callable[[list[OutRecord], Offsets], Awaitable[None]]
 @dataclass
 class _Batch:
     records: list[tuple[str | None, OutRecord]] = field(default_factory=list)
-    waiters: list[tuple[str, asyncio.Future[None]]] = field(default_factory=list)
+    waiters: list[tuple[str | None, asyncio.Future[None]]] = field(default_factory=list)
     turns: dict[str, TurnRuntime] = field(default_factory=dict)
+    fence: bool = False
 
     def empty(self) -> bool:
         return not self.records and not self.waiters
@@ -81,6 +82,17 @@ class GroupCommitter:
         self._pending.records.extend((None, r) for r in records)
         self._wake.set()
 
+    def durable_records(self, records: list[OutRecord]) -> asyncio.Future[None]:
+        """Records of no turn that must commit with every owned partition's input offset
+        (a reply and its read position): the offsets carry the group generation, so a
+        worker that lost the partition is fenced instead of writing them. An abort keeps
+        them for the next commit; the future resolves when they are durable."""
+        self.add_records(records)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.waiters.append((None, fut))
+        self._pending.fence = True
+        return fut
+
     def offsets_changed(self) -> None:
         self._wake.set()
 
@@ -128,6 +140,8 @@ class GroupCommitter:
             offsets = self._offsets()
             changed = {k: v for k, v in offsets.items() if self._last_offsets.get(k) != v}
             batch, self._pending = self._pending, _Batch()
+            if batch.fence:
+                changed = dict(offsets)
             if batch.empty() and not changed:
                 continue
             records = [r for _, r in batch.records]
@@ -147,8 +161,10 @@ class GroupCommitter:
                 # What the aborted turns buffered since belongs to an attempt that restarts.
                 self.purge(set(batch.turns))
                 self._pending.records[:0] = orphans
-                for _, fut in batch.waiters:
-                    if not fut.done():
+                self._pending.waiters[:0] = [(t, f) for t, f in batch.waiters if t is None]
+                self._pending.fence = self._pending.fence or batch.fence
+                for t, fut in batch.waiters:
+                    if t is not None and not fut.done():
                         fut.cancel()
                 self._on_abort(set(batch.turns))
                 continue

@@ -75,6 +75,7 @@ class ErrorCode(StrEnum):
     REPLAY_INPUT_CHANGED = "replay_input_changed"
     STREAM_CARRY_MISSING = "stream_carry_missing"
     INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
+    AGENT_DEPTH_EXCEEDED = "agent_depth_exceeded"
 
 
 class PyrulaError(Exception):
@@ -246,6 +247,29 @@ class Poison(TurnFailure):
     """Raise from a tool to quarantine the turn: no retry, the turn goes to the DLQ."""
 
     code = ErrorCode.POISON
+
+
+class AgentDepthExceeded(TurnFailure):
+    """A ``call_agent`` past ``max_agent_depth``: refused before any child is produced."""
+
+    code = ErrorCode.AGENT_DEPTH_EXCEEDED
+
+
+class SubAgentError(TurnFailure):
+    """A sub-agent's turn ended with ``run:error``; ``code`` is the child's code."""
+
+    def __init__(self, agent: str, child_turn_id: str, code: str, message: str) -> None:
+        super().__init__(
+            f"sub-agent '{agent}' (turn {child_turn_id}) failed with {code}: {message}"
+        )
+        try:
+            self.code = ErrorCode(code)
+        except ValueError:
+            self.code = ErrorCode.AGENT_ERROR
+        self.agent = agent
+        self.child_turn_id = child_turn_id
+        self.child_code = code
+        self.child_message = message
 
 
 class TurnCancelled(TurnFailure):

@@ -11,13 +11,14 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent_calls import AgentCalls, inherited_limits
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError
 from pyrula_stream.events import RunComplete, RunError, RunStart
@@ -26,6 +27,7 @@ from pyrula_stream.loop import ToolLoop
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.subagents import Park, TurnParked
 from pyrula_stream.tool_cache import CacheStore
 from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
@@ -47,7 +49,9 @@ class TurnExecutor:
         options: WorkerOptions,
         worker_id: str,
         add_records: Callable[[list[OutRecord]], None],
+        topic_exists: Callable[[str], Awaitable[bool]],
     ) -> None:
+        self.topic_exists = topic_exists
         self.agent = agent
         self.llm = llm
         self.http = http
@@ -71,7 +75,7 @@ class TurnExecutor:
     async def execute(self, runtime: TurnRuntime) -> None:
         """Run the agent body once (replaying what the journal holds) and finish the turn."""
         journal = runtime.journal
-        if runtime.attempt > 1:
+        if runtime.attempt > 1 and not runtime.resumed:
             progressed = journal.progress is not None and int(
                 journal.progress.data.get("steps_at_start", -1)
             ) != len(journal.steps)
@@ -85,6 +89,8 @@ class TurnExecutor:
             await runtime.begin_attempt(stalled)
         try:
             await self._run_body(runtime)
+        except TurnParked as wait:
+            await runtime.park(Park(runtime.request, wait.children, wait.wake_at_ms))
         except asyncio.CancelledError:
             raise
         except Poison as exc:
@@ -120,11 +126,26 @@ class TurnExecutor:
         )
         # The wall-time budget counts from the first attempt's start, on any worker.
         runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
+        limits = inherited_limits(self.agent.limits, request.lineage)
         tool_calls = ToolCalls(
-            runtime, self.agent.limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
+            runtime, limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
         )
-        loop = ToolLoop(runtime, self.llm, self.agent.tools, self.agent.limits, tool_calls)
-        ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps)
+        loop = ToolLoop(runtime, self.llm, self.agent.tools, limits, tool_calls)
+        agent_calls = AgentCalls(
+            runtime,
+            limits,
+            prefix=self.agent.prefix,
+            max_record_bytes=runtime.max_record_bytes,
+            topic_exists=self.topic_exists,
+        )
+        ctx = AgentContext(
+            runtime,
+            loop,
+            tool_calls,
+            agent_calls,
+            deps=self.agent.deps,
+            durable_timer_after_s=self.options.durable_timer_after_s,
+        )
         try:
             async with asyncio.timeout(self.agent.timeout):
                 result = await self.agent.fn(ctx, **request.params)

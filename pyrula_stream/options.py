@@ -27,6 +27,8 @@ class WorkerOptions:
     ``turn_id`` + ``seq``). ``commit_interval_s`` caps how often a commit starts (0: as
     soon as the previous one ends). ``worker_id`` makes the transactional id stable across
     restarts, so a restarted worker aborts its predecessor's open transaction at once.
+    ``durable_timer_after_s``: a ``ctx.sleep``/``sleep_until`` longer than this parks the
+    turn (no task, no slot; the partition's owner wakes it); a shorter one holds its slot.
     """
 
     max_concurrent_turns: int = 50
@@ -45,3 +47,4 @@ class WorkerOptions:
     shared_tool_cache: bool = True
     consumer_config: dict[str, Any] = field(default_factory=dict)
     producer_config: dict[str, Any] = field(default_factory=dict)
+    durable_timer_after_s: float = 5.0

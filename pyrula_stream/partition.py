@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from pyrula_stream.journal import PartitionJournal
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.subagents import Park
 
 
 @dataclass
@@ -21,6 +22,12 @@ class OffsetWatermark:
     _order: deque[int] = field(default_factory=deque)
     _done: set[int] = field(default_factory=set)
     _next: int | None = None
+
+    def start_at(self, offset: int) -> None:
+        """The committed position at assignment: committable before any record is read,
+        so a commit that must fence (a reply's) always carries this partition's offset."""
+        if self._next is None:
+            self._next = offset
 
     def track(self, offset: int) -> None:
         self._order.append(offset)
@@ -57,6 +64,9 @@ class PartitionState:
     finished: set[str] = field(default_factory=set)
     running_keys: dict[str, str] = field(default_factory=dict)
     queued_ids: set[str] = field(default_factory=set)
+    parked: dict[str, Park] = field(default_factory=dict)
+    """Turns only the journal holds now, waiting for replies or a time."""
+    resuming: set[str] = field(default_factory=set)
 
     def is_finished(self, request: TurnRequest) -> bool:
         """Whether this turn already ended: its re-read request is a no-op."""

@@ -34,6 +34,7 @@ def test_exported_names_are_pinned() -> None:
             "LLMRateLimited",
             "MCPServer",
             "MalformedRecordError",
+            "MeshWorker",
             "NestedDurableOperationError",
             "Poison",
             "PoisonOptions",
@@ -52,6 +53,7 @@ def test_exported_names_are_pinned() -> None:
             "UserError",
             "WorkerOptions",
             "kafka_agent",
+            "registered_agents",
             "tool",
         ]
     )

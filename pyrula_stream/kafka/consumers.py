@@ -220,3 +220,54 @@ class ControlReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+class RepliesReader:
+    """Follows the replies partitions whose turns partitions this worker owns, from the
+    position journaled with the last reply taken (so each reply is taken exactly once).
+
+    Not a group member: the group's cooperative assignor would not give one member
+    partition p of two topics, so the owner of turns partition p assigns replies p here.
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str, *, client_id: str) -> None:
+        self.topic = topic
+        self._consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+
+    def assign(self, positions: dict[int, int | None]) -> None:
+        """Start reading each partition at its position (``None``: from the beginning)."""
+        if positions:
+            self._consumer.incremental_assign(
+                [
+                    TopicPartition(self.topic, p, OFFSET_BEGINNING if pos is None else pos)
+                    for p, pos in positions.items()
+                ]
+            )
+
+    def unassign(self, partitions: set[int]) -> None:
+        owned = {tp.partition for tp in self._consumer.assignment()}
+        gone = sorted(partitions & owned)
+        if gone:
+            self._consumer.incremental_unassign([TopicPartition(self.topic, p) for p in gone])
+
+    def poll(self) -> list[ConsumedRecord]:
+        """The replies that arrived since the last call (never waits)."""
+        out = []
+        for msg in self._consumer.consume(100, 0):
+            if msg.error() is not None:
+                continue
+            key = msg.key()
+            out.append(
+                ConsumedRecord(
+                    msg.partition() or 0,
+                    msg.offset() or 0,
+                    key.decode() if isinstance(key, bytes) else (key or ""),
+                    msg.value(),
+                    headers_dict(msg.headers()),
+                    int(msg.timestamp()[1]),
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -140,6 +140,12 @@ class TurnConsumer:
             return BadRecord(partition, offset, str(exc), source)
         return TurnRecord(partition, offset, request)
 
+    def committed(self, partitions: list[int]) -> dict[int, int]:
+        """The group's committed input offsets (0 where none is committed yet). Blocking;
+        called in the assign hook, on the polling thread."""
+        tps = self._consumer.committed([TopicPartition(self.topic, p) for p in partitions], 30)
+        return {tp.partition: max(0, tp.offset) for tp in tps}
+
     @property
     def group_metadata(self) -> Any:
         """The group generation as of the last poll: what transactions commit offsets with."""
