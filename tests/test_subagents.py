@@ -54,6 +54,10 @@ async def _collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[E
     return [e async for e in client.stream(agent, turn_id)]
 
 
+async def _tree(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
+    return [e async for e in client.stream(agent, turn_id, include_children=True)]
+
+
 def live_journal_keys(bootstrap: str, topic: str) -> list[str]:
     latest: dict[bytes | None, bytes | None] = {}
     for key, value, _ in read_topic(bootstrap, topic):
@@ -86,6 +90,12 @@ async def test_a_parent_calls_a_child_on_another_worker_and_gets_its_result(
 
     child = await events_of(client, refunds.name, start["child_turn_id"])
     assert child[-1].type == "run:complete"
+    tree = await asyncio.wait_for(_tree(client, triage.name, ok[0].turn_id), 60)
+    assert [(e.turn_id, e.seq) for e in tree if e.turn_id == ok[0].turn_id] == [
+        (e.turn_id, e.seq) for e in ok
+    ]
+    assert [e.type for e in tree if e.turn_id == start["child_turn_id"]] == [e.type for e in child]
+    assert {e.agent for e in tree} == {triage.name, refunds.name}
     # The child's request carries its lineage in headers; there is exactly one of it.
     requests = [
         r for r in read_topic(kafka_bootstrap_servers, refunds.topics.turns) if r[0] is not None
