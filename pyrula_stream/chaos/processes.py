@@ -20,6 +20,7 @@ from typing import IO
 import pyrula_stream
 
 AGENT_SPEC = "pyrula_stream.chaos.agent:chaos"
+CHILD_SPEC = "pyrula_stream.chaos.agent:chaos_child"
 
 
 def free_port() -> int:
@@ -159,6 +160,7 @@ class Worker(Managed):
         env: dict[str, str],
         *,
         shutdown_grace: float,
+        specs: tuple[str, ...] = (AGENT_SPEC,),
     ) -> None:
         self.worker_id = f"chaos-{index}"
         self.health_port = 0
@@ -167,7 +169,7 @@ class Worker(Managed):
             "-m",
             "pyrula_stream.cli",
             "worker",
-            AGENT_SPEC,
+            *specs,
             "--bootstrap-servers",
             bootstrap,
             "--worker-id",
