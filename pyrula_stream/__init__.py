@@ -9,6 +9,7 @@ from pyrula_stream.agent import AgentTopics, KafkaAgent, MCPServer, kafka_agent,
 from pyrula_stream.client import KafkaAgentClient, TurnHandle
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import (
+    AgentDepthExceeded,
     AgentRegistrationError,
     BudgetExceeded,
     ConcurrentCallIdError,
@@ -25,6 +26,7 @@ from pyrula_stream.errors import (
     ProviderStreamTruncated,
     PyrulaError,
     ReplayInputChanged,
+    SubAgentError,
     ToolCallFailed,
     ToolCallRejected,
     ToolRegistrationError,
@@ -44,6 +46,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentContext",
+    "AgentDepthExceeded",
     "AgentLimits",
     "AgentRegistrationError",
     "AgentTopics",
@@ -71,6 +74,7 @@ __all__ = [
     "PyrulaError",
     "ReplayInputChanged",
     "RetryPolicy",
+    "SubAgentError",
     "ToolCallFailed",
     "ToolCallRejected",
     "ToolContext",

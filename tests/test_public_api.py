@@ -15,6 +15,7 @@ def test_exported_names_are_pinned() -> None:
     assert sorted(pyrula_stream.__all__) == sorted(
         [
             "AgentContext",
+            "AgentDepthExceeded",
             "AgentLimits",
             "AgentRegistrationError",
             "AgentTopics",
@@ -42,6 +43,7 @@ def test_exported_names_are_pinned() -> None:
             "PyrulaError",
             "ReplayInputChanged",
             "RetryPolicy",
+            "SubAgentError",
             "ToolCallFailed",
             "ToolCallRejected",
             "ToolContext",
