@@ -24,6 +24,10 @@ NUMBER_KEYS = (
     "journal_linear_r2",
     "live_journal_bytes_per_finished_turn",
     "restore_live_entries",
+    "parked_turns_per_worker",
+    "rss_kb_per_parked_turn",
+    "call_round_trip_p50_ms",
+    "call_round_trip_p99_ms",
     "turns",
     "seconds",
 )
@@ -64,7 +68,15 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     assert 0 < figures["journal_linear_r2"] <= 1.0
 
     results = json.loads(Path(figures["results_file"]).read_text())
-    assert {"throughput", "latency", "concurrency", "journal", "restore", "machine"} <= set(results)
+    assert {
+        "throughput",
+        "latency",
+        "concurrency",
+        "journal",
+        "restore",
+        "subagents",
+        "machine",
+    } <= set(results)
     assert [s["steps"] for s in results["journal"]["sizes"]] == [1, 5, 20]
     assert len(results["throughput"]["framework_runs"]) == len(results["throughput"]["floor_runs"])
     assert Path(results["plot"]).stat().st_size > 0

@@ -24,9 +24,10 @@ from pyrula_stream.bench.latency import run_latency
 from pyrula_stream.bench.load import turn_requests
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.stats import median
+from pyrula_stream.bench.subagents import run_subagents
 from pyrula_stream.bench.workload import QUESTION
 
-PHASES = ("throughput", "latency", "concurrency", "journal", "restore")
+PHASES = ("throughput", "latency", "concurrency", "journal", "restore", "subagents")
 
 
 @dataclass
@@ -48,6 +49,8 @@ class BenchConfig:
     journal_turns: int = 50
     restore_sizes: tuple[int, ...] = (10_000, 100_000)
     restore_repeats: int = 3
+    parked_turns: int = 2000
+    call_round_trips: int = 100
     phases: tuple[str, ...] = PHASES
     profile: bool = False
     quick: bool = False
@@ -66,6 +69,8 @@ class BenchConfig:
             "journal_turns": 2,
             "restore_sizes": (200, 1000),
             "restore_repeats": 1,
+            "parked_turns": 100,
+            "call_round_trips": 5,
             "quick": True,
         }
         return cls(**{**sizes, **overrides})
@@ -215,6 +220,18 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             bootstrap,
             sizes=config.restore_sizes,
             repeats=config.restore_repeats,
+            keep_topics=config.keep_topics,
+        )
+    if "subagents" in config.phases:
+        progress(
+            f"subagents: {config.parked_turns} parked turns, "
+            f"{config.call_round_trips} call_agent round trips"
+        )
+        results["subagents"] = await run_subagents(
+            bootstrap,
+            parked=config.parked_turns,
+            round_trips=config.call_round_trips,
+            partitions=config.partitions,
             keep_topics=config.keep_topics,
         )
     results["seconds"] = round(time.monotonic() - started, 1)
