@@ -6,6 +6,7 @@ the turn's events exactly once to ``<prefix>.<agent>.events``.
 """
 
 from pyrula_stream.agent import AgentTopics, KafkaAgent, MCPServer, kafka_agent, registered_agents
+from pyrula_stream.agent_tool import as_tool
 from pyrula_stream.client import KafkaAgentClient, TurnHandle
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import (
@@ -85,6 +86,7 @@ __all__ = [
     "TurnRequest",
     "UserError",
     "WorkerOptions",
+    "as_tool",
     "kafka_agent",
     "registered_agents",
     "tool",

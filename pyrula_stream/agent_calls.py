@@ -126,7 +126,7 @@ class AgentCalls:
         return [self._outcome(r) for r in replies]  # raises the first failure
 
     async def start(
-        self, agent: Any, params: dict[str, Any], *, id: str | None = None
+        self, agent: Any, params: dict[str, Any], *, id: str | None = None, step: int | None = None
     ) -> tuple[str, str]:
         """The call step: produce the child's request in this turn's next commit."""
         name, prefix = self._target(agent)
@@ -198,12 +198,13 @@ class AgentCalls:
             fingerprint([call_key, params]),
             live,
             lambda d: [SubagentStart(call_key, name, d["child_turn_id"], d["depth"], params)],
+            step=step,
             effects=request_record,
         )
         turn.children[str(data["child_turn_id"])] = f"{prefix}.{name}.control"
         return name, str(data["child_turn_id"])
 
-    async def take(self, child: tuple[str, str]) -> Reply:
+    async def take(self, child: tuple[str, str], *, step: int | None = None) -> Reply:
         """The reply step: the child's outcome, or park until its reply arrives."""
         name, child_id = child
         turn = self._turn
@@ -219,7 +220,7 @@ class AgentCalls:
             return [SubagentResult(name, child_id, r.status, r.result, r.code, r.usage or {})]
 
         data, _ = await turn.durable_step(
-            REPLY_KIND, name, fingerprint(child_id), live, result_event
+            REPLY_KIND, name, fingerprint(child_id), live, result_event, step=step
         )
         reply = Reply.from_data(data)
         add_child_usage(turn.spend, reply.usage or {})

@@ -138,6 +138,7 @@ class TurnExecutor:
             max_record_bytes=runtime.max_record_bytes,
             topic_exists=self.topic_exists,
         )
+        loop.agent_calls = agent_calls
         ctx = AgentContext(
             runtime,
             loop,

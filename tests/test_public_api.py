@@ -54,6 +54,7 @@ def test_exported_names_are_pinned() -> None:
             "TurnRequest",
             "UserError",
             "WorkerOptions",
+            "as_tool",
             "kafka_agent",
             "registered_agents",
             "tool",

@@ -14,11 +14,12 @@ from pyrula_stream import (
     KafkaAgent,
     KafkaAgentClient,
     WorkerOptions,
+    as_tool,
     kafka_agent,
 )
 from pyrula_stream.errors import SubAgentError
 from pyrula_stream.kafka.admin import apply_topics
-from pyrula_stream.llm import FakeLLM
+from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 
 QUICK = WorkerOptions(shutdown_grace=0.2)
@@ -279,3 +280,44 @@ async def test_cancelling_a_parent_cancels_its_running_child(
     assert parent[-1].data["code"] == "cancelled"
     assert child[-1].type == "run:error" and child[-1].data["code"] == "cancelled"
     assert "customer hung up" in child[-1].data["message"]
+
+
+async def test_a_sub_agent_offered_as_a_tool_runs_as_a_child_turn(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()
+    seen: list[str] = []
+
+    def model(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        seen.append(repr(messages))  # the list grows later: keep what this call saw
+        assert [t.name for t in tools] == [refunds.name]
+        if len(seen) == 1:
+            return reply_tool_call(refunds.name, order_id="3", cents=300)
+        return reply_text("refund done")
+
+    @kafka_agent(
+        name=unique_name("desk"), llm=FakeLLM(model), tools=[as_tool(refunds)], partitions=1
+    )
+    async def desk(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(desk, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(desk.name, question="refund order 3", timeout=60)
+    assert events[-1].data["result"] == "refund done"
+    types = [e.type for e in events if e.type != "llm:delta"]
+    assert types == [
+        "run:start",
+        "llm:complete",
+        "subagent:start",
+        "subagent:result",
+        "llm:complete",
+        "run:complete",
+    ]
+    assert "tool:start" not in types  # a sub-agent is a child turn, never a gated tool
+    # Two model calls: the resumed turn took the first response from the journal; the
+    # second read the child's result as the tool's result.
+    assert len(seen) == 2
+    assert '"refunded": 300' in seen[-1] and '"order_id": "3"' in seen[-1]
