@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pyrula_stream import Event, KafkaAgentClient
 from pyrula_stream.chaos.processes import Managed, child_env
+from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.testing import read_topic, unique_name, wait_for
 
 ROOT = Path(__file__).parent.parent
@@ -43,6 +44,8 @@ async def test_parent_and_child_run_in_their_own_worker_processes(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
 ) -> None:
     env = {"MESH_TRIAGE": unique_name("triage"), "MESH_REFUNDS": unique_name("refunds")}
+    # Deployed first, as in production: a call to an agent without topics fails the call.
+    apply_topics(kafka_bootstrap_servers, agent_topic_specs(env["MESH_REFUNDS"], partitions=2))
     with (
         worker(tmp_path, kafka_bootstrap_servers, env, "refunds-1", "tests.agents.mesh:refunds"),
         worker(tmp_path, kafka_bootstrap_servers, env, "triage-1", "tests.agents.mesh:triage"),
