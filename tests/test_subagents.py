@@ -18,7 +18,7 @@ from pyrula_stream import (
     kafka_agent,
 )
 from pyrula_stream.errors import SubAgentError
-from pyrula_stream.kafka.admin import apply_topics
+from pyrula_stream.kafka.admin import apply_topics, committed_offsets
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 
@@ -120,6 +120,12 @@ async def test_a_parked_parent_resumes_when_the_childs_worker_comes_back(
         await wait_for(lambda: w.parked_turns == 1, 60, "the parent parked")
         # Parked: no task, and its input offset no longer pins the partition.
         assert w.running_turns == 0
+
+        def offset_passed() -> bool:
+            done = committed_offsets(kafka_bootstrap_servers, w.group_id, triage.topics.turns)
+            return done.get(handle.partition, -1) > handle.offset
+
+        await wait_for(offset_passed, 30, "the parked turn's request offset was committed")
     # The parent's worker is gone too; the child runs and replies while nobody owns it.
     async with running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True):
         start = next(e for e in await _until(client, triage.name, handle.turn_id, "subagent:start"))
