@@ -13,6 +13,7 @@ from pyrula_stream import (
     Event,
     KafkaAgent,
     KafkaAgentClient,
+    MeshWorker,
     WorkerOptions,
     as_tool,
     kafka_agent,
@@ -327,3 +328,22 @@ async def test_a_sub_agent_offered_as_a_tool_runs_as_a_child_turn(
     # second read the child's result as the tool's result.
     assert len(seen) == 2
     assert '"refunded": 300' in seen[-1] and '"order_id": "3"' in seen[-1]
+
+
+async def test_the_two_agent_example_runs_in_one_mesh_process(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    from examples.triage_refunds import refunds, triage
+
+    async with MeshWorker(
+        [triage, refunds], bootstrap_servers=kafka_bootstrap_servers, options=QUICK
+    ) as mesh:
+        await wait_for(
+            lambda: all(w.assigned_partitions == w.agent.partitions for w in mesh.workers),
+            60,
+            "both agents own their partitions",
+        )
+        events = await client.run("triage", order_id="7", complaint="arrived broken", timeout=60)
+    assert events[-1].data["result"] == "Sorry about that: your refund is on its way."
+    taken = next(e for e in events if e.type == "subagent:result")
+    assert taken.data["result"]["receipt"] == "refund-7-1200"
