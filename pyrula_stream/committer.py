@@ -82,15 +82,17 @@ class GroupCommitter:
         self._pending.records.extend((None, r) for r in records)
         self._wake.set()
 
-    def durable_records(self, records: list[OutRecord]) -> asyncio.Future[None]:
+    def durable_records(self, owner: str, records: list[OutRecord]) -> asyncio.Future[None]:
         """Records of no turn that must commit with every owned partition's input offset
         (a reply and its read position): the offsets carry the group generation, so a
         worker that lost the partition is fenced instead of writing them. An abort keeps
-        them for the next commit; the future resolves when they are durable."""
-        self.add_records(records)
+        them for the next commit; ``purge({owner})`` drops them (the partition was
+        revoked). The future resolves when they are durable."""
+        self._pending.records.extend((owner, r) for r in records)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.waiters.append((None, fut))
+        self._pending.waiters.append((owner, fut))
         self._pending.fence = True
+        self._wake.set()
         return fut
 
     def offsets_changed(self) -> None:
@@ -157,14 +159,15 @@ class GroupCommitter:
                 self.stats.aborts += 1
                 # Records of no turn (dead letters, housekeeping) ride the next commit;
                 # turn records are rebuilt by rerunning their turns from the journal.
-                orphans = [(t, r) for t, r in batch.records if t is None]
+                orphans = [(t, r) for t, r in batch.records if t not in batch.turns]
                 # What the aborted turns buffered since belongs to an attempt that restarts.
                 self.purge(set(batch.turns))
                 self._pending.records[:0] = orphans
-                self._pending.waiters[:0] = [(t, f) for t, f in batch.waiters if t is None]
+                kept = [(t, f) for t, f in batch.waiters if t not in batch.turns]
+                self._pending.waiters[:0] = kept
                 self._pending.fence = self._pending.fence or batch.fence
                 for t, fut in batch.waiters:
-                    if t is not None and not fut.done():
+                    if t in batch.turns and not fut.done():
                         fut.cancel()
                 self._on_abort(set(batch.turns))
                 continue

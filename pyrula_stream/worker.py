@@ -422,7 +422,10 @@ class KafkaWorker:
             del self._running[turn_id]
         if lost:
             await asyncio.wait(lost.values(), timeout=self.options.cancel_timeout)
-        self.committer.purge(set(lost))
+        # Buffered replies of these partitions are the new owner's to take now (purged
+        # again after the commit in flight: an abort puts its replies back).
+        replies = {_replies_owner(p) for p in partitions}
+        self.committer.purge(set(lost) | replies)
         if self.options.processing_guarantee == "exactly_once_v2":
             try:
                 await asyncio.wait_for(self.committer.wait_idle(), REVOKE_COMMIT_WAIT_S)
@@ -432,6 +435,7 @@ class KafkaWorker:
                     REVOKE_COMMIT_WAIT_S,
                     sorted(partitions),
                 )
+        self.committer.purge(replies)
         self.committer.forget_offsets({(self.topics.turns, p) for p in partitions})
 
     # -- records --------------------------------------------------------------------------
@@ -535,7 +539,7 @@ class KafkaWorker:
             records.append(reply_journal_record(self.topics.journal, p, reply))
         else:
             reply = None
-        committed = self.committer.durable_records(records)
+        committed = self.committer.durable_records(_replies_owner(p), records)
         if reply is not None:
             taken = reply
 
@@ -689,6 +693,11 @@ class KafkaWorker:
             runtime.restart_from(old)
             task = asyncio.create_task(self._run_turn(runtime, queued), name=turn_id)
             self._running[turn_id] = _Running(runtime, task, running.partition, running.offset)
+
+
+def _replies_owner(partition: int) -> str:
+    """The committer's owner tag of a partition's reply records (not a turn id)."""
+    return f"~replies/{partition}"
 
 
 def restore_journal(reader: Any, journal_topic: str, partition: int) -> PartitionJournal:
