@@ -5,10 +5,18 @@ group) run the model's tool loop, journal every step to a compacted changelog, a
 the turn's events exactly once to ``<prefix>.<agent>.events``.
 """
 
-from pyrula_stream.agent import AgentTopics, KafkaAgent, VersionBehavior, kafka_agent
+from pyrula_stream.agent import (
+    AgentTopics,
+    KafkaAgent,
+    VersionBehavior,
+    kafka_agent,
+    registered_agents,
+)
+from pyrula_stream.agent_tool import as_tool
 from pyrula_stream.client import KafkaAgentClient, TurnHandle
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import (
+    AgentDepthExceeded,
     AgentRegistrationError,
     BranchUnresumable,
     BudgetExceeded,
@@ -26,6 +34,7 @@ from pyrula_stream.errors import (
     ProviderStreamTruncated,
     PyrulaError,
     ReplayInputChanged,
+    SubAgentError,
     ToolCallFailed,
     ToolCallRejected,
     ToolRegistrationError,
@@ -40,6 +49,7 @@ from pyrula_stream.events import Event, EventType
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.mcp.serve import build_mcp_server
+from pyrula_stream.mesh import MeshWorker
 from pyrula_stream.retry import RetryPolicy
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tools import ToolContext, tool
@@ -49,6 +59,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentContext",
+    "AgentDepthExceeded",
     "AgentLimits",
     "AgentRegistrationError",
     "AgentTopics",
@@ -69,6 +80,7 @@ __all__ = [
     "LLMRateLimited",
     "MCPServer",
     "MalformedRecordError",
+    "MeshWorker",
     "NestedDurableOperationError",
     "Poison",
     "PoisonOptions",
@@ -76,6 +88,7 @@ __all__ = [
     "PyrulaError",
     "ReplayInputChanged",
     "RetryPolicy",
+    "SubAgentError",
     "ToolCallFailed",
     "ToolCallRejected",
     "ToolContext",
@@ -90,7 +103,9 @@ __all__ = [
     "VersionUnavailable",
     "WorkerOptions",
     "WriteToolBlocked",
+    "as_tool",
     "build_mcp_server",
     "kafka_agent",
+    "registered_agents",
     "tool",
 ]

@@ -28,6 +28,16 @@ from pyrula_stream.tools import ToolCallable, check_bindable
 
 _AGENT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
 
+_REGISTERED: dict[tuple[str, str], KafkaAgent] = {}
+"""Agents bound in this process, by (prefix, name); what ``registered_agents`` lists.
+The seeds' API asks for it: binding is import time, and a worker of several agents or a
+``call_agent`` by name finds them here. Re-binding a name replaces the earlier agent."""
+
+
+def registered_agents() -> list[KafkaAgent]:
+    """Every agent bound with ``@kafka_agent`` in this process, in the order bound."""
+    return list(_REGISTERED.values())
+
 
 @dataclass(frozen=True)
 class AgentTopics:
@@ -39,6 +49,7 @@ class AgentTopics:
     control: str
     dlq: str
     history: str
+    replies: str
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
@@ -50,6 +61,7 @@ class AgentTopics:
             f"{base}.control",
             f"{base}.dlq",
             f"{base}.history",
+            f"{base}.replies",
         )
 
 
@@ -180,7 +192,7 @@ def kafka_agent(
                 raise AgentRegistrationError(
                     f"agent '{agent_name}': versions[{v!r}] must be an async def"
                 )
-        return KafkaAgent(
+        agent = KafkaAgent(
             name=agent_name,
             fn=fn,
             llm=llm,
@@ -197,5 +209,8 @@ def kafka_agent(
             version_behavior=behavior,
             versions=older,
         )
+        _REGISTERED.pop((prefix, agent_name), None)
+        _REGISTERED[(prefix, agent_name)] = agent
+        return agent
 
     return bind

@@ -197,7 +197,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from pyrula_stream.worker import WorkerOptions, run_worker
 
     logs.configure(logging.INFO if args.verbose else logging.WARNING, args.log_format)
-    agent = load_agent(args.agent)
+    agents = [load_agent(spec) for spec in args.agent]
     if args.processes is not None:
         from pyrula_stream.supervisor import process_count, run_supervisor
 
@@ -217,7 +217,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         static_membership=args.static_membership,
         group_protocol=args.group_protocol,
     )
-    run_worker(agent, bootstrap_from(args), options)
+    run_worker(agents[0] if len(agents) == 1 else agents, bootstrap_from(args), options)
     return 0
 
 
@@ -442,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_topics)
 
     w = with_bootstrap(sub.add_parser("worker", help="run an agent's turns"))
-    w.add_argument("agent", help="MODULE:AGENT")
+    w.add_argument("agent", nargs="+", help="MODULE:AGENT, one or more (one process runs them all)")
     w.add_argument("--worker-id", default=None, help="stable id (transactional.id suffix)")
     w.add_argument(
         "--processes",

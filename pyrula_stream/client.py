@@ -22,7 +22,7 @@ from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.branch import branch_metadata, check_from_step
 from pyrula_stream.errors import ConfigurationError, UnknownTopicError
-from pyrula_stream.events import Event, decode_event
+from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.kafka.io import PartitionReader, RecordProducer
 from pyrula_stream.observability.tracing import carrier_headers, send_span
@@ -185,12 +185,20 @@ class KafkaAgentClient:
         *,
         since_ms: int | None = None,
         idle_timeout_seconds: float | None = None,
+        include_children: bool = False,
     ) -> AsyncIterator[Event]:
         """Events of one turn, in ``seq`` order, ending after its terminal event.
 
         ``since_ms`` starts reading at that time (a handle's ``submitted_ms``); without it
-        the turn's partition is read from its beginning.
+        the turn's partition is read from its beginning. ``include_children`` adds the
+        events of its sub-agent turns and theirs (each turn's events in ``seq`` order,
+        turns interleaved as they arrive; ``Event.turn_id`` and ``agent`` tell them
+        apart), ending once the turn and every child it started have ended.
         """
+        if include_children:
+            async for event in self._stream_tree(agent, turn_id, since_ms, idle_timeout_seconds):
+                yield event
+            return
         reader = PartitionReader(
             self.bootstrap_servers,
             self._topics(agent).events,
@@ -224,6 +232,45 @@ class KafkaAgentClient:
                     raise TimeoutError(f"no event of turn {turn_id} for {idle_timeout_seconds}s")
         finally:
             await asyncio.to_thread(reader.close)
+
+    async def _stream_tree(
+        self, agent: str, turn_id: str, since_ms: int | None, idle: float | None
+    ) -> AsyncIterator[Event]:
+        """One reader per turn of the tree, merged through a queue as events arrive."""
+        queue: asyncio.Queue[Event | BaseException] = asyncio.Queue()
+        readers: list[asyncio.Task[None]] = []
+
+        async def pump(agent_name: str, tid: str, since: int | None) -> None:
+            try:
+                async for event in self.stream(
+                    agent_name, tid, since_ms=since, idle_timeout_seconds=idle
+                ):
+                    await queue.put(event)
+            except Exception as exc:
+                await queue.put(exc)
+
+        def follow(agent_name: str, tid: str, since: int | None) -> None:
+            readers.append(asyncio.create_task(pump(agent_name, tid, since)))
+            unfinished.add(tid)
+
+        unfinished: set[str] = set()
+        follow(agent, turn_id, since_ms)
+        try:
+            while unfinished:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.type == EventType.SUBAGENT_START:
+                    child = str(item.data["child_turn_id"])
+                    if child not in unfinished:
+                        follow(str(item.data["agent"]), child, item.ts_ms - 60_000)
+                elif item.is_terminal:
+                    unfinished.discard(item.turn_id)
+        finally:
+            for task in readers:
+                task.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
 
     async def run(
         self,

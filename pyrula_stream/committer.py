@@ -26,8 +26,9 @@ WriteBatch = Callable[[list[OutRecord], Offsets], Awaitable[None]]
 @dataclass
 class _Batch:
     records: list[tuple[str | None, OutRecord]] = field(default_factory=list)
-    waiters: list[tuple[str, asyncio.Future[None]]] = field(default_factory=list)
+    waiters: list[tuple[str | None, asyncio.Future[None]]] = field(default_factory=list)
     turns: dict[str, TurnRuntime] = field(default_factory=dict)
+    fence: bool = False
 
     def empty(self) -> bool:
         return not self.records and not self.waiters
@@ -90,6 +91,19 @@ class GroupCommitter:
         self._pending.records.extend((None, r) for r in records)
         self._wake.set()
 
+    def durable_records(self, owner: str, records: list[OutRecord]) -> asyncio.Future[None]:
+        """Records of no turn that must commit with every owned partition's input offset
+        (a reply and its read position): the offsets carry the group generation, so a
+        worker that lost the partition is fenced instead of writing them. An abort keeps
+        them for the next commit; ``purge({owner})`` drops them (the partition was
+        revoked). The future resolves when they are durable."""
+        self._pending.records.extend((owner, r) for r in records)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.waiters.append((owner, fut))
+        self._pending.fence = True
+        self._wake.set()
+        return fut
+
     def offsets_changed(self) -> None:
         self._wake.set()
 
@@ -137,6 +151,8 @@ class GroupCommitter:
             offsets = self._offsets()
             changed = {k: v for k, v in offsets.items() if self._last_offsets.get(k) != v}
             batch, self._pending = self._pending, _Batch()
+            if batch.fence:
+                changed = dict(offsets)
             if batch.empty() and not changed:
                 continue
             records = [r for _, r in batch.records]
@@ -154,12 +170,15 @@ class GroupCommitter:
                 observed.aborted()
                 # Records of no turn (dead letters, housekeeping) ride the next commit;
                 # turn records are rebuilt by rerunning their turns from the journal.
-                orphans = [(t, r) for t, r in batch.records if t is None]
+                orphans = [(t, r) for t, r in batch.records if t not in batch.turns]
                 # What the aborted turns buffered since belongs to an attempt that restarts.
                 self.purge(set(batch.turns))
                 self._pending.records[:0] = orphans
-                for _, fut in batch.waiters:
-                    if not fut.done():
+                kept = [(t, f) for t, f in batch.waiters if t not in batch.turns]
+                self._pending.waiters[:0] = kept
+                self._pending.fence = self._pending.fence or batch.fence
+                for t, fut in batch.waiters:
+                    if t in batch.turns and not fut.done():
                         fut.cancel()
                 self._on_abort(set(batch.turns))
                 continue

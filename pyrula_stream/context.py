@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from pyrula_stream.agent_calls import AgentCalls, refuse_llm_override
 from pyrula_stream.errors import (
     ConcurrentCallIdError,
     KafkaLimitError,
@@ -25,6 +26,7 @@ from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import check_wall_time
 from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
 from pyrula_stream.loop import ToolLoop, ToolResultBlock
+from pyrula_stream.subagents import TurnParked
 from pyrula_stream.tool_calls import ToolCall, ToolCalls
 from pyrula_stream.tools import (
     ToolCallable,
@@ -89,11 +91,20 @@ class AgentContext:
     """What an agent body receives as its first argument."""
 
     def __init__(
-        self, turn: TurnRuntime, loop: ToolLoop, tool_calls: ToolCalls, *, deps: Any = None
+        self,
+        turn: TurnRuntime,
+        loop: ToolLoop,
+        tool_calls: ToolCalls,
+        agent_calls: AgentCalls,
+        *,
+        deps: Any = None,
+        durable_timer_after_s: float = 5.0,
     ) -> None:
         self._turn = turn
         self._loop = loop
+        self._timer_after_s = durable_timer_after_s
         self._tool_calls = tool_calls
+        self._agent_calls = agent_calls
         self.llm = LLMHandle(loop)
         self.deps = deps
         self._direct_counters: dict[str, int] = {}
@@ -157,7 +168,12 @@ class AgentContext:
         return data["value"]
 
     async def sleep(self, duration: timedelta | float) -> None:
-        """A durable sleep: the wake time is journaled, so a replay sleeps only what is left."""
+        """A durable sleep: the wake time is journaled, so a replay sleeps only what is left.
+
+        Past ``WorkerOptions.durable_timer_after_s`` the turn parks instead of holding its slot: its
+        journal holds the wake time and the partition's owner then wakes it, whichever
+        worker that is.
+        """
         seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
         _refuse_nested("ctx.sleep", "sleep")
 
@@ -165,7 +181,51 @@ class AgentContext:
             return {"wake_at_ms": int((time.time() + seconds) * 1000)}
 
         data, _ = await self._turn.durable_step("sleep", "sleep", fingerprint(seconds), live)
-        await asyncio.sleep(max(0.0, data["wake_at_ms"] / 1000 - time.time()))
+        await self._sleep_to(int(data["wake_at_ms"]))
+
+    async def sleep_until(self, dt: datetime) -> None:
+        """A durable timer to a wall-clock time (timezone-aware, or UTC if naive)."""
+        _refuse_nested("ctx.sleep_until", "sleep_until")
+        when = dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+        wake_at_ms = int(when.timestamp() * 1000)
+
+        async def live() -> StepData:
+            return {"wake_at_ms": wake_at_ms}
+
+        await self._turn.durable_step("sleep", "sleep_until", fingerprint(wake_at_ms), live)
+        await self._sleep_to(wake_at_ms)
+
+    async def _sleep_to(self, wake_at_ms: int) -> None:
+        remaining = wake_at_ms / 1000 - time.time()
+        if remaining > self._timer_after_s:
+            await self._turn.barrier()
+            raise TurnParked(wake_at_ms=wake_at_ms)
+        await asyncio.sleep(max(0.0, remaining))
+
+    async def call_agent(
+        self, agent_fn: Any, *, llm: Any = None, id: str | None = None, **kwargs: Any
+    ) -> Any:
+        """Run another agent's turn as this turn's child and return its result.
+
+        ``agent_fn`` is a ``@kafka_agent`` (or its name, under this agent's prefix). The
+        child's request commits with this step; the turn parks (no task, no slot) until
+        the child's reply arrives, then resumes by replay. A child's ``run:error`` raises
+        ``SubAgentError`` with the child's code. ``id=`` keys the call (default: its
+        position among this turn's calls).
+        """
+        _refuse_nested("ctx.call_agent", getattr(agent_fn, "name", str(agent_fn)))
+        refuse_llm_override(llm)
+        return await self._agent_calls.call(agent_fn, kwargs, id=id)
+
+    async def gather_subagents(
+        self, *calls: tuple[Any, dict[str, Any]], id: str | None = None, poll_interval: float = 0.5
+    ) -> list[Any]:
+        """Run ``(agent, params)`` calls as children, at most ``max_parallel_subagents`` at
+        once; return their results in order (the first failure, in order, raises).
+        ``poll_interval`` is accepted for the seeds' signature: replies are records, so
+        nothing polls."""
+        _refuse_nested("ctx.gather_subagents", "gather")
+        return await self._agent_calls.gather(calls, id=id)
 
     async def call_tool(
         self, tool: ToolCallable, arguments: dict[str, Any], *, id: str | None = None

@@ -80,6 +80,7 @@ class ErrorCode(StrEnum):
     BRANCH_UNRESUMABLE = "branch_unresumable"
     STREAM_CARRY_MISSING = "stream_carry_missing"
     INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
+    AGENT_DEPTH_EXCEEDED = "agent_depth_exceeded"
 
 
 class PyrulaError(Exception):
@@ -161,7 +162,7 @@ class BrokerUnavailableError(PyrulaError):
     retriable = True
 
 
-class TurnNotRecorded(PyrulaError):
+class TurnNotRecorded(UserError):
     """A turn asked for by id has no record in ``<agent>.history``."""
 
     code = ErrorCode.NOT_FOUND
@@ -292,6 +293,29 @@ class Poison(TurnFailure):
     """Raise from a tool to quarantine the turn: no retry, the turn goes to the DLQ."""
 
     code = ErrorCode.POISON
+
+
+class AgentDepthExceeded(TurnFailure):
+    """A ``call_agent`` past ``max_agent_depth``: refused before any child is produced."""
+
+    code = ErrorCode.AGENT_DEPTH_EXCEEDED
+
+
+class SubAgentError(TurnFailure):
+    """A sub-agent's turn ended with ``run:error``; ``code`` is the child's code."""
+
+    def __init__(self, agent: str, child_turn_id: str, code: str, message: str) -> None:
+        super().__init__(
+            f"sub-agent '{agent}' (turn {child_turn_id}) failed with {code}: {message}"
+        )
+        try:
+            self.code = ErrorCode(code)
+        except ValueError:
+            self.code = ErrorCode.AGENT_ERROR
+        self.agent = agent
+        self.child_turn_id = child_turn_id
+        self.child_code = code
+        self.child_message = message
 
 
 class TurnCancelled(TurnFailure):

@@ -35,6 +35,8 @@ class EventType(StrEnum):
     LLM_COMPLETE = "llm:complete"
     TOOL_START = "tool:start"
     TOOL_RESULT = "tool:result"
+    SUBAGENT_START = "subagent:start"
+    SUBAGENT_RESULT = "subagent:result"
     STATUS = "status"
     RUN_COMPLETE = "run:complete"
     RUN_ERROR = "run:error"
@@ -202,6 +204,52 @@ class Status:
             data["tool"] = self.tool
         if self.dropped_events is not None:
             data["dropped_events"] = self.dropped_events
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentStart:
+    """A ``call_agent``: the child's turn request committed with this event."""
+
+    type: ClassVar[EventType] = EventType.SUBAGENT_START
+    call_key: str
+    agent: str
+    child_turn_id: str
+    depth: int
+    input: Mapping[str, Any]
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "call_key": self.call_key,
+            "agent": self.agent,
+            "child_turn_id": self.child_turn_id,
+            "depth": self.depth,
+            "input": dict(self.input),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentResult:
+    """The child's outcome, as the parent took it from its reply."""
+
+    type: ClassVar[EventType] = EventType.SUBAGENT_RESULT
+    agent: str
+    child_turn_id: str
+    status: str
+    result: Any
+    error_code: str | None
+    usage: Mapping[str, Any]
+
+    def data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "agent": self.agent,
+            "child_turn_id": self.child_turn_id,
+            "status": self.status,
+            "result": self.result,
+            "usage": dict(self.usage),
+        }
+        if self.error_code is not None:
+            data["error_code"] = self.error_code
         return data
 
 

@@ -18,6 +18,7 @@ import httpx
 
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent_calls import AgentCalls, inherited_limits
 from pyrula_stream.branch import Branch, branch_of
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
@@ -30,6 +31,7 @@ from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.subagents import Park, TurnParked
 from pyrula_stream.tool_cache import CacheStore
 from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
@@ -52,9 +54,11 @@ class TurnExecutor:
         options: WorkerOptions,
         worker_id: str,
         add_records: Callable[[list[OutRecord]], None],
+        topic_exists: Callable[[str], Awaitable[bool]],
         mcp_pool: MCPPool | None = None,
         load_recording: Callable[[str], Awaitable[TurnRecording | None]] | None = None,
     ) -> None:
+        self.topic_exists = topic_exists
         self.agent = agent
         self.mcp_pool = mcp_pool
         self.llm = llm
@@ -80,7 +84,7 @@ class TurnExecutor:
     async def execute(self, runtime: TurnRuntime) -> None:
         """Run the agent body once (replaying what the journal holds) and finish the turn."""
         journal = runtime.journal
-        if runtime.attempt > 1:
+        if runtime.attempt > 1 and not runtime.resumed:
             progressed = journal.progress is not None and int(
                 journal.progress.data.get("steps_at_start", -1)
             ) != len(journal.steps)
@@ -94,6 +98,8 @@ class TurnExecutor:
             await runtime.begin_attempt(stalled)
         try:
             await self._run_body(runtime)
+        except TurnParked as wait:
+            await runtime.park(Park(runtime.request, wait.children, wait.wake_at_ms))
         except asyncio.CancelledError:
             raise
         except Poison as exc:
@@ -148,19 +154,35 @@ class TurnExecutor:
         )
         # The wall-time budget counts from the first attempt's start, on any worker.
         runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
+        limits = inherited_limits(self.agent.limits, request.lineage)
         tool_calls = ToolCalls(
-            runtime, self.agent.limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
+            runtime, limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
         )
         llm = self.llm if runtime.branch is None else runtime.branch.llm(self.llm)
         loop = ToolLoop(
             runtime,
             llm,
             self.agent.tools,
-            self.agent.limits,
+            limits,
             tool_calls,
             mcp=self._mcp_toolbox(runtime),
         )
-        ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps)
+        agent_calls = AgentCalls(
+            runtime,
+            limits,
+            prefix=self.agent.prefix,
+            max_record_bytes=runtime.max_record_bytes,
+            topic_exists=self.topic_exists,
+        )
+        loop.agent_calls = agent_calls
+        ctx = AgentContext(
+            runtime,
+            loop,
+            tool_calls,
+            agent_calls,
+            deps=self.agent.deps,
+            durable_timer_after_s=self.options.durable_timer_after_s,
+        )
         try:
             async with asyncio.timeout(self.agent.timeout):
                 result = await body(ctx, **request.params)

@@ -30,6 +30,12 @@ log = logging.getLogger(__name__)
 PROGRESS = "progress"
 TERMINAL = "terminal"
 IDEMPOTENCY_PREFIX = "idem/"
+PARK = "park"
+"""``turn_id/park``: the turn waits (for sub-agent replies or a time); its journal owns it."""
+REPLY = "reply:"
+"""``turn_id/reply:<child turn id>``: a sub-agent's outcome, journaled with its offset."""
+REPLY_CURSOR_KEY = "cursor/replies"
+"""The partition's read position in the agent's replies topic (same partition number)."""
 
 
 def fingerprint(value: Any) -> str:
@@ -81,6 +87,8 @@ class TurnJournal:
     raw_progress: bytes | None = None
     forked: set[int] = field(default_factory=set)
     """Steps a branch took from its original: replayed as recorded, whatever their input."""
+    replies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    park: dict[str, Any] | None = None
 
     @property
     def attempt(self) -> int:
@@ -106,6 +114,8 @@ class TurnJournal:
             or self.progress
             or self.raw_progress
             or self.terminal_ms is not None
+            or self.replies
+            or self.park is not None
         )
 
     def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
@@ -115,6 +125,14 @@ class TurnJournal:
             self.raw_progress, self.progress = value, None
         elif suffix == TERMINAL:
             self.terminal_ms = ts_ms if value is not None else None
+        elif suffix == PARK:
+            self.park = _entry_data(key, value)
+        elif suffix.startswith(REPLY):
+            reply = _entry_data(key, value)
+            if reply is None:
+                self.replies.pop(suffix[len(REPLY) :], None)
+            else:
+                self.replies[suffix[len(REPLY) :]] = reply
         elif suffix.isdigit():
             index = int(suffix)
             self.steps.pop(index, None)
@@ -239,6 +257,7 @@ class PartitionJournal:
     idempotency: IdempotencyKeys
     turns: dict[str, TurnJournal] = field(default_factory=dict)
     records_read: int = 0
+    reply_cursor: int | None = None
 
     def restore(self, records: Iterable[ConsumedRecord]) -> None:
         """Fold a partition's records, read to its end, in offset order."""
@@ -270,6 +289,10 @@ class PartitionJournal:
     def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
         """Fold one raw record of this partition's journal (in offset order)."""
         self.records_read += 1
+        if key == REPLY_CURSOR_KEY:
+            data = _entry_data(key, value)
+            self.reply_cursor = int(data["offset"]) if data else None
+            return
         if key.startswith(IDEMPOTENCY_PREFIX):
             self.idempotency.apply(key[len(IDEMPOTENCY_PREFIX) :], value, ts_ms)
             return
@@ -282,3 +305,14 @@ class PartitionJournal:
         turn.apply(key, value, ts_ms)
         if turn.empty:
             del self.turns[turn_id]
+
+
+def _entry_data(key: str, value: bytes | None) -> dict[str, Any] | None:
+    """The ``data`` of a small journal record decoded at restore (park, reply, cursor)."""
+    if value is None:
+        return None
+    try:
+        return decode_journal_entry(value, {}).data
+    except MalformedRecordError as exc:
+        log.error("journal record %s unreadable, ignored: %s", key, exc)
+        return None

@@ -7,11 +7,13 @@ replayed turn rebuilds the same conversation without calling the model or the to
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyrula_stream.agent_tool import AgentTool
 from pyrula_stream.errors import (
     LLMError,
     LLMProviderUnavailable,
@@ -36,11 +38,13 @@ from pyrula_stream.llm.base import (
     ToolDefinition,
     ToolUseBlock,
 )
+from pyrula_stream.subagents import TurnParked
 from pyrula_stream.tool_calls import MAX_UNKNOWN_NAME, ToolCall, ToolCalls
-from pyrula_stream.tools import ToolCallable, check_bindable
+from pyrula_stream.tools import InvalidToolArguments, ToolCallable, check_bindable
 from pyrula_stream.turn import StepData, TurnRuntime
 
 if TYPE_CHECKING:
+    from pyrula_stream.agent_calls import AgentCalls
     from pyrula_stream.mcp.discovery import MCPToolbox
 
 PROVIDER_FAILURES = (ProviderStreamTruncated, LLMProviderUnavailable, LLMRateLimited, LLMError)
@@ -80,6 +84,8 @@ class ToolLoop:
         self.tools = list(tools)
         self.limits = limits
         self.tool_calls = tool_calls
+        self.agent_calls: AgentCalls | None = None
+        """Set by the executor: how a sub-agent offered as a tool is called."""
         self._definitions: dict[int, ToolDefinition] = {}
 
     # -- public: what ctx.llm exposes -----------------------------------------------------
@@ -273,8 +279,20 @@ class ToolLoop:
         by_name = {t.name: t for t in offered}
         names = tuple(by_name)
         gate = asyncio.Semaphore(max(1, self.limits.max_parallel_tool_calls))
+        # Sub-agents offered as tools take two steps (call, reply): a second range, so the
+        # indices stay the same on replay whatever order the calls finish in.
+        agents = any(isinstance(by_name.get(c.name), AgentTool) for c in calls)
+        replies = turn.allocate_steps(len(calls)) if agents else 0
+        parked: list[str] = []
 
         async def one(j: int, call: ToolUseBlock) -> ToolResultBlock:
+            target = by_name.get(call.name)
+            if isinstance(target, AgentTool) and self.agent_calls is not None:
+                block = await self._agent_tool(
+                    target, call, f"{index}.{j}", first + j, replies + j, parked
+                )
+                if block is not None:
+                    return block
             request = ToolCall(
                 call_key=f"{index}.{j}",
                 name=call.name,
@@ -298,7 +316,36 @@ class ToolLoop:
                 tasks = [group.create_task(one(j, c)) for j, c in enumerate(calls)]
         except BaseExceptionGroup as failed:
             raise _first_error(failed) from None
+        if parked:  # after the batch's other calls ended and were journaled
+            raise TurnParked(tuple(parked))
         return [t.result() for t in tasks]
+
+    async def _agent_tool(
+        self,
+        target: AgentTool,
+        call: ToolUseBlock,
+        key: str,
+        call_step: int,
+        reply_step: int,
+        parked: list[str],
+    ) -> ToolResultBlock | None:
+        """A model's call of a sub-agent tool: a ``call_agent`` with the batch's step
+        indices; ``None`` for invalid arguments (the tool path reports them)."""
+        assert self.agent_calls is not None
+        try:
+            params = target.validate_arguments(call.input)
+        except InvalidToolArguments:
+            return None
+        child = await self.agent_calls.start(target.agent, params, id=f"tool:{key}", step=call_step)
+        if child[1] not in self.turn.journal.replies:
+            parked.append(child[1])
+            return ToolResultBlock(call.id, call.name, "", False)
+        reply = await self.agent_calls.take(child, step=reply_step)
+        if reply.status == "completed":
+            text = reply.result if isinstance(reply.result, str) else json.dumps(reply.result)
+            return ToolResultBlock(call.id, call.name, text, False)
+        text = f"sub-agent '{reply.agent}' failed ({reply.code}): {reply.message}"
+        return ToolResultBlock(call.id, call.name, text, True)
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

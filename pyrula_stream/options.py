@@ -39,6 +39,8 @@ class WorkerOptions:
     assignment); unset, each worker uses a temporary directory it removes when it stops.
     ``telemetry=False`` records no per-turn metrics and starts no spans (``/metrics``
     still answers); the bench uses it as the baseline that prices telemetry.
+    ``durable_timer_after_s``: a ``ctx.sleep``/``sleep_until`` longer than this parks the
+    turn (no task, no slot; the partition's owner wakes it); a shorter one holds its slot.
     """
 
     max_concurrent_turns: int = 50
@@ -61,3 +63,4 @@ class WorkerOptions:
     consumer_config: dict[str, Any] = field(default_factory=dict)
     producer_config: dict[str, Any] = field(default_factory=dict)
     telemetry: bool = True
+    durable_timer_after_s: float = 5.0

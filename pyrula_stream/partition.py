@@ -12,7 +12,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pyrula_stream.journal import TERMINAL, PartitionJournal
-from pyrula_stream.serde import TurnRequest
+from pyrula_stream.serde import TurnRequest, journal_key
+from pyrula_stream.subagents import Park
 
 
 @dataclass
@@ -22,6 +23,12 @@ class OffsetWatermark:
     _order: deque[int] = field(default_factory=deque)
     _done: set[int] = field(default_factory=set)
     _next: int | None = None
+
+    def start_at(self, offset: int) -> None:
+        """The committed position at assignment: committable before any record is read,
+        so a commit that must fence (a reply's) always carries this partition's offset."""
+        if self._next is None:
+            self._next = offset
 
     def track(self, offset: int) -> None:
         self._order.append(offset)
@@ -72,6 +79,9 @@ class PartitionState:
     running_keys: dict[str, str] = field(default_factory=dict)
     queued_ids: set[str] = field(default_factory=set)
     _restored_forgotten: bool = field(default=False, init=False, repr=False)
+    parked: dict[str, Park] = field(default_factory=dict)
+    """Turns only the journal holds now, waiting for replies or a time."""
+    resuming: set[str] = field(default_factory=set)
 
     def is_finished(self, request: TurnRequest) -> bool:
         """Whether this turn already ended: its re-read request is a no-op."""
@@ -111,7 +121,7 @@ class PartitionState:
         passed = [t for t, o in self.finished.items() if o < offset]
         for turn_id in passed:
             del self.finished[turn_id]
-        keys = [f"{turn_id}/{TERMINAL}" for turn_id in passed]
+        keys = [journal_key(turn_id, -1, TERMINAL) for turn_id in passed]
         if not self._restored_forgotten and offset >= self.restored_end:
             keys += self.journal.forget_finished()
             self._restored_forgotten = True  # turns finished here never enter the journal

@@ -92,6 +92,11 @@ class MemoryOutput:
         ]
 
 
+async def _no_topics(topic: str) -> bool:
+    """Offline there is no Kafka: a sub-agent call the recording lacks cannot be made."""
+    return False
+
+
 async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayReport:
     """Run ``agent``'s current code against ``recording`` and report the first difference."""
     turn_id = recording.turn_id
@@ -113,6 +118,7 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
             worker_id="replay",
             add_records=output.records.extend,
             load_recording=_recorded_original(recording),
+            topic_exists=_no_topics,
         )
         await executor.execute(runtime)
     terminal = next((e for e in reversed(output.events()) if e.is_terminal), None)

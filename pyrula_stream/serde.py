@@ -19,6 +19,7 @@ from typing import Any
 import fastavro
 
 from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.lineage import Lineage
 
 SCHEMA_VERSION = 1
 CONTENT_TYPE_HEADER = "content-type"
@@ -33,6 +34,8 @@ class TurnRequest:
     thread_id: str | None = None
     idempotency_key: str | None = None
     submitted_ms: int = 0
+    lineage: Lineage | None = None
+    """A sub-agent's place in its call tree; travels in headers, not in the Avro body."""
 
     @property
     def key(self) -> str:
@@ -89,7 +92,7 @@ _JSON_FIELDS = {
 
 
 _FIELD_NAMES = {
-    "turn_request": [f.name for f in fields(TurnRequest)],
+    "turn_request": [f.name for f in fields(TurnRequest) if f.name != "lineage"],
     "event": ["type", "turn_id", "agent", "seq", "ts_ms", "attempt", "data"],
     "journal_entry": [f.name for f in fields(JournalEntry)],
     "turn_history": ["turn_id", "agent", "version", "ts_ms", "data"],
@@ -166,6 +169,7 @@ def decode_turn_request(payload: bytes | None, headers: Mapping[str, str]) -> Tu
             thread_id=body.get("thread_id"),
             idempotency_key=body.get("idempotency_key"),
             submitted_ms=int(body.get("submitted_ms") or 0),
+            lineage=Lineage.from_headers(headers),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedRecordError(f"turn request is missing or has a bad field: {exc}") from None

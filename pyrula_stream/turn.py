@@ -19,13 +19,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pyrula_stream import serde
 from pyrula_stream.errors import ErrorCode, PyrulaError, TurnCancelled
-from pyrula_stream.events import EventRouting, Payload, RunComplete, Terminal, TurnEvents
+from pyrula_stream.events import (
+    EventRouting,
+    Payload,
+    RunComplete,
+    RunError,
+    Terminal,
+    TurnEvents,
+)
 from pyrula_stream.history import history_record
 from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
 from pyrula_stream.limits import Spend
 from pyrula_stream.observability.telemetry import TurnTelemetry
-from pyrula_stream.records import OutRecord, tombstone, wire_record
+from pyrula_stream.records import ControlRequest, OutRecord, tombstone, wire_record
 from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.subagents import Park, park_key, reply_key, reply_record
 
 if TYPE_CHECKING:
     from pyrula_stream.branch import Branch
@@ -73,6 +81,10 @@ class TurnRuntime:
     version: str | None = None
     branch: Branch | None = None
     telemetry: TurnTelemetry = field(default_factory=TurnTelemetry)
+    resumed: bool = False
+    parked: Park | None = None
+    children: dict[str, str] = field(default_factory=dict)
+    """Child turns this turn called (replayed or live), with their control topics."""
     events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _written: dict[int, JournalEntry] = field(default_factory=dict)
@@ -150,8 +162,12 @@ class TurnRuntime:
 
     def progress_record(self) -> OutRecord:
         """The turn's progress (attempt, next seq): rides every commit that touches the turn."""
+        entry = self.progress_entry()
+        return self.journal_record(entry, serde.journal_key(self.turn_id, -1, PROGRESS))
+
+    def progress_entry(self) -> JournalEntry:
         now = int(time.time() * 1000)
-        entry = JournalEntry(
+        return JournalEntry(
             self.turn_id,
             -1,
             PROGRESS,
@@ -165,7 +181,6 @@ class TurnRuntime:
             attempt=self.attempt,
             ts_ms=now,
         )
-        return self.journal_record(entry, serde.journal_key(self.turn_id, -1, PROGRESS))
 
     # -- emission ------------------------------------------------------------------------
 
@@ -190,8 +205,13 @@ class TurnRuntime:
         live: Callable[[], Awaitable[StepData]],
         events: Callable[[StepData], Sequence[Payload]] | None = None,
         step: int | None = None,
+        effects: Callable[[StepData], Sequence[OutRecord]] | None = None,
     ) -> tuple[StepData, bool]:
-        """Return ``(data, replayed)``: the recorded data, or run ``live`` and journal it."""
+        """Return ``(data, replayed)``: the recorded data, or run ``live`` and journal it.
+
+        ``effects`` are records that must commit with the step and never again (a
+        sub-agent's turn request): a replay takes the recorded data and writes nothing.
+        """
         index = self.allocate_steps() if step is None else step
         recorded = self.journal.recorded(index, kind, name, input_hash)
         if recorded is not None:
@@ -206,6 +226,7 @@ class TurnRuntime:
         records = [self.journal_record(entry, entry.key)]
         for payload in events(data) if events else ():
             records += self.events.records(payload)
+        records += effects(data) if effects else ()
         self._journal_in_background(index, entry, self.output.durable(self, records))
         return data, False
 
@@ -243,11 +264,37 @@ class TurnRuntime:
             return
         records = self.events.closing_records(terminal)
         records += self.closing_records(terminal)
+        if self.request.lineage is not None:  # the parent's reply, in the same transaction
+            records.append(reply_record(self.request, terminal, self.spend.as_dict()))
+        if isinstance(terminal, RunError) and terminal.code == ErrorCode.CANCELLED:
+            records += self._cancel_children(terminal.message)
         self.finished = True
         await self.output.durable(self, records)
         self.telemetry.ended(
             None if isinstance(terminal, RunComplete) else terminal.code, self.started_ms
         )
+
+    def _cancel_children(self, reason: str) -> list[OutRecord]:
+        """Cancelling a turn cancels the children that have not replied, in its terminal
+        transaction; each ends with ``cancelled`` and its late reply is skipped."""
+        now = int(time.time() * 1000)
+        return [
+            ControlRequest(child, "cancel", f"parent {self.turn_id}: {reason}", now).record(topic)
+            for child, topic in sorted(self.children.items())
+            if child not in self.journal.replies
+        ]
+
+    async def park(self, park: Park) -> None:
+        """Journal what the turn waits for, after every step before it; from then on the
+        journal owns the turn (the worker lets go of its task, slot and input offset)."""
+        await self.barrier()
+        await self.output.durable(
+            self, [park.record(self.topics.journal, self.topics.partition, self.attempt)]
+        )
+        self.parked = park
+        self.journal.park = park.data()
+        self.journal.progress = self.progress_entry()
+        self.journal.raw_progress = None
 
     def closing_records(self, terminal: Terminal) -> list[OutRecord]:
         now = int(time.time() * 1000)
@@ -270,6 +317,9 @@ class TurnRuntime:
         indices = self.journal.step_indices() | set(self._written)
         keys = [serde.journal_key(self.turn_id, i) for i in sorted(indices)]
         keys.append(serde.journal_key(self.turn_id, -1, PROGRESS))
+        keys += [reply_key(self.turn_id, child) for child in sorted(self.journal.replies)]
+        if self.journal.park is not None or self.parked is not None:
+            keys.append(park_key(self.turn_id))
         records = [self.journal_record(None, k) for k in keys]
         records.append(self.journal_record(entry, serde.journal_key(self.turn_id, -1, TERMINAL)))
         if self.topics.history is not None:

@@ -30,6 +30,7 @@ from pyrula_stream.committer import GroupCommitter
 from pyrula_stream.errors import (
     ConfigurationError,
     ErrorCode,
+    MalformedRecordError,
     TopicDriftError,
     TurnCancelled,
     TurnNotRecorded,
@@ -43,9 +44,9 @@ from pyrula_stream.journal import IdempotencyKeys, PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics, broker_answers, missing_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
 from pyrula_stream.kafka.config import is_connection_failure
-from pyrula_stream.kafka.consumers import ControlReader, reader_consumer
+from pyrula_stream.kafka.consumers import ControlReader, RepliesReader, reader_consumer
 from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, TurnRecord
-from pyrula_stream.kafka.offsets import committed_offset, watermarks
+from pyrula_stream.kafka.offsets import ConsumedRecord, committed_offset, watermarks
 from pyrula_stream.kafka.table import PartitionedTable, SqliteView
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.base import LLMClient
@@ -54,6 +55,7 @@ from pyrula_stream.observability import logs
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.observability.tracing import TraceCarrier
 from pyrula_stream.options import PoisonOptions, WorkerOptions
+from pyrula_stream.parking import ParkedTurns
 from pyrula_stream.partition import PartitionState, QueuedTurn
 from pyrula_stream.records import (
     ControlRequest,
@@ -62,6 +64,7 @@ from pyrula_stream.records import (
     dead_letter_source,
 )
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.subagents import Reply, cursor_record, parse_reply, reply_journal_record
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 from pyrula_stream.turn import TurnRuntime, TurnTopics
 from pyrula_stream.versions import known_versions, missing_version
@@ -103,6 +106,7 @@ class _Session:
     consumer: TurnConsumer
     restorer: Any
     control: ControlReader
+    replies: RepliesReader
     committer: GroupCommitter
     loop: asyncio.AbstractEventLoop
 
@@ -110,6 +114,7 @@ class _Session:
         self.consumer.close()
         self.restorer.close()
         self.control.close()
+        self.replies.close()
         self.writer.close()
 
 
@@ -156,6 +161,8 @@ class KafkaWorker:
         self._running: dict[str, _Running] = {}
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._waiting: list[tuple[int, QueuedTurn]] = []
+        self._parked = ParkedTurns(self._parts, self._admit)
+        self._known_topics: set[str] = set()
         self._stop_requested = False
         self._ready = False
         self._joined = asyncio.Event()
@@ -185,6 +192,10 @@ class KafkaWorker:
         if self._session is None:
             raise UserError(f"the worker of '{self.agent.name}' is not running")
         return self._session.committer
+
+    async def wait_joined(self) -> None:
+        """Return once the worker has joined its group (its first session started)."""
+        await self._joined.wait()
 
     def stop(self) -> None:
         """Ask the worker to stop: stop fetching, let turns reach a step boundary, leave.
@@ -304,6 +315,7 @@ class KafkaWorker:
                     options=self.options,
                     worker_id=self.worker_id,
                     add_records=lambda records: self.committer.add_records(records),
+                    topic_exists=self._topic_exists,
                     mcp_pool=mcp,
                     load_recording=self._load_recording,
                 )
@@ -318,6 +330,15 @@ class KafkaWorker:
             if isinstance(self._cache, KafkaCacheStore):
                 await asyncio.to_thread(self._cache.close)
                 self._cache = InProcessCacheStore()
+
+    async def _topic_exists(self, topic: str) -> bool:
+        """Whether a sub-agent's turns topic exists (a found topic is remembered)."""
+        if topic in self._known_topics:
+            return True
+        absent = await asyncio.to_thread(missing_topics, self.bootstrap_servers, [topic])
+        if not absent:
+            self._known_topics.add(topic)
+        return not absent
 
     async def _check_topics(self) -> None:
         """Create what is missing; refuse drift and output topics that do not exist."""
@@ -368,6 +389,9 @@ class KafkaWorker:
             control=ControlReader(
                 self.bootstrap_servers, self.topics.control, client_id=f"{self.worker_id}-control"
             ),
+            replies=RepliesReader(
+                self.bootstrap_servers, self.topics.replies, client_id=f"{self.worker_id}-replies"
+            ),
             committer=GroupCommitter(
                 self._write,
                 self._committable_offsets,
@@ -407,6 +431,8 @@ class KafkaWorker:
                     self._on_turn_record(item)
             for value in session.control.poll():
                 self._on_control_record(value)
+            for reply in session.replies.poll():
+                self._on_reply(reply)
             self._apply_backpressure(session.consumer)
 
     async def _drain(self) -> None:
@@ -484,12 +510,18 @@ class KafkaWorker:
         ttl_ms = int(self.options.idempotency_ttl_s * 1000)
         for p, state in restored.items():
             self._parts[p] = state
+            # Replies and parked turns need the watermark to start at the committed offset.
+            state.watermark.start_at(state.restored_committed or 0)
             # housekeeping: keys past the idempotency TTL, terminal records nothing re-reads
             expired = state.journal.expire(int(time.time() * 1000), ttl_ms)
             if state.restored_committed is not None:
                 expired += state.committed(state.restored_committed)
             if expired:
                 self.committer.add_records([self._tombstone(p, key) for key in expired])
+        assert self._session is not None
+        self._session.replies.assign({p: s.journal.reply_cursor for p, s in restored.items()})
+        for p in restored:
+            self._parked.rearm(p)
 
     def _tombstone(self, partition: int, key: str) -> OutRecord:
         return self._journal_table.tombstone(key, partition, [content_type_header("journal_entry")])
@@ -498,6 +530,8 @@ class KafkaWorker:
         """Stop the partitions' turns and let a commit in flight end before they move on."""
         for p in partitions:  # first, so nothing starts or restarts on them from now on
             self._parts.pop(p, None)
+        if self._session is not None:
+            self._session.replies.unassign(partitions)
         self._waiting = [(p, q) for p, q in self._waiting if p not in partitions]
         lost = {t: r.task for t, r in self._running.items() if r.partition in partitions}
         for turn_id, task in lost.items():
@@ -505,7 +539,10 @@ class KafkaWorker:
             del self._running[turn_id]
         if lost:
             await asyncio.wait(lost.values(), timeout=self.options.cancel_timeout)
-        self.committer.purge(set(lost))
+        # Buffered replies of these partitions are the new owner's to take now (purged
+        # again after the commit in flight: an abort puts its replies back).
+        replies = {_replies_owner(p) for p in partitions}
+        self.committer.purge(set(lost) | replies)
         if self.options.processing_guarantee == "exactly_once_v2":
             try:
                 await asyncio.wait_for(self.committer.wait_idle(), REVOKE_COMMIT_WAIT_S)
@@ -515,6 +552,7 @@ class KafkaWorker:
                     REVOKE_COMMIT_WAIT_S,
                     sorted(partitions),
                 )
+        self.committer.purge(replies)
         self.committer.forget_offsets({(self.topics.turns, p) for p in partitions})
 
     # -- records --------------------------------------------------------------------------
@@ -550,6 +588,7 @@ class KafkaWorker:
             ps.is_finished(request)
             or request.turn_id in self._running
             or request.turn_id in ps.queued_ids
+            or request.turn_id in ps.parked
         ):
             ps.watermark.done(offset)
             self.committer.offsets_changed()
@@ -588,28 +627,76 @@ class KafkaWorker:
             self._cancels.popitem(last=False)
         running = self._running.get(control.turn_id)
         if running is None:
+            self._parked.wake_to_cancel(control.turn_id)
             return
         running.runtime.cancel_reason = reason
         if control.action == "terminate":
             running.task.cancel(msg="terminate")
 
+    def _on_reply(self, record: ConsumedRecord) -> None:
+        """A child's outcome: journal it with the replies position in one transaction
+        that also carries the input offsets (a worker that lost the partition is fenced)."""
+        p = record.partition
+        ps = self._parts.get(p)
+        if ps is None:
+            return
+        records = [cursor_record(self.topics.journal, p, record.offset + 1)]
+        reply: Reply | None = None
+        try:
+            reply = parse_reply(record.value)
+        except MalformedRecordError as exc:
+            log.warning(
+                "skipping unreadable reply at %s[%d]@%d: %s",
+                self.topics.replies,
+                p,
+                record.offset,
+                exc,
+            )
+        if reply is not None and self._parked.wants(ps, reply):
+            records.append(reply_journal_record(self.topics.journal, p, reply))
+        else:
+            reply = None
+        committed = self.committer.durable_records(_replies_owner(p), records)
+        if reply is not None:
+            taken = reply
+
+            def on_commit(fut: asyncio.Future[None]) -> None:
+                if not fut.cancelled() and fut.exception() is None:
+                    self._parked.reply_committed(p, taken)
+
+            committed.add_done_callback(on_commit)
+
+    @property
+    def running_turns(self) -> int:
+        """Turns with a task on this worker now."""
+        return len(self._running)
+
+    @property
+    def parked_turns(self) -> int:
+        """Turns of this worker's partitions that only their journal holds now."""
+        return self._parked.count
+
     # -- turns ----------------------------------------------------------------------------
 
     def _start_turn(self, partition: int, queued: QueuedTurn) -> None:
         ps = self._parts[partition]
-        restored = ps.journal.turns.get(queued.request.turn_id)
-        journal = restored.materialize() if restored else TurnJournal(queued.request.turn_id)
+        turn_id = queued.request.turn_id
+        restored = ps.journal.turns.get(turn_id)
+        journal = restored.materialize() if restored else TurnJournal(turn_id)
         version = missing_version(self.agent, journal)
         if version is not None:  # pinned elsewhere: not started, offset not committed
             log.warning(
                 "turn %s is pinned to version %s, which this worker lacks (it has %s); "
                 "left for a worker that has it",
-                queued.request.turn_id,
+                turn_id,
                 version,
                 known_versions(self.agent),
             )
             return
+        ps.journal.turns[turn_id] = journal  # replies land here while the turn runs
         runtime = self._new_runtime(partition, queued.request, journal, queued.trace)
+        runtime.resumed = ps.parked.pop(turn_id, None) is not None
+        ps.resuming.discard(turn_id)
         turn = runtime.telemetry.track(partial(self._run_turn, runtime, queued), runtime.attempt)
         task = asyncio.create_task(turn, name=runtime.turn_id)
         self._running[runtime.turn_id] = _Running(runtime, task, partition, queued.offset)
@@ -660,7 +747,31 @@ class KafkaWorker:
                     self._turn_done(runtime, queued)
                 return
             raise
-        self._turn_done(runtime, queued)
+        if runtime.parked is not None:
+            self._turn_parked(runtime, queued)
+        else:
+            self._turn_done(runtime, queued)
+
+    def _turn_parked(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
+        """The journal owns the turn now: free its slot, its key and its input offset."""
+        self._running.pop(runtime.turn_id, None)
+        ps = self._parts.get(runtime.topics.partition)
+        if ps is None or runtime.parked is None:
+            return
+        ps.parked[runtime.turn_id] = runtime.parked
+        self._release(ps, queued)
+        self._parked.arm(ps.partition, runtime.turn_id)
+
+    def _release(self, ps: PartitionState, queued: QueuedTurn) -> None:
+        """The turn's input offset may be committed and its key's next turn may start;
+        a resumed turn (offset -1) was released when it parked."""
+        if queued.offset < 0:
+            return
+        ps.watermark.done(queued.offset)
+        self.committer.offsets_changed()
+        nxt = ps.dequeue(queued.request.key)
+        if nxt is not None:
+            self._admit(ps.partition, nxt)
 
     def _turn_done(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
         self._running.pop(runtime.turn_id, None)
@@ -668,12 +779,8 @@ class KafkaWorker:
         if ps is None:
             return
         ps.turn_finished(runtime.request, queued.offset, int(time.time() * 1000))
-        ps.watermark.done(queued.offset)
         self.turns_finished += 1
-        self.committer.offsets_changed()
-        nxt = ps.dequeue(queued.request.key)
-        if nxt is not None:
-            self._admit(runtime.topics.partition, nxt)
+        self._release(ps, queued)
 
     async def _load_recording(self, turn_id: str) -> TurnRecording | None:
         """A branch's original turn, from the history topic (``None`` when it is gone)."""
@@ -738,8 +845,13 @@ class KafkaWorker:
                 continue
             old = running.runtime
             journal = TurnJournal(
-                turn_id, steps=dict(old.journal.steps), progress=old.journal.progress
+                turn_id,
+                steps=dict(old.journal.steps),
+                progress=old.journal.progress,
+                replies=old.journal.replies,
+                park=old.journal.park,
             )
+            self._parts[running.partition].journal.turns[turn_id] = journal
             queued = QueuedTurn(running.offset, old.request)
             runtime = self._new_runtime(
                 running.partition, old.request, journal, old.telemetry.trace
@@ -750,6 +862,11 @@ class KafkaWorker:
             )
             task = asyncio.create_task(turn, name=turn_id)
             self._running[turn_id] = _Running(runtime, task, running.partition, running.offset)
+
+
+def _replies_owner(partition: int) -> str:
+    """The committer's owner tag of a partition's reply records (not a turn id)."""
+    return f"~replies/{partition}"
 
 
 def restore_journal(
@@ -763,17 +880,26 @@ def restore_journal(
 
 
 def run_worker(
-    agent: KafkaAgent,
+    agent: KafkaAgent | Sequence[KafkaAgent],
     bootstrap_servers: str,
     options: WorkerOptions | None = None,
     *,
     handle_signals: bool = True,
 ) -> None:
-    """Run a worker until SIGTERM/SIGINT (graceful: drain, commit, leave the group)."""
+    """Run a worker until SIGTERM/SIGINT (graceful: drain, commit, leave the group).
+
+    Several agents run side by side in this one process (``MeshWorker``).
+    """
     import signal
 
+    from pyrula_stream.mesh import MeshWorker
+
     async def main() -> None:
-        worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
+        worker: KafkaWorker | MeshWorker
+        if isinstance(agent, KafkaAgent):
+            worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
+        else:
+            worker = MeshWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
         if handle_signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

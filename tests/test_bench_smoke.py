@@ -29,6 +29,10 @@ NUMBER_KEYS = (
     "telemetry_turns_per_s_on",
     "telemetry_overhead_p50_ms_off",
     "telemetry_overhead_p50_ms_on",
+    "parked_turns_per_worker",
+    "rss_kb_per_parked_turn",
+    "call_round_trip_p50_ms",
+    "call_round_trip_p99_ms",
     "turns",
     "seconds",
 )
@@ -72,8 +76,16 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     assert 0 < figures["journal_linear_r2"] <= 1.0
 
     results = json.loads(Path(figures["results_file"]).read_text())
-    phases = {"throughput", "latency", "concurrency", "journal", "restore", "soak"}
-    assert phases | {"machine"} <= set(results)
+    assert {
+        "throughput",
+        "latency",
+        "concurrency",
+        "journal",
+        "restore",
+        "soak",
+        "subagents",
+        "machine",
+    } <= set(results)
     assert [s["steps"] for s in results["journal"]["sizes"]] == [1, 5, 20]
     assert len(results["throughput"]["framework_runs"]) == len(results["throughput"]["floor_runs"])
     assert Path(results["plot"]).stat().st_size > 0

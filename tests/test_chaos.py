@@ -17,6 +17,7 @@ from pyrula_stream.chaos import verify
 from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, run_chaos
 from pyrula_stream.chaos.model_server import answer_for
 from pyrula_stream.events import Event
+from pyrula_stream.lineage import Lineage
 from pyrula_stream.serde import JournalEntry
 
 
@@ -62,11 +63,76 @@ def test_chaos_small_run_loses_and_repeats_nothing(
     assert all(code == 0 for code in c["worker_exit_codes"].values()), c["worker_exit_codes"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(290)
+def test_chaos_small_run_with_subagents_takes_every_reply_once(
+    kafka_bootstrap_servers: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("openai")
+    result = run_chaos(
+        ChaosConfig(
+            turns=12,
+            workers=2,
+            kills=2,
+            seed=20241130,
+            bootstrap_servers=kafka_bootstrap_servers,
+            rate=4.0,
+            timeout_s=120.0,
+            run_dir=str(tmp_path / "chaos"),
+            subagents=True,
+        )
+    )
+    c = result.counts
+    for key in (*GATE_KEYS, *verify.SUBAGENT_KEYS, "failed_turns", "wrong_results"):
+        assert c[key] == 0, (key, result.examples.get(key), c)
+    assert c["child_turns"] == 24 and c["replies"] == 24
+    assert result.ok
+
+
+def _request_record(parent: str, call_key: str, child: str) -> verify.Record:
+    request = serde.TurnRequest(child, "chaos-child", {"parent": parent})
+    return verify.Record(
+        0,
+        0,
+        child,
+        serde.encode("turn_request", request),
+        {
+            serde.CONTENT_TYPE_HEADER: serde.content_type("turn_request"),
+            **Lineage(parent, parent, "chaos", "pyrula", 0, call_key, 1).as_dict(),
+        },
+        0,
+    )
+
+
+def test_subagent_checks_count_doubled_children_and_lost_and_doubled_replies() -> None:
+    f = verify.Findings()
+    parent_events = [
+        _event_record("p", 0, "subagent:result", 0, child="c1"),
+        _event_record("p", 1, "subagent:result", 1, child="c1"),
+        _event_record("p", 2, "run:complete", 2),
+    ]
+    requests = [
+        _request_record("p", "agent:x#0", "c1"),
+        _request_record("p", "agent:x#1", "c2"),
+        _request_record("p", "agent:x#1", "c3"),
+    ]
+    child_events = [_event_record(c, 0, "run:complete", i) for i, c in enumerate(["c1", "c2"])]
+    verify.check_subagents(["p"], parent_events, requests, child_events, [], f)
+    assert f.counts["child_turns_doubled"] == 1  # call agent:x#1 ran c2 and c3
+    assert f.counts["replies_lost"] == 2  # c2 ended but was never taken; c3 never ended
+    assert f.counts["replies_doubled"] == 1  # c1 taken twice
+
+
 # -- the checks themselves catch what they claim to (no broker needed) ---------------------
 
 
-def _event_record(turn: str, seq: int, type_: str, offset: int) -> verify.Record:
-    event = Event(type_, turn, "chaos", seq, 0, 1, {"result": {"answer": answer_for(turn)}})
+def _event_record(
+    turn: str, seq: int, type_: str, offset: int, *, child: str | None = None
+) -> verify.Record:
+    data: dict[str, Any] = {"result": {"answer": answer_for(turn)}}
+    if child is not None:
+        data["child_turn_id"] = child
+    event = Event(type_, turn, "chaos", seq, 0, 1, data)
     return verify.Record(
         0,
         offset,

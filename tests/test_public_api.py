@@ -15,6 +15,7 @@ def test_exported_names_are_pinned() -> None:
     assert sorted(pyrula_stream.__all__) == sorted(
         [
             "AgentContext",
+            "AgentDepthExceeded",
             "AgentLimits",
             "AgentRegistrationError",
             "AgentTopics",
@@ -35,6 +36,7 @@ def test_exported_names_are_pinned() -> None:
             "LLMRateLimited",
             "MCPServer",
             "MalformedRecordError",
+            "MeshWorker",
             "NestedDurableOperationError",
             "Poison",
             "PoisonOptions",
@@ -42,6 +44,7 @@ def test_exported_names_are_pinned() -> None:
             "PyrulaError",
             "ReplayInputChanged",
             "RetryPolicy",
+            "SubAgentError",
             "ToolCallFailed",
             "ToolCallRejected",
             "ToolContext",
@@ -56,8 +59,10 @@ def test_exported_names_are_pinned() -> None:
             "VersionUnavailable",
             "WorkerOptions",
             "WriteToolBlocked",
+            "as_tool",
             "build_mcp_server",
             "kafka_agent",
+            "registered_agents",
             "tool",
         ]
     )

@@ -36,6 +36,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     soak = results.get("soak", {})
     tel = results.get("telemetry", {})
     largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
+    sub = results.get("subagents", {})
     return {
         "turns_per_s": tp.get("framework_turns_per_s"),
         "floor_turns_per_s": tp.get("floor_turns_per_s"),
@@ -58,6 +59,10 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "telemetry_turns_per_s_on": tel.get("turns_per_s_on"),
         "telemetry_overhead_p50_ms_off": tel.get("overhead_p50_ms_off"),
         "telemetry_overhead_p50_ms_on": tel.get("overhead_p50_ms_on"),
+        "parked_turns_per_worker": sub.get("parked_turns"),
+        "rss_kb_per_parked_turn": sub.get("rss_kb_per_parked_turn"),
+        "call_round_trip_p50_ms": sub.get("call_round_trip_p50_ms"),
+        "call_round_trip_p99_ms": sub.get("call_round_trip_p99_ms"),
         "turns": tp.get("turns"),
         "quick": results.get("config", {}).get("quick"),
         "seconds": results.get("seconds"),
@@ -86,6 +91,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     jr = results.get("journal")
     rs = results.get("restore")
     soak = results.get("soak")
+    sub = results.get("subagents")
     out: list[tuple[str, str, str]] = []
     if tp:
         n = len(tp["framework_runs"])
@@ -142,6 +148,21 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 ">= 100,000",
             )
         )
+    if sub:
+        out += [
+            (
+                f"parked turns on one worker ({sub['max_concurrent_turns']} slots, "
+                f"{sub['running_while_parked']} running)",
+                _fmt(sub["parked_turns"]),
+                "> slots",
+            ),
+            ("  RSS per parked turn (KB)", _fmt(sub["rss_kb_per_parked_turn"]), ""),
+            (
+                f"call_agent round trip, model-free child, p50 / p99 (ms, {sub['round_trips']})",
+                _fmt(sub["call_round_trip_p50_ms"]) + " / " + _fmt(sub["call_round_trip_p99_ms"]),
+                "",
+            ),
+        ]
     if soak:
         out.append(
             (

@@ -25,10 +25,20 @@ from pyrula_stream.bench.load import turn_requests
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.soak import run_soak
 from pyrula_stream.bench.stats import median
+from pyrula_stream.bench.subagents import run_subagents
 from pyrula_stream.bench.telemetry import run_telemetry_cost
 from pyrula_stream.bench.workload import QUESTION
 
-PHASES = ("throughput", "latency", "concurrency", "journal", "restore", "soak", "telemetry")
+PHASES = (
+    "throughput",
+    "latency",
+    "concurrency",
+    "journal",
+    "restore",
+    "soak",
+    "subagents",
+    "telemetry",
+)
 """``telemetry`` runs last: it installs the OpenTelemetry SDK for the rest of the process."""
 
 
@@ -53,6 +63,8 @@ class BenchConfig:
     restore_repeats: int = 3
     soak_turns: int = 200_000
     soak_warmup: int = 5_000
+    parked_turns: int = 2000
+    call_round_trips: int = 100
     phases: tuple[str, ...] = PHASES
     profile: bool = False
     quick: bool = False
@@ -73,6 +85,8 @@ class BenchConfig:
             "restore_repeats": 1,
             "soak_turns": 1000,
             "soak_warmup": 200,
+            "parked_turns": 100,
+            "call_round_trips": 5,
             "quick": True,
         }
         return cls(**{**sizes, **overrides})
@@ -234,6 +248,18 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             turns=config.soak_turns,
             warmup=config.soak_warmup,
             partitions=config.partitions,
+        )
+    if "subagents" in config.phases:
+        progress(
+            f"subagents: {config.parked_turns} parked turns, "
+            f"{config.call_round_trips} call_agent round trips"
+        )
+        results["subagents"] = await run_subagents(
+            bootstrap,
+            parked=config.parked_turns,
+            round_trips=config.call_round_trips,
+            partitions=config.partitions,
+            keep_topics=config.keep_topics,
         )
     if "telemetry" in config.phases:
         progress(

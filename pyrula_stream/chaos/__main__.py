@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, ChaosResult, run_chaos
+from pyrula_stream.chaos.verify import SUBAGENT_KEYS
 from pyrula_stream.errors import PyrulaError
 
 HEADLINE = (
@@ -54,6 +55,9 @@ EXPLAIN = {
     "wrong_results": "completed turns whose answer is not the model's",
     "dead_letters": "records in the agent's DLQ",
     "worker_crashes": "workers that exited without being killed by the harness",
+    "child_turns_doubled": "sub-agent calls that ran more than one child turn (--subagents)",
+    "replies_lost": "child outcomes that never reached their parent (--subagents)",
+    "replies_doubled": "child outcomes taken or written more than once (--subagents)",
 }
 
 
@@ -78,7 +82,8 @@ def summary(result: ChaosResult) -> str:
         )
     for key, text in EXPLAIN.items():
         n = c.get(key, 0)
-        mark = "FAIL" if key in GATE_KEYS and n else ("note" if n else " ok ")
+        gated = key in GATE_KEYS or key in SUBAGENT_KEYS
+        mark = "FAIL" if gated and n else ("note" if n else " ok ")
         lines.append(f"[{mark}] {key:<28} {n:>5}  {text}")
         for example in result.examples.get(key, [])[:3]:
             lines.append(f"         e.g. {example}")
@@ -94,7 +99,8 @@ def summary(result: ChaosResult) -> str:
         lines += [f"  {n:>4} {text}" for n, text in result.worker_log[:12]]
     if c.get("run_dir"):
         lines.append(f"run files kept in {c['run_dir']}")
-    lines.append("PASS" if result.ok else "FAIL: " + ", ".join(k for k in GATE_KEYS if c.get(k, 1)))
+    failed = [k for k in GATE_KEYS if c.get(k, 1)] + [k for k in SUBAGENT_KEYS if c.get(k, 0)]
+    lines.append("PASS" if result.ok else "FAIL: " + ", ".join(failed))
     return "\n".join(lines)
 
 
@@ -117,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         help="default: $KAFKA_BOOTSTRAP_SERVERS, else a local broker is started",
     )
     p.add_argument("--partitions", type=int, default=6)
+    p.add_argument(
+        "--subagents",
+        action="store_true",
+        help="each turn calls two children (one via gather) on a second agent",
+    )
     p.add_argument("--rate", type=float, default=5.0, help="turns submitted per second")
     p.add_argument(
         "--timeout",
@@ -157,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         group_protocol=args.group_protocol,
         run_dir=args.run_dir,
         keep_run_dir=args.keep,
+        subagents=args.subagents,
         log=lambda text: print(text, flush=True),
     )
     try:

@@ -6,7 +6,10 @@ it through the environment, so each run gets its own agent name (hence its own t
 - ``PYRULA_CHAOS_AGENT``: the agent name (default ``chaos``);
 - ``PYRULA_CHAOS_PARTITIONS``: partitions of its topics (default 6);
 - ``PYRULA_CHAOS_MODEL_URL``: base URL of the chaos model server (OpenAI-compatible);
-- ``PYRULA_CHAOS_EFFECTS``: the effects file the tool appends to.
+- ``PYRULA_CHAOS_EFFECTS``: the effects file the tool appends to;
+- ``PYRULA_CHAOS_SUBAGENTS=1``: after its tool loop each turn calls two children on
+  ``<agent>-child`` (``chaos_child``, model-free), one with ``call_agent`` and one with
+  ``gather_subagents``.
 
 The tool dedupes on ``ctx.idempotency_key`` (see ``effects.py``).
 """
@@ -23,12 +26,14 @@ from pyrula_stream.chaos.effects import (
     EFFECTS_ENV,
     MODEL_URL_ENV,
     PARTITIONS_ENV,
+    SUBAGENTS_ENV,
     apply_effect_once,
 )
 from pyrula_stream.chaos.model_server import MODEL, prompt_for
 from pyrula_stream.context import AgentContext
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm.base import LLMClient
+from pyrula_stream.llm.fake import FakeLLM
 from pyrula_stream.tools import ToolContext, tool
 
 SYSTEM = "You are the chaos agent. Record the turn's effect with the tool, then answer."
@@ -54,8 +59,22 @@ def chaos_llm() -> LLMClient:
     return OpenAILLM(MODEL, base_url=base_url, api_key="chaos-no-key", llm_call_timeout=30.0)
 
 
+AGENT_NAME = os.environ.get(AGENT_ENV, "chaos")
+CHILD_NAME = f"{AGENT_NAME}-child"
+
+
 @kafka_agent(
-    name=os.environ.get(AGENT_ENV, "chaos"),
+    name=CHILD_NAME,
+    llm=FakeLLM(["model-free"]),
+    partitions=int(os.environ.get(PARTITIONS_ENV, "6")),
+)
+async def chaos_child(ctx: AgentContext, parent: str, i: int) -> dict[str, Any]:
+    """A model-free child: its result names its parent and its place."""
+    return {"parent": parent, "i": i}
+
+
+@kafka_agent(
+    name=AGENT_NAME,
     llm=chaos_llm(),
     tools=[record_effect],
     limits=AgentLimits(max_llm_calls=4, max_tool_calls=2),
@@ -66,4 +85,8 @@ async def chaos(ctx: AgentContext, n: int) -> dict[str, Any]:
     answer = await ctx.llm.run(
         [{"role": "user", "content": prompt_for(ctx.turn_id, n)}], system=SYSTEM
     )
-    return {"turn": ctx.turn_id, "n": n, "answer": answer}
+    if os.environ.get(SUBAGENTS_ENV) != "1":
+        return {"turn": ctx.turn_id, "n": n, "answer": answer}
+    first = await ctx.call_agent(chaos_child, parent=ctx.turn_id, i=0)
+    (second,) = await ctx.gather_subagents((chaos_child, {"parent": ctx.turn_id, "i": 1}))
+    return {"turn": ctx.turn_id, "n": n, "answer": answer, "children": [first, second]}

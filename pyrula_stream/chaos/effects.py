@@ -20,6 +20,8 @@ AGENT_ENV = "PYRULA_CHAOS_AGENT"
 PARTITIONS_ENV = "PYRULA_CHAOS_PARTITIONS"
 MODEL_URL_ENV = "PYRULA_CHAOS_MODEL_URL"
 EFFECTS_ENV = "PYRULA_CHAOS_EFFECTS"
+SUBAGENTS_ENV = "PYRULA_CHAOS_SUBAGENTS"
+"""Set to 1: each chaos turn also calls two children on the ``<agent>-child`` agent."""
 
 
 def read_effects(path: str) -> Iterator[dict[str, Any]]:

@@ -30,9 +30,15 @@ from typing import Any
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos import verify
 from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, OwnBroker
-from pyrula_stream.chaos.effects import AGENT_ENV, EFFECTS_ENV, MODEL_URL_ENV, PARTITIONS_ENV
+from pyrula_stream.chaos.effects import (
+    AGENT_ENV,
+    EFFECTS_ENV,
+    MODEL_URL_ENV,
+    PARTITIONS_ENV,
+    SUBAGENTS_ENV,
+)
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
-from pyrula_stream.chaos.processes import ModelServer, Worker, child_env
+from pyrula_stream.chaos.processes import AGENT_SPEC, CHILD_SPEC, ModelServer, Worker, child_env
 from pyrula_stream.client import KafkaAgentClient
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.events import decode_event
@@ -73,6 +79,8 @@ class ChaosConfig:
     run_dir: str | None = None
     keep_run_dir: bool = False
     log: Callable[[str], None] = print
+    subagents: bool = False
+    """Each turn also calls two children on a second agent (both agents in every worker)."""
 
 
 @dataclass
@@ -86,7 +94,8 @@ class ChaosResult:
 
     @property
     def ok(self) -> bool:
-        return all(self.counts.get(k, 1) == 0 for k in GATE_KEYS)
+        gated = all(self.counts.get(k, 1) == 0 for k in GATE_KEYS)
+        return gated and all(self.counts.get(k, 0) == 0 for k in verify.SUBAGENT_KEYS)
 
 
 class EventMonitor(threading.Thread):
@@ -287,6 +296,16 @@ class _Run:
         verify.check_model_calls(ids, verify.read_jsonl(str(self.calls)), view, f)
         verify.check_effects(ids, str(self.effects), view, f)
         f.counts["dead_letters"] = len(read_topic(self.bootstrap, self.topics.dlq))
+        if self.cfg.subagents:
+            child = AgentTopics.for_agent(f"{self.agent}-child", DEFAULT_PREFIX)
+            verify.check_subagents(
+                ids,
+                read_topic(self.bootstrap, self.topics.events),
+                read_topic(self.bootstrap, child.turns),
+                read_topic(self.bootstrap, child.events),
+                read_topic(self.bootstrap, self.topics.replies),
+                f,
+            )
         return f
 
 
@@ -308,7 +327,10 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
     with _broker(cfg, run_dir) as (bootstrap, own), contextlib.ExitStack() as after_check:
         say(f"kafka: {bootstrap}")
         run = _Run(cfg, bootstrap, agent, run_dir)
-        report = apply_topics(bootstrap, agent_topic_specs(agent, partitions=cfg.partitions))
+        specs = agent_topic_specs(agent, partitions=cfg.partitions)
+        if cfg.subagents:
+            specs += agent_topic_specs(f"{agent}-child", partitions=cfg.partitions)
+        report = apply_topics(bootstrap, specs)
         if not report.ok:
             raise RuntimeError(report.describe())
         server = ModelServer(
@@ -330,11 +352,13 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     PARTITIONS_ENV: str(cfg.partitions),
                     MODEL_URL_ENV: url,
                     EFFECTS_ENV: str(run.effects),
+                    SUBAGENTS_ENV: "1" if cfg.subagents else "0",
                 }
             )
             worker_args = ["--group-protocol", cfg.group_protocol]
             if cfg.fast_takeover:
                 worker_args.append("--static-membership")
+            specs_run = (AGENT_SPEC, CHILD_SPEC) if cfg.subagents else (AGENT_SPEC,)
             workers = [
                 Worker(
                     i + 1,
@@ -343,6 +367,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     env,
                     shutdown_grace=cfg.shutdown_grace,
                     extra_args=worker_args,
+                    specs=specs_run,
                 )
                 for i in range(cfg.workers)
             ]

@@ -20,6 +20,7 @@ from typing import IO
 import pyrula_stream
 
 AGENT_SPEC = "pyrula_stream.chaos.agent:chaos"
+CHILD_SPEC = "pyrula_stream.chaos.agent:chaos_child"
 
 
 def free_port() -> int:
@@ -160,6 +161,7 @@ class Worker(Managed):
         *,
         shutdown_grace: float,
         extra_args: list[str] | None = None,
+        specs: tuple[str, ...] = (AGENT_SPEC,),
     ) -> None:
         self.worker_id = f"chaos-{index}"
         self.health_port = 0
@@ -168,7 +170,7 @@ class Worker(Managed):
             "-m",
             "pyrula_stream.cli",
             "worker",
-            AGENT_SPEC,
+            *specs,
             "--bootstrap-servers",
             bootstrap,
             "--worker-id",

@@ -271,3 +271,73 @@ def worker_log_digest(paths: Iterable[Path]) -> list[tuple[int, str]]:
             if any(w in line for w in ("WARNING", "ERROR", "CRITICAL", "Traceback", "Error:")):
                 seen[_NOISE.sub("#", line.strip())[:200]] += 1
     return [(n, text) for text, n in seen.most_common()]
+
+
+SUBAGENT_KEYS = ("child_turns_doubled", "replies_lost", "replies_doubled")
+
+
+def check_subagents(
+    parent_ids: Iterable[str],
+    parent_events: list[Record],
+    child_requests: list[Record],
+    child_events: list[Record],
+    replies: list[Record],
+    f: Findings,
+) -> None:
+    """Each call ran one child turn; each child's reply reached its parent exactly once.
+
+    ``child_turns_doubled``: calls (parent turn, call key) that produced more than one
+    child turn id, plus child turns with more than one terminal event.
+    ``replies_lost``: child turns that never ended, and ended children of a completed
+    parent that has no ``subagent:result`` for them.
+    ``replies_doubled``: children with more than one ``subagent:result`` in their
+    parent's events, or more than one reply record.
+    """
+    f.zero(*SUBAGENT_KEYS)
+    wanted = set(parent_ids)
+    calls: dict[tuple[str, str], set[str]] = defaultdict(set)
+    parent_of: dict[str, str] = {}
+    for rec in child_requests:
+        parent = rec.headers.get("pyrula-parent-turn-id")
+        if parent not in wanted or rec.value is None:
+            continue
+        child = serde.decode_turn_request(rec.value, rec.headers).turn_id
+        calls[(parent, rec.headers.get("pyrula-call-key", ""))].add(child)
+        parent_of[child] = parent
+    for (parent, key), children in sorted(calls.items()):
+        if len(children) > 1:
+            f.add("child_turns_doubled", len(children) - 1, example=f"{parent} {key}: {children}")
+    terminals: Counter[str] = Counter()
+    for rec in child_events:
+        if rec.value is not None:
+            event = decode_event(rec.value, rec.headers)
+            if event.is_terminal and event.turn_id in parent_of:
+                terminals[event.turn_id] += 1
+    for child, n in sorted(terminals.items()):
+        if n > 1:
+            f.add("child_turns_doubled", n - 1, example=f"child {child}: {n} terminal events")
+    taken: Counter[str] = Counter()
+    completed: set[str] = set()
+    for rec in parent_events:
+        if rec.value is None:
+            continue
+        event = decode_event(rec.value, rec.headers)
+        if event.turn_id not in wanted:
+            continue
+        if event.type == EventType.SUBAGENT_RESULT:
+            taken[str(event.data.get("child_turn_id"))] += 1
+        elif event.type == EventType.RUN_COMPLETE:
+            completed.add(event.turn_id)
+    for child, parent in sorted(parent_of.items()):
+        if child not in terminals:
+            f.add("replies_lost", example=f"child {child} of {parent} never ended")
+        elif parent in completed and taken[child] == 0:
+            f.add("replies_lost", example=f"child {child} ended; parent {parent} never took it")
+        if taken[child] > 1:
+            f.add("replies_doubled", taken[child] - 1, example=f"{child}: taken {taken[child]}x")
+    written = Counter(r.headers.get("pyrula-child-turn-id", "") for r in replies)
+    for child, n in sorted(written.items()):
+        if n > 1:
+            f.add("replies_doubled", n - 1, example=f"{child}: {n} reply records")
+    f.counts["child_turns"] = len(parent_of)
+    f.counts["replies"] = sum(written.values())

@@ -197,3 +197,18 @@ def _wait_for_metadata(admin: AdminClient, names: list[str], timeout_s: float) -
                 pending.discard(name)
         if pending:
             time.sleep(0.05)
+
+
+def committed_offsets(bootstrap_servers: str, group_id: str, topic: str) -> dict[int, int]:
+    """The offsets ``group_id`` has committed on ``topic``, by partition (none: absent)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = admin_client(bootstrap_servers)
+    request = ConsumerGroupTopicPartitions(group_id)
+    futures = admin.list_consumer_group_offsets([request])
+    result = futures[group_id].result()
+    return {
+        tp.partition: tp.offset
+        for tp in result.topic_partitions or []
+        if tp.topic == topic and tp.offset >= 0
+    }

@@ -12,7 +12,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from pyrula_stream.kafka.config import base_config, reader_config
-from pyrula_stream.kafka.offsets import ConsumedRecord, read_to_end
+from pyrula_stream.kafka.offsets import ConsumedRecord, read_to_end, to_record
 
 STATS_INTERVAL_MS = 5000
 """How often librdkafka reports statistics (consumer lag) when a worker exports metrics."""
@@ -134,3 +134,39 @@ def read_key(
         ]
     finally:
         consumer.close()
+
+
+class RepliesReader:
+    """Follows the replies partitions whose turns partitions this worker owns, from the
+    position journaled with the last reply taken (so each reply is taken exactly once).
+
+    Not a group member: the group's cooperative assignor would not give one member
+    partition p of two topics, so the owner of turns partition p assigns replies p here.
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str, *, client_id: str) -> None:
+        self.topic = topic
+        self._consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+
+    def assign(self, positions: dict[int, int | None]) -> None:
+        """Start reading each partition at its position (``None``: from the beginning)."""
+        if positions:
+            self._consumer.incremental_assign(
+                [
+                    TopicPartition(self.topic, p, OFFSET_BEGINNING if pos is None else pos)
+                    for p, pos in positions.items()
+                ]
+            )
+
+    def unassign(self, partitions: set[int]) -> None:
+        owned = {tp.partition for tp in self._consumer.assignment()}
+        gone = sorted(partitions & owned)
+        if gone:
+            self._consumer.incremental_unassign([TopicPartition(self.topic, p) for p in gone])
+
+    def poll(self) -> list[ConsumedRecord]:
+        """The replies that arrived since the last call (never waits)."""
+        return [to_record(m) for m in self._consumer.consume(100, 0) if m.error() is None]
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,118 @@
+"""Several agents in one process: one ``KafkaWorker`` per agent, side by side in one loop.
+
+Each agent keeps its own consumer group and transactional producer (a membership is per
+agent, so a rebalance of one never pauses another); the mesh only starts them together,
+serves one health endpoint for all, and stops them all when one fails or on ``stop()``.
+A small deployment runs a whole mesh (a triage agent and the agents it calls) this way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.errors import ConfigurationError, UserError
+from pyrula_stream.health import start_health_server
+from pyrula_stream.options import WorkerOptions
+from pyrula_stream.worker import KafkaWorker
+
+
+class MeshWorker:
+    """Runs the workers of ``agents`` in this event loop; same lifecycle as ``KafkaWorker``."""
+
+    def __init__(
+        self,
+        agents: Sequence[KafkaAgent],
+        *,
+        bootstrap_servers: str,
+        options: WorkerOptions | None = None,
+    ) -> None:
+        names = [a.name for a in agents]
+        if not names:
+            raise ConfigurationError("a mesh worker needs at least one agent")
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"agent names repeat in one worker: {sorted(names)}")
+        options = options or WorkerOptions()
+        if options.group_id is not None and len(agents) > 1:
+            raise ConfigurationError(
+                "WorkerOptions.group_id names one consumer group, but each agent needs its "
+                "own: leave group_id unset when a worker runs several agents"
+            )
+        self.options = options
+        per_agent = dataclasses.replace(options, health_port=None)
+        self.workers = [
+            KafkaWorker(a, bootstrap_servers=bootstrap_servers, options=per_agent) for a in agents
+        ]
+        self._task: asyncio.Task[None] | None = None
+        self._started = False
+
+    @property
+    def ready(self) -> bool:
+        return all(w.ready for w in self.workers)
+
+    @property
+    def done(self) -> bool:
+        return all(w.done for w in self.workers)
+
+    def worker(self, agent: str) -> KafkaWorker:
+        """The worker of one agent (by name)."""
+        for w in self.workers:
+            if w.agent.name == agent:
+                return w
+        raise UserError(f"this mesh runs no agent '{agent}'")
+
+    def stop(self) -> None:
+        """Ask every worker to stop (drain, commit, leave); safe to repeat."""
+        for w in self.workers:
+            w.stop()
+
+    async def run(self) -> None:
+        """Run every agent's worker until ``stop()``; if one fails, stop the rest and raise."""
+        if self._started:
+            raise UserError("this mesh worker already ran; create a new one")
+        self._started = True
+        health = None
+        if self.options.health_port is not None:
+            health = await start_health_server(
+                self.options.health_host, self.options.health_port, lambda: self.ready
+            )
+        tasks = [asyncio.create_task(w.run(), name=f"worker-{w.agent.name}") for w in self.workers]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            self.stop()
+            await asyncio.wait(tasks)
+            if health is not None:
+                health.close()
+        for task in tasks:
+            task.result()
+
+    async def __aenter__(self) -> Self:
+        """Start ``run()`` in the background; return once every worker joined its group."""
+        self._task = asyncio.create_task(self.run(), name="mesh")
+        joined: asyncio.Future[Any] = asyncio.ensure_future(
+            asyncio.gather(*(w.wait_joined() for w in self.workers))
+        )
+        pending: list[asyncio.Future[Any]] = [self._task, joined]
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        joined.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await joined
+        if self._task.done():
+            self._task.result()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if self._task is not None:
+            await self._task

@@ -1,0 +1,108 @@
+"""Parked turns of a worker: turns that only their journal holds, waiting for sub-agent
+replies or a wake time, and the timers that wake them.
+
+A parked turn has no task, no concurrency slot and no pin on its partition's input
+offset; what it waits for is its ``park`` journal record. At assignment the owner re-arms
+every parked turn of the partition from the restored journal (its timers live in this
+worker's event loop, rebuilt at each assignment from the journal, so a timer survives
+crashes and rebalances). A turn resumes by replay when the last reply it waits for is
+journaled, when its time comes, or when it is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.partition import PartitionState, QueuedTurn
+from pyrula_stream.subagents import Park, Reply
+
+log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ParkedTurns:
+    """Re-arms, wakes and resumes the parked turns of the partitions a worker owns."""
+
+    def __init__(
+        self, parts: dict[int, PartitionState], admit: Callable[[int, QueuedTurn], None]
+    ) -> None:
+        self._parts = parts
+        self._admit = admit
+
+    @property
+    def count(self) -> int:
+        return sum(len(ps.parked) for ps in self._parts.values())
+
+    def rearm(self, partition: int) -> None:
+        """After restore: every turn whose journal ends in a park record is parked again."""
+        ps = self._parts.get(partition)
+        if ps is None:
+            return
+        for turn_id, journal in list(ps.journal.turns.items()):
+            if journal.park is None or journal.terminal_ms is not None:
+                continue
+            try:
+                ps.parked[turn_id] = Park.from_data(journal.park)
+            except (KeyError, TypeError, ValueError, MalformedRecordError) as exc:
+                log.error("park record of %s unreadable, turn left parked: %s", turn_id, exc)
+                continue
+            self.arm(partition, turn_id)
+
+    def arm(self, partition: int, turn_id: str) -> None:
+        """Resume the turn if it can go on now, else set its timer (if it has one)."""
+        ps = self._parts.get(partition)
+        park = ps.parked.get(turn_id) if ps is not None else None
+        if ps is None or park is None:
+            return
+        journal = ps.journal.turns.get(turn_id)
+        replies = journal.replies if journal is not None else {}
+        if park.ready(replies, _now_ms()):
+            self.resume(partition, turn_id)
+        elif park.wake_at_ms is not None:
+            delay = max(0.0, park.wake_at_ms / 1000 - time.time())
+            asyncio.get_running_loop().call_later(delay, self.arm, partition, turn_id)
+
+    def resume(self, partition: int, turn_id: str) -> None:
+        """Run the turn again by replay (once, however many wake-ups arrive)."""
+        ps = self._parts.get(partition)
+        if ps is None or turn_id not in ps.parked or turn_id in ps.resuming:
+            return
+        ps.resuming.add(turn_id)
+        self._admit(partition, QueuedTurn(-1, ps.parked[turn_id].request))
+
+    def wake_to_cancel(self, turn_id: str) -> None:
+        """A cancel for a parked turn: resume it so it ends with ``cancelled`` (and its
+        running children are cancelled in its terminal transaction)."""
+        for partition, ps in self._parts.items():
+            if turn_id in ps.parked:
+                self.resume(partition, turn_id)
+
+    def wants(self, ps: PartitionState, reply: Reply) -> bool:
+        """Whether a reply should be journaled: its parent is known here and has not ended
+        (a late reply for a finished or cancelled parent is skipped, its offset taken)."""
+        journal = ps.journal.turns.get(reply.parent_turn_id)
+        return (
+            journal is not None
+            and journal.terminal_ms is None
+            and reply.parent_turn_id not in ps.finished
+            and reply.child_turn_id not in journal.replies
+        )
+
+    def reply_committed(self, partition: int, reply: Reply) -> None:
+        """The reply is durable in the parent's journal: record it and wake the parent."""
+        ps = self._parts.get(partition)
+        if ps is None:
+            return
+        journal = ps.journal.turns.get(reply.parent_turn_id)
+        if journal is None:
+            return
+        journal.replies[reply.child_turn_id] = reply.data()
+        if reply.parent_turn_id in ps.parked:
+            self.arm(partition, reply.parent_turn_id)

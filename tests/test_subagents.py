@@ -1,0 +1,349 @@
+"""Agents that call agents over Kafka: the call and the reply are records, a waiting
+parent is parked (only its journal), and each call runs exactly one child turn."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+from pyrula_stream import (
+    AgentContext,
+    AgentLimits,
+    Event,
+    KafkaAgent,
+    KafkaAgentClient,
+    MeshWorker,
+    WorkerOptions,
+    as_tool,
+    kafka_agent,
+)
+from pyrula_stream.errors import SubAgentError
+from pyrula_stream.kafka.admin import apply_topics, committed_offsets
+from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
+from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+
+QUICK = WorkerOptions(shutdown_grace=0.2)
+
+
+def refunds_agent() -> KafkaAgent:
+    @kafka_agent(name=unique_name("refunds"), llm=FakeLLM(["ok"]), partitions=2)
+    async def refunds(ctx: AgentContext, order_id: str, cents: int) -> dict[str, Any]:
+        if cents > 10_000:
+            raise ValueError(f"refund of {cents} needs a person")
+        return {"order_id": order_id, "refunded": cents}
+
+    return refunds
+
+
+def triage_agent(child: KafkaAgent) -> KafkaAgent:
+    @kafka_agent(name=unique_name("triage"), llm=FakeLLM(["ok"]), partitions=2)
+    async def triage(ctx: AgentContext, order_id: str, cents: int) -> str:
+        try:
+            done = await ctx.call_agent(child, order_id=order_id, cents=cents)
+        except SubAgentError as exc:
+            return f"escalated: {exc.child_code}"
+        return f"refunded {done['refunded']}"
+
+    return triage
+
+
+async def events_of(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
+    return await asyncio.wait_for(_collect(client, agent, turn_id), 60)
+
+
+async def _collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
+    return [e async for e in client.stream(agent, turn_id)]
+
+
+async def _tree(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
+    return [e async for e in client.stream(agent, turn_id, include_children=True)]
+
+
+def live_journal_keys(bootstrap: str, topic: str) -> list[str]:
+    latest: dict[bytes | None, bytes | None] = {}
+    for key, value, _ in read_topic(bootstrap, topic):
+        latest[key] = value
+    return sorted(k.decode() for k, v in latest.items() if v is not None and k is not None)
+
+
+async def test_a_parent_calls_a_child_on_another_worker_and_gets_its_result(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()
+    triage = triage_agent(refunds)
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(triage, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        ok, failed = await asyncio.gather(
+            client.run(triage.name, order_id="7", cents=500, timeout=60),
+            client.run(triage.name, order_id="8", cents=50_000, timeout=60),
+        )
+    assert ok[-1].data["result"] == "refunded 500"
+    assert failed[-1].data["result"] == "escalated: agent_error"
+    types = [e.type for e in ok]
+    assert types == ["run:start", "subagent:start", "subagent:result", "run:complete"]
+    start = ok[1].data
+    assert start["agent"] == refunds.name and start["depth"] == 1
+    assert ok[2].data["child_turn_id"] == start["child_turn_id"]
+    assert ok[2].data["result"] == {"order_id": "7", "refunded": 500}
+    assert [e.seq for e in ok] == list(range(len(ok)))
+
+    child = await events_of(client, refunds.name, start["child_turn_id"])
+    assert child[-1].type == "run:complete"
+    tree = await asyncio.wait_for(_tree(client, triage.name, ok[0].turn_id), 60)
+    assert [(e.turn_id, e.seq) for e in tree if e.turn_id == ok[0].turn_id] == [
+        (e.turn_id, e.seq) for e in ok
+    ]
+    assert [e.type for e in tree if e.turn_id == start["child_turn_id"]] == [e.type for e in child]
+    assert {e.agent for e in tree} == {triage.name, refunds.name}
+    # The child's request carries its lineage in headers; there is exactly one of it.
+    requests = [
+        r for r in read_topic(kafka_bootstrap_servers, refunds.topics.turns) if r[0] is not None
+    ]
+    assert len(requests) == 2
+    # Each parent leaves only its terminal record: steps, reply and park are tombstoned.
+    keys = live_journal_keys(kafka_bootstrap_servers, triage.topics.journal)
+    assert [k for k in keys if not k.startswith("cursor/")] == sorted(
+        f"{e[0].turn_id}/terminal" for e in (ok, failed)
+    )
+
+
+async def test_a_parked_parent_resumes_when_the_childs_worker_comes_back(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()
+    triage = triage_agent(refunds)
+    apply_topics(kafka_bootstrap_servers, refunds.topic_specs())  # deployed, but no worker up
+    async with running_worker(triage, kafka_bootstrap_servers, QUICK, all_partitions=True) as w:
+        handle = await client.submit(triage.name, order_id="9", cents=900)
+        await wait_for(lambda: w.parked_turns == 1, 60, "the parent parked")
+        # Parked: no task, and its input offset no longer pins the partition.
+        assert w.running_turns == 0
+
+        def offset_passed() -> bool:
+            done = committed_offsets(kafka_bootstrap_servers, w.group_id, triage.topics.turns)
+            return done.get(handle.partition, -1) > handle.offset
+
+        await wait_for(offset_passed, 30, "the parked turn's request offset was committed")
+    # The parent's worker is gone too; the child runs and replies while nobody owns it.
+    async with running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True):
+        start = next(e for e in await _until(client, triage.name, handle.turn_id, "subagent:start"))
+        child = await events_of(client, refunds.name, start.data["child_turn_id"])
+        assert child[-1].type == "run:complete"
+    async with running_worker(triage, kafka_bootstrap_servers, QUICK, all_partitions=True):
+        events = await events_of(client, triage.name, handle.turn_id)
+    assert events[-1].data["result"] == "refunded 900"
+    types = [e.type for e in events]
+    assert types.count("run:start") == 1 and types.count("subagent:start") == 1
+    assert types.count("subagent:result") == 1
+    assert [e.seq for e in events] == list(range(len(events)))
+    # One child turn ran for the one call, whatever was replayed.
+    child_starts = [
+        r
+        for r in read_topic(kafka_bootstrap_servers, refunds.topics.events)
+        if b"run:start" in (r[1] or b"")
+    ]
+    assert len(child_starts) == 1
+
+
+async def _until(
+    client: KafkaAgentClient, agent: str, turn_id: str, event_type: str
+) -> list[Event]:
+    async def read() -> list[Event]:
+        seen: list[Event] = []
+        async for e in client.stream(agent, turn_id):
+            seen.append(e)
+            if e.type == event_type:
+                return [e]
+        return seen
+
+    return await asyncio.wait_for(read(), 60)
+
+
+async def test_gather_keeps_at_most_max_parallel_subagents_outstanding(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()
+
+    @kafka_agent(
+        name=unique_name("fanout"),
+        llm=FakeLLM(["ok"]),
+        partitions=1,
+        limits=AgentLimits(max_parallel_subagents=2),
+    )
+    async def fanout(ctx: AgentContext, n: int) -> list[int]:
+        done = await ctx.gather_subagents(
+            *((refunds, {"order_id": str(i), "cents": i}) for i in range(n))
+        )
+        return [d["refunded"] for d in done]
+
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(fanout, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(fanout.name, n=5, timeout=90)
+    assert events[-1].data["result"] == [0, 1, 2, 3, 4]
+    outstanding, peak = 0, 0
+    for e in events:
+        outstanding += {"subagent:start": 1, "subagent:result": -1}.get(e.type, 0)
+        peak = max(peak, outstanding)
+    assert peak == 2
+    assert Counter(e.type for e in events)["subagent:start"] == 5
+
+
+async def test_a_call_past_max_agent_depth_fails_at_once_and_starts_no_child(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    leaf = refunds_agent()
+
+    @kafka_agent(name=unique_name("middle"), llm=FakeLLM(["ok"]), partitions=1)
+    async def middle(ctx: AgentContext) -> Any:
+        return await ctx.call_agent(leaf, order_id="1", cents=1)
+
+    @kafka_agent(
+        name=unique_name("top"),
+        llm=FakeLLM(["ok"]),
+        partitions=1,
+        limits=AgentLimits(max_agent_depth=1),
+    )
+    async def top(ctx: AgentContext) -> Any:
+        try:
+            return await ctx.call_agent(middle)
+        except SubAgentError as exc:
+            return {"code": exc.child_code, "message": exc.child_message}
+
+    async with (
+        running_worker(leaf, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(middle, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(top, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(top.name, timeout=60)
+    result = events[-1].data["result"]
+    assert result["code"] == "agent_depth_exceeded"
+    assert "max_agent_depth=1" in result["message"]
+    assert read_topic(kafka_bootstrap_servers, leaf.topics.turns) == []
+
+
+async def test_a_child_that_exceeds_the_budget_left_fails_and_its_usage_counts(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("chatty"), llm=FakeLLM(["a" * 400] * 10), partitions=1)
+    async def chatty(ctx: AgentContext) -> str:
+        for _ in range(10):
+            await ctx.llm.run([{"role": "user", "content": "more"}])
+        return "never"
+
+    @kafka_agent(
+        name=unique_name("thrifty"),
+        llm=FakeLLM(["ok"]),
+        partitions=1,
+        limits=AgentLimits(max_total_tokens=300),
+    )
+    async def thrifty(ctx: AgentContext) -> Any:
+        try:
+            return await ctx.call_agent(chatty)
+        except SubAgentError as exc:
+            return exc.child_code
+
+    async with (
+        running_worker(chatty, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(thrifty, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(thrifty.name, timeout=60)
+    assert events[-1].data["result"] == "budget_exceeded"
+    result = next(e for e in events if e.type == "subagent:result")
+    assert result.data["error_code"] == "budget_exceeded"
+    used = result.data["usage"]
+    assert 300 <= used["input_tokens"] + used["output_tokens"] < 600
+    # The parent's usage includes its child's.
+    assert events[-1].data["usage"]["output_tokens"] == used["output_tokens"]
+
+
+async def test_cancelling_a_parent_cancels_its_running_child(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("patient"), llm=FakeLLM(["ok"]), partitions=2)
+    async def patient(ctx: AgentContext, order_id: str, cents: int) -> str:
+        for _ in range(1200):  # until its cancel arrives (a minute at most)
+            if ctx.cancelled:
+                break
+            await asyncio.sleep(0.05)
+        return "never cancelled"
+
+    triage = triage_agent(patient)
+    async with (
+        running_worker(patient, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(triage, kafka_bootstrap_servers, QUICK, all_partitions=True) as tw,
+    ):
+        handle = await client.submit(triage.name, order_id="5", cents=5)
+        await wait_for(lambda: tw.parked_turns == 1, 60, "the parent parked")
+        start = (await _until(client, triage.name, handle.turn_id, "subagent:start"))[0]
+        await client.cancel(triage.name, handle.turn_id, reason="customer hung up")
+        parent = await events_of(client, triage.name, handle.turn_id)
+        child = await events_of(client, patient.name, start.data["child_turn_id"])
+    assert parent[-1].type == "run:error", [(e.type, e.data) for e in parent]
+    assert parent[-1].data["code"] == "cancelled"
+    assert child[-1].type == "run:error" and child[-1].data["code"] == "cancelled"
+    assert "customer hung up" in child[-1].data["message"]
+
+
+async def test_a_sub_agent_offered_as_a_tool_runs_as_a_child_turn(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()
+    seen: list[str] = []
+
+    def model(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        seen.append(repr(messages))  # the list grows later: keep what this call saw
+        assert [t.name for t in tools] == [refunds.name]
+        if len(seen) == 1:
+            return reply_tool_call(refunds.name, order_id="3", cents=300)
+        return reply_text("refund done")
+
+    @kafka_agent(
+        name=unique_name("desk"), llm=FakeLLM(model), tools=[as_tool(refunds)], partitions=1
+    )
+    async def desk(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(desk, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(desk.name, question="refund order 3", timeout=60)
+    assert events[-1].data["result"] == "refund done"
+    types = [e.type for e in events if e.type != "llm:delta"]
+    assert types == [
+        "run:start",
+        "llm:complete",
+        "subagent:start",
+        "subagent:result",
+        "llm:complete",
+        "run:complete",
+    ]
+    assert "tool:start" not in types  # a sub-agent is a child turn, never a gated tool
+    # Two model calls: the resumed turn took the first response from the journal; the
+    # second read the child's result as the tool's result.
+    assert len(seen) == 2
+    assert '"refunded": 300' in seen[-1] and '"order_id": "3"' in seen[-1]
+
+
+async def test_the_two_agent_example_runs_in_one_mesh_process(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    from examples.triage_refunds import refunds, triage
+
+    async with MeshWorker(
+        [triage, refunds], bootstrap_servers=kafka_bootstrap_servers, options=QUICK
+    ) as mesh:
+        await wait_for(
+            lambda: all(w.assigned_partitions == w.agent.partitions for w in mesh.workers),
+            60,
+            "both agents own their partitions",
+        )
+        events = await client.run("triage", order_id="7", complaint="arrived broken", timeout=60)
+    assert events[-1].data["result"] == "Sorry about that: your refund is on its way."
+    taken = next(e for e in events if e.type == "subagent:result")
+    assert taken.data["result"]["receipt"] == "refund-7-1200"
