@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
@@ -24,6 +25,7 @@ from pyrula_stream.events import RunComplete, RunError, RunStart
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.options import WorkerOptions
+from pyrula_stream.output import OutputSpec
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tool_cache import CacheStore
@@ -123,7 +125,15 @@ class TurnExecutor:
         tool_calls = ToolCalls(
             runtime, self.agent.limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
         )
-        loop = ToolLoop(runtime, self.llm, self.agent.tools, self.agent.limits, tool_calls)
+        output = self.agent.output
+        loop = ToolLoop(
+            runtime,
+            self.llm,
+            self.agent.tools,
+            self.agent.limits,
+            tool_calls,
+            output_instructions=None if output is None or output.is_text else output.instructions(),
+        )
         ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps)
         try:
             async with asyncio.timeout(self.agent.timeout):
@@ -135,8 +145,25 @@ class TurnExecutor:
         if runtime.refusal is not None:  # a Kafka limit the body caught still ends the turn
             raise runtime.refusal
         runtime.raise_if_cancelled()
-        value = _jsonable(result, self.agent.name)
+        if output is None:
+            value = _jsonable(result, self.agent.name)
+        else:
+            value = await self._validated(output, loop, result)
         await runtime.finish(RunComplete(value, runtime.spend.as_dict()))
+
+    async def _validated(self, output: OutputSpec, loop: ToolLoop, result: Any) -> Any:
+        """The result checked against ``output_type``; the model's own answer that fails
+        is sent back with the error (each retry a journaled model call, so it replays)."""
+        attempts = 1
+        while True:
+            try:
+                return output.validate(result)
+            except ValidationError as exc:
+                is_model_answer = isinstance(result, str) and result == loop.last_answer
+                if not is_model_answer or attempts > self.agent.output_retries:
+                    raise output.failure(exc, attempts) from None
+                attempts += 1
+                result = await loop.ask_again(output.feedback(exc))
 
     def _start_data(self, request: TurnRequest) -> Any:
         async def live() -> StepData:
