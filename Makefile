@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck chaos bench broker-jars browser clean
+.PHONY: setup demo test lint typecheck chaos pipelines bench broker-jars browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,bench,ui]'
+	$(BIN)/python -m pip install -q -e '.[dev,bench,ui,faust]'
 	touch $(STAMP)
 
 setup: $(STAMP) broker-jars
@@ -47,6 +47,10 @@ test: setup browser lint typecheck
 
 chaos: setup
 	$(BIN)/python -m pyrula_stream.chaos $(ARGS)
+
+# The pipeline examples' exactly-once tests at the issue's size (1,000 orders each).
+pipelines: setup
+	PYRULA_PIPELINE_RECORDS=1000 $(BIN)/pytest tests/test_pipeline_faust.py -o timeout=900
 
 bench: setup
 	$(BIN)/python -m pyrula_stream.bench $(ARGS)
