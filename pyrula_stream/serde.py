@@ -242,11 +242,16 @@ def decode_turn_request(
             thread_id=body.get("thread_id"),
             idempotency_key=body.get("idempotency_key"),
             submitted_ms=int(body.get("submitted_ms") or 0),
-            correlation_id=headers.get(CORRELATION_HEADER) or None,
+            correlation_id=headers.get(CORRELATION_HEADER)
+            or _text_or_none((body.get("metadata") or {}).get("correlation_id")),
             reply_headers=reply,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedRecordError(f"turn request is missing or has a bad field: {exc}") from None
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _required(default: str | None, name: str) -> str:
@@ -263,6 +268,14 @@ def _json_object(payload: bytes, what: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise MalformedRecordError(f"{what} must be a JSON object")
     return body
+
+
+def decode_turn_result_value(payload: bytes) -> TurnResult:
+    """A results record without its headers (a stream processor's deserializer): JSON
+    when it is a JSON object, else Avro. An Avro result starts with the length of
+    ``turn_id`` as a zigzag varint, never the byte ``{`` (a negative length)."""
+    ctype = JSON_CONTENT_TYPE if payload[:1] == b"{" else content_type("turn_result")
+    return decode_turn_result(payload, {CONTENT_TYPE_HEADER: ctype})
 
 
 def decode_turn_result(payload: bytes, headers: Mapping[str, str]) -> TurnResult:

@@ -45,11 +45,13 @@ def run_pipeline(
     processor_argv: list[str],
     downstream_topic: str,
     records: int,
+    input_topic: str,
+    id_field: str = "order_id",
+    python: str = sys.executable,
     partitions: int = 2,
 ) -> PipelineRun:
     """Produce ``records`` orders, run our worker and the processor, kill our worker once
     a quarter of the results are in, restart it, and count what came out (committed)."""
-    input_topic = f"{pipeline}.orders"
     apply_topics(
         bootstrap,
         [
@@ -61,7 +63,7 @@ def run_pipeline(
     producer = RecordProducer(bootstrap)
     for i in range(records):
         text = "arrived damaged" if i % 3 == 0 else "where is it?"
-        order = {"order_id": f"o{i}", "text": text}
+        order = {id_field: f"o{i}", "text": text}
         producer.send_sync(input_topic, f"o{i}".encode(), json.dumps(order).encode())
     producer.close()
 
@@ -70,10 +72,11 @@ def run_pipeline(
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
             "PIPELINE": pipeline,
             "PIPELINE_MODEL_LATENCY_S": "0.2",  # turns stay in flight long enough to kill
+            "PIPELINE_STATE_DIR": str(tmp_path / "state"),
         }
     )
     worker_argv = [
-        *(sys.executable, "-m", "pyrula_stream.cli", "worker", agent_spec),
+        *(python, "-m", "pyrula_stream.cli", "worker", agent_spec),
         *("--bootstrap-servers", bootstrap, "--worker-id", "w1"),
     ]
     worker = Managed("worker", worker_argv, env, tmp_path / "worker.log")

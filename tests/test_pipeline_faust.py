@@ -31,6 +31,7 @@ def test_faust_orders_exactly_once_under_a_worker_kill(
             *(sys.executable, "-m", "examples.pipelines.faust_orders"),
             *("--datadir", str(tmp_path / "faust"), "worker", "--without-web", "-l", "warn"),
         ],
+        input_topic=f"{pipeline}.orders",
         downstream_topic=f"{pipeline}.answered",
         records=RECORDS,
     )

@@ -22,16 +22,6 @@ from pyrula_stream.client import turn_id_for
 from pyrula_stream.serde import TurnRequest, TurnResult
 
 
-def decode_result(payload: bytes) -> TurnResult:
-    """A results record without its headers: JSON when it is a JSON object, else Avro.
-
-    An Avro result starts with the length of ``turn_id`` as a zigzag varint, which is
-    never the byte ``{`` (that would be a negative length), so the two cannot be confused.
-    """
-    ctype = serde.JSON_CONTENT_TYPE if payload[:1] == b"{" else serde.content_type("turn_result")
-    return serde.decode_turn_result(payload, {serde.CONTENT_TYPE_HEADER: ctype})
-
-
 class TurnResultCodec(Codec):
     """Faust codec for ``pyrula.<agent>.results`` values: bytes -> ``TurnResult``."""
 
@@ -41,7 +31,7 @@ class TurnResultCodec(Codec):
         return serde.encode("turn_result", obj)
 
     def _loads(self, s: bytes) -> TurnResult:
-        return decode_result(s)
+        return serde.decode_turn_result_value(s)
 
 
 class TurnRequestCodec(Codec):
