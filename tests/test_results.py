@@ -160,3 +160,14 @@ def test_bind_time_refusals() -> None:
         kafka_agent(name="x", llm=FakeLLM(), event_format="xml")(body)  # type: ignore[arg-type]
     with pytest.raises(AgentRegistrationError, match="output_type"):
         kafka_agent(name="x", llm=FakeLLM(), output_type=object())(body)
+
+
+def test_the_schema_command_prints_the_result_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    from pyrula_stream.cli import main
+
+    assert main(["schema", "examples.pipelines.faust_orders:triage"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"] == "Triage"
+    assert set(schema["required"]) == {"order_id", "priority", "reply"}
+    assert main(["schema", "examples.support_triage.agent:support"]) == 2
+    assert "has no output_type" in capsys.readouterr().err
