@@ -257,7 +257,7 @@ class TurnRuntime:
             turn_id=self.turn_id,
             agent=self.agent,
             status="failed" if failed else "completed",
-            result=None if failed or isinstance(terminal, RunError) else terminal.result,
+            result=None if isinstance(terminal, RunError) else terminal.result,
             error_code=failed.code if failed else None,
             error_message=failed.message if failed else None,
             usage=usage,
