@@ -3,16 +3,30 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# quixstreams pins confluent-kafka<2.13 and pydantic<2.14: its own venv, which also holds
+# the lowest versions of both that this project supports (make test-lowest).
+QUIX_VENV := .venv-quix
+QUIX_STAMP := $(QUIX_VENV)/.installed
+LOWEST_TESTS := tests/test_turn_end_to_end.py tests/test_durability.py tests/test_results.py \
+	tests/test_requests.py tests/test_schemas.py tests/test_dead_letters.py \
+	tests/test_client_status.py tests/test_tool_loop.py tests/test_topics.py
 
-.PHONY: setup demo test lint typecheck chaos bench broker-jars browser clean
+.PHONY: setup demo test test-lowest lint typecheck chaos pipelines bench broker-jars browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,bench,ui,mcp]'
+	$(BIN)/python -m pip install -q -e '.[dev,bench,ui,mcp,faust]'
 	touch $(STAMP)
 
-setup: $(STAMP) broker-jars
+$(QUIX_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(QUIX_VENV)
+	$(QUIX_VENV)/bin/python -m pip install -q --upgrade pip
+	$(QUIX_VENV)/bin/python -m pip install -q -e '.[quix]' 'pytest>=9.2.0' \
+	  'pytest-asyncio>=1.5.0' 'pytest-timeout>=2.4.0' 'hypothesis>=6.170'
+	touch $(QUIX_STAMP)
+
+setup: $(STAMP) $(QUIX_STAMP) broker-jars
 
 # Fetch the Kafka broker's jars once (Maven Central); skipped when a cluster is given.
 broker-jars: $(STAMP)
@@ -43,13 +57,23 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: setup browser lint typecheck
+	$(MAKE) test-lowest
 	$(BIN)/pytest
+
+# The core suite on the lowest confluent-kafka and pydantic we support (.venv-quix).
+test-lowest: setup
+	$(QUIX_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TESTS)
 
 chaos: setup
 	$(BIN)/python -m pyrula_stream.chaos $(ARGS)
+
+# The pipeline examples' exactly-once tests at the issue's size (1,000 orders each).
+pipelines: setup
+	PYRULA_PIPELINE_RECORDS=1000 $(BIN)/pytest tests/test_pipeline_faust.py \
+	  tests/test_pipeline_quix.py -o timeout=900
 
 bench: setup
 	$(BIN)/python -m pyrula_stream.bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(QUIX_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -11,10 +11,13 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
+from pydantic.errors import PydanticUserError
+
 from pyrula_stream.errors import AgentRegistrationError, ToolRegistrationError
-from pyrula_stream.events import EventRouting
+from pyrula_stream.events import RESULTS, ROUTABLE, EventRouting
 from pyrula_stream.kafka.admin import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
@@ -24,6 +27,8 @@ from pyrula_stream.kafka.admin import (
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.declaration import MCPServer
+from pyrula_stream.output import OutputSpec
+from pyrula_stream.serde import WireFormat
 from pyrula_stream.tools import ToolCallable, check_bindable
 
 _AGENT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
@@ -50,6 +55,7 @@ class AgentTopics:
     dlq: str
     history: str
     replies: str
+    results: str
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
@@ -62,6 +68,7 @@ class AgentTopics:
             f"{base}.dlq",
             f"{base}.history",
             f"{base}.replies",
+            f"{base}.results",
         )
 
 
@@ -87,6 +94,9 @@ class KafkaAgent:
     version: str | None = None
     version_behavior: VersionBehavior = "auto_upgrade"
     versions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    output_type: Any = None
+    output_retries: int = 1
+    event_format: WireFormat = "avro"
 
     @property
     def topics(self) -> AgentTopics:
@@ -102,8 +112,15 @@ class KafkaAgent:
 
     @property
     def event_routing(self) -> EventRouting:
-        """``<agent>.events`` for every event, plus the routed output topics."""
-        return EventRouting(self.topics.events, self.output_topics)
+        """``<agent>.events`` / ``<agent>.results``, plus the routed output topics."""
+        return EventRouting(
+            self.topics.events, self.output_topics, self.topics.results, self.event_format
+        )
+
+    @cached_property
+    def output(self) -> OutputSpec | None:
+        """How the result is validated, or ``None`` without ``output_type``."""
+        return None if self.output_type is None else OutputSpec(self.output_type)
 
     async def __call__(self, ctx: Any, /, **params: Any) -> Any:
         return await self.fn(ctx, **params)
@@ -125,11 +142,18 @@ def kafka_agent(
     version: str | None = None,
     version_behavior: VersionBehavior | None = None,
     versions: Mapping[str, Callable[..., Any]] | None = None,
+    output_type: Any = None,
+    output_retries: int = 1,
+    event_format: WireFormat = "avro",
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
-    ``output_topics`` routes event types (or ``"*"``) to extra topics, e.g.
-    ``{"run:complete": ["orders.answers"]}``; every event also goes to ``<agent>.events``.
+    ``output_topics`` routes event types (or ``"*"``), and ``"results"`` (the result
+    record), to extra topics, e.g. ``{"run:complete": ["orders.answers"]}``; every event
+    also goes to ``<agent>.events`` and every result to ``<agent>.results``.
+    ``output_type`` (anything pydantic validates) checks the result; a model answer that
+    fails is sent back to the model up to ``output_retries`` times, then the turn fails
+    with ``output_validation``. ``event_format="json"`` writes events and results as JSON.
     ``keep_history`` writes each finished turn's steps to ``<agent>.history``.
     ``version`` names this body's version (journaled when a turn starts);
     ``version_behavior`` is ``"pinned"`` (the default with a version: a turn finishes on
@@ -192,6 +216,18 @@ def kafka_agent(
                 raise AgentRegistrationError(
                     f"agent '{agent_name}': versions[{v!r}] must be an async def"
                 )
+        unknown = sorted(set(output_topics or {}) - ROUTABLE)
+        if unknown:
+            raise AgentRegistrationError(
+                f"agent '{agent_name}': output_topics keys {unknown} are not routable; use "
+                f"event types, '*' or '{RESULTS}'"
+            )
+        if event_format not in ("avro", "json"):
+            raise AgentRegistrationError(
+                f"agent '{agent_name}': event_format must be 'avro' or 'json', not {event_format!r}"
+            )
+        if output_retries < 0:
+            raise AgentRegistrationError(f"agent '{agent_name}': output_retries must be >= 0")
         agent = KafkaAgent(
             name=agent_name,
             fn=fn,
@@ -208,7 +244,17 @@ def kafka_agent(
             version=version,
             version_behavior=behavior,
             versions=older,
+            output_type=output_type,
+            output_retries=output_retries,
+            event_format=event_format,
         )
+        try:
+            agent.output  # noqa: B018 (builds the validator now: a bad type fails at import)
+        except PydanticUserError as exc:
+            raise AgentRegistrationError(
+                f"agent '{agent_name}': output_type {output_type!r} is not a type pydantic "
+                f"can validate: {exc}"
+            ) from None
         _REGISTERED.pop((prefix, agent_name), None)
         _REGISTERED[(prefix, agent_name)] = agent
         return agent

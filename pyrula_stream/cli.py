@@ -192,6 +192,18 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_schema(args: argparse.Namespace) -> int:
+    """The JSON Schema of the agent's result (the ``result`` field of its result records)."""
+    agent = load_agent(args.agent)
+    if agent.output is None:
+        raise ConfigurationError(
+            f"agent '{agent.name}' has no output_type, so its result is any JSON value; "
+            "bind it with @kafka_agent(output_type=...) to publish a schema"
+        )
+    print(json.dumps(agent.output.json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from pyrula_stream.observability import logs, tracing
     from pyrula_stream.worker import WorkerOptions, run_worker
@@ -440,6 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-history", action="store_true", help="also <agent>.history (keep_history=True)"
     )
     t.set_defaults(func=cmd_topics)
+
+    sc = sub.add_parser("schema", help="print the JSON Schema of an agent's result")
+    sc.add_argument("agent", help="MODULE:AGENT")
+    sc.set_defaults(func=cmd_schema)
 
     w = with_bootstrap(sub.add_parser("worker", help="run an agent's turns"))
     w.add_argument("agent", nargs="+", help="MODULE:AGENT, one or more (one process runs them all)")

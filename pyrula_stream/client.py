@@ -1,8 +1,10 @@
-"""``KafkaAgentClient``: submit turns, stream a turn's events, run to completion, cancel.
+"""``KafkaAgentClient``: submit turns, stream a turn's events, run to completion, cancel,
+ask a turn's status.
 
 Every method talks to Kafka only: a turn request goes to ``<prefix>.<agent>.turns`` and the
-events are read back from ``<prefix>.<agent>.events`` under ``read_committed``, so a client
-sees each event of a turn exactly once, in ``seq`` order.
+events are read back from ``<prefix>.<agent>.events`` under ``read_committed`` (one
+consumer per client, shared by its streams), so a client sees each event of a turn
+exactly once, in ``seq`` order. A status comes from the turn's journal records.
 
 Nothing waits forever on Kafka: a call that cannot reach a broker within ``timeout``
 raises ``BrokerUnavailableError``, and an agent without topics ``UnknownTopicError``
@@ -14,23 +16,49 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.branch import branch_metadata, check_from_step
 from pyrula_stream.errors import ConfigurationError, UnknownTopicError
+from pyrula_stream.event_reader import SharedEventReader
 from pyrula_stream.events import Event, EventType, decode_event
+from pyrula_stream.journal import PROGRESS, TERMINAL
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
-from pyrula_stream.kafka.io import PartitionReader, RecordProducer
+from pyrula_stream.kafka.consumers import read_topic
+from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.records import ControlRequest, content_type_header
-from pyrula_stream.serde import TurnRequest
+from pyrula_stream.serde import TurnRequest, decode_journal_entry, parse_journal_key
 
 IDEMPOTENT_TURN_NAMESPACE = uuid.UUID("8f4b1c52-7a0e-4d1e-9a7e-5f2f3c6d9b10")
 MAX_REASON = 500
+REMEMBERED_SUBMITS = 10_000
+"""Turns this client submitted, remembered so ``status`` can say ``queued``."""
+
+TurnState = Literal["queued", "running", "completed", "failed", "unknown"]
+
+
+@dataclass(frozen=True)
+class TurnStatus:
+    """Where a turn stands, from its journal records.
+
+    ``queued``: submitted by this client, no worker started it yet. ``running``: its
+    ``attempt`` and ``last_step`` (e.g. ``llm``, ``tool:lookup_order``). ``completed`` /
+    ``failed`` (with ``code``): ended; ``events`` is how many it published. ``unknown``:
+    nothing is recorded for the turn.
+    """
+
+    turn_id: str
+    state: TurnState
+    attempt: int = 0
+    last_step: str | None = None
+    code: str | None = None
+    events: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +108,8 @@ class KafkaAgentClient:
         self.prefix = prefix
         self.timeout = timeout
         self._producer: RecordProducer | None = None
+        self._reader: SharedEventReader | None = None
+        self._submitted: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     async def __aenter__(self) -> KafkaAgentClient:
         return self
@@ -91,6 +121,9 @@ class KafkaAgentClient:
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close)
             self._producer = None
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
 
     def _topics(self, agent: str) -> AgentTopics:
         return AgentTopics.for_agent(agent, self.prefix)
@@ -170,6 +203,9 @@ class KafkaAgentClient:
                 )
             except UnknownTopicError as exc:
                 raise self._no_topic(request.agent, exc) from None
+        self._submitted[(request.agent, request.turn_id)] = None
+        while len(self._submitted) > REMEMBERED_SUBMITS:
+            self._submitted.popitem(last=False)
         return TurnHandle(
             request.turn_id,
             request.agent,
@@ -184,13 +220,15 @@ class KafkaAgentClient:
         turn_id: str,
         *,
         since_ms: int | None = None,
+        after_seq: int | None = None,
         idle_timeout_seconds: float | None = None,
         include_children: bool = False,
     ) -> AsyncIterator[Event]:
         """Events of one turn, in ``seq`` order, ending after its terminal event.
 
         ``since_ms`` starts reading at that time (a handle's ``submitted_ms``); without it
-        the turn's partition is read from its beginning. ``include_children`` adds the
+        the turn's partition is read from its beginning. ``after_seq=N`` resumes a stream
+        that already saw events up to ``seq`` N. ``include_children`` adds the
         events of its sub-agent turns and theirs (each turn's events in ``seq`` order,
         turns interleaved as they arrive; ``Event.turn_id`` and ``agent`` tell them
         apart), ending once the turn and every child it started have ended.
@@ -199,39 +237,36 @@ class KafkaAgentClient:
             async for event in self._stream_tree(agent, turn_id, since_ms, idle_timeout_seconds):
                 yield event
             return
-        reader = PartitionReader(
-            self.bootstrap_servers,
-            self._topics(agent).events,
-            client_id=f"pyrula-client-{uuid.uuid4().hex[:8]}",
-            timeout_s=self.timeout,
-        )
+        if self._reader is None:
+            self._reader = SharedEventReader(self.bootstrap_servers)
+        reader = self._reader
         try:
-            try:
-                await asyncio.to_thread(reader.seek_key, turn_id.encode(), since_ms)
-            except UnknownTopicError as exc:
-                raise self._no_topic(agent, exc) from None
-            key = turn_id.encode()
-            next_seq = 0
-            last_seen = time.monotonic()
+            sub = await reader.subscribe(self._topics(agent).events, turn_id.encode(), since_ms)
+        except UnknownTopicError as exc:
+            raise self._no_topic(agent, exc) from None
+        next_seq = 0 if after_seq is None else after_seq + 1
+        try:
             while True:
-                batch = await asyncio.to_thread(lambda: list(reader.poll(0.1)))
-                for k, value, headers, _, _ in batch:
-                    if k != key or value is None:
-                        continue
-                    event = decode_event(value, headers)
-                    if event.seq < next_seq:  # at-least-once mode may repeat an event
-                        continue
-                    next_seq = event.seq + 1
-                    last_seen = time.monotonic()
-                    yield event
-                    if event.is_terminal:
-                        return
-                if idle_timeout_seconds is not None and (
-                    time.monotonic() - last_seen > idle_timeout_seconds
-                ):
-                    raise TimeoutError(f"no event of turn {turn_id} for {idle_timeout_seconds}s")
+                try:
+                    async with asyncio.timeout(idle_timeout_seconds):
+                        item = await sub.queue.get()
+                except TimeoutError:
+                    raise TimeoutError(
+                        f"no event of turn {turn_id} for {idle_timeout_seconds}s"
+                    ) from None
+                if isinstance(item, BaseException):
+                    raise item
+                if item.value is None:
+                    continue
+                event = decode_event(item.value, item.headers)
+                if event.seq < next_seq:  # a repeat (at-least-once, a shared re-read)
+                    continue
+                next_seq = event.seq + 1
+                yield event
+                if event.is_terminal:
+                    return
         finally:
-            await asyncio.to_thread(reader.close)
+            reader.unsubscribe(sub)
 
     async def _stream_tree(
         self, agent: str, turn_id: str, since_ms: int | None, idle: float | None
@@ -301,9 +336,74 @@ class KafkaAgentClient:
         """Ask the owning worker to stop the turn at its next step boundary."""
         await self._control(agent, turn_id, "cancel", reason)
 
-    async def terminate(self, agent: str, turn_id: str, *, reason: str | None = None) -> None:
-        """End the turn now: its worker stops it without waiting for a step boundary."""
+    async def terminate(
+        self,
+        agent: str,
+        turn_id: str,
+        *,
+        reason: str | None = None,
+        timeout: float = 60.0,  # noqa: ASYNC109 (seconds to wait for the turn to end)
+    ) -> TurnStatus:
+        """End the turn now (its worker does not wait for a step boundary); return what
+        was stopped: the turn's attempt and last step, and how it ended.
+
+        A turn that had already ended is returned as it ended (nothing was stopped); a
+        turn nothing is known of yet is returned ``unknown`` (workers remember the
+        request and stop the turn when it arrives).
+        """
+        before = await self.status(agent, turn_id)
+        if before.state in ("completed", "failed"):
+            return before
         await self._control(agent, turn_id, "terminate", reason)
+        if before.state == "unknown":
+            return before
+        async with asyncio.timeout(timeout):
+            async for _ in self.stream(agent, turn_id):
+                pass
+        after = await self.status(agent, turn_id)
+        return replace(after, attempt=before.attempt, last_step=before.last_step)
+
+    async def status(self, agent: str, turn_id: str) -> TurnStatus:
+        """Where the turn stands (see ``TurnStatus``), read from the journal topic."""
+        records = await asyncio.to_thread(
+            read_topic,
+            self.bootstrap_servers,
+            self._topics(agent).journal,
+            client_id=f"pyrula-status-{uuid.uuid4().hex[:8]}",
+        )
+        latest: dict[str, bytes | None] = {}
+        ended: bytes | None = None  # a terminal record stays a fact once it is tombstoned
+        for record in records:
+            owner, suffix = parse_journal_key(record.key)
+            if owner == turn_id:
+                latest[suffix] = record.value
+                if suffix == TERMINAL and record.value is not None:
+                    ended = record.value
+        live = {k: decode_journal_entry(v, {}) for k, v in latest.items() if v is not None}
+        terminal = decode_journal_entry(ended, {}) if ended is not None else None
+        if terminal is not None:
+            failed = terminal.data.get("status") == "failed"
+            return TurnStatus(
+                turn_id,
+                "failed" if failed else "completed",
+                attempt=terminal.attempt,
+                code=terminal.data.get("code"),
+                events=int(terminal.data.get("events") or 0),
+            )
+        steps = sorted(((int(k), e) for k, e in live.items() if k.isdigit()), key=lambda s: s[0])
+        progress = live.get(PROGRESS)
+        if steps or progress is not None:
+            last = steps[-1][1] if steps else None
+            attempts = [e.attempt for _, e in steps] + ([progress.attempt] if progress else [])
+            return TurnStatus(
+                turn_id,
+                "running",
+                attempt=max(attempts),
+                last_step=None if last is None else _step_name(last.kind, last.name),
+                events=int(progress.data.get("next_seq") or 0) if progress else 0,
+            )
+        queued = (agent, turn_id) in self._submitted
+        return TurnStatus(turn_id, "queued" if queued else "unknown")
 
     async def _control(self, agent: str, turn_id: str, action: str, reason: str | None) -> None:
         if reason is not None and len(reason) > MAX_REASON:
@@ -315,3 +415,7 @@ class KafkaAgentClient:
             )
         except UnknownTopicError as exc:
             raise self._no_topic(agent, exc) from None
+
+
+def _step_name(kind: str, name: str) -> str:
+    return kind if not name or name == kind else f"{kind}:{name}"

@@ -299,18 +299,33 @@ Terminal = RunComplete | RunError
 # --- routing and numbering -----------------------------------------------------------------
 
 
+RESULTS = "results"
+"""The ``output_topics`` key that routes each turn's result record (not an event type)."""
+
+ROUTABLE = frozenset({*EventType, "*", RESULTS})
+"""The keys ``output_topics`` accepts."""
+
+
 @dataclass(frozen=True)
 class EventRouting:
     """``<agent>.events`` for every event, plus the output topics routed per event type
-    (``"*"`` routes every type)."""
+    (``"*"`` routes every type); ``<agent>.results`` for the result record, plus the
+    topics routed under ``"results"``. ``format`` is how both are written."""
 
     events_topic: str
     output_topics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    results_topic: str | None = None
+    format: serde.WireFormat = "avro"
 
     def topics_for(self, type_: EventType) -> list[str]:
         routed = [*self.output_topics.get(type_, ()), *self.output_topics.get("*", ())]
         extra = [t for t in dict.fromkeys(routed) if t != self.events_topic]
         return [self.events_topic, *extra]
+
+    def results_topics(self) -> list[str]:
+        routed = self.output_topics.get(RESULTS, ())
+        own = [self.results_topic] if self.results_topic else []
+        return list(dict.fromkeys([*own, *routed]))
 
     def all_topics(self) -> set[str]:
         return {self.events_topic, *(t for ts in self.output_topics.values() for t in ts)}
@@ -372,9 +387,12 @@ class TurnEvents:
             {**payload.data(), **self.common} if self.common else payload.data(),
         )
         self.next_seq += 1
-        value = serde.encode("event", event)
+        fmt = self.routing.format
+        value = serde.encode("event", event, fmt)
         records = [
-            wire_record(t, self.turn_id.encode(), value, "event", max_bytes=self.max_record_bytes)
+            wire_record(
+                t, self.turn_id.encode(), value, "event", max_bytes=self.max_record_bytes, fmt=fmt
+            )
             for t in self.routing.topics_for(payload.type)
         ]
         trace = self.trace() if self.trace is not None else None

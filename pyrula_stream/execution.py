@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
@@ -29,6 +30,7 @@ from pyrula_stream.loop import ToolLoop
 from pyrula_stream.mcp.discovery import MCPToolbox
 from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.options import WorkerOptions
+from pyrula_stream.output import OutputSpec
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.subagents import Park, TurnParked
@@ -159,6 +161,7 @@ class TurnExecutor:
             runtime, limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
         )
         llm = self.llm if runtime.branch is None else runtime.branch.llm(self.llm)
+        output = self.agent.output
         loop = ToolLoop(
             runtime,
             llm,
@@ -166,6 +169,7 @@ class TurnExecutor:
             limits,
             tool_calls,
             mcp=self._mcp_toolbox(runtime),
+            output_instructions=None if output is None or output.is_text else output.instructions(),
         )
         agent_calls = AgentCalls(
             runtime,
@@ -193,7 +197,10 @@ class TurnExecutor:
         if runtime.refusal is not None:  # a Kafka limit the body caught still ends the turn
             raise runtime.refusal
         runtime.raise_if_cancelled()
-        value = _jsonable(result, self.agent.name)
+        if output is None:
+            value = _jsonable(result, self.agent.name)
+        else:
+            value = await self._validated(output, loop, result)
         await runtime.finish(RunComplete(value, runtime.spend.as_dict()))
 
     def _mcp_toolbox(self, runtime: TurnRuntime) -> MCPToolbox | None:
@@ -202,6 +209,20 @@ class TurnExecutor:
             return None
         names = [t.name for t in self.agent.tools]
         return MCPToolbox(runtime, self.mcp_pool, self.agent.mcp_servers, reserved_names=names)
+
+    async def _validated(self, output: OutputSpec, loop: ToolLoop, result: Any) -> Any:
+        """The result checked against ``output_type``; the model's own answer that fails
+        is sent back with the error (each retry a journaled model call, so it replays)."""
+        attempts = 1
+        while True:
+            try:
+                return output.validate(result)
+            except ValidationError as exc:
+                is_model_answer = isinstance(result, str) and result == loop.last_answer
+                if not is_model_answer or attempts > self.agent.output_retries:
+                    raise output.failure(exc, attempts) from None
+                attempts += 1
+                result = await loop.ask_again(output.feedback(exc))
 
     def _start_data(self, request: TurnRequest, runtime: TurnRuntime, version: str | None) -> Any:
         async def live() -> StepData:

@@ -77,6 +77,7 @@ class ToolLoop:
         tool_calls: ToolCalls,
         *,
         mcp: MCPToolbox | None = None,
+        output_instructions: str | None = None,
     ) -> None:
         self.turn = turn
         self.mcp = mcp
@@ -86,6 +87,14 @@ class ToolLoop:
         self.tool_calls = tool_calls
         self.agent_calls: AgentCalls | None = None
         """Set by the executor: how a sub-agent offered as a tool is called."""
+        self.output_instructions = output_instructions
+        self.last_answer: str | None = None
+        """The final text of the last ``run``: what output validation may send back."""
+        self._last_run: tuple[list[dict[str, Any]], list[ToolCallable] | None, str | None] = (
+            [],
+            None,
+            None,
+        )
         self._definitions: dict[int, ToolDefinition] = {}
 
     # -- public: what ctx.llm exposes -----------------------------------------------------
@@ -99,10 +108,20 @@ class ToolLoop:
     ) -> str:
         """Run the loop until the model answers without tools; return its final text."""
         final = ""
-        async for block in self.stream(messages, tools=tools, system=system):
+        conversation = list(messages)
+        async for block in self._loop(conversation, tools=tools, system=system):
             if isinstance(block, ModelResponse):
                 final = block.text
+        self._last_run = (conversation, None if tools is None else list(tools), system)
+        self.last_answer = final
         return final
+
+    async def ask_again(self, feedback: str) -> str:
+        """Continue the last ``run``'s conversation with ``feedback``; the new final text."""
+        conversation, tools, system = self._last_run
+        return await self.run(
+            [*conversation, {"role": "user", "content": feedback}], tools=tools, system=system
+        )
 
     async def stream(
         self,
@@ -112,6 +131,17 @@ class ToolLoop:
         system: str | None = None,
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
         """The same loop as an iterator: content blocks as they complete, and each response."""
+        async for block in self._loop(list(messages), tools=tools, system=system):
+            yield block
+
+    async def _loop(
+        self,
+        conversation: list[dict[str, Any]],
+        *,
+        tools: Sequence[ToolCallable] | None,
+        system: str | None,
+    ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
+        """The loop, appending each response and tool result to ``conversation``."""
         offered = list(self.tools if tools is None else tools)
         if tools is None and self.mcp is not None:  # MCP: discovered tools beside the @tools
             offered += await self.mcp.tools()
@@ -120,7 +150,10 @@ class ToolLoop:
                 check_bindable(t, agent_name=self.turn.agent)
             except ToolRegistrationError as exc:
                 raise self.turn.refuse(exc) from None
-        conversation = list(messages)
+        if self.output_instructions:
+            system = (
+                f"{system}\n\n{self.output_instructions}" if system else self.output_instructions
+            )
         while True:
             response = await self.model_call(conversation, offered, system)
             for block in response.content:

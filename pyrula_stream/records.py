@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +32,9 @@ class OutRecord:
         )
 
 
-def content_type_header(record: str) -> tuple[str, bytes]:
-    """The header naming the schema (``record``) that decodes a value."""
-    return (serde.CONTENT_TYPE_HEADER, serde.content_type(record).encode())
+def content_type_header(record: str, fmt: serde.WireFormat = "avro") -> tuple[str, bytes]:
+    """The header naming the schema (``record``) that decodes a value, or JSON."""
+    return (serde.CONTENT_TYPE_HEADER, serde.content_type(record, fmt).encode())
 
 
 JSON_CONTENT_TYPE = (serde.CONTENT_TYPE_HEADER, b"application/json")
@@ -48,10 +48,12 @@ def wire_record(
     *,
     partition: int | None = None,
     max_bytes: int | None = None,
+    fmt: serde.WireFormat = "avro",
+    headers: Sequence[tuple[str, bytes]] = (),
 ) -> OutRecord:
     """A record of one of our schemas; ``PayloadTooLarge`` past ``max_bytes``, before any
     retry can loop on a size the broker will always refuse."""
-    rec = OutRecord(topic, key, value, [content_type_header(record)], partition)
+    rec = OutRecord(topic, key, value, [content_type_header(record, fmt), *headers], partition)
     if max_bytes is not None and rec.size > max_bytes:
         raise PayloadTooLarge(
             f"a record for {topic} would be {rec.size} bytes, over the {max_bytes}-byte "
@@ -66,6 +68,27 @@ def tombstone(
 ) -> OutRecord:
     """Deletes ``key`` from a compacted topic holding ``record`` values."""
     return wire_record(topic, key.encode(), None, record, partition=partition)
+
+
+def result_records(
+    topics: Sequence[str],
+    request: serde.TurnRequest,
+    result: serde.TurnResult,
+    *,
+    fmt: serde.WireFormat = "avro",
+    max_bytes: int | None = None,
+) -> list[OutRecord]:
+    """A turn's result for each topic: keyed as its request was, the request's
+    correlation id and reply headers echoed as headers."""
+    headers = [(name, value.encode()) for name, value in request.reply_headers]
+    if request.correlation_id is not None:
+        headers.append((serde.CORRELATION_HEADER, request.correlation_id.encode()))
+    value = serde.encode("turn_result", result, fmt)
+    key = request.result_key.encode()
+    return [
+        wire_record(t, key, value, "turn_result", max_bytes=max_bytes, fmt=fmt, headers=headers)
+        for t in topics
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
 Without a Schema Registry a value is the schemaless Avro body of its schema, and a header
 ``content-type: application/vnd.pyrula.<record>.v<N>+avro`` says which schema decodes it,
 so any consumer can read our topics with fastavro and the ``.avsc`` file. Turn requests
-may also be sent as JSON (``content-type: application/json``) by producers without Avro.
+may also be sent as JSON (``content-type: application/json``) by producers without Avro,
+or as a bare params object (``application/vnd.pyrula.params+json``); events and results
+are written as JSON instead of Avro for an agent bound with ``event_format="json"``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import fastavro
 
@@ -23,6 +25,15 @@ from pyrula_stream.lineage import Lineage
 
 SCHEMA_VERSION = 1
 CONTENT_TYPE_HEADER = "content-type"
+JSON_CONTENT_TYPE = "application/json"
+PARAMS_CONTENT_TYPE = "application/vnd.pyrula.params+json"
+"""A turn request whose whole value is the params object: agent and turn id come from
+the record's topic, partition and offset."""
+CORRELATION_HEADER = "pyrula.correlation-id"
+REPLY_HEADER_PREFIX = "pyrula.reply."
+"""Request headers echoed on the turn's result record (without this prefix)."""
+
+WireFormat = Literal["avro", "json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +45,42 @@ class TurnRequest:
     thread_id: str | None = None
     idempotency_key: str | None = None
     submitted_ms: int = 0
+    # From the request record's headers and key, not its Avro body (see ``TurnResult``):
     lineage: Lineage | None = None
-    """A sub-agent's place in its call tree; travels in headers, not in the Avro body."""
+    """A sub-agent's place in its call tree."""
+    correlation_id: str | None = None
+    reply_headers: tuple[tuple[str, str], ...] = ()
+    record_key: str | None = None
 
     @property
     def key(self) -> str:
         """Records of one thread share a key, so the thread's turns stay in order."""
         return self.thread_id or self.turn_id
+
+    @property
+    def result_key(self) -> str:
+        """The result is keyed as the request was, so a join stays co-partitioned."""
+        return self.record_key or self.key
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """A turn's outcome on ``<agent>.results`` (``schemas/turn_result.avsc``)."""
+
+    turn_id: str
+    agent: str
+    status: str
+    result: Any = None
+    error_code: str | None = None
+    error_message: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    attempt: int = 1
+    started_ms: int = 0
+    finished_ms: int = 0
+    duration_ms: int = 0
+    thread_id: str | None = None
+    correlation_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +112,9 @@ def parse_journal_key(key: str) -> tuple[str, str]:
     return turn_id, suffix
 
 
-def content_type(record: str) -> str:
+def content_type(record: str, fmt: WireFormat = "avro") -> str:
+    if fmt == "json":
+        return JSON_CONTENT_TYPE
     return f"application/vnd.pyrula.{record}.v{SCHEMA_VERSION}+avro"
 
 
@@ -88,13 +130,25 @@ _JSON_FIELDS = {
     "event": ("data",),
     "journal_entry": ("data",),
     "turn_history": ("data",),
+    "turn_result": ("usage",),
 }
+_JSON_VALUE_FIELDS = {"turn_result": ("result",)}
+"""Fields holding any JSON value (not only an object); ``null`` stays an Avro null."""
 
 
 _FIELD_NAMES = {
-    "turn_request": [f.name for f in fields(TurnRequest) if f.name != "lineage"],
+    "turn_request": [
+        "turn_id",
+        "agent",
+        "params",
+        "metadata",
+        "thread_id",
+        "idempotency_key",
+        "submitted_ms",
+    ],
     "event": ["type", "turn_id", "agent", "seq", "ts_ms", "attempt", "data"],
     "journal_entry": [f.name for f in fields(JournalEntry)],
+    "turn_result": [f.name for f in fields(TurnResult)],
     "turn_history": ["turn_id", "agent", "version", "ts_ms", "data"],
 }
 
@@ -103,13 +157,18 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def encode(record: str, value: object) -> bytes:
-    """The schemaless Avro body of ``value`` (a dataclass with the schema's fields)."""
+def encode(record: str, value: object, fmt: WireFormat = "avro") -> bytes:
+    """The schemaless Avro body of ``value`` (a dataclass with the schema's fields), or
+    with ``fmt="json"`` one JSON object with the same fields (JSON fields nested)."""
     # A shallow field dict: dataclasses.asdict deep-copies every nested dict first,
     # which the profiler showed as half the worker's time.
     body = {name: getattr(value, name) for name in _FIELD_NAMES[record]}
+    if fmt == "json":
+        return _dumps(body).encode()
     for name in _JSON_FIELDS[record]:
         body[name] = _dumps(body[name])
+    for name in _JSON_VALUE_FIELDS.get(record, ()):
+        body[name] = None if body[name] is None else _dumps(body[name])
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, parsed_schema(record), body)
     return buf.getvalue()
@@ -117,7 +176,7 @@ def encode(record: str, value: object) -> bytes:
 
 def _decode_body(record: str, payload: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
     ctype = headers.get(CONTENT_TYPE_HEADER, content_type(record))
-    if ctype == "application/json":
+    if ctype == JSON_CONTENT_TYPE:
         try:
             body = json.loads(payload)
         except ValueError as exc:
@@ -126,6 +185,9 @@ def _decode_body(record: str, payload: bytes, headers: Mapping[str, str]) -> dic
             raise MalformedRecordError("a JSON value must be an object")
         for name in _JSON_FIELDS[record]:
             if isinstance(body.get(name), dict):
+                body[name] = _dumps(body[name])
+        for name in _JSON_VALUE_FIELDS.get(record, ()):
+            if body.get(name) is not None:
                 body[name] = _dumps(body[name])
         return body
     if ctype != content_type(record):
@@ -156,23 +218,81 @@ def _load_json_fields(record: str, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def decode_turn_request(payload: bytes | None, headers: Mapping[str, str]) -> TurnRequest:
+def decode_turn_request(
+    payload: bytes | None,
+    headers: Mapping[str, str],
+    *,
+    default_turn_id: str | None = None,
+    default_agent: str | None = None,
+) -> TurnRequest:
+    """A turn request; ``turn_id`` and ``agent`` may be left out when defaults are given
+    (the consumer derives them from the record's topic, partition and offset)."""
     if not payload:
         raise MalformedRecordError("turn request has an empty value")
-    body = _load_json_fields("turn_request", _decode_body("turn_request", payload, headers))
+    if headers.get(CONTENT_TYPE_HEADER) == PARAMS_CONTENT_TYPE:
+        body: dict[str, Any] = {"params": _json_object(payload, "a bare params value")}
+    else:
+        body = _load_json_fields("turn_request", _decode_body("turn_request", payload, headers))
+    reply = tuple(
+        (k[len(REPLY_HEADER_PREFIX) :], v)
+        for k, v in headers.items()
+        if k.startswith(REPLY_HEADER_PREFIX) and len(k) > len(REPLY_HEADER_PREFIX)
+    )
     try:
         return TurnRequest(
-            turn_id=str(body["turn_id"]),
-            agent=str(body["agent"]),
+            turn_id=str(body.get("turn_id") or _required(default_turn_id, "turn_id")),
+            agent=str(body.get("agent") or _required(default_agent, "agent")),
             params=body["params"],
             metadata=body.get("metadata") or {},
             thread_id=body.get("thread_id"),
             idempotency_key=body.get("idempotency_key"),
             submitted_ms=int(body.get("submitted_ms") or 0),
             lineage=Lineage.from_headers(headers),
+            correlation_id=headers.get(CORRELATION_HEADER)
+            or _text_or_none((body.get("metadata") or {}).get("correlation_id")),
+            reply_headers=reply,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedRecordError(f"turn request is missing or has a bad field: {exc}") from None
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _required(default: str | None, name: str) -> str:
+    if default is None:
+        raise KeyError(name)
+    return default
+
+
+def _json_object(payload: bytes, what: str) -> dict[str, Any]:
+    try:
+        body = json.loads(payload)
+    except ValueError as exc:
+        raise MalformedRecordError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise MalformedRecordError(f"{what} must be a JSON object")
+    return body
+
+
+def decode_turn_result_value(payload: bytes) -> TurnResult:
+    """A results record without its headers (a stream processor's deserializer): JSON
+    when it is a JSON object, else Avro. An Avro result starts with the length of
+    ``turn_id`` as a zigzag varint, never the byte ``{`` (a negative length)."""
+    ctype = JSON_CONTENT_TYPE if payload[:1] == b"{" else content_type("turn_result")
+    return decode_turn_result(payload, {CONTENT_TYPE_HEADER: ctype})
+
+
+def decode_turn_result(payload: bytes, headers: Mapping[str, str]) -> TurnResult:
+    """A results record, Avro or JSON (its ``content-type`` header says which)."""
+    body = _load_json_fields("turn_result", _decode_body("turn_result", payload, headers))
+    raw = body.get("result")
+    try:
+        body["result"] = None if raw is None else json.loads(raw)
+        return TurnResult(**body)
+    except (TypeError, ValueError) as exc:
+        raise MalformedRecordError(f"result record has a bad field: {exc}") from None
 
 
 def decode_record(record: str, payload: bytes, headers: Mapping[str, str]) -> dict[str, Any]:

@@ -31,8 +31,14 @@ from pyrula_stream.history import history_record
 from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
 from pyrula_stream.limits import Spend
 from pyrula_stream.observability.telemetry import TurnTelemetry
-from pyrula_stream.records import ControlRequest, OutRecord, tombstone, wire_record
-from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.records import (
+    ControlRequest,
+    OutRecord,
+    result_records,
+    tombstone,
+    wire_record,
+)
+from pyrula_stream.serde import JournalEntry, TurnRequest, TurnResult
 from pyrula_stream.subagents import Park, park_key, reply_key, reply_record
 
 if TYPE_CHECKING:
@@ -264,6 +270,7 @@ class TurnRuntime:
             return
         records = self.events.closing_records(terminal)
         records += self.closing_records(terminal)
+        records += self.result_records(terminal)
         if self.request.lineage is not None:  # the parent's reply, in the same transaction
             records.append(reply_record(self.request, terminal, self.spend.as_dict()))
         if isinstance(terminal, RunError) and terminal.code == ErrorCode.CANCELLED:
@@ -295,6 +302,40 @@ class TurnRuntime:
         self.journal.park = park.data()
         self.journal.progress = self.progress_entry()
         self.journal.raw_progress = None
+
+    def result_records(self, terminal: Terminal) -> list[OutRecord]:
+        """The turn's one result record (``<agent>.results`` and routed topics)."""
+        routing = self.topics.events
+        now = int(time.time() * 1000)
+        start = self.journal.steps.get(0)
+        started = self.started_ms or (
+            int(start.data.get("started_ms") or 0) if start and start.kind == "start" else 0
+        )
+        usage = self.spend.as_dict()
+        failed = terminal if isinstance(terminal, RunError) else None
+        result = TurnResult(
+            turn_id=self.turn_id,
+            agent=self.agent,
+            status="failed" if failed else "completed",
+            result=None if isinstance(terminal, RunError) else terminal.result,
+            error_code=failed.code if failed else None,
+            error_message=failed.message if failed else None,
+            usage=usage,
+            cost_usd=float(usage["cost_usd"]),
+            attempt=self.attempt,
+            started_ms=started,
+            finished_ms=now,
+            duration_ms=now - started if started else 0,
+            thread_id=self.request.thread_id,
+            correlation_id=self.request.correlation_id,
+        )
+        return result_records(
+            routing.results_topics(),
+            self.request,
+            result,
+            fmt=routing.format,
+            max_bytes=self.max_record_bytes,
+        )
 
     def closing_records(self, terminal: Terminal) -> list[OutRecord]:
         now = int(time.time() * 1000)

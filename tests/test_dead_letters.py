@@ -23,7 +23,7 @@ async def test_malformed_record_is_dead_lettered_and_next_turn_completes(
         await producer.send(
             agent.topics.turns,
             b"k2",
-            json.dumps({"agent": agent.name}).encode(),
+            json.dumps({"agent": agent.name, "params": ["not", "an", "object"]}).encode(),
             [("content-type", b"application/json")],
         )
         events = await client.run(agent.name, question="still there?", timeout=60)
@@ -39,5 +39,5 @@ async def test_malformed_record_is_dead_lettered_and_next_turn_completes(
     assert "does not decode as turn_request.avsc" in first[2]["pyrula.dlq.reason"]
     assert first[2]["pyrula.dlq.code"] == "invalid_request"
     assert first[2]["pyrula.dlq.source"].startswith(f"{agent.topics.turns}[0]@")
-    assert "turn_id" in second[2]["pyrula.dlq.reason"]
+    assert "field 'params' must be a JSON object" in second[2]["pyrula.dlq.reason"]
     assert second[2]["pyrula.original.content-type"] == "application/json"

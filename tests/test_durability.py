@@ -156,8 +156,11 @@ async def test_cancel_stops_at_the_next_step_and_terminate_at_once(
     async with running_worker(terminate_agent, kafka_bootstrap_servers, QUICK_STOP):
         handle = await client.submit(terminate_agent.name)
         await asyncio.wait_for(started.wait(), 30)
-        await client.terminate(terminate_agent.name, handle.turn_id, reason="ops")
+        stopped = await client.terminate(terminate_agent.name, handle.turn_id, reason="ops")
         events = await asyncio.wait_for(collect(client, terminate_agent.name, handle.turn_id), 30)
+    # What it stopped: the turn waited on its tool after its first model call.
+    assert (stopped.state, stopped.code) == ("failed", "cancelled")
+    assert (stopped.attempt, stopped.last_step) == (1, "llm")
     assert events[-1].type == "run:error"
     assert events[-1].data["code"] == "cancelled"
     assert "tool:result" not in [e.type for e in events]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pyrula_stream import serde
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.events import Event, decode_event
-from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.serde import JournalEntry, TurnRequest, TurnResult
 
 SCHEMAS = Path(__file__).parent.parent / "schemas"
 SAMPLES = Path(__file__).parent / "data" / "v1"
@@ -59,7 +59,7 @@ def test_any_consumer_decodes_with_the_avsc_file_alone() -> None:
     assert serde.content_type("event") == "application/vnd.pyrula.event.v1+avro"
 
 
-@pytest.mark.parametrize("record", ["turn_request", "event", "journal_entry"])
+@pytest.mark.parametrize("record", ["turn_request", "event", "journal_entry", "turn_result"])
 def test_samples_written_by_v1_still_decode(record: str) -> None:
     """Bytes written by the first release (tests/data/v1) must decode forever."""
     body = (SAMPLES / f"{record}.avro").read_bytes()
@@ -68,6 +68,7 @@ def test_samples_written_by_v1_still_decode(record: str) -> None:
         "turn_request": serde.decode_turn_request,
         "event": decode_event,
         "journal_entry": serde.decode_journal_entry,
+        "turn_result": serde.decode_turn_result,
     }[record]
     decoded = decoder(body, {})
     assert {k: getattr(decoded, k) for k in expected} == expected
@@ -95,3 +96,45 @@ def test_malformed_turn_requests_say_what_is_wrong(
 ) -> None:
     with pytest.raises(MalformedRecordError, match=message):
         serde.decode_turn_request(payload, headers)
+
+
+@given(result=json_values)
+def test_turn_result_round_trip_in_avro_and_json(result: object) -> None:
+    value = TurnResult("t1", "support", "completed", result, usage={"llm_calls": 1}, cost_usd=0.5)
+    for fmt in ("avro", "json"):
+        body = serde.encode("turn_result", value, fmt)  # type: ignore[arg-type]
+        ctype = serde.content_type("turn_result", fmt)  # type: ignore[arg-type]
+        assert serde.decode_turn_result(body, {"content-type": ctype}) == value
+
+
+def test_a_failed_result_decodes_with_the_avsc_file_alone() -> None:
+    value = TurnResult("t1", "a", "failed", error_code="output_validation", error_message="m")
+    schema = fastavro.parse_schema(json.loads((SCHEMAS / "turn_result.avsc").read_text()))
+    raw = fastavro.schemaless_reader(io.BytesIO(serde.encode("turn_result", value)), schema, None)
+    assert raw["result"] is None and raw["error_code"] == "output_validation"
+
+
+def test_a_request_without_turn_id_or_agent_takes_the_defaults() -> None:
+    body = json.dumps({"params": {"q": 1}}).encode()
+    with pytest.raises(MalformedRecordError, match="turn_id"):
+        serde.decode_turn_request(body, {"content-type": "application/json"})
+    request = serde.decode_turn_request(
+        body, {"content-type": "application/json"}, default_turn_id="t9", default_agent="a"
+    )
+    assert (request.turn_id, request.agent, request.params) == ("t9", "a", {"q": 1})
+
+
+def test_a_bare_params_object_is_a_request() -> None:
+    headers = {
+        "content-type": "application/vnd.pyrula.params+json",
+        "pyrula.correlation-id": "order-7",
+        "pyrula.reply.source": "orders-db",
+    }
+    request = serde.decode_turn_request(
+        b'{"question": "where?"}', headers, default_turn_id="t", default_agent="a"
+    )
+    assert request.params == {"question": "where?"}
+    assert request.correlation_id == "order-7"
+    assert request.reply_headers == (("source", "orders-db"),)
+    with pytest.raises(MalformedRecordError, match="must be a JSON object"):
+        serde.decode_turn_request(b"[1]", headers, default_turn_id="t", default_agent="a")

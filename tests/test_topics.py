@@ -20,6 +20,7 @@ def test_apply_creates_then_matches(kafka_bootstrap_servers: str) -> None:
         f"pyrula.{agent}.replies",
         f"pyrula.{agent}.control",
         f"pyrula.{agent}.dlq",
+        f"pyrula.{agent}.results",
     ]
     journal = specs[2]
     assert journal.config["cleanup.policy"] == "compact"

@@ -20,7 +20,8 @@ from examples.support_triage.agent import DATA, support
 from pyrula_stream import Event, KafkaAgentClient
 from pyrula_stream.cli import format_event
 from pyrula_stream.kafka.admin import apply_topics
-from pyrula_stream.testing import local_kafka
+from pyrula_stream.serde import decode_turn_result
+from pyrula_stream.testing import local_kafka, read_topic
 
 AGENT = "examples.support_triage.agent:support"
 
@@ -68,6 +69,24 @@ def summarize(events: dict[str, list[Event]]) -> bool:
     return ok
 
 
+def show_results(bootstrap: str, turn_ids: set[str]) -> bool:
+    """What a downstream job reads: one record per turn on the results topic."""
+    decoded = [
+        (key, decode_turn_result(value, headers))
+        for key, value, headers in read_topic(bootstrap, support.topics.results)
+        if value is not None
+    ]
+    records = [(key, r) for key, r in decoded if r.turn_id in turn_ids]
+    print(f"\n== {support.topics.results}: {len(records)} records ==")
+    for key, result in records:
+        outcome = result.result if result.status == "completed" else result.error_code
+        print(
+            f"key={(key or b'').decode()} turn={result.turn_id[:8]} {result.status} "
+            f"{result.duration_ms}ms ${result.cost_usd:.4f} {outcome}"
+        )
+    return len({r.turn_id for _, r in records}) == len(records) == len(turn_ids)
+
+
 def main() -> int:
     print(f"model: {support.llm.describe() if support.llm else 'FakeLLM'}")
     with local_kafka() as bootstrap:
@@ -100,7 +119,8 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 worker.kill()
         print(f"batch took {time.monotonic() - started:.1f}s; worker exited {worker.returncode}")
-        return 0 if summarize(events) and worker.returncode == 0 else 1
+        ok = summarize(events) and show_results(bootstrap, set(events))
+        return 0 if ok and worker.returncode == 0 else 1
 
 
 if __name__ == "__main__":

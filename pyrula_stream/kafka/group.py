@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -31,6 +32,15 @@ LagHook = Callable[[str, dict[int, int]], None]
 
 FIRST_RECORD_WAIT_S = 0.05
 MAX_BATCH = 256
+
+
+RECORD_TURN_NAMESPACE = uuid.UUID("3c1f6a2e-9d4b-4f0a-8e57-1b2d6c9a7e44")
+
+
+def record_turn_id(topic: str, partition: int, offset: int) -> str:
+    """The turn id of a request that names none: derived from where the record sits, so a
+    replay of the same record is the same turn (and a finished one runs nothing)."""
+    return uuid.uuid5(RECORD_TURN_NAMESPACE, f"{topic}/{partition}/{offset}").hex
 
 
 class ConsumerFenced(Exception):
@@ -154,7 +164,15 @@ class TurnConsumer:
         raw_headers = [(k, v or b"") for k, v in (msg.headers() or [])]
         headers = headers_dict(raw_headers)
         try:
-            request = decode_turn_request(msg.value(), headers)
+            request = decode_turn_request(
+                msg.value(),
+                headers,
+                default_turn_id=record_turn_id(msg.topic(), partition, offset),
+                default_agent=self.agent,
+            )
+            key = msg.key()
+            if key:
+                request = replace(request, record_key=key.decode("utf-8", "replace"))
             if request.agent != self.agent:
                 raise MalformedRecordError(
                     f"turn is for agent {request.agent!r}, this topic belongs to {self.agent!r}"

@@ -230,6 +230,7 @@ class TopicFollower:
     """
 
     def __init__(self, bootstrap_servers: str, *, client_id: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
         self._consumer: Consumer = reader_consumer(bootstrap_servers, client_id=client_id)
         self.followed: set[str] = set()
 
@@ -352,3 +353,29 @@ def read_key(
         return out
     finally:
         consumer.close()
+
+
+class PartitionFollower(TopicFollower):
+    """A ``TopicFollower`` that reads single partitions, each from an offset it is told,
+    and can move one back (a client's one event consumer serving many streams)."""
+
+    def partition_count(self, topic: str) -> int:
+        """``UnknownTopicError`` for a topic that does not exist (asked once, at once)."""
+        return _topic_partitions(self._consumer, self.bootstrap_servers, topic, 10.0)
+
+    def start_offset(self, topic: str, partition: int, since_ms: int | None) -> int:
+        """The first offset at or after ``since_ms`` (the log start without it)."""
+        tp = TopicPartition(topic, partition)
+        low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        if since_ms is None:
+            return int(low)
+        found = self._consumer.offsets_for_times(
+            [TopicPartition(topic, partition, since_ms)], timeout=10
+        )[0]
+        return int(found.offset) if found.offset >= 0 else int(high)
+
+    def read_from(self, topic: str, partition: int, offset: int, *, assigned: bool) -> None:
+        """Read the partition from ``offset`` (re-assigning it when already read)."""
+        if assigned:
+            self._consumer.incremental_unassign([TopicPartition(topic, partition)])
+        self._consumer.incremental_assign([TopicPartition(topic, partition, offset)])

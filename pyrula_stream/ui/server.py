@@ -153,7 +153,7 @@ class UIApp:
             self._client = KafkaAgentClient(
                 self.feed.options.bootstrap_servers, prefix=self.feed.options.prefix
             )
-        send: dict[str, Callable[..., Awaitable[None]]] = {
+        send: dict[str, Callable[..., Awaitable[object]]] = {
             "cancel": self._client.cancel,
             "terminate": self._client.terminate,
         }

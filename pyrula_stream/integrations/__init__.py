@@ -1,0 +1,1 @@
+"""Glue for stream processors that put agents inside their pipelines (Faust, Quix)."""
