@@ -39,6 +39,7 @@ class AgentTopics:
     control: str
     dlq: str
     history: str
+    threads: str
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
@@ -50,6 +51,7 @@ class AgentTopics:
             f"{base}.control",
             f"{base}.dlq",
             f"{base}.history",
+            f"{base}.threads",
         )
 
 
@@ -72,6 +74,7 @@ class KafkaAgent:
     timeout: float = 600.0
     mcp_servers: tuple[MCPServer, ...] = ()
     keep_history: bool = False
+    max_thread_turns: int = 0
     version: str | None = None
     version_behavior: VersionBehavior = "auto_upgrade"
     versions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
@@ -110,6 +113,7 @@ def kafka_agent(
     output_topics: Mapping[str, Sequence[str]] | None = None,
     timeout: float = 600.0,
     keep_history: bool = False,
+    max_thread_turns: int = 0,
     version: str | None = None,
     version_behavior: VersionBehavior | None = None,
     versions: Mapping[str, Callable[..., Any]] | None = None,
@@ -119,6 +123,8 @@ def kafka_agent(
     ``output_topics`` routes event types (or ``"*"``) to extra topics, e.g.
     ``{"run:complete": ["orders.answers"]}``; every event also goes to ``<agent>.events``.
     ``keep_history`` writes each finished turn's steps to ``<agent>.history``.
+    ``max_thread_turns`` keeps only a thread's newest turns in ``<agent>.threads`` (0
+    keeps all).
     ``version`` names this body's version (journaled when a turn starts);
     ``version_behavior`` is ``"pinned"`` (the default with a version: a turn finishes on
     the version it started on, from ``versions={"1": old_body}``) or ``"auto_upgrade"``
@@ -159,6 +165,11 @@ def kafka_agent(
             raise ToolRegistrationError(f"agent '{agent_name}': tool names repeat: {dupes}")
         if partitions < 1:
             raise AgentRegistrationError(f"agent '{agent_name}': partitions must be >= 1")
+        if max_thread_turns < 0:
+            raise AgentRegistrationError(
+                f"agent '{agent_name}': max_thread_turns must be >= 0 (0 keeps every turn), "
+                f"got {max_thread_turns}"
+            )
         behavior = version_behavior or ("pinned" if version else "auto_upgrade")
         if behavior not in ("pinned", "auto_upgrade"):
             raise AgentRegistrationError(
@@ -193,6 +204,7 @@ def kafka_agent(
             timeout=timeout,
             mcp_servers=tuple(mcp_servers),
             keep_history=keep_history,
+            max_thread_turns=max_thread_turns,
             version=version,
             version_behavior=behavior,
             versions=older,

@@ -25,6 +25,7 @@ from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import check_wall_time
 from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
 from pyrula_stream.loop import ToolLoop, ToolResultBlock
+from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tool_calls import ToolCall, ToolCalls
 from pyrula_stream.tools import (
     ToolCallable,
@@ -66,10 +67,15 @@ class LLMHandle:
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
+        history: bool = True,
     ) -> str:
-        """Run the tool loop with the agent's tools (or ``tools``); return the final text."""
+        """Run the tool loop with the agent's tools (or ``tools``); return the final text.
+
+        In a thread, the earlier turns' messages go before ``messages`` unless
+        ``history=False``.
+        """
         _refuse_nested("ctx.llm.run", "llm")
-        return await self._loop.run(messages, tools=tools, system=system)
+        return await self._loop.run(messages, tools=tools, system=system, history=history)
 
     async def stream(
         self,
@@ -77,10 +83,11 @@ class LLMHandle:
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
+        history: bool = True,
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock]:
         """The tool loop as an iterator of content blocks: text, tool calls, tool results."""
         _refuse_nested("ctx.llm.stream", "llm")
-        async for item in self._loop.stream(messages, tools=tools, system=system):
+        async for item in self._loop.stream(messages, tools=tools, system=system, history=history):
             if not isinstance(item, ModelResponse):
                 yield item
 
@@ -118,6 +125,11 @@ class AgentContext:
     @property
     def thread_id(self) -> str | None:
         return self._turn.request.thread_id
+
+    @property
+    def thread(self) -> ThreadHandle | None:
+        """The turn's thread (its id and earlier turns), ``None`` for a turn without one."""
+        return self._turn.thread
 
     @property
     def attempt(self) -> int:

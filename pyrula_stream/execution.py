@@ -30,6 +30,7 @@ from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.threads import is_thread_delete
 from pyrula_stream.tool_cache import CacheStore
 from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
@@ -79,6 +80,10 @@ class TurnExecutor:
 
     async def execute(self, runtime: TurnRuntime) -> None:
         """Run the agent body once (replaying what the journal holds) and finish the turn."""
+        if is_thread_delete(runtime.request):  # a delete only tombstones, in the thread's order
+            deleted = len(runtime.thread.turns) if runtime.thread is not None else 0
+            await runtime.finish(RunComplete({"deleted_turns": deleted}, {}))
+            return
         journal = runtime.journal
         if runtime.attempt > 1:
             progressed = journal.progress is not None and int(

@@ -90,10 +90,11 @@ class ToolLoop:
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
+        history: bool = True,
     ) -> str:
         """Run the loop until the model answers without tools; return its final text."""
         final = ""
-        async for block in self.stream(messages, tools=tools, system=system):
+        async for block in self.stream(messages, tools=tools, system=system, history=history):
             if isinstance(block, ModelResponse):
                 final = block.text
         return final
@@ -104,8 +105,14 @@ class ToolLoop:
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
+        history: bool = True,
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
-        """The same loop as an iterator: content blocks as they complete, and each response."""
+        """The same loop as an iterator: content blocks as they complete, and each response.
+
+        In a thread the earlier turns' messages go first (unless ``history=False``); what
+        this call adds (the body's messages, responses, tool results) joins the thread
+        when the turn completes.
+        """
         offered = list(self.tools if tools is None else tools)
         if tools is None and self.mcp is not None:  # MCP: discovered tools beside the @tools
             offered += await self.mcp.tools()
@@ -114,33 +121,37 @@ class ToolLoop:
                 check_bindable(t, agent_name=self.turn.agent)
             except ToolRegistrationError as exc:
                 raise self.turn.refuse(exc) from None
-        conversation = list(messages)
+        thread = self.turn.thread
+        added = self.turn.thread_messages
+        conversation = (thread.messages if thread is not None and history else []) + messages
+        added += messages
         while True:
             response = await self.model_call(conversation, offered, system)
+            conversation.append(response.as_message())
+            added.append(response.as_message())
             for block in response.content:
                 yield block
             yield response
-            conversation.append(response.as_message())
             calls = response.tool_calls
             if not calls:
                 return
             results = await self.dispatch(response, calls, offered)
+            message = {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": r.tool_use_id,
+                        "content": r.content,
+                        "is_error": r.is_error,
+                    }
+                    for r in results
+                ],
+            }
+            conversation.append(message)
+            added.append(message)
             for r in results:
                 yield r
-            conversation.append(
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": r.tool_use_id,
-                            "content": r.content,
-                            "is_error": r.is_error,
-                        }
-                        for r in results
-                    ],
-                }
-            )
 
     # -- model calls ----------------------------------------------------------------------
 

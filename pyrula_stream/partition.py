@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pyrula_stream.journal import TERMINAL, PartitionJournal
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.threads import PartitionThreads
 
 
 @dataclass
@@ -70,6 +71,7 @@ class PartitionState:
     finished: dict[str, int] = field(default_factory=dict)  # turn id -> request offset
     running_keys: dict[str, str] = field(default_factory=dict)
     queued_ids: set[str] = field(default_factory=set)
+    threads: PartitionThreads = field(default_factory=PartitionThreads)
     _restored_forgotten: bool = field(default=False, init=False, repr=False)
 
     def is_finished(self, request: TurnRequest) -> bool:

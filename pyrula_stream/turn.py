@@ -25,6 +25,7 @@ from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJo
 from pyrula_stream.limits import Spend
 from pyrula_stream.records import OutRecord, tombstone, wire_record
 from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.threads import ThreadHandle, closing_writes, thread_records
 
 if TYPE_CHECKING:
     from pyrula_stream.branch import Branch
@@ -47,6 +48,9 @@ class TurnTopics:
     partition: int
     history: str | None = None
     """``<agent>.history`` when the agent keeps history (``keep_history=True``)."""
+    threads: str | None = None
+    """``<agent>.threads``: where a turn with a ``thread_id`` adds its messages."""
+    max_thread_turns: int = 0
 
 
 @dataclass
@@ -71,6 +75,11 @@ class TurnRuntime:
     refusal: PyrulaError | None = None
     version: str | None = None
     branch: Branch | None = None
+    thread: ThreadHandle | None = None
+    thread_messages: list[dict[str, Any]] = field(default_factory=list)
+    """The messages this turn added to its thread (what the model saw, minus history)."""
+    thread_writes: list[tuple[str, bytes | None]] = field(default_factory=list)
+    """What the terminal transaction wrote to the thread (applied locally once committed)."""
     events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _written: dict[int, JournalEntry] = field(default_factory=dict)
@@ -277,6 +286,18 @@ class TurnRuntime:
                     ts_ms=now,
                     max_bytes=self.max_record_bytes,
                 )
+            )
+        if self.thread is not None and self.topics.threads is not None and code is None:
+            self.thread_writes = closing_writes(
+                self.thread,
+                self.request,
+                self.thread_messages,
+                {"status": "completed", "result": terminal.data().get("result")},
+                ts_ms=now,
+                max_turns=self.topics.max_thread_turns,
+            )
+            records += thread_records(
+                self.topics.threads, self.topics.partition, self.thread_writes
             )
         # The key's record names the turn that took the key; a duplicate only points at it.
         if self.request.idempotency_key and code != ErrorCode.DUPLICATE_RUN:

@@ -57,6 +57,7 @@ from pyrula_stream.records import (
     dead_letter_source,
 )
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.threads import PartitionThreads
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 from pyrula_stream.turn import TurnRuntime, TurnTopics
 from pyrula_stream.versions import known_versions, missing_version
@@ -149,6 +150,7 @@ class KafkaWorker:
         self._joined = asyncio.Event()
         self._callback_error: Exception | None = None
         self._journal_table = PartitionedTable(self.topics.journal)
+        self._threads_table = PartitionedTable(self.topics.threads)
         self._state_dir: Path | None = None  # created by run(): options.state_dir or a temp dir
         self._next_expiry = 0.0
 
@@ -406,9 +408,15 @@ class KafkaWorker:
             self._state_dir / self._table_file(str(partition)),
         )
         self.restored_records += journal.records_read
+        threads = PartitionThreads()
+        self.restored_records += threads.restore(
+            self._threads_table.restore(session.restorer, partition)
+        )
         _, end = watermarks(session.restorer, self.topics.turns, partition)
         committed = committed_offset(session.consumer.client, self.topics.turns, partition)
-        return PartitionState(partition, journal, restored_end=end, restored_committed=committed)
+        return PartitionState(
+            partition, journal, restored_end=end, restored_committed=committed, threads=threads
+        )
 
     def _table_file(self, partition: str) -> str:
         """The file of a partition's idempotency keys: one per group, worker and partition."""
@@ -558,6 +566,8 @@ class KafkaWorker:
                 self.agent.event_routing,
                 partition,
                 history=self.topics.history if self.agent.keep_history else None,
+                threads=self.topics.threads,
+                max_thread_turns=self.agent.max_thread_turns,
             ),
             output=self.committer,
             journal=journal,
@@ -566,6 +576,9 @@ class KafkaWorker:
             max_event_count=limits.max_event_count_per_turn,
             max_event_payload_bytes=limits.max_event_payload_bytes,
         )
+        ps = self._parts.get(partition)
+        if request.thread_id is not None and ps is not None:
+            runtime.thread = ps.threads.handle(request.thread_id)
         cancel = self._cancels.get(request.turn_id)
         if cancel is not None:
             runtime.cancel_reason = cancel[1]
@@ -595,6 +608,8 @@ class KafkaWorker:
         ps = self._parts.get(runtime.topics.partition)
         if ps is None:
             return
+        for key, value in runtime.thread_writes:  # committed with the terminal event
+            ps.threads.apply(key, value)
         ps.turn_finished(runtime.request, queued.offset, int(time.time() * 1000))
         ps.watermark.done(queued.offset)
         self.turns_finished += 1

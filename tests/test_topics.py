@@ -17,6 +17,7 @@ def test_apply_creates_then_matches(kafka_bootstrap_servers: str) -> None:
         f"pyrula.{agent}.turns",
         f"pyrula.{agent}.events",
         f"pyrula.{agent}.journal",
+        f"pyrula.{agent}.threads",
         f"pyrula.{agent}.control",
         f"pyrula.{agent}.dlq",
     ]

@@ -1,0 +1,187 @@
+"""Threads on the real broker: a turn sees its thread's earlier turns on any worker; the
+thread record rides the terminal transaction; trimming, delete, failed turns."""
+
+from __future__ import annotations
+
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyrula_stream import AgentContext, Event, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.chaos.processes import Managed, child_env, free_port
+from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text
+from pyrula_stream.testing import running_worker, unique_name
+from tests.agents.threaded import echo_users, user_texts
+
+QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
+
+
+def result(events: list[Event]) -> Any:
+    assert events[-1].type == "run:complete", events[-1]
+    return events[-1].data["result"]
+
+
+def worker_of(events: list[Event]) -> str:
+    return str(next(e for e in events if e.type == "run:start").data["worker"])
+
+
+def start_worker(bootstrap: str, agent: str, worker_id: str, log_dir: Path) -> Managed:
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "pyrula_stream.cli",
+        "worker",
+        "tests.agents.threaded:threaded",
+        "--bootstrap-servers",
+        bootstrap,
+        "--worker-id",
+        worker_id,
+        "--health-port",
+        str(port),
+    ]
+    env = child_env({"THREADED_AGENT_NAME": agent})
+    worker = Managed(worker_id, argv, env, log_dir / f"{worker_id}.log")
+    worker.start()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        assert worker.alive(), (log_dir / f"{worker_id}.log").read_text()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return worker
+        except OSError:
+            pass
+        time.sleep(0.2)
+    worker.kill()
+    raise TimeoutError(f"worker {worker_id} was not ready in 90s")
+
+
+async def test_a_thread_continues_on_another_worker_after_its_owner_is_killed(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    name = unique_name("thread")
+    thread = "t-42"
+    first = start_worker(kafka_bootstrap_servers, name, "thread-a", tmp_path)
+    try:
+        one = await client.run(name, thread_id=thread, text="one", timeout=90)
+    finally:
+        first.kill()  # SIGKILL: the owner of turn 1 is gone before turn 2
+    second = start_worker(kafka_bootstrap_servers, name, "thread-b", tmp_path)
+    try:
+        two = await client.run(name, thread_id=thread, text="two", timeout=90)
+    finally:
+        second.stop(10)
+
+    seen: list[list[dict[str, Any]]] = []
+
+    def model(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        seen.append(list(messages))  # the loop appends to the same list later
+        return echo_users(messages, tools)
+
+    @kafka_agent(name=name, llm=FakeLLM(model), partitions=2)
+    async def threaded(ctx: AgentContext, text: str) -> str:
+        assert ctx.thread is not None and ctx.thread.thread_id == thread
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    async with running_worker(threaded, kafka_bootstrap_servers, QUICK_STOP, all_partitions=True):
+        three = await client.run(name, thread_id=thread, text="three", timeout=90)
+
+    assert result(one) == "one"
+    assert result(two) == "one|two"
+    assert result(three) == "one|two|three"
+    assert len({worker_of(one), worker_of(two), worker_of(three)}) == 3
+    # Turn 3's model request: turns 1 and 2's messages in order, then its own.
+    assert seen[0] == [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": [{"type": "text", "text": "one"}]},
+        {"role": "user", "content": "two"},
+        {"role": "assistant", "content": [{"type": "text", "text": "one|two"}]},
+        {"role": "user", "content": "three"},
+    ]
+    stored = await client.get_thread(name, thread)
+    assert [t.n for t in stored.turns] == [1, 2, 3]
+    assert [t.turn_id for t in stored.turns] == [one[0].turn_id, two[0].turn_id, three[0].turn_id]
+    assert stored.turns[2].outcome == {"status": "completed", "result": "one|two|three"}
+
+
+async def test_a_failed_turn_leaves_the_thread_unchanged_and_delete_empties_it(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("thread-fail"), llm=FakeLLM(echo_users), partitions=1)
+    async def agent(ctx: AgentContext, text: str, fail: bool = False) -> str:
+        answer = await ctx.llm.run([{"role": "user", "content": text}])
+        if fail:
+            raise ValueError("the body failed after the model answered")
+        return answer
+
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        await client.run(agent.name, thread_id="t", text="one", timeout=60)
+        failed = await client.run(agent.name, thread_id="t", text="lost", fail=True, timeout=60)
+        after = await client.run(agent.name, thread_id="t", text="two", timeout=60)
+        assert failed[-1].type == "run:error"
+        assert result(after) == "one|two"
+        assert [len(t.messages) for t in (await client.get_thread(agent.name, "t")).turns] == [
+            2,
+            2,
+        ]
+
+        assert await client.delete_thread(agent.name, "t", timeout=60) == 2
+        assert (await client.get_thread(agent.name, "t")).turns == ()
+        fresh = await client.run(agent.name, thread_id="t", text="again", timeout=60)
+        assert result(fresh) == "again"
+    stored = await client.get_thread(agent.name, "t")
+    assert [(t.n, t.turn_id) for t in stored.turns] == [(1, fresh[0].turn_id)]
+
+
+async def test_max_thread_turns_keeps_the_newest_turns(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(
+        name=unique_name("thread-trim"), llm=FakeLLM(echo_users), partitions=1, max_thread_turns=2
+    )
+    async def agent(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        for text in ("one", "two", "three"):
+            last = await client.run(agent.name, thread_id="t", text=text, timeout=60)
+        assert result(last) == "one|two|three"  # trimmed when turn 3 completed
+        stored = await client.get_thread(agent.name, "t")
+        assert [t.n for t in stored.turns] == [2, 3]
+    # A restored worker sees the trimmed thread too.
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        four = await client.run(agent.name, thread_id="t", text="four", timeout=60)
+    assert result(four) == "two|three|four"
+
+
+async def test_history_false_sends_only_the_bodys_messages(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("thread-nohist"), llm=FakeLLM(echo_users), partitions=1)
+    async def agent(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}], history=False)
+
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        await client.run(agent.name, thread_id="t", text="one", timeout=60)
+        two = await client.run(agent.name, thread_id="t", text="two", timeout=60)
+    assert result(two) == "two"
+    assert len((await client.get_thread(agent.name, "t")).turns) == 2
+
+
+def test_max_thread_turns_must_not_be_negative() -> None:
+    from pyrula_stream.errors import AgentRegistrationError
+
+    with pytest.raises(AgentRegistrationError, match="max_thread_turns must be >= 0"):
+
+        @kafka_agent(name="neg", llm=FakeLLM([reply_text("x")]), max_thread_turns=-1)
+        async def agent(ctx: AgentContext) -> str:
+            return ""
+
+
+def test_user_texts_reads_plain_user_messages() -> None:
+    assert user_texts([{"role": "user", "content": "a"}, {"role": "user", "content": []}]) == ["a"]
