@@ -3,6 +3,9 @@ thread record rides the terminal transaction; trimming, delete, failed turns."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
 import sys
 import time
 import urllib.request
@@ -27,6 +30,29 @@ def result(events: list[Event]) -> Any:
 
 def worker_of(events: list[Event]) -> str:
     return str(next(e for e in events if e.type == "run:start").data["worker"])
+
+
+def cli(bootstrap: str, action: str, agent: str, thread_id: str) -> str:
+    """``pyrula-stream thread ACTION AGENT THREAD_ID``; its standard output."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyrula_stream.cli",
+            "thread",
+            action,
+            agent,
+            thread_id,
+            "--bootstrap-servers",
+            bootstrap,
+        ],
+        env=child_env({}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout
 
 
 def start_worker(bootstrap: str, agent: str, worker_id: str, log_dir: Path) -> Managed:
@@ -153,10 +179,14 @@ async def test_max_thread_turns_keeps_the_newest_turns(
         assert result(last) == "one|two|three"  # trimmed when turn 3 completed
         stored = await client.get_thread(agent.name, "t")
         assert [t.n for t in stored.turns] == [2, 3]
+        shown = await asyncio.to_thread(cli, kafka_bootstrap_servers, "show", agent.name, "t")
+        assert [t["n"] for t in json.loads(shown)["turns"]] == [2, 3]
     # A restored worker sees the trimmed thread too.
     async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
         four = await client.run(agent.name, thread_id="t", text="four", timeout=60)
+        deleted = await asyncio.to_thread(cli, kafka_bootstrap_servers, "delete", agent.name, "t")
     assert result(four) == "two|three|four"
+    assert deleted.strip() == "deleted thread t: 2 turns"  # turns 3 and 4: 2 was trimmed
 
 
 async def test_history_false_sends_only_the_bodys_messages(
