@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import (
     ConcurrentCallIdError,
+    ConfigurationError,
     KafkaLimitError,
     NestedDurableOperationError,
     WriteToolBlocked,
@@ -25,6 +26,7 @@ from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import check_wall_time
 from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
 from pyrula_stream.loop import ToolLoop, ToolResultBlock
+from pyrula_stream.memory import AgentMemory
 from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tool_calls import ToolCall, ToolCalls
 from pyrula_stream.tools import (
@@ -96,9 +98,16 @@ class AgentContext:
     """What an agent body receives as its first argument."""
 
     def __init__(
-        self, turn: TurnRuntime, loop: ToolLoop, tool_calls: ToolCalls, *, deps: Any = None
+        self,
+        turn: TurnRuntime,
+        loop: ToolLoop,
+        tool_calls: ToolCalls,
+        *,
+        deps: Any = None,
+        memory: AgentMemory | None = None,
     ) -> None:
         self._turn = turn
+        self._memory = memory
         self._loop = loop
         self._tool_calls = tool_calls
         self.llm = LLMHandle(loop)
@@ -125,6 +134,14 @@ class AgentContext:
     @property
     def thread_id(self) -> str | None:
         return self._turn.request.thread_id
+
+    @property
+    def memory(self) -> AgentMemory:
+        """Shared agent memory (``put``/``get``/``delete``/``list``/``search``), every call
+        journaled; see ``pyrula_stream.memory``."""
+        if self._memory is None:
+            raise ConfigurationError("ctx.memory needs a worker (KafkaWorker) to hold it")
+        return self._memory
 
     @property
     def thread(self) -> ThreadHandle | None:

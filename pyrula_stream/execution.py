@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -27,6 +27,7 @@ from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.mcp.discovery import MCPToolbox
 from pyrula_stream.mcp.pool import MCPPool
+from pyrula_stream.memory import AgentMemory
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
 from pyrula_stream.serde import TurnRequest
@@ -36,6 +37,9 @@ from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
 from pyrula_stream.turn import StepData, TurnRuntime
 from pyrula_stream.versions import body_for, known_versions, turn_version
+
+if TYPE_CHECKING:
+    from pyrula_stream.kafka.memory_store import KafkaMemory
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +59,10 @@ class TurnExecutor:
         add_records: Callable[[list[OutRecord]], None],
         mcp_pool: MCPPool | None = None,
         load_recording: Callable[[str], Awaitable[TurnRecording | None]] | None = None,
+        memory: KafkaMemory | None = None,
     ) -> None:
         self.agent = agent
+        self.memory = memory
         self.mcp_pool = mcp_pool
         self.llm = llm
         self.http = http
@@ -161,7 +167,12 @@ class TurnExecutor:
             tool_calls,
             mcp=self._mcp_toolbox(runtime),
         )
-        ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps)
+        memory = (
+            None
+            if self.memory is None
+            else AgentMemory(runtime, self.memory, record_for=self.memory.record)
+        )
+        ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps, memory=memory)
         try:
             async with asyncio.timeout(self.agent.timeout):
                 result = await body(ctx, **request.params)

@@ -196,8 +196,12 @@ class TurnRuntime:
         live: Callable[[], Awaitable[StepData]],
         events: Callable[[StepData], Sequence[Payload]] | None = None,
         step: int | None = None,
+        records: Callable[[StepData], list[OutRecord]] | None = None,
     ) -> tuple[StepData, bool]:
-        """Return ``(data, replayed)``: the recorded data, or run ``live`` and journal it."""
+        """Return ``(data, replayed)``: the recorded data, or run ``live`` and journal it.
+
+        ``records`` adds the step's own writes (a memory record) to the same transaction.
+        """
         index = self.allocate_steps() if step is None else step
         recorded = self.journal.recorded(index, kind, name, input_hash)
         if recorded is not None:
@@ -209,10 +213,10 @@ class TurnRuntime:
         entry = JournalEntry(
             self.turn_id, index, kind, name, input_hash, data, self.attempt, int(time.time() * 1000)
         )
-        records = [self.journal_record(entry, entry.key)]
+        out = [self.journal_record(entry, entry.key), *(records(data) if records else ())]
         for payload in events(data) if events else ():
-            records += self.events.records(payload)
-        self._journal_in_background(index, entry, self.output.durable(self, records))
+            out += self.events.records(payload)
+        self._journal_in_background(index, entry, self.output.durable(self, out))
         return data, False
 
     def _journal_in_background(

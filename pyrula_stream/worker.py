@@ -43,6 +43,7 @@ from pyrula_stream.kafka.admin import apply_topics, missing_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
 from pyrula_stream.kafka.consumers import ControlReader, reader_consumer
 from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, TurnRecord
+from pyrula_stream.kafka.memory_store import KafkaMemory
 from pyrula_stream.kafka.offsets import committed_offset, watermarks
 from pyrula_stream.kafka.table import PartitionedTable, SqliteView
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
@@ -141,6 +142,7 @@ class KafkaWorker:
         self._session: _Session | None = None
         self._executor: TurnExecutor | None = None
         self._cache: CacheStore = InProcessCacheStore()
+        self._memory: KafkaMemory | None = None
         self._parts: dict[int, PartitionState] = {}
         self._running: dict[str, _Running] = {}
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
@@ -224,6 +226,13 @@ class KafkaWorker:
                 )
                 await asyncio.to_thread(shared.start)
                 self._cache = shared
+            self._memory = KafkaMemory(
+                self.bootstrap_servers,
+                state_dir=self._state_dir,
+                client_id=f"{self.worker_id}-memory",
+                prefix=self.agent.prefix,
+            )
+            await asyncio.to_thread(self._memory.start)
             async with httpx.AsyncClient() as http, MCPPool(self.agent.mcp_servers) as mcp:
                 self._executor = TurnExecutor(
                     self.agent,
@@ -235,6 +244,7 @@ class KafkaWorker:
                     add_records=lambda records: self.committer.add_records(records),
                     mcp_pool=mcp,
                     load_recording=self._load_recording,
+                    memory=self._memory,
                 )
                 while not self._stop_requested:
                     try:
@@ -246,6 +256,8 @@ class KafkaWorker:
             self._state = "stopped"
             if isinstance(self._cache, KafkaCacheStore):
                 await asyncio.to_thread(self._cache.close)
+            if self._memory is not None:
+                await asyncio.to_thread(self._memory.close)
             if own_state_dir:
                 shutil.rmtree(self._state_dir, ignore_errors=True)
             else:  # the local tables are rebuilt from the journal on the next assignment

@@ -1,0 +1,159 @@
+"""``ctx.memory`` on the real broker: writes ride the turn's transaction, other workers
+see them after catch-up, reads are journaled, values have a size limit."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from pyrula_stream import (
+    AgentContext,
+    KafkaAgentClient,
+    ToolContext,
+    WorkerOptions,
+    kafka_agent,
+    tool,
+)
+from pyrula_stream.kafka.consumers import read_key
+from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call
+from pyrula_stream.memory import MemoryItem, SqliteMemory, record_key
+from pyrula_stream.testing import running_worker, unique_name, wait_for
+
+QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
+
+
+def result(events: list[Any]) -> Any:
+    assert events[-1].type == "run:complete", events[-1]
+    return events[-1].data["result"]
+
+
+async def test_a_put_on_one_worker_is_read_and_found_on_another(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    ns = ("tests", uuid.uuid4().hex)
+
+    @kafka_agent(name=unique_name("mem-writer"), llm=FakeLLM([reply_text("x")]), partitions=1)
+    async def writer(ctx: AgentContext, city: str) -> Any:
+        await ctx.memory.put(ns, "home", {"city": city, "note": "prefers trains"})
+        item = await ctx.memory.get(ns, "home")  # read-your-writes inside the turn
+        return None if item is None else item.value
+
+    @kafka_agent(name=unique_name("mem-reader"), llm=FakeLLM([reply_text("x")]), partitions=1)
+    async def reader(ctx: AgentContext) -> Any:
+        item = await ctx.memory.get(ns, "home")
+        found = await ctx.memory.search(ns, "trains")
+        listed = await ctx.memory.list(ns)
+        return {
+            "value": None if item is None else item.value,
+            "by": None if item is None else item.written_by_run_id,
+            "found": [(i.namespace[-1], i.key) for i in found],
+            "listed": [i.key for i in listed],
+        }
+
+    async with (
+        running_worker(writer, kafka_bootstrap_servers, QUICK_STOP),
+        running_worker(reader, kafka_bootstrap_servers, QUICK_STOP),
+    ):
+        wrote = await client.run(writer.name, city="Lyon", timeout=60)
+        assert result(wrote) == {"city": "Lyon", "note": "prefers trains"}
+        seen: dict[str, Any] = {}
+
+        async def visible() -> bool:  # eventual: another worker sees it after catch-up
+            seen.update(result(await client.run(reader.name, timeout=60)))
+            return seen["value"] is not None
+
+        for _ in range(30):
+            if await visible():
+                break
+            await asyncio.sleep(0.5)
+    assert seen["value"] == {"city": "Lyon", "note": "prefers trains"}
+    assert seen["by"] == wrote[0].turn_id
+    assert seen["found"] == [[ns[-1], "home"]]  # JSON, as the journal holds it
+    assert seen["listed"] == ["home"]
+
+
+async def test_a_replay_reads_the_journaled_value_and_writes_once(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    ns = ("tests", uuid.uuid4().hex)
+    gate = asyncio.Event()
+    started: list[str] = []
+
+    @tool(writes=True)
+    async def wait_here(ctx: ToolContext) -> str:
+        """Blocks until the test lets it go."""
+        started.append(ctx.idempotency_key or "")
+        await gate.wait()
+        return "ok"
+
+    @kafka_agent(
+        name=unique_name("mem-replay"),
+        llm=FakeLLM([reply_tool_call("wait_here"), reply_text("done")]),
+        tools=[wait_here],
+        partitions=1,
+    )
+    async def agent(ctx: AgentContext) -> Any:
+        before = await ctx.memory.get(ns, "k")
+        await ctx.memory.put(ns, "counter", {"n": 1})
+        await ctx.llm.run([{"role": "user", "content": "go"}])
+        return None if before is None else before.value
+
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP) as worker:
+        assert worker._memory is not None
+        await asyncio.to_thread(
+            worker._memory.put, ns, "k", {"v": "old"}, source="user", written_by_run_id=None
+        )
+        await wait_for(lambda: worker._memory.get(ns, "k") is not None, 30, "the item is seen")
+        handle = await client.submit(agent.name)
+        await wait_for(lambda: len(started) == 1, 30, "the tool started")
+        # Memory changes while the turn is parked; the replay must not see it.
+        await asyncio.to_thread(
+            worker._memory.put, ns, "k", {"v": "new"}, source="user", written_by_run_id=None
+        )
+    gate.set()
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP) as worker:
+        events = [e async for e in client.stream(agent.name, handle.turn_id)]
+        assert worker._memory is not None
+        await wait_for(lambda: worker._memory.get(ns, "counter") is not None, 30, "counter")
+    assert len(started) == 2  # the turn did rerun after the first worker stopped
+    assert result(events) == {"v": "old"}
+    # The put ran on both attempts of the body, but was journaled (and written) once.
+    written = await asyncio.to_thread(
+        read_key,
+        kafka_bootstrap_servers,
+        "pyrula.memory",
+        record_key(ns, "counter"),
+        client_id="test-memory",
+    )
+    assert len(written) == 1
+
+
+async def test_a_value_past_the_limit_fails_naming_the_key_and_limit(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("mem-big"), llm=FakeLLM([reply_text("x")]), partitions=1)
+    async def agent(ctx: AgentContext) -> None:
+        await ctx.memory.put(("tests",), "huge", {"blob": "x" * 300_000})
+
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        events = await client.run(agent.name, timeout=60)
+    assert events[-1].type == "run:error"
+    message = events[-1].data["message"]
+    assert "'huge'" in message and "262144-byte limit" in message
+
+
+def test_the_local_view_searches_lists_and_deletes(tmp_path: Any) -> None:
+    view = SqliteMemory(tmp_path / "m.sqlite")
+    a = MemoryItem(("users", "u1"), "prefs", {"likes": "green tea"})
+    b = MemoryItem(("users", "u2"), "prefs", {"likes": "coffee"})
+    c = MemoryItem(("usersx",), "other", {"likes": "tea"})
+    for item in (a, b, c):
+        view.apply(item.namespace, item.key, item)
+    assert [i.namespace for i in view.search(("users",), "tea")] == [("users", "u1")]
+    assert [i.namespace for i in view.list(("users",))] == [("users", "u1"), ("users", "u2")]
+    assert view.search(("users",), 'tea" OR') == [a]  # user text is never FTS syntax
+    view.apply(a.namespace, a.key, None)
+    assert view.get(a.namespace, a.key) is None
+    assert view.search(("users",), "tea") == []
+    view.close()
