@@ -40,8 +40,10 @@ from pyrula_stream.events import Event, EventType
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.mcp.serve import build_mcp_server
+from pyrula_stream.memory import MemoryBackend, MemoryItem
 from pyrula_stream.retry import RetryPolicy
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tools import ToolContext, tool
 from pyrula_stream.worker import KafkaWorker, PoisonOptions, WorkerOptions
 
@@ -69,6 +71,8 @@ __all__ = [
     "LLMRateLimited",
     "MCPServer",
     "MalformedRecordError",
+    "MemoryBackend",
+    "MemoryItem",
     "NestedDurableOperationError",
     "Poison",
     "PoisonOptions",
@@ -76,6 +80,7 @@ __all__ = [
     "PyrulaError",
     "ReplayInputChanged",
     "RetryPolicy",
+    "ThreadHandle",
     "ToolCallFailed",
     "ToolCallRejected",
     "ToolContext",

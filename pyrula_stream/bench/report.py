@@ -34,6 +34,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     jr = results.get("journal", {})
     rs = results.get("restore", [])
     soak = results.get("soak", {})
+    th = results.get("threads", {})
     largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
     return {
         "turns_per_s": tp.get("framework_turns_per_s"),
@@ -51,6 +52,8 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "journal_linear_r2": jr.get("linear_r2"),
         "live_journal_bytes_per_finished_turn": jr.get("live_bytes_per_finished_turn"),
         "restore_live_entries": largest.get("live_entries"),
+        "thread_restore_threads_per_s": th.get("thread_restore_threads_per_s"),
+        "memory_visible_ms_p50": th.get("memory_visible_ms_p50"),
         "rss_bytes_per_finished_turn": soak.get("rss_bytes_per_finished_turn"),
         "soak_turns": soak.get("turns"),
         "turns": tp.get("turns"),
@@ -81,6 +84,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     jr = results.get("journal")
     rs = results.get("restore")
     soak = results.get("soak")
+    th = results.get("threads")
     out: list[tuple[str, str, str]] = []
     if tp:
         n = len(tp["framework_runs"])
@@ -137,6 +141,19 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 ">= 100,000",
             )
         )
+    if th:
+        out += [
+            (
+                f"restore {th['threads']:,} threads of {th['turns_per_thread']} turns: threads/s",
+                _fmt(th["thread_restore_threads_per_s"]),
+                "",
+            ),
+            (
+                "memory write visible on another worker, p50 / p99 (ms)",
+                _fmt(th["memory_visible_ms_p50"]) + " / " + _fmt(th["memory_visible_ms_p99"]),
+                "",
+            ),
+        ]
     if soak:
         out.append(
             (

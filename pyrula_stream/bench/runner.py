@@ -25,9 +25,10 @@ from pyrula_stream.bench.load import turn_requests
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.soak import run_soak
 from pyrula_stream.bench.stats import median
+from pyrula_stream.bench.threads import run_threads
 from pyrula_stream.bench.workload import QUESTION
 
-PHASES = ("throughput", "latency", "concurrency", "journal", "restore", "soak")
+PHASES = ("throughput", "latency", "concurrency", "journal", "restore", "threads", "soak")
 
 
 @dataclass
@@ -49,6 +50,9 @@ class BenchConfig:
     journal_turns: int = 50
     restore_sizes: tuple[int, ...] = (10_000, 100_000)
     restore_repeats: int = 3
+    thread_restore_threads: int = 10_000
+    thread_turns: int = 5
+    memory_samples: int = 100
     soak_turns: int = 200_000
     soak_warmup: int = 5_000
     phases: tuple[str, ...] = PHASES
@@ -69,6 +73,9 @@ class BenchConfig:
             "journal_turns": 2,
             "restore_sizes": (200, 1000),
             "restore_repeats": 1,
+            "thread_restore_threads": 200,
+            "thread_turns": 3,
+            "memory_samples": 10,
             "soak_turns": 1000,
             "soak_warmup": 200,
             "quick": True,
@@ -220,6 +227,18 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             bootstrap,
             sizes=config.restore_sizes,
             repeats=config.restore_repeats,
+            keep_topics=config.keep_topics,
+        )
+    if "threads" in config.phases:
+        progress(
+            f"threads: restore {config.thread_restore_threads} threads of "
+            f"{config.thread_turns} turns; memory visibility x {config.memory_samples}"
+        )
+        results["threads"] = await run_threads(
+            bootstrap,
+            threads=config.thread_restore_threads,
+            turns=config.thread_turns,
+            memory_samples=config.memory_samples,
             keep_topics=config.keep_topics,
         )
     if "soak" in config.phases:
