@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
@@ -23,11 +23,12 @@ from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
 from pyrula_stream.events import RunComplete, RunError, RunStart
 from pyrula_stream.history import TurnRecording
+from pyrula_stream.kafka.memory_store import KafkaMemory
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.mcp.discovery import MCPToolbox
 from pyrula_stream.mcp.pool import MCPPool
-from pyrula_stream.memory import AgentMemory
+from pyrula_stream.memory import AgentMemory, MemoryBackend
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
 from pyrula_stream.serde import TurnRequest
@@ -37,9 +38,6 @@ from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
 from pyrula_stream.turn import StepData, TurnRuntime
 from pyrula_stream.versions import body_for, known_versions, turn_version
-
-if TYPE_CHECKING:
-    from pyrula_stream.kafka.memory_store import KafkaMemory
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +57,7 @@ class TurnExecutor:
         add_records: Callable[[list[OutRecord]], None],
         mcp_pool: MCPPool | None = None,
         load_recording: Callable[[str], Awaitable[TurnRecording | None]] | None = None,
-        memory: KafkaMemory | None = None,
+        memory: MemoryBackend | None = None,
     ) -> None:
         self.agent = agent
         self.memory = memory
@@ -167,11 +165,11 @@ class TurnExecutor:
             tool_calls,
             mcp=self._mcp_toolbox(runtime),
         )
-        memory = (
-            None
-            if self.memory is None
-            else AgentMemory(runtime, self.memory, record_for=self.memory.record)
-        )
+        memory = None
+        if isinstance(self.memory, KafkaMemory):  # writes ride the turn's transaction
+            memory = AgentMemory(runtime, self.memory, record_for=self.memory.record)
+        elif self.memory is not None:
+            memory = AgentMemory(runtime, self.memory)
         ctx = AgentContext(runtime, loop, tool_calls, deps=self.agent.deps, memory=memory)
         try:
             async with asyncio.timeout(self.agent.timeout):

@@ -37,6 +37,8 @@ class WorkerOptions:
     ``state_dir`` holds the worker's local tables (idempotency keys within
     ``idempotency_ttl_s``, one SQLite file per partition, rebuilt from the journal on each
     assignment); unset, each worker uses a temporary directory it removes when it stops.
+    ``memory_backend`` replaces ``<prefix>.memory`` behind ``ctx.memory`` with another
+    ``MemoryBackend``; its writes run once as journaled steps, outside the transaction.
     """
 
     max_concurrent_turns: int = 50
@@ -58,3 +60,4 @@ class WorkerOptions:
     group_protocol: Literal["classic", "consumer"] = "classic"
     consumer_config: dict[str, Any] = field(default_factory=dict)
     producer_config: dict[str, Any] = field(default_factory=dict)
+    memory_backend: Any = None

@@ -226,13 +226,14 @@ class KafkaWorker:
                 )
                 await asyncio.to_thread(shared.start)
                 self._cache = shared
-            self._memory = KafkaMemory(
-                self.bootstrap_servers,
-                state_dir=self._state_dir,
-                client_id=f"{self.worker_id}-memory",
-                prefix=self.agent.prefix,
-            )
-            await asyncio.to_thread(self._memory.start)
+            if self.options.memory_backend is None:
+                self._memory = KafkaMemory(
+                    self.bootstrap_servers,
+                    state_dir=self._state_dir,
+                    client_id=f"{self.worker_id}-memory",
+                    prefix=self.agent.prefix,
+                )
+                await asyncio.to_thread(self._memory.start)
             async with httpx.AsyncClient() as http, MCPPool(self.agent.mcp_servers) as mcp:
                 self._executor = TurnExecutor(
                     self.agent,
@@ -244,7 +245,7 @@ class KafkaWorker:
                     add_records=lambda records: self.committer.add_records(records),
                     mcp_pool=mcp,
                     load_recording=self._load_recording,
-                    memory=self._memory,
+                    memory=self.options.memory_backend or self._memory,
                 )
                 while not self._stop_requested:
                     try:

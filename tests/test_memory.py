@@ -17,7 +17,14 @@ from pyrula_stream import (
 )
 from pyrula_stream.kafka.consumers import read_key
 from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call
-from pyrula_stream.memory import MemoryItem, SqliteMemory, record_key
+from pyrula_stream.memory import (
+    MemoryBackend,
+    MemoryItem,
+    MemoryItems,
+    MemorySource,
+    SqliteMemory,
+    record_key,
+)
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
@@ -157,3 +164,89 @@ def test_the_local_view_searches_lists_and_deletes(tmp_path: Any) -> None:
     assert view.get(a.namespace, a.key) is None
     assert view.search(("users",), "tea") == []
     view.close()
+
+
+async def test_a_branch_refuses_a_new_memory_write(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    ns = ("tests", uuid.uuid4().hex)
+
+    @kafka_agent(name=unique_name("mem-branch"), llm=FakeLLM([reply_text("x")]), keep_history=True)
+    async def agent(ctx: AgentContext, n: int) -> str:
+        await ctx.memory.put(ns, "k", {"n": n})
+        return "wrote"
+
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP) as worker:
+        original = await client.run(agent.name, n=1, timeout=60)
+        assert result(original) == "wrote"
+        branch = await client.branch(agent.name, original[0].turn_id, from_step=1, n=2)
+        events = [e async for e in client.stream(agent.name, branch.turn_id)]
+        memory = worker._memory
+        assert memory is not None
+        await wait_for(lambda: memory.get(ns, "k") is not None, 30, "the original's write")
+        kept = memory.get(ns, "k")
+    end = events[-1]
+    assert end.type == "run:error" and end.data["code"] == "write_tool_blocked"
+    assert end.data["detail"]["reason"] == "effect"
+    assert end.data["detail"]["call"] == "ctx.memory.put"
+    assert kept is not None and kept.value == {"n": 1}
+
+
+class DictMemory:
+    """A user's own ``MemoryBackend``: a dict (what a Redis or Postgres store would be)."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[tuple[str, ...], str], MemoryItem] = {}
+        self.puts = 0
+
+    def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        *,
+        source: MemorySource,
+        written_by_run_id: str | None,
+    ) -> None:
+        self.puts += 1
+        self.items[(namespace, key)] = MemoryItem(namespace, key, value, source, written_by_run_id)
+
+    def get(self, namespace: tuple[str, ...], key: str) -> MemoryItem | None:
+        return self.items.get((namespace, key))
+
+    def delete(self, namespace: tuple[str, ...], key: str) -> None:
+        self.items.pop((namespace, key), None)
+
+    def list(
+        self, namespace_prefix: tuple[str, ...], *, key_prefix: str = "", limit: int = 100
+    ) -> MemoryItems:
+        return [
+            i
+            for (ns, k), i in sorted(self.items.items())
+            if ns[: len(namespace_prefix)] == namespace_prefix and k.startswith(key_prefix)
+        ][:limit]
+
+    def search(
+        self, namespace_prefix: tuple[str, ...], query: str, *, limit: int = 10
+    ) -> MemoryItems:
+        return [i for i in self.list(namespace_prefix) if query in str(i.value)][:limit]
+
+
+async def test_a_plugged_in_backend_serves_ctx_memory(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    backend = DictMemory()
+    assert isinstance(backend, MemoryBackend)
+
+    @kafka_agent(name=unique_name("mem-plug"), llm=FakeLLM([reply_text("x")]), partitions=1)
+    async def agent(ctx: AgentContext) -> Any:
+        await ctx.memory.put(("u",), "a", {"tea": "green"}, source="user")
+        found = await ctx.memory.search(("u",), "green")
+        return [i.key for i in found]
+
+    options = WorkerOptions(shutdown_grace=0.2, memory_backend=backend)
+    async with running_worker(agent, kafka_bootstrap_servers, options):
+        events = await client.run(agent.name, timeout=60)
+    assert result(events) == ["a"]
+    assert backend.puts == 1
+    assert backend.items[(("u",), "a")].source == "user"
