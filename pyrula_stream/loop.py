@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyrula_stream.compaction import compacted_history
 from pyrula_stream.errors import (
     LLMError,
     LLMProviderUnavailable,
@@ -123,7 +124,18 @@ class ToolLoop:
                 raise self.turn.refuse(exc) from None
         thread = self.turn.thread
         added = self.turn.thread_messages
-        conversation = (thread.messages if thread is not None and history else []) + messages
+        earlier: list[dict[str, Any]] = []
+        if thread is not None and history:
+            earlier = await compacted_history(
+                self.turn,
+                self.limits,
+                self.llm,
+                thread.messages,
+                messages,
+                system,
+                [self._definition(t) for t in offered],
+            )
+        conversation = earlier + messages
         added += messages
         while True:
             response = await self.model_call(conversation, offered, system)

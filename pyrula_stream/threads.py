@@ -70,15 +70,20 @@ class ThreadTurn:
     messages: list[dict[str, Any]]
     outcome: dict[str, Any]
     ts_ms: int
+    base: list[dict[str, Any]] | None = None
+    """A compaction: the messages that replace every earlier turn (a summary)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "n": self.n,
             "turn_id": self.turn_id,
             "messages": self.messages,
             "outcome": self.outcome,
             "ts_ms": self.ts_ms,
         }
+        if self.base is not None:
+            out["base"] = self.base
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ThreadTurn:
@@ -88,6 +93,7 @@ class ThreadTurn:
             list(raw["messages"]),
             dict(raw.get("outcome") or {}),
             int(raw.get("ts_ms") or 0),
+            raw.get("base"),
         )
 
 
@@ -102,8 +108,11 @@ class ThreadHandle:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """Every earlier turn's messages in order: what ``ctx.llm`` puts before the body's."""
-        return [m for t in self.turns for m in t.messages]
+        """What ``ctx.llm`` puts before the body's messages: every earlier turn's messages
+        in order, from the newest compaction (its summary, then its turn) on."""
+        start = max((i for i, t in enumerate(self.turns) if t.base is not None), default=0)
+        base = self.turns[start].base if self.turns else None
+        return [*(base or []), *(m for t in self.turns[start:] for m in t.messages)]
 
 
 @dataclass
@@ -155,18 +164,21 @@ def closing_writes(
     *,
     ts_ms: int,
     max_turns: int,
+    base: list[dict[str, Any]] | None = None,
 ) -> list[tuple[str, bytes | None]]:
     """The thread writes of a completed turn (or of a delete), as ``(key, value)``."""
     tid = handle.thread_id
     if is_thread_delete(request):
         deletes: list[tuple[str, bytes | None]] = [(turn_key(tid, t.n), None) for t in handle.turns]
         return [*deletes, (head_key(tid), None)]
-    turn = ThreadTurn(handle.next_turn, request.turn_id, messages, outcome, ts_ms)
+    turn = ThreadTurn(handle.next_turn, request.turn_id, messages, outcome, ts_ms, base)
     writes: list[tuple[str, bytes | None]] = [
         (turn_key(tid, turn.n), json.dumps(turn.to_json()).encode()),
         (head_key(tid), json.dumps({"thread_id": tid, "next": turn.n + 1}).encode()),
     ]
-    if max_turns > 0:  # keep the newest max_turns turns, this one included
+    if base is not None:  # the summary replaces every earlier turn
+        writes += [(turn_key(tid, t.n), None) for t in handle.turns]
+    elif max_turns > 0:  # keep the newest max_turns turns, this one included
         writes += [(turn_key(tid, t.n), None) for t in handle.turns if t.n <= turn.n - max_turns]
     return writes
 

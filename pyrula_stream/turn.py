@@ -78,6 +78,8 @@ class TurnRuntime:
     thread: ThreadHandle | None = None
     thread_messages: list[dict[str, Any]] = field(default_factory=list)
     """The messages this turn added to its thread (what the model saw, minus history)."""
+    thread_base: list[dict[str, Any]] | None = None
+    """The compacted history this turn used instead of its thread's earlier turns."""
     thread_writes: list[tuple[str, bytes | None]] = field(default_factory=list)
     """What the terminal transaction wrote to the thread (applied locally once committed)."""
     events: TurnEvents = field(init=False)
@@ -299,6 +301,7 @@ class TurnRuntime:
                 {"status": "completed", "result": terminal.data().get("result")},
                 ts_ms=now,
                 max_turns=self.topics.max_thread_turns,
+                base=self.thread_base,
             )
             records += thread_records(
                 self.topics.threads, self.topics.partition, self.thread_writes

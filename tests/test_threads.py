@@ -14,10 +14,19 @@ from typing import Any
 
 import pytest
 
-from pyrula_stream import AgentContext, Event, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream import (
+    AgentContext,
+    AgentLimits,
+    Event,
+    KafkaAgentClient,
+    ToolContext,
+    WorkerOptions,
+    kafka_agent,
+    tool,
+)
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
-from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text
-from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
+from pyrula_stream.testing import running_worker, unique_name, wait_for
 from tests.agents.threaded import echo_users, user_texts
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
@@ -215,3 +224,59 @@ def test_max_thread_turns_must_not_be_negative() -> None:
 
 def test_user_texts_reads_plain_user_messages() -> None:
     assert user_texts([{"role": "user", "content": "a"}, {"role": "user", "content": []}]) == ["a"]
+
+
+async def test_compaction_is_journaled_once_and_later_turns_start_from_it(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    summaries: list[int] = []
+    gate = asyncio.Event()
+    parked: list[str] = []
+
+    def compactor(history: list[dict[str, Any]]) -> str:
+        summaries.append(len(history))
+        return f"SUMMARY({len(user_texts(history))} questions)"
+
+    @tool(writes=True)
+    async def park(ctx: ToolContext) -> str:
+        """Blocks the first time until the test lets it go."""
+        parked.append(ctx.idempotency_key or "")
+        await gate.wait()
+        return "parked"
+
+    def model(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        if messages[-1]["content"] == "park":
+            return reply_tool_call("park")
+        return echo_users(messages, tools)
+
+    limits = AgentLimits(context_window=1000, compaction_fraction=0.5, history_compactor=compactor)
+
+    @kafka_agent(
+        name=unique_name("thread-compact"),
+        llm=FakeLLM(model),
+        tools=[park],
+        partitions=1,
+        limits=limits,
+    )
+    async def agent(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    long = "x" * 2400  # one turn of this is past half the 1000-token window
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        await client.run(agent.name, thread_id="t", text=long, timeout=60)
+        assert summaries == []  # no history before the first turn
+        handle = await client.submit(agent.name, thread_id="t", text="park")
+        await wait_for(lambda: len(parked) == 1, 30, "the compacting turn parked")
+    assert summaries == [2]  # compacted before its first model call, then journaled
+    gate.set()
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        parked_turn = [e async for e in client.stream(agent.name, handle.turn_id)]
+        assert summaries == [2], "the replay took the compaction from the journal"
+        after = await client.run(agent.name, thread_id="t", text="next", timeout=60)
+    assert len(parked) == 2 and result(parked_turn)
+    stored = await client.get_thread(agent.name, "t")
+    assert [t.n for t in stored.turns] == [2, 3]  # turn 1 was summarized away
+    assert stored.turns[0].base is not None
+    assert stored.messages[0]["content"].endswith("SUMMARY(1 questions)")
+    # Turn 3 started from the summary, then turn 2; it was short enough not to compact again.
+    assert result(after) == "Summary of our conversation so far:\nSUMMARY(1 questions)|park|next"
