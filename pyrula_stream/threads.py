@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.errors import MalformedRecordError, PayloadTooLarge
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.records import JSON_CONTENT_TYPE, OutRecord
 from pyrula_stream.serde import TurnRequest
@@ -184,10 +184,22 @@ def closing_writes(
 
 
 def thread_records(
-    topic: str, partition: int, writes: list[tuple[str, bytes | None]]
+    topic: str, partition: int, writes: list[tuple[str, bytes | None]], *, max_bytes: int
 ) -> list[OutRecord]:
-    """The writes as records of the thread's partition (never placed by key hash)."""
-    return [OutRecord(topic, k.encode(), v, [JSON_CONTENT_TYPE], partition) for k, v in writes]
+    """The writes as records of the thread's partition (never placed by key hash).
+
+    ``PayloadTooLarge`` past ``max_bytes``: the turn then ends in ``run:error`` and its
+    thread is left as it was, rather than a terminal transaction the broker refuses.
+    """
+    out = [OutRecord(topic, k.encode(), v, [JSON_CONTENT_TYPE], partition) for k, v in writes]
+    for rec in out:
+        if rec.size > max_bytes:
+            raise PayloadTooLarge(
+                f"turn record {rec.key.decode()!r} for {topic} would be {rec.size} bytes, over "
+                f"the {max_bytes}-byte limit (max_record_bytes); keep tool results and the "
+                "answer smaller, or compact the history (AgentLimits.compaction_fraction)"
+            )
+    return out
 
 
 def decode_thread(thread_id: str, records: Iterable[tuple[str, bytes | None]]) -> ThreadHandle:

@@ -293,8 +293,9 @@ class TurnRuntime:
                     max_bytes=self.max_record_bytes,
                 )
             )
+        self.thread_writes = []  # set only once its records are built (a failed turn: none)
         if self.thread is not None and self.topics.threads is not None and code is None:
-            self.thread_writes = closing_writes(
+            writes = closing_writes(
                 self.thread,
                 self.request,
                 self.thread_messages,
@@ -304,8 +305,12 @@ class TurnRuntime:
                 base=self.thread_base,
             )
             records += thread_records(
-                self.topics.threads, self.topics.partition, self.thread_writes
+                self.topics.threads,
+                self.topics.partition,
+                writes,
+                max_bytes=self.max_record_bytes,
             )
+            self.thread_writes = writes
         # The key's record names the turn that took the key; a duplicate only points at it.
         if self.request.idempotency_key and code != ErrorCode.DUPLICATE_RUN:
             records.append(

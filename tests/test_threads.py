@@ -280,3 +280,22 @@ async def test_compaction_is_journaled_once_and_later_turns_start_from_it(
     assert stored.messages[0]["content"].endswith("SUMMARY(1 questions)")
     # Turn 3 started from the summary, then turn 2; it was short enough not to compact again.
     assert result(after) == "Summary of our conversation so far:\nSUMMARY(1 questions)|park|next"
+
+
+async def test_a_turn_too_large_for_its_thread_record_fails_and_adds_nothing(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("thread-big"), llm=FakeLLM([reply_text("ok")]), partitions=1)
+    async def agent(ctx: AgentContext, size: int) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "y" * size}])
+
+    options = WorkerOptions(shutdown_grace=0.2, max_record_bytes=20_000)
+    async with running_worker(agent, kafka_bootstrap_servers, options):
+        await client.run(agent.name, thread_id="t", size=10, timeout=60)
+        big = await client.run(agent.name, thread_id="t", size=50_000, timeout=60)
+        after = await client.run(agent.name, thread_id="t", size=20, timeout=60)
+    assert big[-1].type == "run:error"
+    assert "20000-byte limit" in big[-1].data["message"]
+    assert result(after) == "ok"
+    stored = await client.get_thread(agent.name, "t")
+    assert [len(t.messages[0]["content"]) for t in stored.turns] == [10, 20]
