@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Any
 
 from pyrula_stream import (
@@ -26,6 +27,7 @@ from pyrula_stream.memory import (
     record_key,
 )
 from pyrula_stream.testing import running_worker, unique_name, wait_for
+from tests.test_threads import start_worker
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
 
@@ -250,3 +252,34 @@ async def test_a_plugged_in_backend_serves_ctx_memory(
     assert result(events) == ["a"]
     assert backend.puts == 1
     assert backend.items[(("u",), "a")].source == "user"
+
+
+async def test_a_sigkill_after_a_put_neither_loses_nor_doubles_it(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    name, ns = unique_name("memorizer"), uuid.uuid4().hex
+    env = {"MEMORIZER_AGENT_NAME": name, "MEMORIZER_DIR": str(tmp_path)}
+    (tmp_path / "hold").touch()
+    spec = "tests.agents.memorizer:memorizer"
+    first = start_worker(kafka_bootstrap_servers, spec, "mem-a", tmp_path, env)
+    try:
+        handle = await client.submit(name, ns=ns)
+        await wait_for(lambda: (tmp_path / "parked").exists(), 60, "the turn parked")
+    finally:
+        first.kill()  # SIGKILL while the tool runs: the put was committed before it
+    (tmp_path / "hold").unlink()
+    second = start_worker(kafka_bootstrap_servers, spec, "mem-b", tmp_path, env)
+    try:
+        events = [e async for e in client.stream(name, handle.turn_id)]
+    finally:
+        second.stop(10)
+    assert result(events) == {"v": 1}
+    assert events[-1].attempt == 2
+    written = await asyncio.to_thread(
+        read_key,
+        kafka_bootstrap_servers,
+        "pyrula.memory",
+        record_key(("tests", ns), "k"),
+        client_id="test-memory",
+    )
+    assert len(written) == 1, "the rerun took the put from the journal"

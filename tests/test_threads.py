@@ -64,14 +64,17 @@ def cli(bootstrap: str, action: str, agent: str, thread_id: str) -> str:
     return done.stdout
 
 
-def start_worker(bootstrap: str, agent: str, worker_id: str, log_dir: Path) -> Managed:
+def start_worker(
+    bootstrap: str, spec: str, worker_id: str, log_dir: Path, env: dict[str, str]
+) -> Managed:
+    """A ``pyrula-stream worker`` subprocess, once its /readyz answers."""
     port = free_port()
     argv = [
         sys.executable,
         "-m",
         "pyrula_stream.cli",
         "worker",
-        "tests.agents.threaded:threaded",
+        spec,
         "--bootstrap-servers",
         bootstrap,
         "--worker-id",
@@ -79,8 +82,7 @@ def start_worker(bootstrap: str, agent: str, worker_id: str, log_dir: Path) -> M
         "--health-port",
         str(port),
     ]
-    env = child_env({"THREADED_AGENT_NAME": agent})
-    worker = Managed(worker_id, argv, env, log_dir / f"{worker_id}.log")
+    worker = Managed(worker_id, argv, child_env(env), log_dir / f"{worker_id}.log")
     worker.start()
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -101,12 +103,13 @@ async def test_a_thread_continues_on_another_worker_after_its_owner_is_killed(
 ) -> None:
     name = unique_name("thread")
     thread = "t-42"
-    first = start_worker(kafka_bootstrap_servers, name, "thread-a", tmp_path)
+    spec, env = "tests.agents.threaded:threaded", {"THREADED_AGENT_NAME": name}
+    first = start_worker(kafka_bootstrap_servers, spec, "thread-a", tmp_path, env)
     try:
         one = await client.run(name, thread_id=thread, text="one", timeout=90)
     finally:
         first.kill()  # SIGKILL: the owner of turn 1 is gone before turn 2
-    second = start_worker(kafka_bootstrap_servers, name, "thread-b", tmp_path)
+    second = start_worker(kafka_bootstrap_servers, spec, "thread-b", tmp_path, env)
     try:
         two = await client.run(name, thread_id=thread, text="two", timeout=90)
     finally:
