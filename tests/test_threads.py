@@ -25,6 +25,7 @@ from pyrula_stream import (
     tool,
 )
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
+from pyrula_stream.compaction import SUMMARY_REQUEST, summary_messages
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 from tests.agents.threaded import echo_users, user_texts
@@ -302,3 +303,25 @@ async def test_a_turn_too_large_for_its_thread_record_fails_and_adds_nothing(
     assert result(after) == "ok"
     stored = await client.get_thread(agent.name, "t")
     assert [len(t.messages[0]["content"]) for t in stored.turns] == [10, 20]
+
+
+async def test_without_a_compactor_the_agents_model_writes_the_summary(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    def model(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        if messages[-1]["content"] == SUMMARY_REQUEST:
+            return reply_text(f"the user sent {len(user_texts(messages)) - 1} long message")
+        return reply_text(f"{len(messages)} messages")
+
+    limits = AgentLimits(context_window=1000, compaction_fraction=0.5)
+
+    @kafka_agent(name=unique_name("thread-sum"), llm=FakeLLM(model), partitions=1, limits=limits)
+    async def agent(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        await client.run(agent.name, thread_id="t", text="x" * 2400, timeout=60)
+        second = await client.run(agent.name, thread_id="t", text="again", timeout=60)
+    assert result(second) == "3 messages"  # the summary pair, then "again"
+    stored = await client.get_thread(agent.name, "t")
+    assert stored.turns[-1].base == summary_messages("the user sent 1 long message")
