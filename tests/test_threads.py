@@ -325,3 +325,44 @@ async def test_without_a_compactor_the_agents_model_writes_the_summary(
     assert result(second) == "3 messages"  # the summary pair, then "again"
     stored = await client.get_thread(agent.name, "t")
     assert stored.turns[-1].base == summary_messages("the user sent 1 long message")
+
+
+async def test_a_replay_whose_history_changed_fails_with_replay_input_changed(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    gate = asyncio.Event()
+    parked: list[str] = []
+
+    @tool(writes=True)
+    async def park(ctx: ToolContext) -> str:
+        """Blocks until the test lets it go."""
+        parked.append(ctx.idempotency_key or "")
+        await gate.wait()
+        return "parked"
+
+    def model(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        if messages[-1]["content"] == "park":
+            return reply_tool_call("park")
+        return echo_users(messages, tools)
+
+    name = unique_name("thread-replay")
+
+    def bind(history: bool) -> Any:
+        @kafka_agent(name=name, llm=FakeLLM(model), tools=[park], partitions=1)
+        async def agent(ctx: AgentContext, text: str) -> str:
+            return await ctx.llm.run([{"role": "user", "content": text}], history=history)
+
+        return agent
+
+    with_history = bind(True)
+    async with running_worker(with_history, kafka_bootstrap_servers, QUICK_STOP):
+        await client.run(name, thread_id="t", text="one", timeout=60)
+        handle = await client.submit(name, thread_id="t", text="park")
+        await wait_for(lambda: len(parked) == 1, 30, "the turn parked")
+    gate.set()
+    # The rerun sends the model a request without the thread's history: not the recorded one.
+    async with running_worker(bind(False), kafka_bootstrap_servers, QUICK_STOP):
+        events = [e async for e in client.stream(name, handle.turn_id)]
+    assert events[-1].type == "run:error"
+    assert events[-1].data["code"] == "replay_input_changed"
+    assert "messages" in events[-1].data["message"]
