@@ -49,9 +49,11 @@ from pyrula_stream.events import Event, EventType
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.mcp.serve import build_mcp_server
+from pyrula_stream.memory import MemoryBackend, MemoryItem
 from pyrula_stream.mesh import MeshWorker
 from pyrula_stream.retry import RetryPolicy
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tools import ToolContext, tool
 from pyrula_stream.worker import KafkaWorker, PoisonOptions, WorkerOptions
 
@@ -80,6 +82,8 @@ __all__ = [
     "LLMRateLimited",
     "MCPServer",
     "MalformedRecordError",
+    "MemoryBackend",
+    "MemoryItem",
     "MeshWorker",
     "NestedDurableOperationError",
     "Poison",
@@ -89,6 +93,7 @@ __all__ = [
     "ReplayInputChanged",
     "RetryPolicy",
     "SubAgentError",
+    "ThreadHandle",
     "ToolCallFailed",
     "ToolCallRejected",
     "ToolContext",

@@ -56,6 +56,7 @@ class AgentTopics:
     history: str
     replies: str
     results: str
+    threads: str
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
@@ -69,6 +70,7 @@ class AgentTopics:
             f"{base}.history",
             f"{base}.replies",
             f"{base}.results",
+            f"{base}.threads",
         )
 
 
@@ -91,6 +93,7 @@ class KafkaAgent:
     timeout: float = 600.0
     mcp_servers: tuple[MCPServer, ...] = ()
     keep_history: bool = False
+    max_thread_turns: int = 0
     version: str | None = None
     version_behavior: VersionBehavior = "auto_upgrade"
     versions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
@@ -139,6 +142,7 @@ def kafka_agent(
     output_topics: Mapping[str, Sequence[str]] | None = None,
     timeout: float = 600.0,
     keep_history: bool = False,
+    max_thread_turns: int = 0,
     version: str | None = None,
     version_behavior: VersionBehavior | None = None,
     versions: Mapping[str, Callable[..., Any]] | None = None,
@@ -155,6 +159,8 @@ def kafka_agent(
     fails is sent back to the model up to ``output_retries`` times, then the turn fails
     with ``output_validation``. ``event_format="json"`` writes events and results as JSON.
     ``keep_history`` writes each finished turn's steps to ``<agent>.history``.
+    ``max_thread_turns`` keeps only a thread's newest turns in ``<agent>.threads`` (0
+    keeps all).
     ``version`` names this body's version (journaled when a turn starts);
     ``version_behavior`` is ``"pinned"`` (the default with a version: a turn finishes on
     the version it started on, from ``versions={"1": old_body}``) or ``"auto_upgrade"``
@@ -195,6 +201,11 @@ def kafka_agent(
             raise ToolRegistrationError(f"agent '{agent_name}': tool names repeat: {dupes}")
         if partitions < 1:
             raise AgentRegistrationError(f"agent '{agent_name}': partitions must be >= 1")
+        if max_thread_turns < 0:
+            raise AgentRegistrationError(
+                f"agent '{agent_name}': max_thread_turns must be >= 0 (0 keeps every turn), "
+                f"got {max_thread_turns}"
+            )
         behavior = version_behavior or ("pinned" if version else "auto_upgrade")
         if behavior not in ("pinned", "auto_upgrade"):
             raise AgentRegistrationError(
@@ -241,6 +252,7 @@ def kafka_agent(
             timeout=timeout,
             mcp_servers=tuple(mcp_servers),
             keep_history=keep_history,
+            max_thread_turns=max_thread_turns,
             version=version,
             version_behavior=behavior,
             versions=older,

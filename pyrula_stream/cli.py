@@ -394,6 +394,24 @@ def cmd_turn_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_thread(args: argparse.Namespace) -> int:
+    """``thread show`` prints the thread as JSON; ``thread delete`` tombstones it."""
+    from pyrula_stream.client import KafkaAgentClient
+
+    async def main() -> int:
+        async with KafkaAgentClient(bootstrap_from(args), prefix=args.prefix) as client:
+            if args.thread_command == "delete":
+                deleted = await client.delete_thread(args.agent, args.thread_id)
+                print(f"deleted thread {args.thread_id}: {deleted} turns")
+                return 0
+            thread = await client.get_thread(args.agent, args.thread_id)
+            body = {"thread_id": thread.thread_id, "turns": [t.to_json() for t in thread.turns]}
+            print(json.dumps(body, indent=2, ensure_ascii=False))
+            return 0
+
+    return asyncio.run(main())
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from pyrula_stream.replay import replay_files
 
@@ -548,6 +566,14 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("turn_id")
     ex.add_argument("--agent", required=True, help="AGENT name, or MODULE:AGENT")
     ex.set_defaults(func=cmd_turn_export)
+
+    th = sub.add_parser("thread", help="a thread's turns: show or delete")
+    thread_sub = th.add_subparsers(dest="thread_command", required=True)
+    for action, text in (("show", "print its turns as JSON"), ("delete", "tombstone it")):
+        ta = with_bootstrap(thread_sub.add_parser(action, help=text))
+        ta.add_argument("agent")
+        ta.add_argument("thread_id")
+        ta.set_defaults(func=cmd_thread)
 
     rp = sub.add_parser("replay", help="run today's code against recorded turns, offline")
     rp.add_argument("agent", help="MODULE:AGENT")

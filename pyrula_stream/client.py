@@ -29,11 +29,12 @@ from pyrula_stream.event_reader import SharedEventReader
 from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.journal import PROGRESS, TERMINAL
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
-from pyrula_stream.kafka.consumers import read_topic
+from pyrula_stream.kafka.consumers import read_key_partition, read_topic
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.records import ControlRequest, content_type_header
 from pyrula_stream.serde import TurnRequest, decode_journal_entry, parse_journal_key
+from pyrula_stream.threads import THREAD_DELETE, ThreadHandle, decode_thread
 
 IDEMPOTENT_TURN_NAMESPACE = uuid.UUID("8f4b1c52-7a0e-4d1e-9a7e-5f2f3c6d9b10")
 MAX_REASON = 500
@@ -331,6 +332,38 @@ class KafkaAgentClient:
 
         await asyncio.wait_for(collect(), timeout)
         return events
+
+    async def get_thread(self, agent: str, thread_id: str) -> ThreadHandle:
+        """The thread's turns (oldest first) with their messages and outcomes, as committed
+        in ``<agent>.threads``; a thread that does not exist has no turns."""
+        records = await asyncio.to_thread(
+            read_key_partition,
+            self.bootstrap_servers,
+            self._topics(agent).threads,
+            thread_id,
+            client_id="pyrula-thread",
+        )
+        return decode_thread(thread_id, records)
+
+    async def delete_thread(
+        self,
+        agent: str,
+        thread_id: str,
+        *,
+        timeout: float | None = 300.0,  # noqa: ASYNC109 (seconds until a worker did it)
+    ) -> int:
+        """Tombstone every record of the thread; returns how many turns it had.
+
+        The delete is a turn request of the thread, so a worker runs it in order with the
+        thread's turns: a turn submitted after it starts empty. Needs a running worker.
+        """
+        events = await self.run(
+            agent, thread_id=thread_id, metadata={THREAD_DELETE: True}, timeout=timeout
+        )
+        last = events[-1] if events else None
+        if last is None or last.type != "run:complete":
+            raise RuntimeError(f"deleting thread {thread_id!r} failed: {last}")
+        return int(last.data["result"]["deleted_turns"])
 
     async def cancel(self, agent: str, turn_id: str, *, reason: str | None = None) -> None:
         """Ask the owning worker to stop the turn at its next step boundary."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pyrula_stream.agent_calls import AgentCalls, refuse_llm_override
 from pyrula_stream.errors import (
     ConcurrentCallIdError,
+    ConfigurationError,
     KafkaLimitError,
     NestedDurableOperationError,
     WriteToolBlocked,
@@ -26,7 +27,9 @@ from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import check_wall_time
 from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
 from pyrula_stream.loop import ToolLoop, ToolResultBlock
+from pyrula_stream.memory import AgentMemory
 from pyrula_stream.subagents import TurnParked
+from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tool_calls import ToolCall, ToolCalls
 from pyrula_stream.tools import (
     ToolCallable,
@@ -68,10 +71,15 @@ class LLMHandle:
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
+        history: bool = True,
     ) -> str:
-        """Run the tool loop with the agent's tools (or ``tools``); return the final text."""
+        """Run the tool loop with the agent's tools (or ``tools``); return the final text.
+
+        In a thread, the earlier turns' messages go before ``messages`` unless
+        ``history=False``.
+        """
         _refuse_nested("ctx.llm.run", "llm")
-        return await self._loop.run(messages, tools=tools, system=system)
+        return await self._loop.run(messages, tools=tools, system=system, history=history)
 
     async def stream(
         self,
@@ -79,10 +87,11 @@ class LLMHandle:
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
+        history: bool = True,
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock]:
         """The tool loop as an iterator of content blocks: text, tool calls, tool results."""
         _refuse_nested("ctx.llm.stream", "llm")
-        async for item in self._loop.stream(messages, tools=tools, system=system):
+        async for item in self._loop.stream(messages, tools=tools, system=system, history=history):
             if not isinstance(item, ModelResponse):
                 yield item
 
@@ -99,8 +108,10 @@ class AgentContext:
         *,
         deps: Any = None,
         durable_timer_after_s: float = 5.0,
+        memory: AgentMemory | None = None,
     ) -> None:
         self._turn = turn
+        self._memory = memory
         self._loop = loop
         self._timer_after_s = durable_timer_after_s
         self._tool_calls = tool_calls
@@ -129,6 +140,19 @@ class AgentContext:
     @property
     def thread_id(self) -> str | None:
         return self._turn.request.thread_id
+
+    @property
+    def memory(self) -> AgentMemory:
+        """Shared agent memory (``put``/``get``/``delete``/``list``/``search``), every call
+        journaled; see ``pyrula_stream.memory``."""
+        if self._memory is None:
+            raise ConfigurationError("ctx.memory needs a worker (KafkaWorker) to hold it")
+        return self._memory
+
+    @property
+    def thread(self) -> ThreadHandle | None:
+        """The turn's thread (its id and earlier turns), ``None`` for a turn without one."""
+        return self._turn.thread
 
     @property
     def attempt(self) -> int:

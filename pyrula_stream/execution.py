@@ -25,15 +25,18 @@ from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
 from pyrula_stream.events import RunComplete, RunError, RunStart
 from pyrula_stream.history import TurnRecording
+from pyrula_stream.kafka.memory_store import KafkaMemory
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.mcp.discovery import MCPToolbox
 from pyrula_stream.mcp.pool import MCPPool
+from pyrula_stream.memory import AgentMemory, MemoryBackend
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.output import OutputSpec
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.subagents import Park, TurnParked
+from pyrula_stream.threads import is_thread_delete
 from pyrula_stream.tool_cache import CacheStore
 from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
@@ -59,9 +62,11 @@ class TurnExecutor:
         topic_exists: Callable[[str], Awaitable[bool]],
         mcp_pool: MCPPool | None = None,
         load_recording: Callable[[str], Awaitable[TurnRecording | None]] | None = None,
+        memory: MemoryBackend | None = None,
     ) -> None:
         self.topic_exists = topic_exists
         self.agent = agent
+        self.memory = memory
         self.mcp_pool = mcp_pool
         self.llm = llm
         self.http = http
@@ -85,6 +90,10 @@ class TurnExecutor:
 
     async def execute(self, runtime: TurnRuntime) -> None:
         """Run the agent body once (replaying what the journal holds) and finish the turn."""
+        if is_thread_delete(runtime.request):  # a delete only tombstones, in the thread's order
+            deleted = len(runtime.thread.turns) if runtime.thread is not None else 0
+            await runtime.finish(RunComplete({"deleted_turns": deleted}, {}))
+            return
         journal = runtime.journal
         if runtime.attempt > 1 and not runtime.resumed:
             progressed = journal.progress is not None and int(
@@ -179,6 +188,11 @@ class TurnExecutor:
             topic_exists=self.topic_exists,
         )
         loop.agent_calls = agent_calls
+        memory = None
+        if isinstance(self.memory, KafkaMemory):  # writes ride the turn's transaction
+            memory = AgentMemory(runtime, self.memory, record_for=self.memory.record)
+        elif self.memory is not None:
+            memory = AgentMemory(runtime, self.memory)
         ctx = AgentContext(
             runtime,
             loop,
@@ -186,6 +200,7 @@ class TurnExecutor:
             agent_calls,
             deps=self.agent.deps,
             durable_timer_after_s=self.options.durable_timer_after_s,
+            memory=memory,
         )
         try:
             async with asyncio.timeout(self.agent.timeout):

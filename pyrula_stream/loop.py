@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent_tool import AgentTool
+from pyrula_stream.compaction import compacted_history
 from pyrula_stream.errors import (
     LLMError,
     LLMProviderUnavailable,
@@ -90,10 +91,11 @@ class ToolLoop:
         self.output_instructions = output_instructions
         self.last_answer: str | None = None
         """The final text of the last ``run``: what output validation may send back."""
-        self._last_run: tuple[list[dict[str, Any]], list[ToolCallable] | None, str | None] = (
+        self._last_run: tuple[list[dict[str, Any]], list[ToolCallable] | None, str | None, bool] = (
             [],
             None,
             None,
+            True,
         )
         self._definitions: dict[int, ToolDefinition] = {}
 
@@ -105,23 +107,34 @@ class ToolLoop:
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
+        history: bool = True,
     ) -> str:
         """Run the loop until the model answers without tools; return its final text."""
-        final = ""
-        conversation = list(messages)
-        async for block in self._loop(conversation, tools=tools, system=system):
-            if isinstance(block, ModelResponse):
-                final = block.text
-        self._last_run = (conversation, None if tools is None else list(tools), system)
-        self.last_answer = final
-        return final
+        return await self._run(list(messages), list(messages), tools, system, history)
 
     async def ask_again(self, feedback: str) -> str:
         """Continue the last ``run``'s conversation with ``feedback``; the new final text."""
-        conversation, tools, system = self._last_run
-        return await self.run(
-            [*conversation, {"role": "user", "content": feedback}], tools=tools, system=system
-        )
+        conversation, tools, system, history = self._last_run
+        ask = {"role": "user", "content": feedback}
+        return await self._run([*conversation, ask], [ask], tools, system, history)
+
+    async def _run(
+        self,
+        conversation: list[dict[str, Any]],
+        new_input: list[dict[str, Any]],
+        tools: Sequence[ToolCallable] | None,
+        system: str | None,
+        history: bool,
+    ) -> str:
+        final = ""
+        async for block in self._loop(
+            conversation, new_input, tools=tools, system=system, history=history
+        ):
+            if isinstance(block, ModelResponse):
+                final = block.text
+        self._last_run = (conversation, None if tools is None else list(tools), system, history)
+        self.last_answer = final
+        return final
 
     async def stream(
         self,
@@ -129,19 +142,30 @@ class ToolLoop:
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
+        history: bool = True,
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
-        """The same loop as an iterator: content blocks as they complete, and each response."""
-        async for block in self._loop(list(messages), tools=tools, system=system):
+        """The same loop as an iterator: content blocks as they complete, and each response.
+
+        In a thread the earlier turns' messages go first (unless ``history=False``); what
+        this call adds (the body's messages, responses, tool results) joins the thread
+        when the turn completes.
+        """
+        async for block in self._loop(
+            list(messages), list(messages), tools=tools, system=system, history=history
+        ):
             yield block
 
     async def _loop(
         self,
         conversation: list[dict[str, Any]],
+        new_input: list[dict[str, Any]],
         *,
         tools: Sequence[ToolCallable] | None,
         system: str | None,
+        history: bool,
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
-        """The loop, appending each response and tool result to ``conversation``."""
+        """The loop, appending each response and tool result to ``conversation`` (and to
+        the thread's new messages, with ``new_input`` first)."""
         offered = list(self.tools if tools is None else tools)
         if tools is None and self.mcp is not None:  # MCP: discovered tools beside the @tools
             offered += await self.mcp.tools()
@@ -154,32 +178,47 @@ class ToolLoop:
             system = (
                 f"{system}\n\n{self.output_instructions}" if system else self.output_instructions
             )
+        thread = self.turn.thread
+        added = self.turn.thread_messages
+        earlier: list[dict[str, Any]] = []
+        if thread is not None and history:
+            earlier = await compacted_history(
+                self.turn,
+                self.limits,
+                self.llm,
+                thread.messages,
+                conversation,
+                system,
+                [self._definition(t) for t in offered],
+            )
+        added += new_input
         while True:
-            response = await self.model_call(conversation, offered, system)
+            response = await self.model_call(earlier + conversation, offered, system)
+            conversation.append(response.as_message())
+            added.append(response.as_message())
             for block in response.content:
                 yield block
             yield response
-            conversation.append(response.as_message())
             calls = response.tool_calls
             if not calls:
                 return
             results = await self.dispatch(response, calls, offered)
+            message = {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": r.tool_use_id,
+                        "content": r.content,
+                        "is_error": r.is_error,
+                    }
+                    for r in results
+                ],
+            }
+            conversation.append(message)
+            added.append(message)
             for r in results:
                 yield r
-            conversation.append(
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": r.tool_use_id,
-                            "content": r.content,
-                            "is_error": r.is_error,
-                        }
-                        for r in results
-                    ],
-                }
-            )
 
     # -- model calls ----------------------------------------------------------------------
 

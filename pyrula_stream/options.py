@@ -41,6 +41,8 @@ class WorkerOptions:
     still answers); the bench uses it as the baseline that prices telemetry.
     ``durable_timer_after_s``: a ``ctx.sleep``/``sleep_until`` longer than this parks the
     turn (no task, no slot; the partition's owner wakes it); a shorter one holds its slot.
+    ``memory_backend`` replaces ``<prefix>.memory`` behind ``ctx.memory`` with another
+    ``MemoryBackend``; its writes run once as journaled steps, outside the transaction.
     """
 
     max_concurrent_turns: int = 50
@@ -64,3 +66,4 @@ class WorkerOptions:
     producer_config: dict[str, Any] = field(default_factory=dict)
     telemetry: bool = True
     durable_timer_after_s: float = 5.0
+    memory_backend: Any = None

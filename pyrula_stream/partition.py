@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pyrula_stream.journal import TERMINAL, PartitionJournal
 from pyrula_stream.serde import TurnRequest, journal_key
 from pyrula_stream.subagents import Park
+from pyrula_stream.threads import PartitionThreads
 
 
 @dataclass
@@ -78,6 +79,7 @@ class PartitionState:
     finished: dict[str, int] = field(default_factory=dict)  # turn id -> request offset
     running_keys: dict[str, str] = field(default_factory=dict)
     queued_ids: set[str] = field(default_factory=set)
+    threads: PartitionThreads = field(default_factory=PartitionThreads)
     _restored_forgotten: bool = field(default=False, init=False, repr=False)
     parked: dict[str, Park] = field(default_factory=dict)
     """Turns only the journal holds now, waiting for replies or a time."""

@@ -40,6 +40,7 @@ from pyrula_stream.records import (
 )
 from pyrula_stream.serde import JournalEntry, TurnRequest, TurnResult
 from pyrula_stream.subagents import Park, park_key, reply_key, reply_record
+from pyrula_stream.threads import ThreadHandle, closing_writes, thread_records
 
 if TYPE_CHECKING:
     from pyrula_stream.branch import Branch
@@ -62,6 +63,9 @@ class TurnTopics:
     partition: int
     history: str | None = None
     """``<agent>.history`` when the agent keeps history (``keep_history=True``)."""
+    threads: str | None = None
+    """``<agent>.threads``: where a turn with a ``thread_id`` adds its messages."""
+    max_thread_turns: int = 0
 
 
 @dataclass
@@ -91,6 +95,13 @@ class TurnRuntime:
     parked: Park | None = None
     children: dict[str, str] = field(default_factory=dict)
     """Child turns this turn called (replayed or live), with their control topics."""
+    thread: ThreadHandle | None = None
+    thread_messages: list[dict[str, Any]] = field(default_factory=list)
+    """The messages this turn added to its thread (what the model saw, minus history)."""
+    thread_base: list[dict[str, Any]] | None = None
+    """The compacted history this turn used instead of its thread's earlier turns."""
+    thread_writes: list[tuple[str, bytes | None]] = field(default_factory=list)
+    """What the terminal transaction wrote to the thread (applied locally once committed)."""
     events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _written: dict[int, JournalEntry] = field(default_factory=dict)
@@ -216,7 +227,8 @@ class TurnRuntime:
         """Return ``(data, replayed)``: the recorded data, or run ``live`` and journal it.
 
         ``effects`` are records that must commit with the step and never again (a
-        sub-agent's turn request): a replay takes the recorded data and writes nothing.
+        sub-agent's turn request, a memory write): a replay takes the recorded data and
+        writes nothing.
         """
         index = self.allocate_steps() if step is None else step
         recorded = self.journal.recorded(index, kind, name, input_hash)
@@ -229,11 +241,10 @@ class TurnRuntime:
         entry = JournalEntry(
             self.turn_id, index, kind, name, input_hash, data, self.attempt, int(time.time() * 1000)
         )
-        records = [self.journal_record(entry, entry.key)]
+        out = [self.journal_record(entry, entry.key), *(effects(data) if effects else ())]
         for payload in events(data) if events else ():
-            records += self.events.records(payload)
-        records += effects(data) if effects else ()
-        self._journal_in_background(index, entry, self.output.durable(self, records))
+            out += self.events.records(payload)
+        self._journal_in_background(index, entry, self.output.durable(self, out))
         return data, False
 
     def _journal_in_background(
@@ -375,6 +386,24 @@ class TurnRuntime:
                     max_bytes=self.max_record_bytes,
                 )
             )
+        self.thread_writes = []  # set only once its records are built (a failed turn: none)
+        if self.thread is not None and self.topics.threads is not None and code is None:
+            writes = closing_writes(
+                self.thread,
+                self.request,
+                self.thread_messages,
+                {"status": "completed", "result": terminal.data().get("result")},
+                ts_ms=now,
+                max_turns=self.topics.max_thread_turns,
+                base=self.thread_base,
+            )
+            records += thread_records(
+                self.topics.threads,
+                self.topics.partition,
+                writes,
+                max_bytes=self.max_record_bytes,
+            )
+            self.thread_writes = writes
         # The key's record names the turn that took the key; a duplicate only points at it.
         if self.request.idempotency_key and code != ErrorCode.DUPLICATE_RUN:
             records.append(

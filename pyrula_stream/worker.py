@@ -46,6 +46,7 @@ from pyrula_stream.kafka.cache_store import KafkaCacheStore
 from pyrula_stream.kafka.config import is_connection_failure
 from pyrula_stream.kafka.consumers import ControlReader, RepliesReader, reader_consumer
 from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, TurnRecord
+from pyrula_stream.kafka.memory_store import KafkaMemory
 from pyrula_stream.kafka.offsets import ConsumedRecord, committed_offset, watermarks
 from pyrula_stream.kafka.table import PartitionedTable, SqliteView
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
@@ -65,6 +66,7 @@ from pyrula_stream.records import (
 )
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.subagents import Reply, cursor_record, parse_reply, reply_journal_record
+from pyrula_stream.threads import PartitionThreads
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 from pyrula_stream.turn import TurnRuntime, TurnTopics
 from pyrula_stream.versions import known_versions, missing_version
@@ -157,6 +159,7 @@ class KafkaWorker:
         self._session: _Session | None = None
         self._executor: TurnExecutor | None = None
         self._cache: CacheStore = InProcessCacheStore()
+        self._memory: KafkaMemory | None = None
         self._parts: dict[int, PartitionState] = {}
         self._running: dict[str, _Running] = {}
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
@@ -168,6 +171,7 @@ class KafkaWorker:
         self._joined = asyncio.Event()
         self._callback_error: Exception | None = None
         self._journal_table = PartitionedTable(self.topics.journal)
+        self._threads_table = PartitionedTable(self.topics.threads)
         self._state_dir: Path | None = None  # created by run(): options.state_dir or a temp dir
         self._next_expiry = 0.0
 
@@ -306,6 +310,15 @@ class KafkaWorker:
                 )
                 await asyncio.to_thread(shared.start)
                 self._cache = shared
+            if self.options.memory_backend is None:
+                assert self._state_dir is not None, "run() sets the state dir"
+                self._memory = KafkaMemory(
+                    self.bootstrap_servers,
+                    state_dir=self._state_dir,
+                    client_id=f"{self.worker_id}-memory",
+                    prefix=self.agent.prefix,
+                )
+                await asyncio.to_thread(self._memory.start)
             async with httpx.AsyncClient() as http, MCPPool(self.agent.mcp_servers) as mcp:
                 self._executor = TurnExecutor(
                     self.agent,
@@ -318,6 +331,7 @@ class KafkaWorker:
                     topic_exists=self._topic_exists,
                     mcp_pool=mcp,
                     load_recording=self._load_recording,
+                    memory=self.options.memory_backend or self._memory,
                 )
                 while not self._stop_requested:
                     try:
@@ -330,6 +344,9 @@ class KafkaWorker:
             if isinstance(self._cache, KafkaCacheStore):
                 await asyncio.to_thread(self._cache.close)
                 self._cache = InProcessCacheStore()
+            if self._memory is not None:
+                await asyncio.to_thread(self._memory.close)
+                self._memory = None
 
     async def _topic_exists(self, topic: str) -> bool:
         """Whether a sub-agent's turns topic exists (a found topic is remembered)."""
@@ -497,10 +514,16 @@ class KafkaWorker:
             self._state_dir / self._table_file(str(partition)),
         )
         self.restored_records += journal.records_read
+        threads = PartitionThreads()
+        self.restored_records += threads.restore(
+            self._threads_table.restore(session.restorer, partition)
+        )
         _, end = watermarks(session.restorer, self.topics.turns, partition)
         committed = committed_offset(session.consumer.client, self.topics.turns, partition)
         self.metrics.restored(time.monotonic() - started, journal.records_read)
-        return PartitionState(partition, journal, restored_end=end, restored_committed=committed)
+        return PartitionState(
+            partition, journal, restored_end=end, restored_committed=committed, threads=threads
+        )
 
     def _table_file(self, partition: str) -> str:
         """The file of a partition's idempotency keys: one per group, worker and partition."""
@@ -716,6 +739,8 @@ class KafkaWorker:
                 self.agent.event_routing,
                 partition,
                 history=self.topics.history if self.agent.keep_history else None,
+                threads=self.topics.threads,
+                max_thread_turns=self.agent.max_thread_turns,
             ),
             output=self.committer,
             journal=journal,
@@ -725,6 +750,9 @@ class KafkaWorker:
             max_event_payload_bytes=limits.max_event_payload_bytes,
             telemetry=self.telemetry.for_turn(request, partition, journal.steps, trace),
         )
+        ps = self._parts.get(partition)
+        if request.thread_id is not None and ps is not None:
+            runtime.thread = ps.threads.handle(request.thread_id)
         cancel = self._cancels.get(request.turn_id)
         if cancel is not None:
             runtime.cancel_reason = cancel[1]
@@ -778,6 +806,8 @@ class KafkaWorker:
         ps = self._parts.get(runtime.topics.partition)
         if ps is None:
             return
+        for key, value in runtime.thread_writes:  # committed with the terminal event
+            ps.threads.apply(key, value)
         ps.turn_finished(runtime.request, queued.offset, int(time.time() * 1000))
         self.turns_finished += 1
         self._release(ps, queued)

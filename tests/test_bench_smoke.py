@@ -24,6 +24,8 @@ NUMBER_KEYS = (
     "journal_linear_r2",
     "live_journal_bytes_per_finished_turn",
     "restore_live_entries",
+    "thread_restore_threads_per_s",
+    "memory_visible_ms_p50",
     "soak_turns",
     "telemetry_turns_per_s_off",
     "telemetry_turns_per_s_on",

@@ -211,3 +211,29 @@ def test_model_call_and_effect_checks_split_repeats_at_the_journal_commit(
     assert f.counts["duplicate_effects"] == 1
     assert f.counts["repeated_tool_after_journal"] == 1
     assert f.counts["repeated_tool_before_commit"] == 1
+
+
+def _thread_record(thread: str, n: int, turn: str, offset: int) -> verify.Record:
+    turn_json = {"n": n, "turn_id": turn, "messages": [], "outcome": {}, "ts_ms": 0}
+    return verify.Record(0, offset, f"{thread}/{n}", json.dumps(turn_json).encode(), {}, 0)
+
+
+def test_thread_checks_count_missing_doubled_and_out_of_order() -> None:
+    a, b, c, d = ("a" * 32, "b" * 32, "c" * 32, "d" * 32)
+    events = [_event_record(t, 0, "run:complete", i) for i, t in enumerate((a, b, c, d))]
+    threads = {"t1": [a, b], "t2": [c, d]}
+    records = [
+        _thread_record("t1", 1, a, 0),
+        _thread_record("t1", 2, a, 1),  # a doubled, b missing
+        _thread_record("t2", 1, d, 2),
+        _thread_record("t2", 2, c, 3),  # out of submission order
+    ]
+    f = verify.Findings()
+    verify.check_threads(threads, events, records, f)
+    assert f.counts["thread_turns_doubled"] == 1
+    assert f.counts["thread_turns_missing"] == 1
+    assert f.counts["thread_turns_out_of_order"] == 1
+    clean = verify.Findings()
+    good = [_thread_record("t1", 1, a, 0), _thread_record("t1", 2, b, 1)]
+    verify.check_threads({"t1": [a, b]}, events, good, clean)
+    assert clean.counts["thread_turns_missing"] == clean.counts["thread_turns_doubled"] == 0

@@ -35,6 +35,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     rs = results.get("restore", [])
     soak = results.get("soak", {})
     tel = results.get("telemetry", {})
+    th = results.get("threads", {})
     largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
     sub = results.get("subagents", {})
     return {
@@ -53,6 +54,8 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "journal_linear_r2": jr.get("linear_r2"),
         "live_journal_bytes_per_finished_turn": jr.get("live_bytes_per_finished_turn"),
         "restore_live_entries": largest.get("live_entries"),
+        "thread_restore_threads_per_s": th.get("thread_restore_threads_per_s"),
+        "memory_visible_ms_p50": th.get("memory_visible_ms_p50"),
         "rss_bytes_per_finished_turn": soak.get("rss_bytes_per_finished_turn"),
         "soak_turns": soak.get("turns"),
         "telemetry_turns_per_s_off": tel.get("turns_per_s_off"),
@@ -92,6 +95,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
     rs = results.get("restore")
     soak = results.get("soak")
     sub = results.get("subagents")
+    th = results.get("threads")
     out: list[tuple[str, str, str]] = []
     if tp:
         n = len(tp["framework_runs"])
@@ -160,6 +164,19 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             (
                 f"call_agent round trip, model-free child, p50 / p99 (ms, {sub['round_trips']})",
                 _fmt(sub["call_round_trip_p50_ms"]) + " / " + _fmt(sub["call_round_trip_p99_ms"]),
+                "",
+            ),
+        ]
+    if th:
+        out += [
+            (
+                f"restore {th['threads']:,} threads of {th['turns_per_thread']} turns: threads/s",
+                _fmt(th["thread_restore_threads_per_s"]),
+                "",
+            ),
+            (
+                "memory write visible on another worker, p50 / p99 (ms)",
+                _fmt(th["memory_visible_ms_p50"]) + " / " + _fmt(th["memory_visible_ms_p99"]),
                 "",
             ),
         ]

@@ -27,6 +27,7 @@ from pyrula_stream.bench.soak import run_soak
 from pyrula_stream.bench.stats import median
 from pyrula_stream.bench.subagents import run_subagents
 from pyrula_stream.bench.telemetry import run_telemetry_cost
+from pyrula_stream.bench.threads import run_threads
 from pyrula_stream.bench.workload import QUESTION
 
 PHASES = (
@@ -35,6 +36,7 @@ PHASES = (
     "concurrency",
     "journal",
     "restore",
+    "threads",
     "soak",
     "subagents",
     "telemetry",
@@ -61,6 +63,9 @@ class BenchConfig:
     journal_turns: int = 50
     restore_sizes: tuple[int, ...] = (10_000, 100_000)
     restore_repeats: int = 3
+    thread_restore_threads: int = 10_000
+    thread_turns: int = 5
+    memory_samples: int = 100
     soak_turns: int = 200_000
     soak_warmup: int = 5_000
     parked_turns: int = 2000
@@ -83,6 +88,9 @@ class BenchConfig:
             "journal_turns": 2,
             "restore_sizes": (200, 1000),
             "restore_repeats": 1,
+            "thread_restore_threads": 200,
+            "thread_turns": 3,
+            "memory_samples": 10,
             "soak_turns": 1000,
             "soak_warmup": 200,
             "parked_turns": 100,
@@ -236,6 +244,18 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             bootstrap,
             sizes=config.restore_sizes,
             repeats=config.restore_repeats,
+            keep_topics=config.keep_topics,
+        )
+    if "threads" in config.phases:
+        progress(
+            f"threads: restore {config.thread_restore_threads} threads of "
+            f"{config.thread_turns} turns; memory visibility x {config.memory_samples}"
+        )
+        results["threads"] = await run_threads(
+            bootstrap,
+            threads=config.thread_restore_threads,
+            turns=config.thread_turns,
+            memory_samples=config.memory_samples,
             keep_topics=config.keep_topics,
         )
     if "soak" in config.phases:

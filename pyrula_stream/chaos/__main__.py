@@ -15,7 +15,13 @@ import signal
 import sys
 from typing import Any
 
-from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, ChaosResult, run_chaos
+from pyrula_stream.chaos.harness import (
+    GATE_KEYS,
+    THREAD_GATE_KEYS,
+    ChaosConfig,
+    ChaosResult,
+    run_chaos,
+)
 from pyrula_stream.chaos.verify import SUBAGENT_KEYS
 from pyrula_stream.errors import PyrulaError
 
@@ -30,6 +36,8 @@ HEADLINE = (
     "repeated_llm_after_journal",
     "repeated_llm_before_commit",
     "duplicate_effects",
+    "thread_turns_missing",
+    "thread_turns_doubled",
     "seconds",
 )
 EXPLAIN = {
@@ -58,6 +66,9 @@ EXPLAIN = {
     "child_turns_doubled": "sub-agent calls that ran more than one child turn (--subagents)",
     "replies_lost": "child outcomes that never reached their parent (--subagents)",
     "replies_doubled": "child outcomes taken or written more than once (--subagents)",
+    "thread_turns_missing": "completed turns missing from their thread (--threads)",
+    "thread_turns_doubled": "turns recorded more than once in their thread (--threads)",
+    "thread_turns_out_of_order": "threads whose turns are not in submission order",
 }
 
 
@@ -82,7 +93,7 @@ def summary(result: ChaosResult) -> str:
         )
     for key, text in EXPLAIN.items():
         n = c.get(key, 0)
-        gated = key in GATE_KEYS or key in SUBAGENT_KEYS
+        gated = key in GATE_KEYS or key in SUBAGENT_KEYS or key in THREAD_GATE_KEYS
         mark = "FAIL" if gated and n else ("note" if n else " ok ")
         lines.append(f"[{mark}] {key:<28} {n:>5}  {text}")
         for example in result.examples.get(key, [])[:3]:
@@ -141,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         help="workers use static membership (group.instance.id = worker id)",
     )
     p.add_argument("--group-protocol", default="classic", choices=["classic", "consumer"])
+    p.add_argument(
+        "--threads",
+        action="store_true",
+        help="spread the turns over threads of --turns-per-thread turns and check each thread",
+    )
+    p.add_argument("--turns-per-thread", type=int, default=5)
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
@@ -166,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
         fast_takeover=args.fast_takeover,
         group_protocol=args.group_protocol,
+        turns_per_thread=args.turns_per_thread if args.threads else 0,
         run_dir=args.run_dir,
         keep_run_dir=args.keep,
         subagents=args.subagents,

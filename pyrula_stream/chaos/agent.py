@@ -82,8 +82,10 @@ async def chaos_child(ctx: AgentContext, parent: str, i: int) -> dict[str, Any]:
     timeout=300.0,
 )
 async def chaos(ctx: AgentContext, n: int) -> dict[str, Any]:
+    # history=False: the model server reads the turn from the request; the thread still
+    # records each turn's messages (what `--threads` checks).
     answer = await ctx.llm.run(
-        [{"role": "user", "content": prompt_for(ctx.turn_id, n)}], system=SYSTEM
+        [{"role": "user", "content": prompt_for(ctx.turn_id, n)}], system=SYSTEM, history=False
     )
     if os.environ.get(SUBAGENTS_ENV) != "1":
         return {"turn": ctx.turn_id, "n": n, "answer": answer}

@@ -54,6 +54,8 @@ GATE_KEYS = (
     "repeated_llm_after_journal",
     "duplicate_effects",
 )
+THREAD_GATE_KEYS = ("thread_turns_missing", "thread_turns_doubled")
+"""Gated too when the run spreads its turns over threads (``--threads``)."""
 
 
 @dataclass
@@ -76,6 +78,8 @@ class ChaosConfig:
     fast_takeover: bool = False
     """Workers use static membership: a restarted worker gets its partitions back at once."""
     group_protocol: str = "classic"
+    turns_per_thread: int = 0
+    """``--threads``: turns spread over threads of about this many turns (0: no threads)."""
     run_dir: str | None = None
     keep_run_dir: bool = False
     log: Callable[[str], None] = print
@@ -94,8 +98,9 @@ class ChaosResult:
 
     @property
     def ok(self) -> bool:
-        gated = all(self.counts.get(k, 1) == 0 for k in GATE_KEYS)
-        return gated and all(self.counts.get(k, 0) == 0 for k in verify.SUBAGENT_KEYS)
+        gated = GATE_KEYS + (THREAD_GATE_KEYS if "thread_turns_missing" in self.counts else ())
+        subagents_ok = all(self.counts.get(k, 0) == 0 for k in verify.SUBAGENT_KEYS)
+        return subagents_ok and all(self.counts.get(k, 1) == 0 for k in gated)
 
 
 class EventMonitor(threading.Thread):
@@ -138,19 +143,30 @@ class EventMonitor(threading.Thread):
 
 
 async def submit_all(
-    bootstrap: str, agent: str, turns: int, rate: float, submitted: list[str]
+    bootstrap: str,
+    agent: str,
+    turns: int,
+    rate: float,
+    submitted: list[str],
+    threads: dict[str, list[str]] | None = None,
+    per_thread: int = 0,
 ) -> None:
-    """Submit ``turns`` turns with ``KafkaAgentClient`` at ``rate`` per second.
+    """Submit ``turns`` turns with ``KafkaAgentClient`` at ``rate`` per second; with
+    ``per_thread``, round-robin over ``turns / per_thread`` threads (in ``threads``).
 
     The timeout outlasts a broker restart: a submit waits for the broker to come back.
     """
+    count = max(1, -(-turns // per_thread)) if per_thread else 0
     async with KafkaAgentClient(bootstrap, prefix=DEFAULT_PREFIX, timeout=120.0) as client:
         start = time.monotonic()
         for i in range(turns):
             delay = start + i / rate - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            handle = await client.submit(agent, n=i)
+            thread_id = f"thread-{i % count}" if count else None
+            handle = await client.submit(agent, n=i, thread_id=thread_id)
+            if thread_id is not None and threads is not None:
+                threads.setdefault(thread_id, []).append(handle.turn_id)
             submitted.append(handle.turn_id)
 
 
@@ -200,6 +216,7 @@ class _Run:
         self.effects = run_dir / "effects.jsonl"
         self.run_dir = run_dir
         self.submitted: list[str] = []
+        self.threads: dict[str, list[str]] = {}
         self.crashes: list[str] = []
         self.stop_codes: dict[str, int | None] = {}
         self.lock = threading.Lock()
@@ -222,7 +239,15 @@ class _Run:
         def submitter() -> None:
             try:
                 asyncio.run(
-                    submit_all(self.bootstrap, self.agent, cfg.turns, cfg.rate, self.submitted)
+                    submit_all(
+                        self.bootstrap,
+                        self.agent,
+                        cfg.turns,
+                        cfg.rate,
+                        self.submitted,
+                        self.threads,
+                        cfg.turns_per_thread,
+                    )
                 )
             except BaseException as exc:
                 errors.append(exc)
@@ -290,7 +315,11 @@ class _Run:
     def check(self) -> verify.Findings:
         f = verify.Findings()
         ids = self.submitted
-        verify.check_events(ids, read_topic(self.bootstrap, self.topics.events), f)
+        events = read_topic(self.bootstrap, self.topics.events)
+        verify.check_events(ids, events, f)
+        if self.cfg.turns_per_thread:
+            threads = read_topic(self.bootstrap, self.topics.threads)
+            verify.check_threads(self.threads, events, threads, f)
         journal = read_topic(self.bootstrap, self.topics.journal)
         view = verify.check_journal(ids, journal, f)
         verify.check_model_calls(ids, verify.read_jsonl(str(self.calls)), view, f)

@@ -25,6 +25,7 @@ from pyrula_stream.chaos.model_server import answer_for
 from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.serde import JournalEntry
+from pyrula_stream.threads import decode_thread
 
 Record = ConsumedRecord
 
@@ -58,6 +59,33 @@ class Findings:
     def zero(self, *names: str) -> None:
         for name in names:
             self.counts.setdefault(name, 0)
+
+
+def check_threads(
+    threads: dict[str, list[str]], events: list[Record], records: list[Record], f: Findings
+) -> None:
+    """Every completed turn of a thread is in its thread once, in submission order."""
+    f.zero("thread_turns_missing", "thread_turns_doubled", "thread_turns_out_of_order")
+    completed = set()
+    for rec in events:
+        if rec.value is not None:
+            event = decode_event(rec.value, rec.headers)
+            if event.type == EventType.RUN_COMPLETE:
+                completed.add(event.turn_id)
+    by_thread: dict[str, list[tuple[str, bytes | None]]] = defaultdict(list)
+    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+        by_thread[rec.key.rpartition("/")[0]].append((rec.key, rec.value))
+    for thread_id, submitted in sorted(threads.items()):
+        recorded = [t.turn_id for t in decode_thread(thread_id, by_thread[thread_id]).turns]
+        doubled = len(recorded) - len(set(recorded))
+        if doubled:
+            f.add("thread_turns_doubled", doubled, example=f"{thread_id}: {recorded}")
+        for turn in submitted:
+            if turn in completed and turn not in recorded:
+                f.add("thread_turns_missing", example=f"{thread_id}: {turn}")
+        once = list(dict.fromkeys(recorded))  # a doubled turn is counted above, not here
+        if once != [t for t in submitted if t in set(recorded)]:
+            f.add("thread_turns_out_of_order", example=f"{thread_id}: {recorded}")
 
 
 def check_events(turn_ids: Iterable[str], records: list[Record], f: Findings) -> None:

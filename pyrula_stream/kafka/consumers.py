@@ -114,6 +114,27 @@ class ControlReader:
         self._consumer.close()
 
 
+def read_key_partition(
+    bootstrap_servers: str, topic: str, key: str, *, client_id: str, timeout_s: float = 120.0
+) -> list[tuple[str, bytes | None]]:
+    """Every committed ``(key, value)`` of the (murmur2) partition of ``key``, in order,
+    tombstones included (a thread's records share its turns' partition)."""
+    from pyrula_stream.kafka.partitioner import partition_for
+
+    consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None or not md.partitions:
+            return []
+        partition = partition_for(key.encode(), len(md.partitions))
+        return [
+            (record.key, record.value)
+            for record in read_partition_to_end(consumer, topic, partition, timeout_s=timeout_s)
+        ]
+    finally:
+        consumer.close()
+
+
 def read_key(
     bootstrap_servers: str, topic: str, key: str, *, client_id: str, timeout_s: float = 120.0
 ) -> list[bytes]:

@@ -1,0 +1,170 @@
+"""``KafkaMemory``: agent memory in the compacted ``<prefix>.memory`` topic.
+
+A global table (``GlobalTable``): every worker reads the whole topic at start into a
+``SqliteMemory`` (FTS5 for ``search``) and then follows it, so a write committed on one
+worker is visible on every other once its reader catches up. Inside a turn, writes ride
+the turn's transaction (``record``); ``put``/``delete`` called outside a turn write one
+record each, idempotently, and wait for the broker.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import KafkaError
+
+from pyrula_stream.errors import BrokerUnavailableError
+from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, apply_topics
+from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.kafka.table import GlobalTable, TableWriter
+from pyrula_stream.memory import (
+    DEFAULT_MAX_MEMORY_VALUE_BYTES,
+    MemoryItem,
+    MemoryItems,
+    MemorySource,
+    SqliteMemory,
+    check_namespace,
+    encode_item,
+    record_key,
+)
+from pyrula_stream.records import JSON_CONTENT_TYPE, OutRecord
+
+__all__ = ["KafkaMemory", "memory_topic_spec"]
+
+DEFAULT_MEMORY_PARTITIONS = 3
+
+
+def memory_topic_spec(
+    *, prefix: str = DEFAULT_PREFIX, partitions: int = DEFAULT_MEMORY_PARTITIONS
+) -> TopicSpec:
+    """The memory topic, read from the declarative spec shipped with the package."""
+    text = resources.files("pyrula_stream").joinpath("topics/memory.yaml").read_text()
+    raw = yaml.safe_load(text)["topics"][0]
+    fill = {"prefix": prefix, "partitions": str(partitions)}
+    return TopicSpec(
+        name=str(raw["name"]).format(**fill),
+        partitions=int(str(raw["partitions"]).format(**fill)),
+        config={k: str(v).format(**fill) for k, v in (raw.get("config") or {}).items()},
+    )
+
+
+class KafkaMemory:
+    """A ``MemoryBackend`` over ``<prefix>.memory``, materialized in a local SQLite file."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        state_dir: Path,
+        client_id: str,
+        prefix: str = DEFAULT_PREFIX,
+        max_value_bytes: int = DEFAULT_MAX_MEMORY_VALUE_BYTES,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.spec = memory_topic_spec(prefix=prefix)
+        self.topic = self.spec.name
+        self.client_id = client_id
+        self.max_value_bytes = max_value_bytes
+        self._timeout_s = timeout_s
+        self.view = SqliteMemory(state_dir / f"{client_id}.memory.sqlite")
+        self._table = GlobalTable(
+            bootstrap_servers, self.topic, client_id=client_id, apply=self._apply
+        )
+        self._writer: TableWriter | None = None
+
+    def start(self) -> None:
+        """Create the topic if missing, read it to its end, then follow it (blocking)."""
+        apply_topics(self.bootstrap_servers, [self.spec], self._timeout_s)
+        self._table.start(timeout_s=self._timeout_s)
+
+    def close(self) -> None:
+        self._table.stop()
+        if self._writer is not None:
+            self._writer.close()
+        self.view.close()
+
+    def record(self, namespace: tuple[str, ...], key: str, item: MemoryItem | None) -> OutRecord:
+        """The write of one item (``None``: a tombstone), for the turn's transaction."""
+        value = None if item is None else encode_item(item, self.max_value_bytes)
+        rec = self._table.record(record_key(namespace, key), value)
+        rec.headers.append(JSON_CONTENT_TYPE)
+        return rec
+
+    def _apply(self, record: ConsumedRecord) -> None:
+        try:
+            namespace, key = json.loads(record.key)
+        except (ValueError, TypeError):
+            return  # not ours: ignored like any foreign record
+        item = None if record.value is None else MemoryItem.from_json(json.loads(record.value))
+        self.view.apply(tuple(namespace), key, item)
+
+    # -- MemoryBackend --------------------------------------------------------------------
+
+    def get(self, namespace: tuple[str, ...], key: str) -> MemoryItem | None:
+        self._check_reader()
+        return self.view.get(namespace, key)
+
+    def list(
+        self, namespace_prefix: tuple[str, ...], *, key_prefix: str = "", limit: int = 100
+    ) -> MemoryItems:
+        self._check_reader()
+        return self.view.list(namespace_prefix, key_prefix=key_prefix, limit=limit)
+
+    def search(
+        self, namespace_prefix: tuple[str, ...], query: str, *, limit: int = 10
+    ) -> MemoryItems:
+        self._check_reader()
+        return self.view.search(namespace_prefix, query, limit=limit)
+
+    def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: dict[str, Any],
+        *,
+        source: MemorySource,
+        written_by_run_id: str | None,
+    ) -> None:
+        check_namespace(namespace, key)
+        item = MemoryItem(namespace, key, value, source, written_by_run_id)
+        self._send(self.record(namespace, key, item))
+
+    def delete(self, namespace: tuple[str, ...], key: str) -> None:
+        check_namespace(namespace, key)
+        self._send(self.record(namespace, key, None))
+
+    def _check_reader(self) -> None:
+        if self._table.failure is not None:
+            raise BrokerUnavailableError(
+                f"the reader of {self.topic} stopped ({self._table.failure}); restart the worker"
+            )
+
+    def _send(self, record: OutRecord) -> None:
+        """One write outside a turn: produce it and wait for the broker's acknowledgement."""
+        if self._writer is None:
+            self._writer = TableWriter(
+                self.bootstrap_servers,
+                client_id=f"{self.client_id}-writer",
+                timeout_s=self._timeout_s,
+                max_record_bytes=self.max_value_bytes + 64 * 1024,
+            )
+        done = threading.Event()
+        failure: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                failure.append(err)
+            done.set()
+
+        self._writer.produce_nowait(record, on_delivery)
+        if not done.wait(self._timeout_s) or failure:
+            raise BrokerUnavailableError(
+                f"writing {record.key.decode()} to {self.topic} failed: "
+                f"{failure[0].str() if failure else 'no answer'}"
+            )
