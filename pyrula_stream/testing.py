@@ -96,6 +96,19 @@ async def running_worker(
         yield worker
 
 
+async def agent_topics_ready(
+    bootstrap_servers: str, agent: str, *, prefix: str = "pyrula", timeout_s: float = 120.0
+) -> None:
+    """Wait until a worker started elsewhere (a subprocess) has created the agent's turns
+    topic: a submit before that is refused with ``UnknownTopicError``."""
+    from pyrula_stream.kafka.admin import missing_topics
+
+    turns = f"{prefix}.{agent}.turns"
+    await wait_for(
+        lambda: not missing_topics(bootstrap_servers, [turns]), timeout_s, f"{turns} created"
+    )
+
+
 async def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
     """Poll ``predicate`` until true; raise ``TimeoutError`` naming ``what``."""
     deadline = asyncio.get_running_loop().time() + timeout_s

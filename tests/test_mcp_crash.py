@@ -12,7 +12,7 @@ from pathlib import Path
 from mcp import Client
 
 from pyrula_stream import Event, KafkaAgentClient
-from pyrula_stream.testing import unique_name
+from pyrula_stream.testing import agent_topics_ready, unique_name
 from tests.mcp_servers.processes import ROOT, OrderServer, sigkill
 
 
@@ -52,6 +52,7 @@ async def test_sigkill_after_the_mcp_calls_commit_does_not_call_it_again(
     first = start_worker(kafka_bootstrap_servers, env)
     second: subprocess.Popen[bytes] | None = None
     try:
+        await agent_topics_ready(kafka_bootstrap_servers, name)
         handle = await client.submit(name)
         seen: list[Event] = []
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pyrula_stream import Event, KafkaAgentClient
 from pyrula_stream.chaos.processes import Managed, child_env
-from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics, missing_topics
-from pyrula_stream.testing import read_topic, unique_name, wait_for
+from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+from pyrula_stream.testing import agent_topics_ready, read_topic, unique_name, wait_for
 
 ROOT = Path(__file__).parent.parent
 
@@ -33,12 +33,6 @@ def worker(
         proc.stop(10.0)
 
 
-async def topics_created(bootstrap: str, agent: str) -> None:
-    """A worker creates its agent's topics as it starts; a submit before that is refused."""
-    turns = f"pyrula.{agent}.turns"
-    await wait_for(lambda: not missing_topics(bootstrap, [turns]), 120, f"{turns} created")
-
-
 async def stream(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
     async def read() -> list[Event]:
         return [e async for e in client.stream(agent, turn_id)]
@@ -56,7 +50,7 @@ async def test_parent_and_child_run_in_their_own_worker_processes(
         worker(tmp_path, kafka_bootstrap_servers, env, "refunds-1", "tests.agents.mesh:refunds"),
         worker(tmp_path, kafka_bootstrap_servers, env, "triage-1", "tests.agents.mesh:triage"),
     ):
-        await topics_created(kafka_bootstrap_servers, env["MESH_TRIAGE"])
+        await agent_topics_ready(kafka_bootstrap_servers, env["MESH_TRIAGE"])
         handles = [
             await client.submit(env["MESH_TRIAGE"], order_id=str(i), cents=100 * i)
             for i in range(3)
@@ -81,7 +75,7 @@ async def test_a_durable_timer_fires_after_its_worker_was_killed(
     journal = f"pyrula.{agent}.journal"
     spec = "tests.agents.mesh:timer"
     with worker(tmp_path, kafka_bootstrap_servers, env, "timer-1", spec) as first:
-        await topics_created(kafka_bootstrap_servers, agent)
+        await agent_topics_ready(kafka_bootstrap_servers, agent)
         handle = await client.submit(agent, seconds=6.0)
         park_key = f"{handle.turn_id}/park".encode()
 
