@@ -52,10 +52,10 @@ from pyrula_stream.mcp.serve import build_mcp_server
 from pyrula_stream.memory import MemoryBackend, MemoryItem
 from pyrula_stream.mesh import MeshWorker
 from pyrula_stream.retry import RetryPolicy
+from pyrula_stream.runtime.worker import KafkaWorker, PoisonOptions, WorkerOptions
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tools import ToolContext, tool
-from pyrula_stream.worker import KafkaWorker, PoisonOptions, WorkerOptions
 
 __version__ = "0.1.0"
 

@@ -27,9 +27,10 @@ from pyrula_stream.errors import (
     UserError,
 )
 from pyrula_stream.events import SubagentResult, SubagentStart
-from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import AgentLimits, Spend, check_wall_time
 from pyrula_stream.lineage import Lineage
+from pyrula_stream.runtime.journal import fingerprint
+from pyrula_stream.runtime.turn import StepData, TurnRuntime
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.subagents import (
     CALL_KIND,
@@ -39,7 +40,6 @@ from pyrula_stream.subagents import (
     call_record,
     child_turn_id,
 )
-from pyrula_stream.turn import StepData, TurnRuntime
 
 
 def inherited_limits(limits: AgentLimits, lineage: Lineage | None) -> AgentLimits:

@@ -206,7 +206,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from pyrula_stream.observability import logs, tracing
-    from pyrula_stream.worker import WorkerOptions, run_worker
+    from pyrula_stream.runtime.worker import WorkerOptions, run_worker
 
     logs.configure(logging.INFO if args.verbose else logging.WARNING, args.log_format)
     agents = [load_agent(spec) for spec in args.agent]

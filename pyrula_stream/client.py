@@ -27,12 +27,12 @@ from pyrula_stream.branch import branch_metadata, check_from_step
 from pyrula_stream.errors import ConfigurationError, UnknownTopicError
 from pyrula_stream.event_reader import SharedEventReader
 from pyrula_stream.events import Event, EventType, decode_event
-from pyrula_stream.journal import PROGRESS, TERMINAL
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.kafka.consumers import read_key_partition, read_topic
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.records import ControlRequest, content_type_header
+from pyrula_stream.runtime.journal import PROGRESS, TERMINAL
 from pyrula_stream.serde import TurnRequest, decode_journal_entry, parse_journal_key
 from pyrula_stream.threads import THREAD_DELETE, ThreadHandle, decode_thread
 

@@ -23,11 +23,12 @@ from pyrula_stream.errors import (
     WriteToolBlocked,
 )
 from pyrula_stream.events import Status
-from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import check_wall_time
 from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
 from pyrula_stream.loop import ToolLoop, ToolResultBlock
 from pyrula_stream.memory import AgentMemory
+from pyrula_stream.runtime.journal import fingerprint
+from pyrula_stream.runtime.turn import StepData, TurnRuntime
 from pyrula_stream.subagents import TurnParked
 from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tool_calls import ToolCall, ToolCalls
@@ -37,7 +38,6 @@ from pyrula_stream.tools import (
     durable_boundary,
     encode_result,
 )
-from pyrula_stream.turn import StepData, TurnRuntime
 
 if TYPE_CHECKING:
     from pyrula_stream.serde import TurnRequest

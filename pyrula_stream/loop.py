@@ -1,6 +1,6 @@
 """The tool loop: model call, tool dispatch, unknown tools, limits, result truncation.
 
-Each model call and each tool call is a durable step of the turn (see ``turn.py``), so a
+Each model call and each tool call is a durable step of the turn (see ``runtime/turn.py``), so a
 replayed turn rebuilds the same conversation without calling the model or the tools again.
 """
 
@@ -23,7 +23,6 @@ from pyrula_stream.errors import (
     ToolRegistrationError,
 )
 from pyrula_stream.events import LlmComplete, LlmDelta
-from pyrula_stream.journal import model_call_fingerprint
 from pyrula_stream.limits import (
     AgentLimits,
     bill,
@@ -39,10 +38,11 @@ from pyrula_stream.llm.base import (
     ToolDefinition,
     ToolUseBlock,
 )
+from pyrula_stream.runtime.journal import model_call_fingerprint
+from pyrula_stream.runtime.turn import StepData, TurnRuntime
 from pyrula_stream.subagents import TurnParked
 from pyrula_stream.tool_calls import MAX_UNKNOWN_NAME, ToolCall, ToolCalls
 from pyrula_stream.tools import InvalidToolArguments, ToolCallable, check_bindable
-from pyrula_stream.turn import StepData, TurnRuntime
 
 if TYPE_CHECKING:
     from pyrula_stream.agent_calls import AgentCalls

@@ -19,7 +19,7 @@ from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.errors import ConfigurationError, UserError
 from pyrula_stream.health import start_health_server
 from pyrula_stream.options import WorkerOptions
-from pyrula_stream.worker import KafkaWorker
+from pyrula_stream.runtime.worker import KafkaWorker
 
 
 class MeshWorker:

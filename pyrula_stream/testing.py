@@ -23,7 +23,7 @@ from typing import Any
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.local_broker import start_local_broker
-from pyrula_stream.worker import KafkaWorker, WorkerOptions
+from pyrula_stream.runtime.worker import KafkaWorker, WorkerOptions
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 

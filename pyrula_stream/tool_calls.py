@@ -25,9 +25,10 @@ from pyrula_stream.errors import (
     WriteToolBlocked,
 )
 from pyrula_stream.events import Status, ToolResult, ToolStart
-from pyrula_stream.journal import fingerprint
 from pyrula_stream.limits import AgentLimits, check_wall_time
 from pyrula_stream.observability.metrics import UNKNOWN_TOOL
+from pyrula_stream.runtime.journal import fingerprint
+from pyrula_stream.runtime.turn import StepData, TurnRuntime
 from pyrula_stream.text import truncate_utf8
 from pyrula_stream.tools import (
     InvalidToolArguments,
@@ -36,7 +37,6 @@ from pyrula_stream.tools import (
     ToolOutcome,
     check_bindable,
 )
-from pyrula_stream.turn import StepData, TurnRuntime
 
 if TYPE_CHECKING:
     from pyrula_stream.tool_cache import CacheStore

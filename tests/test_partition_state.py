@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyrula_stream import serde
-from pyrula_stream.journal import IdempotencyKeys, PartitionJournal
 from pyrula_stream.kafka.table import SqliteView
-from pyrula_stream.partition import PartitionState
+from pyrula_stream.runtime.journal import IdempotencyKeys, PartitionJournal
+from pyrula_stream.runtime.partition import PartitionState
 from pyrula_stream.serde import JournalEntry, TurnRequest
 
 

@@ -23,8 +23,8 @@ from typing import Any
 from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import wait_for
-from pyrula_stream.worker import WorkerOptions
 
 MODEL_CALLS = 2
 

@@ -22,8 +22,8 @@ from pyrula_stream.bench.load import (
     turn_requests,
 )
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import wait_for
-from pyrula_stream.worker import WorkerOptions
 
 TurnRecords = list[tuple[str, bytes, bytes | None, Headers]]
 """One turn's output: ``("journal" | "events", key, value, headers)`` in write order."""

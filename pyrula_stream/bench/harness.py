@@ -19,8 +19,8 @@ from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.kafka.admin import TopicSpec, admin_client, apply_topics
 from pyrula_stream.kafka.consumers import reader_consumer
 from pyrula_stream.kafka.offsets import watermarks
+from pyrula_stream.runtime.worker import KafkaWorker, WorkerOptions
 from pyrula_stream.testing import running_worker
-from pyrula_stream.worker import KafkaWorker, WorkerOptions
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from pyrula_stream.bench.harness import (
 )
 from pyrula_stream.bench.load import CompletionReader, Record, Submitter
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import wait_for
-from pyrula_stream.worker import WorkerOptions
 
 CONCURRENCY = 200
 

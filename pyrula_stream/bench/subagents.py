@@ -24,8 +24,8 @@ from pyrula_stream.bench.stats import percentile
 from pyrula_stream.client import KafkaAgentClient
 from pyrula_stream.context import AgentContext
 from pyrula_stream.llm.fake import FakeLLM
+from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import wait_for
-from pyrula_stream.worker import WorkerOptions
 
 SLOTS = 50
 

@@ -28,7 +28,6 @@ from pyrula_stream.events import (
     TurnEvents,
 )
 from pyrula_stream.history import history_record
-from pyrula_stream.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
 from pyrula_stream.limits import Spend
 from pyrula_stream.observability.telemetry import TurnTelemetry
 from pyrula_stream.records import (
@@ -38,6 +37,7 @@ from pyrula_stream.records import (
     tombstone,
     wire_record,
 )
+from pyrula_stream.runtime.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
 from pyrula_stream.serde import JournalEntry, TurnRequest, TurnResult
 from pyrula_stream.subagents import Park, park_key, reply_key, reply_record
 from pyrula_stream.threads import ThreadHandle, closing_writes, thread_records

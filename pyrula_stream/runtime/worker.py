@@ -26,7 +26,6 @@ from typing import Any, Literal, Self
 import httpx
 
 from pyrula_stream.agent import KafkaAgent
-from pyrula_stream.committer import GroupCommitter
 from pyrula_stream.errors import (
     ConfigurationError,
     ErrorCode,
@@ -37,10 +36,8 @@ from pyrula_stream.errors import (
     UserError,
 )
 from pyrula_stream.events import RunError
-from pyrula_stream.execution import TurnExecutor
 from pyrula_stream.health import start_health_server
 from pyrula_stream.history import TurnRecording, load_recording
-from pyrula_stream.journal import IdempotencyKeys, PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics, broker_answers, missing_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
 from pyrula_stream.kafka.config import is_connection_failure
@@ -56,19 +53,22 @@ from pyrula_stream.observability import logs
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.observability.tracing import TraceCarrier
 from pyrula_stream.options import PoisonOptions, WorkerOptions
-from pyrula_stream.parking import ParkedTurns
-from pyrula_stream.partition import PartitionState, QueuedTurn
 from pyrula_stream.records import (
     ControlRequest,
     OutRecord,
     content_type_header,
     dead_letter_source,
 )
+from pyrula_stream.runtime.committer import GroupCommitter
+from pyrula_stream.runtime.execution import TurnExecutor
+from pyrula_stream.runtime.journal import IdempotencyKeys, PartitionJournal, TurnJournal
+from pyrula_stream.runtime.parking import ParkedTurns
+from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
+from pyrula_stream.runtime.turn import TurnRuntime, TurnTopics
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.subagents import Reply, cursor_record, parse_reply, reply_journal_record
 from pyrula_stream.threads import PartitionThreads
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
-from pyrula_stream.turn import TurnRuntime, TurnTopics
 from pyrula_stream.versions import known_versions, missing_version
 
 log = logging.getLogger(__name__)

@@ -34,13 +34,13 @@ from pyrula_stream.memory import AgentMemory, MemoryBackend
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.output import OutputSpec
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
+from pyrula_stream.runtime.turn import StepData, TurnRuntime
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.subagents import Park, TurnParked
 from pyrula_stream.threads import is_thread_delete
 from pyrula_stream.tool_cache import CacheStore
 from pyrula_stream.tool_calls import ToolCalls
 from pyrula_stream.tools import encode_result
-from pyrula_stream.turn import StepData, TurnRuntime
 from pyrula_stream.versions import body_for, known_versions, turn_version
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.partition import PartitionState, QueuedTurn
+from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
 from pyrula_stream.subagents import Park, Reply
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pyrula_stream.kafka.transactions import Offsets, TransactionAborted
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.records import OutRecord
-from pyrula_stream.turn import TurnRuntime
+from pyrula_stream.runtime.turn import TurnRuntime
 
 log = logging.getLogger(__name__)
 
