@@ -11,9 +11,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import ConfigurationError, PyrulaError
+
+if TYPE_CHECKING:
+    from pyrula_stream.kafka.config import KafkaSettings
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -39,13 +42,25 @@ def state_file() -> Path:
     return cache_root() / "broker.json"
 
 
+def kafka_config_from(args: argparse.Namespace) -> KafkaSettings:
+    """--kafka-config FILE, else the file in PYRULA_KAFKA_CONFIG, else no settings."""
+    from pyrula_stream.kafka.config import KafkaSettings, load_properties, resolve
+
+    path = getattr(args, "kafka_config", None)
+    return KafkaSettings(load_properties(path)) if path else resolve(None)
+
+
 def bootstrap_from(args: argparse.Namespace) -> str:
-    """--bootstrap-servers, else KAFKA_BOOTSTRAP_SERVERS, else the broker `broker start` ran."""
+    """--bootstrap-servers, else KAFKA_BOOTSTRAP_SERVERS, else the config file's
+    ``bootstrap.servers``, else the broker `broker start` ran."""
     if getattr(args, "bootstrap_servers", None):
         return str(args.bootstrap_servers)
     env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if env:
         return env
+    from_file = kafka_config_from(args).get("bootstrap.servers")
+    if from_file:
+        return str(from_file)
     if state_file().exists():
         return str(json.loads(state_file().read_text())["bootstrap_servers"])
     return DEFAULT_BOOTSTRAP
@@ -97,7 +112,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
     path = state_file()
     current = LocalBroker(**json.loads(path.read_text())) if path.exists() else None
     if args.action == "start":
-        if current and current.is_running() and broker_answers(current.bootstrap_servers):
+        if (
+            current
+            and current.is_running()
+            and broker_answers(current.bootstrap_servers, kafka_config={})
+        ):
             print(f"already running (pid {current.pid})")
             print(current.bootstrap_servers)
             return 0
@@ -120,7 +139,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     if current is None or not current.is_running():
         print("not running")
         return 1
-    answers = broker_answers(current.bootstrap_servers)
+    answers = broker_answers(current.bootstrap_servers, kafka_config={})
     print(
         f"{'running' if answers else 'not answering'} pid {current.pid} "
         f"at {current.bootstrap_servers}"
@@ -130,17 +149,44 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 def cmd_topics(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+    from pyrula_stream.kafka.cache_store import cache_topic_spec
 
     if ":" in args.agent:
         agent = load_agent(args.agent)
-        specs = agent.topic_specs()
+        specs, prefix = agent.topic_specs(), agent.prefix
     else:
         specs = agent_topic_specs(args.agent, prefix=args.prefix, partitions=args.partitions)
-    report = apply_topics(bootstrap_from(args), specs)
+        prefix = args.prefix
+    # The shared tool cache too, so workers without CREATE rights find every topic.
+    specs.append(cache_topic_spec(prefix=prefix))
+    report = apply_topics(bootstrap_from(args), specs, kafka_config=kafka_config_from(args))
     print(report.describe())
     if not report.ok:
         print("topics differ from the spec; nothing was changed", file=sys.stderr)
         return 2
+    return 0
+
+
+def cmd_acls(args: argparse.Namespace) -> int:
+    from pyrula_stream.kafka.acls import agent_acls, apply_acls, describe
+
+    if ":" in args.agent:
+        agent = load_agent(args.agent)
+        name, prefix = agent.name, agent.prefix
+        outputs = {t for topics in agent.output_topics.values() for t in topics}
+    else:
+        name, prefix, outputs = args.agent, args.prefix, set()
+    rules = agent_acls(
+        name,
+        prefix=prefix,
+        worker_principal=args.worker_principal,
+        client_principal=args.client_principal,
+        output_topics=outputs - {f"{prefix}.{name}.events"},
+    )
+    print(describe(rules))
+    if args.apply:
+        apply_acls(bootstrap_from(args), rules, kafka_config=kafka_config_from(args))
+        print(f"applied {len(rules)} ACLs")
     return 0
 
 
@@ -154,6 +200,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         health_port=args.health_port,
         processing_guarantee=args.processing_guarantee,
         shutdown_grace=args.shutdown_grace,
+        kafka_config=kafka_config_from(args),
     )
     run_worker(agent, bootstrap_from(args), options)
     return 0
@@ -165,7 +212,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     params = parse_params(args.params)
 
     async def main() -> int:
-        async with KafkaAgentClient(bootstrap_from(args), prefix=args.prefix) as client:
+        async with KafkaAgentClient(
+            bootstrap_from(args), prefix=args.prefix, kafka_config=kafka_config_from(args)
+        ) as client:
             handle = await client.submit(
                 args.agent, idempotency_key=args.idempotency_key, thread_id=args.thread, **params
             )
@@ -187,10 +236,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_tail(args: argparse.Namespace) -> int:
     from pyrula_stream import serde
     from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.kafka.consumers import reader_group_id
     from pyrula_stream.kafka.io import PartitionReader
 
     topic = AgentTopics.for_agent(args.agent, args.prefix).events
-    reader = PartitionReader(bootstrap_from(args), topic, client_id="pyrula-tail")
+    reader = PartitionReader(
+        bootstrap_from(args),
+        topic,
+        client_id="pyrula-tail",
+        kafka_config=kafka_config_from(args),
+        group_id=reader_group_id(args.prefix, args.agent),
+    )
     since = None if args.from_beginning else int(time.time() * 1000) - 1000
     if args.turn:
         reader.seek_key(args.turn.encode(), since)
@@ -224,6 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="default: $KAFKA_BOOTSTRAP_SERVERS, "
             "else the broker `broker start` ran, else 127.0.0.1:9092",
         )
+        p.add_argument(
+            "--kafka-config",
+            metavar="FILE",
+            help="librdkafka client properties (key=value, # comments) for every client: "
+            "security.protocol, sasl.*, ssl.*, client.id; default: $PYRULA_KAFKA_CONFIG",
+        )
         p.add_argument("--prefix", default="pyrula")
         return p
 
@@ -237,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("agent", help="AGENT name, or MODULE:AGENT to use its partitions/prefix")
     t.add_argument("--partitions", type=int, default=6)
     t.set_defaults(func=cmd_topics)
+
+    a = with_bootstrap(sub.add_parser("acls", help="print (and --apply) an agent's least ACLs"))
+    a.add_argument("agent", help="MODULE:AGENT (its prefix and output topics), or AGENT")
+    a.add_argument("--worker-principal", required=True, help="e.g. User:worker")
+    a.add_argument("--client-principal", default=None, help="e.g. User:client")
+    a.add_argument("--apply", action="store_true", help="create them with the admin API")
+    a.set_defaults(func=cmd_acls)
 
     w = with_bootstrap(sub.add_parser("worker", help="run an agent's turns"))
     w.add_argument("agent", help="MODULE:AGENT")

@@ -11,7 +11,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,8 @@ from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
+from pyrula_stream.kafka.config import KafkaSettings, resolve
+from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.io import PartitionReader, RecordProducer
 from pyrula_stream.serde import Event, TurnRequest
 
@@ -46,13 +48,25 @@ def turn_id_for(idempotency_key: str | None) -> str:
 
 
 class KafkaAgentClient:
-    """Async client for agents served by ``pyrula-stream worker``. Use as ``async with``."""
+    """Async client for agents served by ``pyrula-stream worker``. Use as ``async with``.
 
-    def __init__(self, bootstrap_servers: str, *, prefix: str = DEFAULT_PREFIX) -> None:
+    ``kafka_config`` (librdkafka settings such as ``security.protocol`` and ``sasl.*``)
+    reaches the client's producer and readers; without it the file in
+    ``PYRULA_KAFKA_CONFIG`` is used.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        kafka_config: Mapping[str, Any] | None = None,
+    ) -> None:
         if not bootstrap_servers:
             raise ConfigurationError("bootstrap_servers is empty")
         self.bootstrap_servers = bootstrap_servers
         self.prefix = prefix
+        self.kafka_config: KafkaSettings = resolve(kafka_config)
         self._producer: RecordProducer | None = None
 
     async def __aenter__(self) -> KafkaAgentClient:
@@ -71,7 +85,7 @@ class KafkaAgentClient:
 
     def _get_producer(self) -> RecordProducer:
         if self._producer is None:
-            self._producer = RecordProducer(self.bootstrap_servers)
+            self._producer = RecordProducer(self.bootstrap_servers, kafka_config=self.kafka_config)
         return self._producer
 
     async def submit(
@@ -127,6 +141,8 @@ class KafkaAgentClient:
             self.bootstrap_servers,
             self._topics(agent).events,
             client_id=f"pyrula-client-{uuid.uuid4().hex[:8]}",
+            kafka_config=self.kafka_config,
+            group_id=reader_group_id(self.prefix, agent),
         )
         try:
             await asyncio.to_thread(reader.seek_key, turn_id.encode(), since_ms)

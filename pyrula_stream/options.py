@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from pyrula_stream.kafka.config import KafkaSettings, resolve
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,10 @@ class WorkerOptions:
     ``turn_id`` + ``seq``). ``commit_interval_s`` caps how often a commit starts (0: as
     soon as the previous one ends). ``worker_id`` makes the transactional id stable across
     restarts, so a restarted worker aborts its predecessor's open transaction at once.
+    ``kafka_config`` (librdkafka settings: ``security.protocol``, ``sasl.*``, ``ssl.*``,
+    ``client.id``, ...) reaches every client the worker creates; without it the file in
+    ``PYRULA_KAFKA_CONFIG`` is used. ``consumer_config``/``producer_config`` apply last, to
+    the group consumer and the transactional producer only.
     """
 
     max_concurrent_turns: int = 50
@@ -43,5 +50,12 @@ class WorkerOptions:
     max_record_bytes: int = 1_000_000
     apply_topics: bool = True
     shared_tool_cache: bool = True
-    consumer_config: dict[str, Any] = field(default_factory=dict)
-    producer_config: dict[str, Any] = field(default_factory=dict)
+    consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+    kafka_config: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Resolved once, so every client sees the same settings, and a repr hides secrets.
+        object.__setattr__(self, "kafka_config", resolve(self.kafka_config))
+        for name in ("consumer_config", "producer_config"):
+            object.__setattr__(self, name, KafkaSettings(getattr(self, name)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -39,6 +40,7 @@ from pyrula_stream.kafka.consumers import (
     group_consumer,
     read_partition_to_end,
     reader_consumer,
+    reader_group_id,
 )
 from pyrula_stream.kafka.transactions import BatchWriter, Offsets, ProducerFenced
 from pyrula_stream.llm.fake import FakeLLM
@@ -113,7 +115,12 @@ class KafkaWorker:
         """Run until ``stop()``; recreates the clients after a fatal (fenced) error."""
         if self.options.apply_topics:
             report = await asyncio.to_thread(
-                apply_topics, self.bootstrap_servers, self.agent.topic_specs()
+                functools.partial(
+                    apply_topics,
+                    self.bootstrap_servers,
+                    self.agent.topic_specs(),
+                    kafka_config=self.options.kafka_config,
+                )
             )
             if not report.ok:
                 raise TopicDriftError(
@@ -126,6 +133,7 @@ class KafkaWorker:
                 self.bootstrap_servers,
                 prefix=self.agent.prefix,
                 client_id=f"{self.worker_id}-cache",
+                kafka_config=self.options.kafka_config,
             )
             await asyncio.to_thread(shared.start)
             self._cache = shared
@@ -160,6 +168,7 @@ class KafkaWorker:
             transactional_id=f"{self.agent.prefix}.{self.agent.name}.{self.worker_id}",
             exactly_once=exactly_once,
             extra=self.options.producer_config,
+            kafka_config=self.options.kafka_config,
         )
         await asyncio.to_thread(self._writer.start)
         self._consumer = group_consumer(
@@ -168,13 +177,20 @@ class KafkaWorker:
             client_id=self.worker_id,
             exactly_once=exactly_once,
             extra=self.options.consumer_config,
+            kafka_config=self.options.kafka_config,
         )
         self._group_metadata = self._consumer.consumer_group_metadata()
         self._restorer = reader_consumer(
-            self.bootstrap_servers, client_id=f"{self.worker_id}-restore"
+            self.bootstrap_servers,
+            client_id=f"{self.worker_id}-restore",
+            kafka_config=self.options.kafka_config,
+            group_id=reader_group_id(self.agent.prefix, self.agent.name),
         )
         self._control = reader_consumer(
-            self.bootstrap_servers, client_id=f"{self.worker_id}-control"
+            self.bootstrap_servers,
+            client_id=f"{self.worker_id}-control",
+            kafka_config=self.options.kafka_config,
+            group_id=reader_group_id(self.agent.prefix, self.agent.name),
         )
         assign_from_beginning(self._control, self.topics.control)
         self.committer = GroupCommitter(

@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from pyrula_stream.bench.framework import TurnRecords
 from pyrula_stream.bench.harness import PREFIX, create_topics, drop_topics, unique
 from pyrula_stream.bench.load import CompletionReader, Record, Submitter
 from pyrula_stream.kafka.admin import agent_topic_specs
-from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.config import base_config, new_consumer, new_producer
 from pyrula_stream.kafka.partitioner import PARTITIONER
 
 
@@ -67,7 +67,7 @@ class FloorProcessor:
         self.assigned = threading.Event()
         self._stop = threading.Event()
         self._owned: set[int] = set()
-        self._consumer = Consumer(
+        self._consumer = new_consumer(
             base_config(
                 bootstrap,
                 **{
@@ -80,7 +80,7 @@ class FloorProcessor:
                 },
             )
         )
-        self._producer = Producer(
+        self._producer = new_producer(
             base_config(
                 bootstrap,
                 **{

@@ -15,10 +15,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from pyrula_stream import serde
-from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.config import base_config, new_consumer, new_producer
 from pyrula_stream.kafka.partitioner import PARTITIONER
 from pyrula_stream.serde import EventType, TurnRequest
 
@@ -65,7 +65,7 @@ class Submitter:
     """An idempotent producer that writes many turn requests without a flush per record."""
 
     def __init__(self, bootstrap_servers: str) -> None:
-        self._producer = Producer(
+        self._producer = new_producer(
             base_config(
                 bootstrap_servers,
                 **{
@@ -135,7 +135,7 @@ class CompletionReader:
         self.last_done = 0.0
         self.failure: str | None = None
         self._stop = threading.Event()
-        self._consumer = Consumer(
+        self._consumer = new_consumer(
             base_config(
                 bootstrap_servers,
                 **{

@@ -6,6 +6,8 @@ person decides, because repartitioning a co-partitioned journal would lose turns
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -18,7 +20,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     NewTopic,
 )
 
-from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.config import (
+    authorization_error,
+    client_config,
+    is_authorization_failure,
+    new_admin,
+)
 
 DEFAULT_PREFIX = "pyrula"
 DEFAULT_PARTITIONS = 6
@@ -65,25 +72,51 @@ def agent_topic_specs(
     ]
 
 
-def admin_client(bootstrap_servers: str) -> AdminClient:
-    return AdminClient(base_config(bootstrap_servers))
+def admin_client(
+    bootstrap_servers: str, kafka_config: Mapping[str, Any] | None = None
+) -> AdminClient:
+    return new_admin(client_config(bootstrap_servers, kafka_config))
 
 
-def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
+def cluster_metadata(admin: AdminClient, timeout_s: float) -> Any:
+    """``list_topics`` in one-second tries, so refused credentials fail within a second or
+    two (``KafkaAuthenticationError`` from the client's error callback) instead of after
+    the whole timeout with a bare transport error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        except KafkaException:
+            admin.poll(0)
+            if time.monotonic() >= deadline:
+                raise
+
+
+def broker_answers(
+    bootstrap_servers: str,
+    timeout_s: float = 2.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> bool:
     """Whether the cluster answers a metadata request within the timeout."""
     try:
-        md = admin_client(bootstrap_servers).list_topics(timeout=timeout_s)
+        md = cluster_metadata(admin_client(bootstrap_servers, kafka_config), timeout_s)
     except KafkaException:
         return False
     return bool(md.brokers)
 
 
 def apply_topics(
-    bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30.0
+    bootstrap_servers: str,
+    specs: list[TopicSpec],
+    timeout_s: float = 30.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> ApplyReport:
     """Create what is missing, leave what matches, report every difference as drift."""
-    admin = admin_client(bootstrap_servers)
-    existing = admin.list_topics(timeout=timeout_s).topics
+    admin = admin_client(bootstrap_servers, kafka_config)
+    conf = client_config(bootstrap_servers, kafka_config)
+    existing = cluster_metadata(admin, timeout_s).topics
     report = ApplyReport()
     missing = [s for s in specs if s.name not in existing]
     if missing:
@@ -99,12 +132,15 @@ def apply_topics(
                 fut.result()
                 report.created.append(name)
             except KafkaException as exc:
+                err = exc.args[0]
+                if is_authorization_failure(err):
+                    raise authorization_error(conf, "CREATE", f"topic {name}", err) from None
                 if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                     raise
                 report.matched.append(name)
     present = [s for s in specs if s.name in existing]
     if present:
-        actual_configs = _describe_configs(admin, [s.name for s in present], timeout_s)
+        actual_configs = _describe_configs(admin, [s.name for s in present], timeout_s, conf)
         for spec in present:
             before = len(report.drift)
             actual_parts = len(existing[spec.name].partitions)
@@ -124,20 +160,25 @@ def apply_topics(
 
 
 def _describe_configs(
-    admin: AdminClient, names: list[str], timeout_s: float
+    admin: AdminClient, names: list[str], timeout_s: float, conf: Mapping[str, Any]
 ) -> dict[str, dict[str, str]]:
     resources_ = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
     out: dict[str, dict[str, str]] = {}
     for res, fut in admin.describe_configs(resources_, request_timeout=timeout_s).items():
-        entries: dict[str, Any] = fut.result()
+        try:
+            entries: dict[str, Any] = fut.result()
+        except KafkaException as exc:
+            if is_authorization_failure(exc.args[0]):
+                raise authorization_error(
+                    conf, "DESCRIBE_CONFIGS", f"topic {res.name}", exc.args[0]
+                ) from None
+            raise
         out[res.name] = {k: v.value for k, v in entries.items()}
     return out
 
 
 def _wait_for_metadata(admin: AdminClient, names: list[str], timeout_s: float) -> None:
     """New topics are usable only once every partition has a leader."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     pending = set(names)
     while pending and time.monotonic() < deadline:

@@ -50,7 +50,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -80,7 +80,7 @@ from pyrula_stream.errors import (
     UserError,
 )
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, apply_topics, broker_answers
-from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.config import client_config, new_producer, resolve
 from pyrula_stream.kafka.consumers import reader_consumer
 from pyrula_stream.kafka.partitioner import PARTITIONER
 
@@ -143,6 +143,7 @@ class KafkaCacheStore:
         start_timeout_s: float = 30.0,
         write_timeout_s: float = 10.0,
         sweep_interval_s: float | None = 60.0,
+        kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
         for option, seconds in (
             ("start_timeout_s", start_timeout_s),
@@ -154,6 +155,7 @@ class KafkaCacheStore:
         if partitions < 1:
             raise ConfigurationError(f"partitions must be >= 1, got {partitions}")
         self.bootstrap_servers = bootstrap_servers
+        self._kafka_config = resolve(kafka_config)
         self._spec = cache_topic_spec(prefix=prefix, partitions=partitions)
         self.topic = self._spec.name
         self.client_id = client_id or f"pyrula-cache-{uuid.uuid4().hex[:8]}"
@@ -245,23 +247,31 @@ class KafkaCacheStore:
 
     def _open(self) -> None:
         answer_s = min(self._start_timeout_s, 10.0)
-        if not broker_answers(self.bootstrap_servers, timeout_s=answer_s):
+        if not broker_answers(
+            self.bootstrap_servers, timeout_s=answer_s, kafka_config=self._kafka_config
+        ):
             raise BrokerUnavailableError(
                 f"Kafka at {self.bootstrap_servers} did not answer within {answer_s:g}s, so "
                 f"the shared tool cache ({self.topic}) cannot start; check the address and "
                 "that the broker is running"
             )
         try:
-            report = apply_topics(self.bootstrap_servers, [self._spec], self._start_timeout_s)
+            report = apply_topics(
+                self.bootstrap_servers,
+                [self._spec],
+                self._start_timeout_s,
+                kafka_config=self._kafka_config,
+            )
         except KafkaException as exc:
             raise BrokerUnavailableError(
                 f"could not create or check the cache topic {self.topic} at "
                 f"{self.bootstrap_servers}: {exc}"
             ) from exc
         self._check_drift(report.drift)
-        self._producer = Producer(
-            base_config(
+        self._producer = new_producer(
+            client_config(
                 self.bootstrap_servers,
+                self._kafka_config,
                 **{
                     "client.id": self.client_id,
                     "enable.idempotence": True,
@@ -279,7 +289,12 @@ class KafkaCacheStore:
             raise BrokerUnavailableError(
                 f"the cache producer could not reach {self.bootstrap_servers}: {exc}"
             ) from exc
-        self._consumer = reader_consumer(self.bootstrap_servers, client_id=self.client_id)
+        self._consumer = reader_consumer(
+            self.bootstrap_servers,
+            client_id=self.client_id,
+            kafka_config=self._kafka_config,
+            group_id=f"{self.topic}.readers",
+        )
         self._assign_from_beginning(self._consumer)
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"{self.client_id}-read", daemon=True),

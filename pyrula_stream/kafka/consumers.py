@@ -8,13 +8,18 @@ markers occupy offsets, so the position can pass the last data record.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.config import (
+    authorization_error,
+    client_config,
+    is_authorization_failure,
+    new_consumer,
+)
 from pyrula_stream.serde import headers_dict
 
 RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
@@ -26,11 +31,13 @@ def group_consumer(
     *,
     client_id: str,
     exactly_once: bool,
-    extra: dict[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> Consumer:
     """The turns consumer: cooperative rebalancing, manual offsets, committed reads only."""
-    conf = base_config(
+    conf = client_config(
         bootstrap_servers,
+        kafka_config,
         **{
             "group.id": group_id,
             "client.id": client_id,
@@ -45,26 +52,63 @@ def group_consumer(
         },
     )
     conf.update(extra or {})
-    return Consumer(conf)
+    return new_consumer(conf)
 
 
-def reader_consumer(bootstrap_servers: str, *, client_id: str) -> Consumer:
+def reader_group_id(prefix: str, agent: str) -> str:
+    """The group id of an agent's readers (restore, control, client streams).
+
+    They never join it or commit to it, but librdkafka still looks up its coordinator,
+    so a secured cluster needs DESCRIBE on it (``pyrula-stream acls`` grants it).
+    """
+    return f"{prefix}.{agent}.readers"
+
+
+def reader_config(
+    bootstrap_servers: str,
+    *,
+    client_id: str,
+    kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
+) -> dict[str, Any]:
+    """Settings of a reader: assigned partitions, committed records only, never commits."""
+    return client_config(
+        bootstrap_servers,
+        kafka_config,
+        **{
+            "group.id": group_id or f"{client_id}-reader",
+            "client.id": client_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10,
+        },
+    )
+
+
+def reader_consumer(
+    bootstrap_servers: str,
+    *,
+    client_id: str,
+    kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
+) -> Consumer:
     """A group-less reader (restore, control, clients): assigned partitions, never commits."""
-    return Consumer(
-        base_config(
-            bootstrap_servers,
-            **{
-                "group.id": f"{client_id}-reader",
-                "client.id": client_id,
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 10,
-            },
+    return new_consumer(
+        reader_config(
+            bootstrap_servers, client_id=client_id, kafka_config=kafka_config, group_id=group_id
         )
     )
+
+
+def raise_if_denied(conf: Mapping[str, Any], err: KafkaError, topic: str) -> None:
+    """An authorization error of a reader as ``KafkaAuthorizationError`` naming what is missing."""
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        raise authorization_error(conf, "DESCRIBE", f"group {conf.get('group.id')}", err)
+    if is_authorization_failure(err):
+        raise authorization_error(conf, "READ", f"topic {topic}", err)
 
 
 def assign_from_beginning(consumer: Consumer, topic: str) -> None:
@@ -161,12 +205,16 @@ def read_topic(
     *,
     timeout_s: float = 60.0,
     client_id: str = "pyrula-read",
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> list[ConsumedRecord]:
     """Every committed record of every partition of ``topic``, read to its end now."""
-    consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    conf = reader_config(bootstrap_servers, client_id=client_id, kafka_config=kafka_config)
+    consumer = new_consumer(conf)
     out: list[ConsumedRecord] = []
     try:
         md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is not None:
+            raise_if_denied(conf, md.error, topic)
         if md is None or md.error is not None:
             raise KafkaException(f"topic {topic} not found")
         partitions = sorted(md.partitions)

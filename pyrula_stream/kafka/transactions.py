@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.config import client_config, new_producer
 from pyrula_stream.kafka.partitioner import PARTITIONER
 from pyrula_stream.records import OutRecord
 
@@ -53,11 +53,13 @@ class BatchWriter:
         transactional_id: str,
         exactly_once: bool = True,
         transaction_timeout_ms: int = 10_000,
-        extra: dict[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.exactly_once = exactly_once
-        conf = base_config(
+        conf = client_config(
             bootstrap_servers,
+            kafka_config,
             **{
                 "enable.idempotence": True,
                 "linger.ms": 1,
@@ -71,7 +73,7 @@ class BatchWriter:
             conf["transactional.id"] = transactional_id
             conf["transaction.timeout.ms"] = transaction_timeout_ms
         conf.update(extra or {})
-        self._producer = Producer(conf)
+        self._producer = new_producer(conf)
         self._delivery_errors: list[str] = []
 
     def start(self, timeout_s: float = 60.0) -> None:
