@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import ConfigurationError, PyrulaError
+from pyrula_stream.kafka.config import registry_config
 
 if TYPE_CHECKING:
     from pyrula_stream.kafka.config import KafkaSettings
@@ -159,8 +160,19 @@ def cmd_topics(args: argparse.Namespace) -> int:
         prefix = args.prefix
     # The shared tool cache too, so workers without CREATE rights find every topic.
     specs.append(cache_topic_spec(prefix=prefix))
-    report = apply_topics(bootstrap_from(args), specs, kafka_config=kafka_config_from(args))
+    settings = kafka_config_from(args)
+    report = apply_topics(bootstrap_from(args), specs, kafka_config=settings)
     print(report.describe())
+    if report.ok and registry_config(settings) is not None:
+        from pyrula_stream.kafka.schema_registry import register_schemas
+
+        name = agent.name if ":" in args.agent else args.agent
+        outputs = agent.output_topics.values() if ":" in args.agent else []
+        events = sorted({f"{prefix}.{name}.events", *(t for ts in outputs for t in ts)})
+        registered = register_schemas(
+            settings, {"turn_request": [f"{prefix}.{name}.turns"], "event": events}
+        )
+        print("\n".join(f"schema  {line}" for line in registered))
     if not report.ok:
         print("topics differ from the spec; nothing was changed", file=sys.stderr)
         return 2
@@ -201,6 +213,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         processing_guarantee=args.processing_guarantee,
         shutdown_grace=args.shutdown_grace,
         kafka_config=kafka_config_from(args),
+        serialization=args.serialization,
     )
     run_worker(agent, bootstrap_from(args), options)
     return 0
@@ -213,7 +226,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         async with KafkaAgentClient(
-            bootstrap_from(args), prefix=args.prefix, kafka_config=kafka_config_from(args)
+            bootstrap_from(args),
+            prefix=args.prefix,
+            kafka_config=kafka_config_from(args),
+            serialization=args.serialization,
         ) as client:
             handle = await client.submit(
                 args.agent, idempotency_key=args.idempotency_key, thread_id=args.thread, **params
@@ -247,6 +263,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
         kafka_config=kafka_config_from(args),
         group_id=reader_group_id(args.prefix, args.agent),
     )
+    codec = None
+    if registry_config(kafka_config_from(args)) is not None:
+        from pyrula_stream.kafka.schema_registry import reader_codec
+
+        codec = reader_codec(kafka_config_from(args))
     since = None if args.from_beginning else int(time.time() * 1000) - 1000
     if args.turn:
         reader.seek_key(args.turn.encode(), since)
@@ -258,7 +279,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
             for key, value, headers, _, _ in reader.poll(0.2):
                 if value is None or (args.turn and key != args.turn.encode()):
                     continue
-                event = serde.decode_event(value, headers)
+                event = serde.decode_event(value, headers, codec)
                 print(format_event(event), flush=True)
                 if args.turn and event.is_terminal:
                     return 0
@@ -266,6 +287,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         pass
     finally:
         reader.close()
+        if codec is not None:
+            codec.close()
     return 0
 
 
@@ -318,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="exactly_once_v2",
         choices=["exactly_once_v2", "at_least_once"],
     )
+    w.add_argument(
+        "--serialization",
+        default="avro",
+        choices=["avro", "schema_registry"],
+        help="schema_registry: Confluent wire format via schema.registry.url in --kafka-config",
+    )
     w.set_defaults(func=cmd_worker)
 
     s = with_bootstrap(sub.add_parser("submit", help="submit a turn: AGENT key=value ..."))
@@ -326,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--idempotency-key", default=None)
     s.add_argument("--thread", default=None)
     s.add_argument("--wait", action="store_true", help="print the turn's events until it ends")
+    s.add_argument("--serialization", default="avro", choices=["avro", "schema_registry"])
     s.set_defaults(func=cmd_submit)
 
     tl = with_bootstrap(sub.add_parser("tail", help="print an agent's events"))

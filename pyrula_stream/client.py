@@ -13,13 +13,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
-from pyrula_stream.kafka.config import KafkaSettings, resolve
+from pyrula_stream.kafka.config import (
+    KafkaSettings,
+    check_serialization,
+    registry_config,
+    resolve,
+)
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.io import PartitionReader, RecordProducer
 from pyrula_stream.serde import Event, TurnRequest
@@ -52,7 +57,9 @@ class KafkaAgentClient:
 
     ``kafka_config`` (librdkafka settings such as ``security.protocol`` and ``sasl.*``)
     reaches the client's producer and readers; without it the file in
-    ``PYRULA_KAFKA_CONFIG`` is used.
+    ``PYRULA_KAFKA_CONFIG`` is used. ``serialization="schema_registry"`` submits turn
+    requests in the Confluent wire format through the registry at ``schema.registry.url``
+    in those settings; events in either framing are read whenever a registry is set.
     """
 
     def __init__(
@@ -61,12 +68,16 @@ class KafkaAgentClient:
         *,
         prefix: str = DEFAULT_PREFIX,
         kafka_config: Mapping[str, Any] | None = None,
+        serialization: Literal["avro", "schema_registry"] = "avro",
     ) -> None:
         if not bootstrap_servers:
             raise ConfigurationError("bootstrap_servers is empty")
         self.bootstrap_servers = bootstrap_servers
         self.prefix = prefix
         self.kafka_config: KafkaSettings = resolve(kafka_config)
+        check_serialization(serialization, self.kafka_config)
+        self.serialization = serialization
+        self._registry: serde.ValueCodec | None = None
         self._producer: RecordProducer | None = None
 
     async def __aenter__(self) -> KafkaAgentClient:
@@ -76,12 +87,28 @@ class KafkaAgentClient:
         await self.close()
 
     async def close(self) -> None:
+        if self._registry is not None:
+            self._registry.close()
+            self._registry = None
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close)
             self._producer = None
 
     def _topics(self, agent: str) -> AgentTopics:
         return AgentTopics.for_agent(agent, self.prefix)
+
+    def _reader_codec(self) -> serde.ValueCodec | None:
+        """The registry codec when ``schema.registry.url`` is set (either framing is read)."""
+        if self._registry is None and registry_config(self.kafka_config) is not None:
+            from pyrula_stream.kafka.schema_registry import reader_codec
+
+            self._registry = reader_codec(self.kafka_config)
+        return self._registry
+
+    def _writer_codec(self) -> serde.ValueCodec:
+        if self.serialization == "schema_registry":
+            return self._reader_codec() or serde.SCHEMALESS
+        return serde.SCHEMALESS
 
     def _get_producer(self) -> RecordProducer:
         if self._producer is None:
@@ -110,11 +137,11 @@ class KafkaAgentClient:
         return await self.submit_request(request)
 
     async def submit_request(self, request: TurnRequest) -> TurnHandle:
+        topic = self._topics(request.agent).turns
+        codec = self._writer_codec()
+        value, ctype = await asyncio.to_thread(codec.encode, "turn_request", request, topic)
         delivered = await self._get_producer().send(
-            self._topics(request.agent).turns,
-            request.key.encode(),
-            serde.encode("turn_request", request),
-            [(serde.CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode())],
+            topic, request.key.encode(), value, [(serde.CONTENT_TYPE_HEADER, ctype.encode())]
         )
         return TurnHandle(
             request.turn_id,
@@ -149,12 +176,17 @@ class KafkaAgentClient:
             key = turn_id.encode()
             next_seq = 0
             last_seen = time.monotonic()
+            codec = self._reader_codec()
+
+            def next_events() -> list[Event]:  # decoding may ask the registry: off the loop
+                return [
+                    serde.decode_event(value, headers, codec)
+                    for k, value, headers, _, _ in reader.poll(0.1)
+                    if k == key and value is not None
+                ]
+
             while True:
-                batch = await asyncio.to_thread(lambda: list(reader.poll(0.1)))
-                for k, value, headers, _, _ in batch:
-                    if k != key or value is None:
-                        continue
-                    event = serde.decode_event(value, headers)
+                for event in await asyncio.to_thread(next_events):
                     if event.seq < next_seq:  # at-least-once mode may repeat an event
                         continue
                     next_seq = event.seq + 1

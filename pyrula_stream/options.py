@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pyrula_stream.kafka.config import KafkaSettings, resolve
+from pyrula_stream.kafka.config import KafkaSettings, check_serialization, resolve
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,9 @@ class WorkerOptions:
     ``client.id``, ...) reaches every client the worker creates; without it the file in
     ``PYRULA_KAFKA_CONFIG`` is used. ``consumer_config``/``producer_config`` apply last, to
     the group consumer and the transactional producer only.
+    ``serialization="schema_registry"`` writes events in the Confluent wire format through
+    the registry at ``schema.registry.url`` in ``kafka_config``; turn requests in either
+    framing are read whenever a registry is configured.
     """
 
     max_concurrent_turns: int = 50
@@ -53,9 +56,11 @@ class WorkerOptions:
     consumer_config: Mapping[str, Any] = field(default_factory=dict)
     producer_config: Mapping[str, Any] = field(default_factory=dict)
     kafka_config: Mapping[str, Any] | None = None
+    serialization: Literal["avro", "schema_registry"] = "avro"
 
     def __post_init__(self) -> None:
         # Resolved once, so every client sees the same settings, and a repr hides secrets.
         object.__setattr__(self, "kafka_config", resolve(self.kafka_config))
+        check_serialization(self.serialization, self.kafka_config)
         for name in ("consumer_config", "producer_config"):
             object.__setattr__(self, name, KafkaSettings(getattr(self, name)))

@@ -4,6 +4,9 @@ Without a Schema Registry a value is the schemaless Avro body of its schema, and
 ``content-type: application/vnd.pyrula.<record>.v<N>+avro`` says which schema decodes it,
 so any consumer can read our topics with fastavro and the ``.avsc`` file. Turn requests
 may also be sent as JSON (``content-type: application/json``) by producers without Avro.
+With a Schema Registry (``ValueCodec`` from ``pyrula_stream.kafka.schema_registry``) the
+value is in the Confluent wire format and the header ends in ``;framing=confluent``;
+readers given a codec accept both, so a topic can migrate.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import fastavro
 
@@ -93,8 +96,51 @@ def journal_key(turn_id: str, step: int, kind: str = "") -> str:
     return f"{turn_id}/{kind}"
 
 
+REGISTRY_FRAMING = ";framing=confluent"
+
+
 def content_type(record: str) -> str:
     return f"application/vnd.pyrula.{record}.v{SCHEMA_VERSION}+avro"
+
+
+def registry_content_type(record: str) -> str:
+    """The header of a value in the Confluent wire format (magic 0, schema id, Avro body)."""
+    return content_type(record) + REGISTRY_FRAMING
+
+
+class ValueCodec(Protocol):
+    """How values are framed: schemaless Avro (``SCHEMALESS``) or through a registry."""
+
+    def encode(self, record: str, value: Any, topic: str) -> tuple[bytes, str]:
+        """``(value bytes, content-type)`` of one record for ``topic``."""
+        ...
+
+    def decode(self, record: str, payload: bytes) -> dict[str, Any]:
+        """The Avro body of a registry-framed value, resolved to our schema."""
+        ...
+
+    def close(self) -> None:
+        """Release connections (a registry client's)."""
+        ...
+
+
+class SchemalessAvro:
+    """Schemaless Avro bodies; the content-type header names the schema."""
+
+    def encode(self, record: str, value: Any, topic: str) -> tuple[bytes, str]:
+        return encode(record, value), content_type(record)
+
+    def decode(self, record: str, payload: bytes) -> dict[str, Any]:
+        raise MalformedRecordError(
+            f"this {record} is in the Schema Registry wire format; reading it needs a "
+            "registry: set schema.registry.url in kafka_config"
+        )
+
+    def close(self) -> None:
+        pass
+
+
+SCHEMALESS = SchemalessAvro()
 
 
 @cache
@@ -122,19 +168,29 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def encode(record: str, value: TurnRequest | Event | JournalEntry) -> bytes:
+def avro_body(record: str, value: TurnRequest | Event | JournalEntry) -> dict[str, Any]:
+    """The record as its Avro schema's fields (JSON-valued fields as JSON text)."""
     # A shallow field dict: dataclasses.asdict deep-copies every nested dict first,
     # which the profiler showed as half the worker's time.
     body = {name: getattr(value, name) for name in _FIELD_NAMES[record]}
     for name in _JSON_FIELDS[record]:
         body[name] = _dumps(body[name])
+    return body
+
+
+def encode(record: str, value: TurnRequest | Event | JournalEntry) -> bytes:
+    body = avro_body(record, value)
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, parsed_schema(record), body)
     return buf.getvalue()
 
 
-def _decode_body(record: str, payload: bytes, headers: dict[str, str]) -> dict[str, Any]:
+def _decode_body(
+    record: str, payload: bytes, headers: dict[str, str], codec: ValueCodec | None
+) -> dict[str, Any]:
     ctype = headers.get(CONTENT_TYPE_HEADER, content_type(record))
+    if ctype == registry_content_type(record):
+        return (codec or SCHEMALESS).decode(record, payload)
     if ctype == "application/json":
         try:
             body = json.loads(payload)
@@ -148,8 +204,8 @@ def _decode_body(record: str, payload: bytes, headers: dict[str, str]) -> dict[s
         return body
     if ctype != content_type(record):
         raise MalformedRecordError(
-            f"unsupported content-type {ctype!r}; expected {content_type(record)!r} "
-            "or 'application/json'"
+            f"unsupported content-type {ctype!r}; expected {content_type(record)!r}, "
+            f"{registry_content_type(record)!r} or 'application/json'"
         )
     try:
         decoded = fastavro.schemaless_reader(io.BytesIO(payload), parsed_schema(record), None)
@@ -174,10 +230,12 @@ def _load_json_fields(record: str, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def decode_turn_request(payload: bytes | None, headers: dict[str, str]) -> TurnRequest:
+def decode_turn_request(
+    payload: bytes | None, headers: dict[str, str], codec: ValueCodec | None = None
+) -> TurnRequest:
     if not payload:
         raise MalformedRecordError("turn request has an empty value")
-    body = _load_json_fields("turn_request", _decode_body("turn_request", payload, headers))
+    body = _load_json_fields("turn_request", _decode_body("turn_request", payload, headers, codec))
     try:
         return TurnRequest(
             turn_id=str(body["turn_id"]),
@@ -192,13 +250,13 @@ def decode_turn_request(payload: bytes | None, headers: dict[str, str]) -> TurnR
         raise MalformedRecordError(f"turn request is missing or has a bad field: {exc}") from None
 
 
-def decode_event(payload: bytes, headers: dict[str, str]) -> Event:
-    body = _load_json_fields("event", _decode_body("event", payload, headers))
+def decode_event(payload: bytes, headers: dict[str, str], codec: ValueCodec | None = None) -> Event:
+    body = _load_json_fields("event", _decode_body("event", payload, headers, codec))
     return Event(**body)
 
 
 def decode_journal_entry(payload: bytes, headers: dict[str, str]) -> JournalEntry:
-    body = _load_json_fields("journal_entry", _decode_body("journal_entry", payload, headers))
+    body = _load_json_fields("journal_entry", _decode_body("journal_entry", payload, headers, None))
     return JournalEntry(**body)
 
 

@@ -8,6 +8,10 @@ bootstrap address:
 - otherwise a real single-node Apache Kafka broker (KRaft) is started from Maven jars
   with the machine's Java 17+, and stopped when the session ends.
 
+``schema_registry_url`` (session scope, started only for tests that ask for it) gives a
+real Schema Registry's Confluent-compatible URL: ``SCHEMA_REGISTRY_URL`` when set, else a
+local Apicurio Registry (fetched once with Maven, run with Java 21+).
+
 Client settings for a secured cluster come from the properties file named by
 ``PYRULA_KAFKA_CONFIG`` (every client the package creates reads it when no explicit
 ``kafka_config`` is given); the ``kafka_config`` fixture returns them.
@@ -70,10 +74,32 @@ else:
         _kafka_bootstrap_servers
     )
 
+    @pytest.fixture(scope="session", name="schema_registry_url")
+    def schema_registry_url() -> Iterator[str]:
+        """A real Schema Registry for the session (see ``local_schema_registry``)."""
+        with local_schema_registry() as url:
+            yield url
+
     @pytest.fixture(scope="session", name="kafka_config")
     def kafka_config() -> KafkaSettings:
         """The client settings of ``PYRULA_KAFKA_CONFIG`` (empty when it is not set)."""
         return settings_from_env()
+
+
+@contextlib.contextmanager
+def local_schema_registry() -> Iterator[str]:
+    """Yield a Schema Registry URL: ``SCHEMA_REGISTRY_URL``, else a local Apicurio Registry."""
+    existing = os.environ.get("SCHEMA_REGISTRY_URL")
+    if existing:
+        yield existing
+        return
+    from pyrula_stream.kafka.local_registry import start_local_registry
+
+    registry = start_local_registry()
+    try:
+        yield registry.url
+    finally:
+        registry.stop()
 
 
 def unique_name(base: str = "t") -> str:

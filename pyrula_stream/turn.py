@@ -79,6 +79,7 @@ class TurnRuntime:
     attempt: int = 1
     max_record_bytes: int = 1_000_000
     max_event_count: int | None = None
+    codec: serde.ValueCodec = serde.SCHEMALESS  # how event values are framed
     started_at: float = field(default_factory=time.monotonic)
     spend: Spend = field(default_factory=Spend)
     cancel_reason: str | None = None
@@ -151,9 +152,8 @@ class TurnRuntime:
             data,
         )
         self.next_seq += 1
-        value = serde.encode("event", event)
-        ctype = serde.content_type("event")
-        return [self._record(t, self.turn_id, value, ctype) for t in self.topics.events]
+        framed = [(t, *self.codec.encode("event", event, t)) for t in self.topics.events]
+        return [self._record(t, self.turn_id, value, ctype) for t, value, ctype in framed]
 
     def journal_record(self, entry: JournalEntry | None, key: str) -> OutRecord:
         value = serde.encode("journal_entry", entry) if entry is not None else None

@@ -35,6 +35,7 @@ from pyrula_stream.health import start_health_server
 from pyrula_stream.journal import IdempotencyRecord, PartitionJournal, TurnJournal
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
+from pyrula_stream.kafka.config import registry_config
 from pyrula_stream.kafka.consumers import (
     assign_from_beginning,
     group_consumer,
@@ -127,6 +128,7 @@ class KafkaWorker:
                     f"agent '{self.agent.name}' refuses to start: its topics differ from the "
                     "spec:\n  " + "\n  ".join(report.drift)
                 )
+        await asyncio.to_thread(self._open_codecs)
         self._cache: CacheStore = InProcessCacheStore()
         if self.options.shared_tool_cache:
             shared = KafkaCacheStore(
@@ -157,6 +159,31 @@ class KafkaWorker:
         finally:
             if isinstance(self._cache, KafkaCacheStore):
                 await asyncio.to_thread(self._cache.close)
+            if self._reader_codec is not None:
+                self._reader_codec.close()
+
+    def _open_codecs(self) -> None:
+        """Schema Registry framing (opt-in): readers accept it whenever a registry is
+        configured; with ``serialization="schema_registry"`` events are written in it, and
+        their schema ids are looked up now, so a missing registration fails at start."""
+        self._reader_codec: serde.ValueCodec | None = None
+        self._writer_codec: serde.ValueCodec = serde.SCHEMALESS
+        if registry_config(self.options.kafka_config) is None:
+            return
+        from pyrula_stream.kafka.schema_registry import reader_codec, writer_codec
+
+        reader = reader_codec(self.options.kafka_config)
+        self._reader_codec = reader
+        self._writer_codec = writer_codec(
+            self.options.serialization, self.options.kafka_config, reader
+        )
+        if reader is not None and self._writer_codec is reader:
+            outputs = {t for topics in self.agent.output_topics.values() for t in topics}
+            try:
+                reader.prepare("event", sorted({self.topics.events, *outputs}))
+            except BaseException:
+                reader.close()
+                raise
 
     async def _session(self) -> None:
         self.sessions += 1
@@ -362,7 +389,7 @@ class KafkaWorker:
         ps.watermark.track(offset)
         headers = serde.headers_dict(msg.headers())
         try:
-            request = serde.decode_turn_request(msg.value(), headers)
+            request = serde.decode_turn_request(msg.value(), headers, self._reader_codec)
             if request.agent != self.agent.name:
                 raise MalformedRecordError(
                     f"turn is for agent {request.agent!r}, this topic belongs to "
@@ -467,6 +494,7 @@ class KafkaWorker:
             attempt=journal.attempt + 1,
             max_record_bytes=self.options.max_record_bytes,
             max_event_count=self.agent.limits.max_event_count_per_turn,
+            codec=self._writer_codec,
         )
         cancel = self._cancels.get(request.turn_id)
         if cancel is not None:

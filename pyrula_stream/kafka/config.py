@@ -53,8 +53,15 @@ REDACTED = "[redacted]"
 USER_WINS = frozenset({"client.id"})
 
 
+REGISTRY_PREFIX = "schema.registry."
+"""Settings for the Schema Registry client ride in the same file: ``schema.registry.url``,
+``schema.registry.basic.auth.user.info``, ``schema.registry.ssl.ca.location``, ..."""
+
+
 def is_secret(key: str) -> bool:
-    return key in SECRET_KEYS or key.endswith((".password", ".secret"))
+    return key.removeprefix(REGISTRY_PREFIX) in SECRET_KEYS or key.endswith(
+        (".password", ".secret", ".user.info")
+    )
 
 
 class KafkaSettings(Mapping[str, Any]):
@@ -154,7 +161,7 @@ def client_config(
         "retry.backoff.ms": 1,
         "retry.backoff.max.ms": 50,
     }
-    user = dict(resolve(kafka_config))
+    user = {k: v for k, v in resolve(kafka_config).items() if not k.startswith(REGISTRY_PREFIX)}
     conf.update(user)
     conf.update({k if k.endswith("_cb") else k.replace("_", "."): v for k, v in role.items()})
     conf.update({k: v for k, v in user.items() if k in USER_WINS})
@@ -236,6 +243,45 @@ def new_consumer(conf: dict[str, Any]) -> Consumer:
     """A consumer from a ``client_config`` result; bad settings raise ``ConfigurationError``."""
     consumer: Consumer = _build(Consumer, conf)
     return consumer
+
+
+def registry_config(kafka_config: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The Schema Registry client's settings (``schema.registry.*`` keys), or None."""
+    settings = resolve(kafka_config)
+    conf = {
+        k.removeprefix(REGISTRY_PREFIX): v
+        for k, v in settings.items()
+        if k.startswith(REGISTRY_PREFIX)
+    }
+    return conf if conf.get("url") else None
+
+
+SERIALIZATIONS = ("avro", "schema_registry")
+
+
+def check_serialization(serialization: str, kafka_config: Mapping[str, Any] | None) -> None:
+    """``serialization`` is known, and ``schema_registry`` has a registry to talk to."""
+    if serialization not in SERIALIZATIONS:
+        raise ConfigurationError(
+            f"serialization must be one of {', '.join(SERIALIZATIONS)}, got {serialization!r}"
+        )
+    if serialization == "schema_registry" and registry_config(kafka_config) is None:
+        raise ConfigurationError(
+            'serialization="schema_registry" needs schema.registry.url in kafka_config '
+            f"(or in the file named by ${KAFKA_CONFIG_ENV})"
+        )
+
+
+def new_registry(conf: dict[str, Any]) -> Any:
+    """A ``SchemaRegistryClient`` from ``registry_config``; the import stays contained here."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    try:
+        return SchemaRegistryClient(conf)
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(
+            f"invalid Schema Registry settings: {scrub(str(exc), conf)}"
+        ) from None
 
 
 def new_admin(conf: dict[str, Any]) -> AdminClient:
