@@ -94,6 +94,11 @@ async def test_readers_accept_both_framings_so_a_topic_can_migrate(
             ) as client:
                 events = await asyncio.wait_for(client.run(name, q="ping"), 60)
                 assert events[-1].type == "run:complete", serialization
+        submit = ["submit", name, "q=ping", "--wait", "--serialization", "schema_registry"]
+        submit += ["--kafka-config", str(tmp_path / "client.properties")]
+        submit += ["--bootstrap-servers", kafka_bootstrap_servers]
+        assert await asyncio.to_thread(cli_main, submit) == 0
+        assert "run:complete" in capsys.readouterr().out
     framed = WorkerOptions(kafka_config=settings, serialization="schema_registry")
     async with (
         running_worker(_agent(name), kafka_bootstrap_servers, framed),
@@ -106,12 +111,15 @@ async def test_readers_accept_both_framings_so_a_topic_can_migrate(
     records = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, events_topic)
     types = {headers["content-type"] for _, _, headers in records}
     assert types == {serde.content_type("event"), FRAMED}, "both framings on one topic"
+    turns = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, f"pyrula.{name}.turns")
+    framings = [h["content-type"] for _, _, h in turns]
+    assert framings.count(serde.registry_content_type("turn_request")) == 2  # client and CLI
     # The CLI's tail reads the mixed topic too.
     config = tmp_path / "client.properties"
     tail = ["tail", name, "--from-beginning", "--timeout", "3", "--kafka-config", str(config)]
     tail += ["--bootstrap-servers", kafka_bootstrap_servers]
     assert await asyncio.to_thread(cli_main, tail) == 0
-    assert capsys.readouterr().out.count("run:complete") == 3
+    assert capsys.readouterr().out.count("run:complete") == 4
     # Without a registry, a framed record is refused with what to configure.
     framed_value, framed_headers = next(
         (v, h) for _, v, h in records if h["content-type"] == FRAMED
