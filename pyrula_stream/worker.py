@@ -39,6 +39,7 @@ from pyrula_stream.kafka.config import registry_config
 from pyrula_stream.kafka.consumers import (
     assign_from_beginning,
     group_consumer,
+    raise_if_denied,
     read_partition_to_end,
     reader_consumer,
     reader_group_id,
@@ -162,28 +163,28 @@ class KafkaWorker:
             if self._reader_codec is not None:
                 self._reader_codec.close()
 
+    def _raise_if_denied(self, err: Any) -> None:
+        """A denied group or topic fails the worker naming it, instead of a warning loop."""
+        conf = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group_id,
+            "sasl.username": (self.options.kafka_config or {}).get("sasl.username"),
+        }
+        raise_if_denied(conf, err, self.topics.turns, group_operation="READ")
+
     def _open_codecs(self) -> None:
-        """Schema Registry framing (opt-in): readers accept it whenever a registry is
-        configured; with ``serialization="schema_registry"`` events are written in it, and
-        their schema ids are looked up now, so a missing registration fails at start."""
+        """Schema Registry framing (opt-in; see ``kafka/schema_registry.py``)."""
         self._reader_codec: serde.ValueCodec | None = None
         self._writer_codec: serde.ValueCodec = serde.SCHEMALESS
-        if registry_config(self.options.kafka_config) is None:
-            return
-        from pyrula_stream.kafka.schema_registry import reader_codec, writer_codec
+        if registry_config(self.options.kafka_config) is not None:
+            from pyrula_stream.kafka.schema_registry import event_codecs
 
-        reader = reader_codec(self.options.kafka_config)
-        self._reader_codec = reader
-        self._writer_codec = writer_codec(
-            self.options.serialization, self.options.kafka_config, reader
-        )
-        if reader is not None and self._writer_codec is reader:
             outputs = {t for topics in self.agent.output_topics.values() for t in topics}
-            try:
-                reader.prepare("event", sorted({self.topics.events, *outputs}))
-            except BaseException:
-                reader.close()
-                raise
+            self._reader_codec, self._writer_codec = event_codecs(
+                self.options.kafka_config,
+                self.options.serialization,
+                sorted({self.topics.events, *outputs}),
+            )
 
     async def _session(self) -> None:
         self.sessions += 1
@@ -270,6 +271,7 @@ class KafkaWorker:
                 if err is not None:
                     if err.fatal():
                         raise ProducerFenced(f"consumer fatal error: {err.str()}")
+                    self._raise_if_denied(err)
                     log.warning("consumer error: %s", err.str())
                     continue
                 self._on_turn_record(msg)

@@ -25,6 +25,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.cli import main as cli_main
 from pyrula_stream.errors import KafkaAuthenticationError, KafkaAuthorizationError
+from pyrula_stream.kafka.acls import Acl, agent_acls, apply_acls
 from pyrula_stream.kafka.local_broker import BrokerSecurity, LocalBroker, start_local_broker
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.llm.fake import count_model_calls
@@ -58,7 +59,8 @@ def _properties(path: Path, settings: dict[str, Any]) -> str:
 def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     """Users: worker_a and client_a (agent A's ACLs), worker_b (agent B's), nobody (none).
     Topics and ACLs are made with the CLI as an operator would, as the super user."""
-    users = {name: unique_name("pw") for name in ("worker_a", "client_a", "worker_b", "nobody")}
+    names = ("worker_a", "client_a", "worker_b", "nobody", "no_txn", "no_group")
+    users = {name: unique_name("pw") for name in names}
     broker = start_local_broker(scram_users=users)
     assert broker.security is not None
     secured = Secured(broker, broker.security)
@@ -74,9 +76,19 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]
             extra = ["--client-principal", f"User:{client}"] if client else []
             args = ["acls", agent, "--worker-principal", f"User:{worker}", *extra]
             assert cli_main([*args, "--apply", *common]) == 0
+        # Agent A's worker rights, each missing one kind.
+        for user, lacking in (("no_txn", "TRANSACTIONAL_ID"), ("no_group", "GROUP")):
+            rules = agent_acls(AGENT_A, prefix="pyrula", worker_principal=f"User:{user}")
+            kept = [r for r in rules if r.resource != lacking or r.operation != lacking_op(r)]
+            apply_acls(secured.bootstrap, kept, kafka_config=broker.admin_settings())
         yield secured
     finally:
         broker.stop()
+
+
+def lacking_op(rule: Acl) -> str:
+    """The operation withheld: WRITE on the transactional id, READ on the workers' group."""
+    return "WRITE" if rule.resource == "TRANSACTIONAL_ID" else "READ"
 
 
 class Recorder:
@@ -219,3 +231,22 @@ async def test_a_wrong_password_fails_fast_without_showing_it(
         assert "invalid credentials" in str(error) and "User:" in str(error)
         assert WRONG_PASSWORD not in str(error)
     assert WRONG_PASSWORD not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("user", "missing"),
+    [
+        ("no_txn", rf"WRITE transactional id pyrula\.{AGENT_A}\.w9"),
+        ("no_group", rf"READ group pyrula\.{AGENT_A}\.workers"),
+    ],
+    ids=["no-transactional-id", "no-group"],
+)
+async def test_a_worker_missing_one_right_is_told_which(
+    secured_kafka: Secured, user: str, missing: str
+) -> None:
+    options = WorkerOptions(worker_id="w9", kafka_config=secured_kafka.settings(user))
+    worker = KafkaWorker(
+        _agent(AGENT_A, Recorder()), bootstrap_servers=secured_kafka.bootstrap, options=options
+    )
+    with pytest.raises(KafkaAuthorizationError, match=rf"User:{user} is not allowed to {missing}"):
+        await asyncio.wait_for(worker.run(), 60)

@@ -103,10 +103,13 @@ def reader_consumer(
     )
 
 
-def raise_if_denied(conf: Mapping[str, Any], err: KafkaError, topic: str) -> None:
-    """An authorization error of a reader as ``KafkaAuthorizationError`` naming what is missing."""
+def raise_if_denied(
+    conf: Mapping[str, Any], err: KafkaError, topic: str, *, group_operation: str = "DESCRIBE"
+) -> None:
+    """An authorization error as ``KafkaAuthorizationError`` naming what is missing (readers
+    need DESCRIBE on their group, the group consumer READ)."""
     if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-        raise authorization_error(conf, "DESCRIBE", f"group {conf.get('group.id')}", err)
+        raise authorization_error(conf, group_operation, f"group {conf.get('group.id')}", err)
     if is_authorization_failure(err):
         raise authorization_error(conf, "READ", f"topic {topic}", err)
 

@@ -131,6 +131,23 @@ def writer_codec(
     return serde.SCHEMALESS
 
 
+def event_codecs(
+    kafka_config: Mapping[str, Any] | None, serialization: str, event_topics: Sequence[str]
+) -> tuple[RegistryCodec | None, serde.ValueCodec]:
+    """A worker's ``(reader, writer)``: it reads either framing whenever a registry is
+    configured; with ``serialization="schema_registry"`` it writes events framed, and their
+    schema ids are looked up now, so a missing registration fails at start."""
+    reader = reader_codec(kafka_config)
+    writer = writer_codec(serialization, kafka_config, reader)
+    if reader is not None and writer is reader:
+        try:
+            reader.prepare("event", event_topics)
+        except BaseException:
+            reader.close()
+            raise
+    return reader, writer
+
+
 def register_schemas(
     kafka_config: Mapping[str, Any] | None, topics: Mapping[str, Sequence[str]]
 ) -> list[str]:

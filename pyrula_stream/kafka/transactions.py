@@ -16,7 +16,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from pyrula_stream.kafka.config import client_config, new_producer
+from pyrula_stream.kafka.config import (
+    authorization_error,
+    client_config,
+    is_authorization_failure,
+    new_producer,
+)
 from pyrula_stream.kafka.partitioner import PARTITIONER
 from pyrula_stream.records import OutRecord
 
@@ -73,13 +78,23 @@ class BatchWriter:
             conf["transactional.id"] = transactional_id
             conf["transaction.timeout.ms"] = transaction_timeout_ms
         conf.update(extra or {})
+        self._conf = conf
         self._producer = new_producer(conf)
         self._delivery_errors: list[str] = []
 
     def start(self, timeout_s: float = 60.0) -> None:
         """Fence any previous producer of our transactional id and abort its open txn."""
         if self.exactly_once:
-            self._producer.init_transactions(timeout_s)
+            try:
+                self._producer.init_transactions(timeout_s)
+            except KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is not None and is_authorization_failure(err):
+                    tid = self._conf.get("transactional.id")
+                    raise authorization_error(
+                        self._conf, "WRITE", f"transactional id {tid}", err
+                    ) from None
+                raise
 
     def write(
         self,
