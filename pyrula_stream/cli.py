@@ -148,46 +148,44 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return 0 if answers else 1
 
 
+def agent_from(args: argparse.Namespace) -> tuple[str, str, int, set[str]]:
+    """``(name, prefix, partitions, output topics)`` of ``MODULE:AGENT`` or a plain name."""
+    if ":" in args.agent:
+        agent = load_agent(args.agent)
+        outputs = {t for topics in agent.output_topics.values() for t in topics}
+        return agent.name, agent.prefix, agent.partitions, outputs
+    return args.agent, args.prefix, getattr(args, "partitions", 6), set()
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
     from pyrula_stream.kafka.cache_store import cache_topic_spec
 
-    if ":" in args.agent:
-        agent = load_agent(args.agent)
-        specs, prefix = agent.topic_specs(), agent.prefix
-    else:
-        specs = agent_topic_specs(args.agent, prefix=args.prefix, partitions=args.partitions)
-        prefix = args.prefix
+    name, prefix, partitions, outputs = agent_from(args)
+    specs = agent_topic_specs(name, prefix=prefix, partitions=partitions)
     # The shared tool cache too, so workers without CREATE rights find every topic.
     specs.append(cache_topic_spec(prefix=prefix))
     settings = kafka_config_from(args)
     report = apply_topics(bootstrap_from(args), specs, kafka_config=settings)
     print(report.describe())
-    if report.ok and registry_config(settings) is not None:
+    if not report.ok:
+        print("topics differ from the spec; nothing was changed", file=sys.stderr)
+        return 2
+    if registry_config(settings) is not None:
         from pyrula_stream.kafka.schema_registry import register_schemas
 
-        name = agent.name if ":" in args.agent else args.agent
-        outputs = agent.output_topics.values() if ":" in args.agent else []
-        events = sorted({f"{prefix}.{name}.events", *(t for ts in outputs for t in ts)})
+        events = sorted({f"{prefix}.{name}.events", *outputs})
         registered = register_schemas(
             settings, {"turn_request": [f"{prefix}.{name}.turns"], "event": events}
         )
         print("\n".join(f"schema  {line}" for line in registered))
-    if not report.ok:
-        print("topics differ from the spec; nothing was changed", file=sys.stderr)
-        return 2
     return 0
 
 
 def cmd_acls(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.acls import agent_acls, apply_acls, describe
 
-    if ":" in args.agent:
-        agent = load_agent(args.agent)
-        name, prefix = agent.name, agent.prefix
-        outputs = {t for topics in agent.output_topics.values() for t in topics}
-    else:
-        name, prefix, outputs = args.agent, args.prefix, set()
+    name, prefix, _, outputs = agent_from(args)
     rules = agent_acls(
         name,
         prefix=prefix,

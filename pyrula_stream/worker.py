@@ -98,6 +98,8 @@ class KafkaWorker:
         self.restored_records = 0
         self.sessions = 0
         self._callback_error: Exception | None = None
+        self._reader_codec: serde.ValueCodec | None = None
+        self._writer_codec: serde.ValueCodec = serde.SCHEMALESS
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -174,8 +176,6 @@ class KafkaWorker:
 
     def _open_codecs(self) -> None:
         """Schema Registry framing (opt-in; see ``kafka/schema_registry.py``)."""
-        self._reader_codec: serde.ValueCodec | None = None
-        self._writer_codec: serde.ValueCodec = serde.SCHEMALESS
         if registry_config(self.options.kafka_config) is not None:
             from pyrula_stream.kafka.schema_registry import event_codecs
 
