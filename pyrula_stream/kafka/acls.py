@@ -85,7 +85,15 @@ def agent_acls(
             Acl(c, "GROUP", readers, "DESCRIBE", why="event readers"),
             Acl(c, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)"),
         ]
-    return rules
+    # One principal may be both worker and client; the admin API refuses duplicate bindings.
+    seen: set[tuple[str, ...]] = set()
+    unique = []
+    for rule in rules:
+        binding = (rule.principal, rule.resource, rule.name, rule.operation, rule.pattern)
+        if binding not in seen:
+            seen.add(binding)
+            unique.append(rule)
+    return unique
 
 
 def describe(rules: Sequence[Acl]) -> str:
