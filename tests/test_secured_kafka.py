@@ -25,7 +25,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.cli import main as cli_main
 from pyrula_stream.errors import KafkaAuthenticationError, KafkaAuthorizationError
-from pyrula_stream.kafka.acls import Acl, agent_acls, apply_acls
+from pyrula_stream.kafka.acls import agent_acls, apply_acls
 from pyrula_stream.kafka.local_broker import BrokerSecurity, LocalBroker, start_local_broker
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.llm.fake import count_model_calls
@@ -35,6 +35,11 @@ from pyrula_stream.worker import KafkaWorker
 AGENT_A = unique_name("secured_a")
 AGENT_B = unique_name("secured_b")
 WRONG_PASSWORD = "not-the-password-4f1c2e"
+# Users with agent A's worker rights except one: (resource, name, operation) withheld.
+WITHHELD = {
+    "no_txn": ("TRANSACTIONAL_ID", f"pyrula.{AGENT_A}.", "WRITE"),
+    "no_group": ("GROUP", f"pyrula.{AGENT_A}.workers", "READ"),
+}
 
 
 @dataclass
@@ -59,7 +64,7 @@ def _properties(path: Path, settings: dict[str, Any]) -> str:
 def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     """Users: worker_a and client_a (agent A's ACLs), worker_b (agent B's), nobody (none).
     Topics and ACLs are made with the CLI as an operator would, as the super user."""
-    names = ("worker_a", "client_a", "worker_b", "nobody", "no_txn", "no_group")
+    names = ("worker_a", "client_a", "worker_b", "nobody", *WITHHELD)
     users = {name: unique_name("pw") for name in names}
     broker = start_local_broker(scram_users=users)
     assert broker.security is not None
@@ -77,18 +82,15 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]
             args = ["acls", agent, "--worker-principal", f"User:{worker}", *extra]
             assert cli_main([*args, "--apply", *common]) == 0
         # Agent A's worker rights, each missing one kind.
-        for user, lacking in (("no_txn", "TRANSACTIONAL_ID"), ("no_group", "GROUP")):
+        for user, (resource, name, operation) in WITHHELD.items():
             rules = agent_acls(AGENT_A, prefix="pyrula", worker_principal=f"User:{user}")
-            kept = [r for r in rules if r.resource != lacking or r.operation != lacking_op(r)]
+            withheld = (resource, name, operation)
+            kept = [r for r in rules if (r.resource, r.name, r.operation) != withheld]
+            assert len(kept) == len(rules) - 1
             apply_acls(secured.bootstrap, kept, kafka_config=broker.admin_settings())
         yield secured
     finally:
         broker.stop()
-
-
-def lacking_op(rule: Acl) -> str:
-    """The operation withheld: WRITE on the transactional id, READ on the workers' group."""
-    return "WRITE" if rule.resource == "TRANSACTIONAL_ID" else "READ"
 
 
 class Recorder:

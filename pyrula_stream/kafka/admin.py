@@ -134,7 +134,10 @@ def apply_topics(
             except KafkaException as exc:
                 err = exc.args[0]
                 if is_authorization_failure(err):
-                    raise authorization_error(conf, "CREATE", f"topic {name}", err) from None
+                    # A topic we may not DESCRIBE looks missing, so say both.
+                    raise authorization_error(
+                        conf, "CREATE (or, if it exists, DESCRIBE)", f"topic {name}", err
+                    ) from None
                 if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                     raise
                 report.matched.append(name)
