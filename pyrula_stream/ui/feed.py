@@ -15,7 +15,9 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.errors import MalformedRecordError
@@ -37,6 +39,8 @@ class FeedOptions:
     prefix: str = "pyrula"
     agents: tuple[str, ...] | None = None
     history_s: float = 3600.0
+    kafka_config: Mapping[str, Any] | None = None
+    """The user's client settings (security, ``client.id``); None: ``PYRULA_KAFKA_CONFIG``."""
 
 
 class EventFeed:
@@ -99,6 +103,7 @@ class EventFeed:
             TopicFollower,
             self.options.bootstrap_servers,
             client_id=f"pyrula-ui-{uuid.uuid4().hex[:8]}",
+            kafka_config=self.options.kafka_config,
         )
         loop = asyncio.get_running_loop()
         next_discovery = 0.0
@@ -179,6 +184,7 @@ class EventFeed:
             topic,
             turn_id.encode(),
             client_id=f"pyrula-ui-load-{uuid.uuid4().hex[:8]}",
+            kafka_config=self.options.kafka_config,
         )
         events = []
         for value, headers in raw:
