@@ -63,7 +63,8 @@ async def test_worker_refuses_to_start_on_drift(kafka_bootstrap_servers: str) ->
 def test_the_history_topic_comes_only_with_keep_history() -> None:
     agent = unique_name("hist")
     assert not any(s.name.endswith(".history") for s in agent_topic_specs(agent))
-    history = agent_topic_specs(agent, partitions=3, keep_history=True)[-1]
+    specs = agent_topic_specs(agent, partitions=3, keep_history=True)
+    history = next(s for s in specs if s.name.endswith(".history"))
     assert history.name == f"pyrula.{agent}.history"
     assert history.config["cleanup.policy"] == "delete"
     assert history.partitions == 3
