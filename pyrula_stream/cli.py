@@ -467,18 +467,21 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def cmd_turn_export(args: argparse.Namespace) -> int:
     from pyrula_stream.agent import AgentTopics
     from pyrula_stream.history import export_turn
+    from pyrula_stream.kafka.consumers import reader_group_id
 
     if ":" in args.agent:
         agent = load_agent(args.agent)
-        topics = agent.topics
+        topics, group = agent.topics, reader_group_id(agent.prefix, agent.name)
     else:
         topics = AgentTopics.for_agent(args.agent, args.prefix)
+        group = reader_group_id(args.prefix, args.agent)
     recording = export_turn(
         bootstrap_from(args),
         history_topic=topics.history,
         events_topic=topics.events,
         turn_id=args.turn_id,
         kafka_config=kafka_config_from(args),
+        group_id=group,
     )
     print(json.dumps(recording.to_json(), indent=2, ensure_ascii=False))
     return 0

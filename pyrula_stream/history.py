@@ -204,18 +204,23 @@ def export_turn(
     events_topic: str,
     turn_id: str,
     kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
 ) -> TurnRecording:
-    """One finished turn from ``<agent>.history``, with its events from ``<agent>.events``."""
+    """One finished turn from ``<agent>.history``, with its events from ``<agent>.events``
+    (``group_id``: the readers' group, ``<prefix>.<agent>.readers`` for the ACLs)."""
     from pyrula_stream.events import decode_event
     from pyrula_stream.kafka.consumers import read_key
 
-    recording = load_recording(bootstrap_servers, history_topic, turn_id, kafka_config=kafka_config)
+    recording = load_recording(
+        bootstrap_servers, history_topic, turn_id, kafka_config=kafka_config, group_id=group_id
+    )
     values = read_key(
         bootstrap_servers,
         events_topic,
         turn_id,
         client_id="pyrula-export",
         kafka_config=kafka_config,
+        group_id=group_id,
     )
     events = [decode_event(v, {}) for v in values]
     recording.events = [
