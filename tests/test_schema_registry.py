@@ -185,3 +185,28 @@ def _evolve(codec: RegistryCodec, topic: str, subject: str) -> None:
     assert value is not None and struct.unpack(">I", value[1:5])[0] == second_id
     event = decode_event(value, {"content-type": FRAMED}, codec)
     assert (event.type, event.turn_id, event.seq) == ("status", "t", 3)
+
+
+async def test_the_web_ui_feed_reads_registry_framed_events(schema_registry_url: str) -> None:
+    from pyrula_stream.kafka.io import TopicRecord
+    from pyrula_stream.ui.feed import EventFeed, FeedOptions
+    from pyrula_stream.ui.model import UIState
+
+    agent = unique_name("ui")
+    topic = f"pyrula.{agent}.events"
+    codec = RegistryCodec({"url": schema_registry_url})
+    try:
+        codec.register("event", topic)
+        value, ctype = codec.encode("event", Event("run:start", "t1", agent, 0, 1), topic)
+    finally:
+        codec.close()
+    assert ctype == FRAMED
+    options = FeedOptions("127.0.0.1:1", kafka_config={"schema.registry.url": schema_registry_url})
+    feed = EventFeed(options, UIState())
+    try:
+        feed._topic_agent[topic] = (agent, "events")  # what discovery records for a topic
+        feed._fold([TopicRecord(topic, 0, 0, b"t1", value, {"content-type": ctype}, 1)])
+    finally:
+        await feed.stop()
+    assert feed.undecodable == 0
+    assert feed.state.find(agent, "t1") is not None
