@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import (
     BrokerUnavailableError,
@@ -23,6 +23,10 @@ from pyrula_stream.errors import (
     UnknownTopicError,
     UserError,
 )
+from pyrula_stream.kafka.config import registry_config
+
+if TYPE_CHECKING:
+    from pyrula_stream.kafka.config import KafkaSettings
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 KAFKA_TIMEOUT_S = 30.0
@@ -60,13 +64,25 @@ def state_file() -> Path:
     return cache_root() / "broker.json"
 
 
+def kafka_config_from(args: argparse.Namespace) -> KafkaSettings:
+    """--kafka-config FILE, else the file in PYRULA_KAFKA_CONFIG, else no settings."""
+    from pyrula_stream.kafka.config import KafkaSettings, load_properties, resolve
+
+    path = getattr(args, "kafka_config", None)
+    return KafkaSettings(load_properties(path)) if path else resolve(None)
+
+
 def bootstrap_from(args: argparse.Namespace) -> str:
-    """--bootstrap-servers, else KAFKA_BOOTSTRAP_SERVERS, else the broker `broker start` ran."""
+    """--bootstrap-servers, else KAFKA_BOOTSTRAP_SERVERS, else the config file's
+    ``bootstrap.servers``, else the broker `broker start` ran."""
     if getattr(args, "bootstrap_servers", None):
         return str(args.bootstrap_servers)
     env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if env:
         return env
+    from_file = kafka_config_from(args).get("bootstrap.servers")
+    if from_file:
+        return str(from_file)
     if state_file().exists():
         return str(json.loads(state_file().read_text())["bootstrap_servers"])
     return DEFAULT_BOOTSTRAP
@@ -126,7 +142,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     current = LocalBroker(**json.loads(path.read_text())) if path.exists() else None
     running = current is not None and current.is_running()
     if args.action == "start":
-        if current and running and broker_answers(current.bootstrap_servers):
+        if current and running and broker_answers(current.bootstrap_servers, kafka_config={}):
             if args.fresh:
                 raise ConfigurationError(
                     f"a broker is running (pid {current.pid}): run `pyrula-stream broker stop` "
@@ -163,7 +179,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         where = f" (last at {current.bootstrap_servers})" if current else ""
         print(f"not running{where}; `pyrula-stream broker start` starts it")
         return 1
-    answers = broker_answers(current.bootstrap_servers)
+    answers = broker_answers(current.bootstrap_servers, kafka_config={})
     print(
         f"{'running' if answers else 'not answering'} pid {current.pid} "
         f"at {current.bootstrap_servers}"
@@ -171,24 +187,69 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return 0 if answers else 1
 
 
+def agent_from(args: argparse.Namespace) -> tuple[str, str, set[str], bool]:
+    """``(name, prefix, output topics, keep_history)`` of ``MODULE:AGENT`` or a plain name."""
+    if ":" in args.agent:
+        agent = load_agent(args.agent)
+        outputs = {t for topics in agent.output_topics.values() for t in topics}
+        return agent.name, agent.prefix, outputs, agent.keep_history
+    return args.agent, args.prefix, set(), bool(getattr(args, "keep_history", False))
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+    from pyrula_stream.kafka.cache_store import cache_topic_spec
 
     if ":" in args.agent:
         agent = load_agent(args.agent)
+        name, prefix = agent.name, agent.prefix
+        events = sorted(agent.event_routing.all_topics())
         specs = agent.topic_specs()
     else:
+        name, prefix = args.agent, args.prefix
+        events = [f"{prefix}.{name}.events"]
         specs = agent_topic_specs(
             args.agent,
             prefix=args.prefix,
             partitions=args.partitions,
             keep_history=args.keep_history,
         )
-    report = apply_topics(bootstrap_from(args), specs)
+    # The shared tool cache too, so workers without CREATE rights find every topic.
+    specs.append(cache_topic_spec(prefix=prefix))
+    settings = kafka_config_from(args)
+    report = apply_topics(bootstrap_from(args), specs, kafka_config=settings)
     print(report.describe())
     if not report.ok:
         print("topics differ from the spec; nothing was changed", file=sys.stderr)
         return 2
+    if registry_config(settings) is not None:
+        from pyrula_stream.kafka.schema_registry import register_schemas
+
+        registered = register_schemas(
+            settings, {"turn_request": [f"{prefix}.{name}.turns"], "event": events}
+        )
+        print("\n".join(f"schema  {line}" for line in registered))
+    return 0
+
+
+def cmd_acls(args: argparse.Namespace) -> int:
+    from pyrula_stream.kafka.acls import agent_acls, apply_acls, describe
+
+    name, prefix, outputs, keep_history = agent_from(args)
+    rules = agent_acls(
+        name,
+        prefix=prefix,
+        worker_principal=args.worker_principal,
+        client_principal=args.client_principal,
+        output_topics=outputs - {f"{prefix}.{name}.events", f"{prefix}.{name}.results"},
+        keep_history=keep_history,
+        calls=args.calls,
+        called_by=args.called_by,
+    )
+    print(describe(rules))
+    if args.apply:
+        apply_acls(bootstrap_from(args), rules, kafka_config=kafka_config_from(args))
+        print(f"applied {len(rules)} ACLs")
     return 0
 
 
@@ -228,6 +289,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         shutdown_grace=args.shutdown_grace,
         static_membership=args.static_membership,
         group_protocol=args.group_protocol,
+        kafka_config=kafka_config_from(args),
+        serialization=args.serialization,
     )
     run_worker(agents[0] if len(agents) == 1 else agents, bootstrap_from(args), options)
     return 0
@@ -239,7 +302,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     agents = [load_agent(spec) for spec in args.agents]
     server = build_mcp_server(
-        agents=agents, bootstrap_servers=bootstrap_from(args), name=args.name or agents[0].name
+        agents=agents,
+        bootstrap_servers=bootstrap_from(args),
+        name=args.name or agents[0].name,
+        kafka_config=kafka_config_from(args),
     )
     if args.http is None:
         asyncio.run(serve_stdio(server))  # stdout is the protocol: nothing else prints there
@@ -249,12 +315,14 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def no_worker_hint(bootstrap: str, agent: str, prefix: str) -> str | None:
+def no_worker_hint(
+    bootstrap: str, agent: str, prefix: str, kafka_config: KafkaSettings | None = None
+) -> str | None:
     """A line for a person waiting on a turn that no worker is there to run."""
     from pyrula_stream.kafka.admin import group_member_count
 
     group = f"{prefix}.{agent}.workers"
-    if group_member_count(bootstrap, group) != 0:
+    if group_member_count(bootstrap, group, kafka_config=kafka_config) != 0:
         return None
     return (
         f"no worker is running for '{agent}' (consumer group {group} has no members): "
@@ -267,9 +335,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     params = parse_params(args.params)
     bootstrap = bootstrap_from(args)
+    settings = kafka_config_from(args)
 
     async def main() -> int:
-        async with KafkaAgentClient(bootstrap, prefix=args.prefix, timeout=args.timeout) as client:
+        async with KafkaAgentClient(
+            bootstrap,
+            prefix=args.prefix,
+            timeout=args.timeout,
+            kafka_config=settings,
+            serialization=args.serialization,
+        ) as client:
             handle = await client.submit(
                 args.agent, idempotency_key=args.idempotency_key, thread_id=args.thread, **params
             )
@@ -280,7 +355,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
             async def warn_without_workers() -> None:
                 await asyncio.sleep(min(3.0, args.timeout / 3))
-                line = await asyncio.to_thread(no_worker_hint, bootstrap, args.agent, args.prefix)
+                line = await asyncio.to_thread(
+                    no_worker_hint, bootstrap, args.agent, args.prefix, settings
+                )
                 if line is not None:
                     hint.append(line)
                     print(f"waiting for turn {handle.turn_id}: {line}", file=sys.stderr, flush=True)
@@ -318,15 +395,24 @@ def cmd_tail(args: argparse.Namespace) -> int:
     from pyrula_stream.agent import AgentTopics
     from pyrula_stream.client import missing_agent_topic
     from pyrula_stream.events import decode_event
+    from pyrula_stream.kafka.consumers import reader_group_id
     from pyrula_stream.kafka.io import PartitionReader
 
     topic = AgentTopics.for_agent(args.agent, args.prefix).events
+    settings = kafka_config_from(args)
     reader = PartitionReader(
         bootstrap_from(args),
         topic,
         client_id="pyrula-tail",
         timeout_s=min(args.timeout, KAFKA_TIMEOUT_S) if args.timeout else KAFKA_TIMEOUT_S,
+        kafka_config=settings,
+        group_id=reader_group_id(args.prefix, args.agent),
     )
+    codec = None
+    if registry_config(settings) is not None:
+        from pyrula_stream.kafka.schema_registry import reader_codec
+
+        codec = reader_codec(settings)
     since = None if args.from_beginning else int(time.time() * 1000) - 1000
     deadline = time.monotonic() + args.timeout if args.timeout else None
     try:
@@ -338,7 +424,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
             for key, value, headers, _, _ in reader.poll(0.2):
                 if value is None or (args.turn and key != args.turn.encode()):
                     continue
-                event = decode_event(value, headers)
+                event = decode_event(value, headers, codec)
                 print(format_event(event), flush=True)
                 if args.turn and event.is_terminal:
                     return 0
@@ -348,6 +434,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
         pass
     finally:
         reader.close()
+        if codec is not None:
+            codec.close()
     return 0
 
 
@@ -364,6 +452,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         prefix=args.prefix,
         agents=tuple(args.agent) if args.agent else None,
         history_s=args.history_minutes * 60,
+        kafka_config=kafka_config_from(args),
     )
     options = UIOptions(
         host=args.host, port=args.port, allow_actions=args.allow_actions, max_turns=args.max_turns
@@ -378,17 +467,21 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def cmd_turn_export(args: argparse.Namespace) -> int:
     from pyrula_stream.agent import AgentTopics
     from pyrula_stream.history import export_turn
+    from pyrula_stream.kafka.consumers import reader_group_id
 
     if ":" in args.agent:
         agent = load_agent(args.agent)
-        topics = agent.topics
+        topics, group = agent.topics, reader_group_id(agent.prefix, agent.name)
     else:
         topics = AgentTopics.for_agent(args.agent, args.prefix)
+        group = reader_group_id(args.prefix, args.agent)
     recording = export_turn(
         bootstrap_from(args),
         history_topic=topics.history,
         events_topic=topics.events,
         turn_id=args.turn_id,
+        kafka_config=kafka_config_from(args),
+        group_id=group,
     )
     print(json.dumps(recording.to_json(), indent=2, ensure_ascii=False))
     return 0
@@ -399,7 +492,9 @@ def cmd_thread(args: argparse.Namespace) -> int:
     from pyrula_stream.client import KafkaAgentClient
 
     async def main() -> int:
-        async with KafkaAgentClient(bootstrap_from(args), prefix=args.prefix) as client:
+        async with KafkaAgentClient(
+            bootstrap_from(args), prefix=args.prefix, kafka_config=kafka_config_from(args)
+        ) as client:
             if args.thread_command == "delete":
                 deleted = await client.delete_thread(args.agent, args.thread_id)
                 print(f"deleted thread {args.thread_id}: {deleted} turns")
@@ -446,6 +541,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="default: $KAFKA_BOOTSTRAP_SERVERS, "
             "else the broker `broker start` ran, else 127.0.0.1:9092",
         )
+        p.add_argument(
+            "--kafka-config",
+            metavar="FILE",
+            help="librdkafka client properties (key=value, # comments) for every client: "
+            "security.protocol, sasl.*, ssl.*, client.id; default: $PYRULA_KAFKA_CONFIG",
+        )
         p.add_argument("--prefix", default="pyrula")
         return p
 
@@ -474,6 +575,30 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("schema", help="print the JSON Schema of an agent's result")
     sc.add_argument("agent", help="MODULE:AGENT")
     sc.set_defaults(func=cmd_schema)
+
+    a = with_bootstrap(sub.add_parser("acls", help="print (and --apply) an agent's least ACLs"))
+    a.add_argument("agent", help="MODULE:AGENT (its prefix and output topics), or AGENT")
+    a.add_argument("--worker-principal", required=True, help="e.g. User:worker")
+    a.add_argument("--client-principal", default=None, help="e.g. User:client")
+    a.add_argument("--apply", action="store_true", help="create them with the admin API")
+    a.add_argument(
+        "--calls",
+        action="append",
+        default=[],
+        metavar="AGENT",
+        help="a sub-agent it calls (write its turns and control topics); repeatable",
+    )
+    a.add_argument(
+        "--called-by",
+        action="append",
+        default=[],
+        metavar="AGENT",
+        help="an agent that calls it as a sub-agent (write that agent's replies); repeatable",
+    )
+    a.add_argument(
+        "--keep-history", action="store_true", help="the agent keeps history (AGENT only)"
+    )
+    a.set_defaults(func=cmd_acls)
 
     w = with_bootstrap(sub.add_parser("worker", help="run an agent's turns"))
     w.add_argument("agent", nargs="+", help="MODULE:AGENT, one or more (one process runs them all)")
@@ -512,6 +637,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="exactly_once_v2",
         choices=["exactly_once_v2", "at_least_once"],
     )
+    w.add_argument(
+        "--serialization",
+        default="avro",
+        choices=["avro", "schema_registry"],
+        help="schema_registry: Confluent wire format via schema.registry.url in --kafka-config",
+    )
     w.set_defaults(func=cmd_worker)
 
     m = sub.add_parser("mcp", help="Model Context Protocol")
@@ -537,6 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=KAFKA_TIMEOUT_S,
         help="seconds to wait for Kafka, and with --wait for each next event (default 30)",
     )
+    s.add_argument("--serialization", default="avro", choices=["avro", "schema_registry"])
     s.set_defaults(func=cmd_submit)
 
     tl = with_bootstrap(sub.add_parser("tail", help="print an agent's events"))

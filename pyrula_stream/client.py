@@ -17,7 +17,7 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -28,10 +28,16 @@ from pyrula_stream.errors import ConfigurationError, UnknownTopicError
 from pyrula_stream.event_reader import SharedEventReader
 from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
-from pyrula_stream.kafka.consumers import read_key_partition, read_topic
+from pyrula_stream.kafka.config import (
+    KafkaSettings,
+    check_serialization,
+    registry_config,
+    resolve,
+)
+from pyrula_stream.kafka.consumers import read_key_partition, read_topic, reader_group_id
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.observability.tracing import carrier_headers, send_span
-from pyrula_stream.records import ControlRequest, content_type_header
+from pyrula_stream.records import ControlRequest
 from pyrula_stream.runtime.journal import PROGRESS, TERMINAL
 from pyrula_stream.serde import TurnRequest, decode_journal_entry, parse_journal_key
 from pyrula_stream.threads import THREAD_DELETE, ThreadHandle, decode_thread
@@ -95,11 +101,22 @@ class KafkaAgentClient:
     """Async client for agents served by ``pyrula-stream worker``. Use as ``async with``.
 
     ``timeout`` (seconds) bounds each request to Kafka: a submit's acknowledgement, a
-    stream's first look at its topic.
+    stream's first look at its topic. ``kafka_config`` (librdkafka settings such as
+    ``security.protocol`` and ``sasl.*``) reaches the client's producer and readers;
+    without it the file in ``PYRULA_KAFKA_CONFIG`` is used.
+    ``serialization="schema_registry"`` submits turn requests in the Confluent wire format
+    through the registry at ``schema.registry.url`` in those settings; events in either
+    framing are read whenever a registry is set.
     """
 
     def __init__(
-        self, bootstrap_servers: str, *, prefix: str = DEFAULT_PREFIX, timeout: float = 30.0
+        self,
+        bootstrap_servers: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = 30.0,
+        kafka_config: Mapping[str, Any] | None = None,
+        serialization: Literal["avro", "schema_registry"] = "avro",
     ) -> None:
         if not bootstrap_servers:
             raise ConfigurationError("bootstrap_servers is empty")
@@ -108,6 +125,10 @@ class KafkaAgentClient:
         self.bootstrap_servers = bootstrap_servers
         self.prefix = prefix
         self.timeout = timeout
+        self.kafka_config: KafkaSettings = resolve(kafka_config)
+        check_serialization(serialization, self.kafka_config)
+        self.serialization = serialization
+        self._registry: serde.ValueCodec | None = None
         self._producer: RecordProducer | None = None
         self._reader: SharedEventReader | None = None
         self._submitted: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -119,6 +140,9 @@ class KafkaAgentClient:
         await self.close()
 
     async def close(self) -> None:
+        if self._registry is not None:
+            self._registry.close()
+            self._registry = None
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close)
             self._producer = None
@@ -129,9 +153,24 @@ class KafkaAgentClient:
     def _topics(self, agent: str) -> AgentTopics:
         return AgentTopics.for_agent(agent, self.prefix)
 
+    def _reader_codec(self) -> serde.ValueCodec | None:
+        """The registry codec when ``schema.registry.url`` is set (either framing is read)."""
+        if self._registry is None and registry_config(self.kafka_config) is not None:
+            from pyrula_stream.kafka.schema_registry import reader_codec
+
+            self._registry = reader_codec(self.kafka_config)
+        return self._registry
+
+    def _writer_codec(self) -> serde.ValueCodec:
+        if self.serialization == "schema_registry":
+            return self._reader_codec() or serde.SCHEMALESS
+        return serde.SCHEMALESS
+
     def _get_producer(self) -> RecordProducer:
         if self._producer is None:
-            self._producer = RecordProducer(self.bootstrap_servers, timeout_s=self.timeout)
+            self._producer = RecordProducer(
+                self.bootstrap_servers, timeout_s=self.timeout, kafka_config=self.kafka_config
+            )
         return self._producer
 
     def _no_topic(self, agent: str, exc: UnknownTopicError) -> UnknownTopicError:
@@ -176,7 +215,12 @@ class KafkaAgentClient:
         from pyrula_stream.history import load_recording
 
         original = await asyncio.to_thread(
-            load_recording, self.bootstrap_servers, self._topics(agent).history, turn_id
+            load_recording,
+            self.bootstrap_servers,
+            self._topics(agent).history,
+            turn_id,
+            kafka_config=self.kafka_config,
+            group_id=reader_group_id(self.prefix, agent),
         )
         check_from_step(original, from_step)
         request = TurnRequest(
@@ -194,13 +238,15 @@ class KafkaAgentClient:
     async def submit_request(self, request: TurnRequest) -> TurnHandle:
         """Produce a prepared request, with the current trace context in its headers."""
         topic = self._topics(request.agent).turns
+        codec = self._writer_codec()
+        value, ctype = await asyncio.to_thread(codec.encode, "turn_request", request, topic)
         with send_span(topic, request.turn_id) as trace:
             try:
                 delivered = await self._get_producer().send(
                     topic,
                     request.key.encode(),
-                    serde.encode("turn_request", request),
-                    [content_type_header("turn_request"), *carrier_headers(trace)],
+                    value,
+                    [(serde.CONTENT_TYPE_HEADER, ctype.encode()), *carrier_headers(trace)],
                 )
             except UnknownTopicError as exc:
                 raise self._no_topic(request.agent, exc) from None
@@ -239,13 +285,18 @@ class KafkaAgentClient:
                 yield event
             return
         if self._reader is None:
-            self._reader = SharedEventReader(self.bootstrap_servers)
+            self._reader = SharedEventReader(
+                self.bootstrap_servers,
+                kafka_config=self.kafka_config,
+                group_id=reader_group_id(self.prefix, agent),
+            )
         reader = self._reader
         try:
             sub = await reader.subscribe(self._topics(agent).events, turn_id.encode(), since_ms)
         except UnknownTopicError as exc:
             raise self._no_topic(agent, exc) from None
         next_seq = 0 if after_seq is None else after_seq + 1
+        codec = self._reader_codec()
         try:
             while True:
                 try:
@@ -259,7 +310,10 @@ class KafkaAgentClient:
                     raise item
                 if item.value is None:
                     continue
-                event = decode_event(item.value, item.headers)
+                if codec is None:
+                    event = decode_event(item.value, item.headers)
+                else:  # may ask the registry for a schema: off the loop
+                    event = await asyncio.to_thread(decode_event, item.value, item.headers, codec)
                 if event.seq < next_seq:  # a repeat (at-least-once, a shared re-read)
                     continue
                 next_seq = event.seq + 1
@@ -342,6 +396,7 @@ class KafkaAgentClient:
             self._topics(agent).threads,
             thread_id,
             client_id="pyrula-thread",
+            kafka_config=self.kafka_config,
         )
         return decode_thread(thread_id, records)
 
@@ -403,6 +458,8 @@ class KafkaAgentClient:
             self.bootstrap_servers,
             self._topics(agent).journal,
             client_id=f"pyrula-status-{uuid.uuid4().hex[:8]}",
+            kafka_config=self.kafka_config,
+            group_id=reader_group_id(self.prefix, agent),
         )
         latest: dict[str, bytes | None] = {}
         ended: bytes | None = None  # a terminal record stays a fact once it is tombstoned

@@ -176,6 +176,14 @@ class UnknownTopicError(UserError):
         self.topic = topic
 
 
+class KafkaAuthenticationError(ConfigurationError):
+    """The cluster refused the client's credentials (a wrong password, an unknown user)."""
+
+
+class KafkaAuthorizationError(ConfigurationError):
+    """The cluster's ACLs deny an operation on a topic or group (names both)."""
+
+
 class MalformedRecordError(PyrulaError):
     """A record that cannot be decoded or validated; it goes to the dead-letter topic."""
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyrula_stream.kafka.io import PartitionFollower, TopicRecord
 from pyrula_stream.kafka.partitioner import partition_for
@@ -32,9 +34,18 @@ class Subscription:
 class SharedEventReader:
     """Reads the partitions its subscriptions need with one consumer (see module doc)."""
 
-    def __init__(self, bootstrap_servers: str) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        kafka_config: Mapping[str, Any] | None = None,
+        group_id: str | None = None,
+    ) -> None:
         self._follower = PartitionFollower(
-            bootstrap_servers, client_id=f"pyrula-client-{uuid.uuid4().hex[:8]}"
+            bootstrap_servers,
+            client_id=f"pyrula-client-{uuid.uuid4().hex[:8]}",
+            kafka_config=kafka_config,
+            group_id=group_id,
         )
         self._lock = asyncio.Lock()  # the consumer is used by one thread at a time
         self._subs: dict[tuple[str, bytes], set[Subscription]] = {}

@@ -63,9 +63,12 @@ class Event:
         return self.type in (EventType.RUN_COMPLETE, EventType.RUN_ERROR)
 
 
-def decode_event(payload: bytes, headers: Mapping[str, str]) -> Event:
-    """An event record's value (its ``content-type`` header says the framing)."""
-    return Event(**serde.decode_record("event", payload, headers))
+def decode_event(
+    payload: bytes, headers: Mapping[str, str], codec: serde.ValueCodec | None = None
+) -> Event:
+    """An event record's value (its ``content-type`` header says the framing; ``codec``
+    reads registry-framed values)."""
+    return Event(**serde.decode_record("event", payload, headers, codec))
 
 
 # --- payloads: one class per event type ----------------------------------------------------
@@ -351,6 +354,9 @@ class TurnEvents:
     common: dict[str, Any] = field(default_factory=dict)
     """Fields every event of the turn carries in ``data``: ``version``, ``branch_of``."""
     trace: Callable[[], Mapping[str, str] | None] | None = None
+    codec: serde.ValueCodec = serde.SCHEMALESS
+    """How Avro event values are framed (a registry's codec for ``serialization=
+    "schema_registry"``); JSON events (``event_format="json"``) are never registry-framed."""
     """The W3C trace context each event record carries in its headers."""
 
     def records(self, payload: Payload) -> list[OutRecord]:
@@ -388,15 +394,36 @@ class TurnEvents:
         )
         self.next_seq += 1
         fmt = self.routing.format
-        value = serde.encode("event", event, fmt)
-        records = [
-            wire_record(
-                t, self.turn_id.encode(), value, "event", max_bytes=self.max_record_bytes, fmt=fmt
-            )
-            for t in self.routing.topics_for(payload.type)
-        ]
+        topics = self.routing.topics_for(payload.type)
+        if fmt == "avro" and self.codec is not serde.SCHEMALESS:
+            records = [self._framed(t, event) for t in topics]
+        else:
+            value = serde.encode("event", event, fmt)
+            records = [
+                wire_record(
+                    t,
+                    self.turn_id.encode(),
+                    value,
+                    "event",
+                    max_bytes=self.max_record_bytes,
+                    fmt=fmt,
+                )
+                for t in topics
+            ]
         trace = self.trace() if self.trace is not None else None
         if trace:
             for record in records:
                 record.headers += [(k, v.encode()) for k, v in trace.items()]
         return records
+
+    def _framed(self, topic: str, event: Event) -> OutRecord:
+        """One registry-framed event (the codec names its content-type)."""
+        value, ctype = self.codec.encode("event", event, topic)
+        return wire_record(
+            topic,
+            self.turn_id.encode(),
+            value,
+            "event",
+            max_bytes=self.max_record_bytes,
+            content_type=ctype,
+        )

@@ -169,11 +169,25 @@ def decode_history(payload: bytes, headers: Mapping[str, str]) -> TurnRecording:
     )
 
 
-def load_recording(bootstrap_servers: str, history_topic: str, turn_id: str) -> TurnRecording:
+def load_recording(
+    bootstrap_servers: str,
+    history_topic: str,
+    turn_id: str,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
+) -> TurnRecording:
     """One finished turn from ``<agent>.history`` (blocking: run it in a thread)."""
     from pyrula_stream.kafka.consumers import read_key
 
-    values = read_key(bootstrap_servers, history_topic, turn_id, client_id="pyrula-history")
+    values = read_key(
+        bootstrap_servers,
+        history_topic,
+        turn_id,
+        client_id="pyrula-history",
+        kafka_config=kafka_config,
+        group_id=group_id,
+    )
     if not values:
         raise TurnNotRecorded(
             f"turn {turn_id} is not in {history_topic}: only turns that finished while the "
@@ -184,17 +198,31 @@ def load_recording(bootstrap_servers: str, history_topic: str, turn_id: str) -> 
 
 
 def export_turn(
-    bootstrap_servers: str, *, history_topic: str, events_topic: str, turn_id: str
+    bootstrap_servers: str,
+    *,
+    history_topic: str,
+    events_topic: str,
+    turn_id: str,
+    kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
 ) -> TurnRecording:
-    """One finished turn from ``<agent>.history``, with its events from ``<agent>.events``."""
+    """One finished turn from ``<agent>.history``, with its events from ``<agent>.events``
+    (``group_id``: the readers' group, ``<prefix>.<agent>.readers`` for the ACLs)."""
     from pyrula_stream.events import decode_event
     from pyrula_stream.kafka.consumers import read_key
 
-    recording = load_recording(bootstrap_servers, history_topic, turn_id)
-    events = [
-        decode_event(v, {})
-        for v in read_key(bootstrap_servers, events_topic, turn_id, client_id="pyrula-export")
-    ]
+    recording = load_recording(
+        bootstrap_servers, history_topic, turn_id, kafka_config=kafka_config, group_id=group_id
+    )
+    values = read_key(
+        bootstrap_servers,
+        events_topic,
+        turn_id,
+        client_id="pyrula-export",
+        kafka_config=kafka_config,
+        group_id=group_id,
+    )
+    events = [decode_event(v, {}) for v in values]
     recording.events = [
         {"type": e.type, "seq": e.seq, "ts_ms": e.ts_ms, "attempt": e.attempt, "data": e.data}
         for e in sorted(events, key=lambda e: e.seq)

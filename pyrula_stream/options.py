@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from pyrula_stream.kafka.config import KafkaSettings, check_serialization, resolve
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,13 @@ class WorkerOptions:
     turn (no task, no slot; the partition's owner wakes it); a shorter one holds its slot.
     ``memory_backend`` replaces ``<prefix>.memory`` behind ``ctx.memory`` with another
     ``MemoryBackend``; its writes run once as journaled steps, outside the transaction.
+    ``kafka_config`` (librdkafka settings: ``security.protocol``, ``sasl.*``, ``ssl.*``,
+    ``client.id``, ...) reaches every client the worker creates; without it the file in
+    ``PYRULA_KAFKA_CONFIG`` is used. ``consumer_config``/``producer_config`` apply last, to
+    the group consumer and the transactional producer only.
+    ``serialization="schema_registry"`` writes events in the Confluent wire format through
+    the registry at ``schema.registry.url`` in ``kafka_config``; turn requests in either
+    framing are read whenever a registry is configured.
     """
 
     max_concurrent_turns: int = 50
@@ -62,8 +72,17 @@ class WorkerOptions:
     shared_tool_cache: bool = True
     static_membership: bool = False
     group_protocol: Literal["classic", "consumer"] = "classic"
-    consumer_config: dict[str, Any] = field(default_factory=dict)
-    producer_config: dict[str, Any] = field(default_factory=dict)
+    consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
     telemetry: bool = True
     durable_timer_after_s: float = 5.0
     memory_backend: Any = None
+    kafka_config: Mapping[str, Any] | None = None
+    serialization: Literal["avro", "schema_registry"] = "avro"
+
+    def __post_init__(self) -> None:
+        # Resolved once, so every client sees the same settings, and a repr hides secrets.
+        object.__setattr__(self, "kafka_config", resolve(self.kafka_config))
+        check_serialization(self.serialization, self.kafka_config)
+        for name in ("consumer_config", "producer_config"):
+            object.__setattr__(self, name, KafkaSettings(getattr(self, name)))

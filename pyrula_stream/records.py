@@ -50,10 +50,17 @@ def wire_record(
     max_bytes: int | None = None,
     fmt: serde.WireFormat = "avro",
     headers: Sequence[tuple[str, bytes]] = (),
+    content_type: str | None = None,
 ) -> OutRecord:
     """A record of one of our schemas; ``PayloadTooLarge`` past ``max_bytes``, before any
-    retry can loop on a size the broker will always refuse."""
-    rec = OutRecord(topic, key, value, [content_type_header(record, fmt), *headers], partition)
+    retry can loop on a size the broker will always refuse. ``content_type`` overrides the
+    header ``fmt`` implies (a registry codec's framing)."""
+    ctype = (
+        content_type_header(record, fmt)
+        if content_type is None
+        else (serde.CONTENT_TYPE_HEADER, content_type.encode())
+    )
+    rec = OutRecord(topic, key, value, [ctype, *headers], partition)
     if max_bytes is not None and rec.size > max_bytes:
         raise PayloadTooLarge(
             f"a record for {topic} would be {rec.size} bytes, over the {max_bytes}-byte "

@@ -6,6 +6,9 @@ so any consumer can read our topics with fastavro and the ``.avsc`` file. Turn r
 may also be sent as JSON (``content-type: application/json``) by producers without Avro,
 or as a bare params object (``application/vnd.pyrula.params+json``); events and results
 are written as JSON instead of Avro for an agent bound with ``event_format="json"``.
+With a Schema Registry (``ValueCodec`` from ``pyrula_stream.kafka.schema_registry``) an
+Avro value is in the Confluent wire format and the header ends in ``;framing=confluent``;
+readers given a codec accept both, so a topic can migrate.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import fastavro
 
@@ -112,10 +115,53 @@ def parse_journal_key(key: str) -> tuple[str, str]:
     return turn_id, suffix
 
 
+REGISTRY_FRAMING = ";framing=confluent"
+
+
 def content_type(record: str, fmt: WireFormat = "avro") -> str:
     if fmt == "json":
         return JSON_CONTENT_TYPE
     return f"application/vnd.pyrula.{record}.v{SCHEMA_VERSION}+avro"
+
+
+def registry_content_type(record: str) -> str:
+    """The header of a value in the Confluent wire format (magic 0, schema id, Avro body)."""
+    return content_type(record) + REGISTRY_FRAMING
+
+
+class ValueCodec(Protocol):
+    """How values are framed: schemaless Avro (``SCHEMALESS``) or through a registry."""
+
+    def encode(self, record: str, value: Any, topic: str) -> tuple[bytes, str]:
+        """``(value bytes, content-type)`` of one record for ``topic``."""
+        ...
+
+    def decode(self, record: str, payload: bytes) -> dict[str, Any]:
+        """The Avro body of a registry-framed value, resolved to our schema."""
+        ...
+
+    def close(self) -> None:
+        """Release connections (a registry client's)."""
+        ...
+
+
+class SchemalessAvro:
+    """Schemaless Avro bodies; the content-type header names the schema."""
+
+    def encode(self, record: str, value: Any, topic: str) -> tuple[bytes, str]:
+        return encode(record, value), content_type(record)
+
+    def decode(self, record: str, payload: bytes) -> dict[str, Any]:
+        raise MalformedRecordError(
+            f"this {record} is in the Schema Registry wire format; reading it needs a "
+            "registry: set schema.registry.url in kafka_config"
+        )
+
+    def close(self) -> None:
+        pass
+
+
+SCHEMALESS = SchemalessAvro()
 
 
 @cache
@@ -157,25 +203,39 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def encode(record: str, value: object, fmt: WireFormat = "avro") -> bytes:
-    """The schemaless Avro body of ``value`` (a dataclass with the schema's fields), or
-    with ``fmt="json"`` one JSON object with the same fields (JSON fields nested)."""
+def avro_body(record: str, value: object) -> dict[str, Any]:
+    """The record as its Avro schema's fields (JSON-valued fields as JSON text)."""
     # A shallow field dict: dataclasses.asdict deep-copies every nested dict first,
     # which the profiler showed as half the worker's time.
     body = {name: getattr(value, name) for name in _FIELD_NAMES[record]}
-    if fmt == "json":
-        return _dumps(body).encode()
     for name in _JSON_FIELDS[record]:
         body[name] = _dumps(body[name])
     for name in _JSON_VALUE_FIELDS.get(record, ()):
         body[name] = None if body[name] is None else _dumps(body[name])
+    return body
+
+
+def encode(record: str, value: object, fmt: WireFormat = "avro") -> bytes:
+    """The schemaless Avro body of ``value`` (a dataclass with the schema's fields), or
+    with ``fmt="json"`` one JSON object with the same fields (JSON fields nested)."""
+    if fmt == "json":
+        # A shallow field dict: dataclasses.asdict deep-copies every nested dict first.
+        return _dumps({name: getattr(value, name) for name in _FIELD_NAMES[record]}).encode()
+    body = avro_body(record, value)
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, parsed_schema(record), body)
     return buf.getvalue()
 
 
-def _decode_body(record: str, payload: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
+def _decode_body(
+    record: str,
+    payload: bytes,
+    headers: Mapping[str, str],
+    codec: ValueCodec | None = None,
+) -> dict[str, Any]:
     ctype = headers.get(CONTENT_TYPE_HEADER, content_type(record))
+    if ctype == registry_content_type(record):
+        return (codec or SCHEMALESS).decode(record, payload)
     if ctype == JSON_CONTENT_TYPE:
         try:
             body = json.loads(payload)
@@ -192,8 +252,8 @@ def _decode_body(record: str, payload: bytes, headers: Mapping[str, str]) -> dic
         return body
     if ctype != content_type(record):
         raise MalformedRecordError(
-            f"unsupported content-type {ctype!r}; expected {content_type(record)!r} "
-            "or 'application/json'"
+            f"unsupported content-type {ctype!r}; expected {content_type(record)!r}, "
+            f"{registry_content_type(record)!r} or 'application/json'"
         )
     try:
         decoded = fastavro.schemaless_reader(io.BytesIO(payload), parsed_schema(record), None)
@@ -221,18 +281,22 @@ def _load_json_fields(record: str, body: dict[str, Any]) -> dict[str, Any]:
 def decode_turn_request(
     payload: bytes | None,
     headers: Mapping[str, str],
+    codec: ValueCodec | None = None,
     *,
     default_turn_id: str | None = None,
     default_agent: str | None = None,
 ) -> TurnRequest:
     """A turn request; ``turn_id`` and ``agent`` may be left out when defaults are given
-    (the consumer derives them from the record's topic, partition and offset)."""
+    (the consumer derives them from the record's topic, partition and offset). ``codec``
+    reads registry-framed values (``None``: only schemaless Avro and JSON)."""
     if not payload:
         raise MalformedRecordError("turn request has an empty value")
     if headers.get(CONTENT_TYPE_HEADER) == PARAMS_CONTENT_TYPE:
         body: dict[str, Any] = {"params": _json_object(payload, "a bare params value")}
     else:
-        body = _load_json_fields("turn_request", _decode_body("turn_request", payload, headers))
+        body = _load_json_fields(
+            "turn_request", _decode_body("turn_request", payload, headers, codec)
+        )
     reply = tuple(
         (k[len(REPLY_HEADER_PREFIX) :], v)
         for k, v in headers.items()
@@ -295,9 +359,12 @@ def decode_turn_result(payload: bytes, headers: Mapping[str, str]) -> TurnResult
         raise MalformedRecordError(f"result record has a bad field: {exc}") from None
 
 
-def decode_record(record: str, payload: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
-    """The fields of one record of ``schemas/<record>.avsc``, JSON fields parsed."""
-    return _load_json_fields(record, _decode_body(record, payload, headers))
+def decode_record(
+    record: str, payload: bytes, headers: Mapping[str, str], codec: ValueCodec | None = None
+) -> dict[str, Any]:
+    """The fields of one record of ``schemas/<record>.avsc``, JSON fields parsed;
+    ``codec`` reads registry-framed values."""
+    return _load_json_fields(record, _decode_body(record, payload, headers, codec))
 
 
 def decode_journal_entry(payload: bytes, headers: Mapping[str, str]) -> JournalEntry:

@@ -7,6 +7,14 @@ bootstrap address:
 - ``PYRULA_KAFKA=testcontainers``: a Kafka container via testcontainers (needs Docker);
 - otherwise a real single-node Apache Kafka broker (KRaft) is started from Maven jars
   with the machine's Java 17+, and stopped when the session ends.
+
+``schema_registry_url`` (session scope, started only for tests that ask for it) gives a
+real Schema Registry's Confluent-compatible URL: ``SCHEMA_REGISTRY_URL`` when set, else a
+local Apicurio Registry (fetched once with Maven, run with Java 21+).
+
+Client settings for a secured cluster come from the properties file named by
+``PYRULA_KAFKA_CONFIG`` (every client the package creates reads it when no explicit
+``kafka_config`` is given); the ``kafka_config`` fixture returns them.
 """
 
 from __future__ import annotations
@@ -16,12 +24,13 @@ import concurrent.futures
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.kafka.config import KafkaSettings, settings_from_env
 from pyrula_stream.kafka.local_broker import start_local_broker
 from pyrula_stream.runtime.worker import KafkaWorker, WorkerOptions
 
@@ -67,6 +76,33 @@ else:
         _kafka_bootstrap_servers
     )
 
+    @pytest.fixture(scope="session", name="schema_registry_url")
+    def schema_registry_url() -> Iterator[str]:
+        """A real Schema Registry for the session (see ``local_schema_registry``)."""
+        with local_schema_registry() as url:
+            yield url
+
+    @pytest.fixture(scope="session", name="kafka_config")
+    def kafka_config() -> KafkaSettings:
+        """The client settings of ``PYRULA_KAFKA_CONFIG`` (empty when it is not set)."""
+        return settings_from_env()
+
+
+@contextlib.contextmanager
+def local_schema_registry() -> Iterator[str]:
+    """Yield a Schema Registry URL: ``SCHEMA_REGISTRY_URL``, else a local Apicurio Registry."""
+    existing = os.environ.get("SCHEMA_REGISTRY_URL")
+    if existing:
+        yield existing
+        return
+    from pyrula_stream.kafka.local_registry import start_local_registry
+
+    registry = start_local_registry()
+    try:
+        yield registry.url
+    finally:
+        registry.stop()
+
 
 def unique_name(base: str = "t") -> str:
     """A fresh agent name or prefix, so tests sharing a broker never share topics."""
@@ -97,7 +133,12 @@ async def running_worker(
 
 
 async def agent_topics_ready(
-    bootstrap_servers: str, agent: str, *, prefix: str = "pyrula", timeout_s: float = 120.0
+    bootstrap_servers: str,
+    agent: str,
+    *,
+    prefix: str = "pyrula",
+    timeout_s: float = 120.0,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> None:
     """Wait until a worker started elsewhere (a subprocess) has created the agent's turns
     topic: a submit before that is refused with ``UnknownTopicError``."""
@@ -105,7 +146,9 @@ async def agent_topics_ready(
 
     turns = f"{prefix}.{agent}.turns"
     await wait_for(
-        lambda: not missing_topics(bootstrap_servers, [turns]), timeout_s, f"{turns} created"
+        lambda: not missing_topics(bootstrap_servers, [turns], kafka_config=kafka_config),
+        timeout_s,
+        f"{turns} created",
     )
 
 
@@ -119,12 +162,25 @@ async def wait_for(predicate: Any, timeout_s: float, what: str) -> None:
 
 
 def read_topic(
-    bootstrap_servers: str, topic: str, *, timeout_s: float = 30.0
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    timeout_s: float = 30.0,
+    kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
 ) -> list[tuple[bytes | None, bytes | None, dict[str, str]]]:
-    """Every committed record of ``topic`` now, as ``(key, value, headers)`` (for asserts)."""
+    """Every committed record of ``topic`` now, as ``(key, value, headers)`` (for asserts;
+    ``group_id``: the reader's group, which a secured cluster wants DESCRIBE on)."""
     from pyrula_stream.kafka.consumers import read_topic as read_all
 
-    records = read_all(bootstrap_servers, topic, timeout_s=timeout_s, client_id=unique_name("read"))
+    records = read_all(
+        bootstrap_servers,
+        topic,
+        timeout_s=timeout_s,
+        client_id=unique_name("read"),
+        kafka_config=kafka_config,
+        group_id=group_id,
+    )
     return [(r.key.encode() if r.key else None, r.value, r.headers) for r in records]
 
 

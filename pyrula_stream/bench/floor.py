@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from pyrula_stream.bench.framework import TurnRecords
 from pyrula_stream.bench.harness import PREFIX, create_topics, drop_topics, unique
 from pyrula_stream.bench.load import CompletionReader, Record, Submitter
 from pyrula_stream.kafka.admin import agent_topic_specs
-from pyrula_stream.kafka.config import base_config
+from pyrula_stream.kafka.config import client_config, new_consumer, new_producer
 from pyrula_stream.kafka.partitioner import PARTITIONER
 
 
@@ -54,6 +54,7 @@ class FloorProcessor:
         partitions: int,
         templates: Sequence[TurnRecords],
         batch: int,
+        kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.turns_topic = turns_topic
         self.journal_topic = journal_topic
@@ -67,9 +68,10 @@ class FloorProcessor:
         self.assigned = threading.Event()
         self._stop = threading.Event()
         self._owned: set[int] = set()
-        self._consumer = Consumer(
-            base_config(
+        self._consumer = new_consumer(
+            client_config(
                 bootstrap,
+                kafka_config,
                 **{
                     "group.id": f"{turns_topic}.floor",
                     "enable.auto.commit": False,
@@ -80,9 +82,10 @@ class FloorProcessor:
                 },
             )
         )
-        self._producer = Producer(
-            base_config(
+        self._producer = new_producer(
+            client_config(
                 bootstrap,
+                kafka_config,
                 **{
                     "transactional.id": f"{turns_topic}.floor",
                     "enable.idempotence": True,

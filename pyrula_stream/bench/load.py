@@ -12,14 +12,14 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from pyrula_stream import serde
 from pyrula_stream.events import EventType, decode_event
-from pyrula_stream.kafka.config import base_config, producer_config
+from pyrula_stream.kafka.config import client_config, new_consumer, new_producer, producer_config
 from pyrula_stream.records import content_type_header
 from pyrula_stream.serde import TurnRequest
 
@@ -62,10 +62,13 @@ def event_type(value: bytes | None) -> str:
 
 
 class Submitter:
-    """An idempotent producer that writes many turn requests without a flush per record."""
+    """An idempotent producer that writes many turn requests without a flush per record
+    (``kafka_config``: the user's client settings; None: ``PYRULA_KAFKA_CONFIG``)."""
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        self._producer = Producer(producer_config(bootstrap_servers))
+    def __init__(
+        self, bootstrap_servers: str, *, kafka_config: Mapping[str, Any] | None = None
+    ) -> None:
+        self._producer = new_producer(producer_config(bootstrap_servers, kafka_config))
 
     def _produce(self, topic: str, record: Record) -> None:
         key, value, headers = record
@@ -112,7 +115,13 @@ class CompletionReader:
     """
 
     def __init__(
-        self, bootstrap_servers: str, topic: str, partitions: int, *, keep_ts: bool = False
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        partitions: int,
+        *,
+        keep_ts: bool = False,
+        kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.topic = topic
         self.keep_ts = keep_ts
@@ -125,9 +134,10 @@ class CompletionReader:
         self.last_done = 0.0
         self.failure: str | None = None
         self._stop = threading.Event()
-        self._consumer = Consumer(
-            base_config(
+        self._consumer = new_consumer(
+            client_config(
                 bootstrap_servers,
+                kafka_config,
                 **{
                     "group.id": f"bench-reader-{uuid.uuid4().hex[:8]}",
                     "enable.auto.commit": False,

@@ -6,6 +6,8 @@ person decides, because repartitioning a co-partitioned journal would lose turns
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -19,7 +21,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from pyrula_stream.errors import BrokerUnavailableError
-from pyrula_stream.kafka.config import base_config, unreachable_reason
+from pyrula_stream.kafka.config import (
+    authorization_error,
+    client_config,
+    is_authorization_failure,
+    new_admin,
+    unreachable_reason,
+)
 from pyrula_stream.kafka.offsets import kafka_error
 
 DEFAULT_PREFIX = "pyrula"
@@ -74,31 +82,64 @@ def agent_topic_specs(
     ]
 
 
-def admin_client(bootstrap_servers: str) -> AdminClient:
-    return AdminClient(base_config(bootstrap_servers))
+def admin_client(
+    bootstrap_servers: str, kafka_config: Mapping[str, Any] | None = None
+) -> AdminClient:
+    return new_admin(client_config(bootstrap_servers, kafka_config))
 
 
-def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
+def cluster_metadata(admin: AdminClient, timeout_s: float) -> Any:
+    """``list_topics`` in one-second tries, so refused credentials fail within a second or
+    two (``KafkaAuthenticationError`` from the client's error callback) instead of after
+    the whole timeout with a bare transport error."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        except KafkaException:
+            admin.poll(0)
+            if time.monotonic() >= deadline:
+                raise
+
+
+def broker_answers(
+    bootstrap_servers: str,
+    timeout_s: float = 2.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> bool:
     """Whether the cluster answers a metadata request within the timeout."""
     try:
-        md = admin_client(bootstrap_servers).list_topics(timeout=timeout_s)
+        md = cluster_metadata(admin_client(bootstrap_servers, kafka_config), timeout_s)
     except KafkaException:
         return False
     return bool(md.brokers)
 
 
-def missing_topics(bootstrap_servers: str, names: list[str], timeout_s: float = 30.0) -> list[str]:
+def missing_topics(
+    bootstrap_servers: str,
+    names: list[str],
+    timeout_s: float = 30.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> list[str]:
     """Which of ``names`` do not exist on the cluster."""
     if not names:
         return []
-    existing = admin_client(bootstrap_servers).list_topics(timeout=timeout_s).topics
+    existing = admin_client(bootstrap_servers, kafka_config).list_topics(timeout=timeout_s).topics
     return [name for name in names if name not in existing]
 
 
-def group_member_count(bootstrap_servers: str, group_id: str, timeout_s: float = 5.0) -> int | None:
+def group_member_count(
+    bootstrap_servers: str,
+    group_id: str,
+    timeout_s: float = 5.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> int | None:
     """Members of a consumer group now (0 for a group that never existed); ``None`` when
     the cluster did not answer in time."""
-    admin = admin_client(bootstrap_servers)  # kept alive until its future resolves
+    admin = admin_client(bootstrap_servers, kafka_config)  # alive until its future resolves
     futures = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)
     try:
         description = futures[group_id].result(timeout=timeout_s + 1)
@@ -113,18 +154,20 @@ def group_member_count(bootstrap_servers: str, group_id: str, timeout_s: float =
 
 
 def apply_topics(
-    bootstrap_servers: str, specs: list[TopicSpec], timeout_s: float = 30.0
+    bootstrap_servers: str,
+    specs: list[TopicSpec],
+    timeout_s: float = 30.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> ApplyReport:
     """Create what is missing, leave what matches, report every difference as drift."""
-    admin = admin_client(bootstrap_servers)
+    admin = admin_client(bootstrap_servers, kafka_config)
+    conf = client_config(bootstrap_servers, kafka_config)
     try:
-        existing = admin.list_topics(timeout=timeout_s).topics
+        existing = cluster_metadata(admin, timeout_s).topics
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() in (
-            KafkaError._TRANSPORT,
-            KafkaError._TIMED_OUT,
-        ):
+        err = kafka_error(exc)
+        if err is not None and err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
             admin.poll(0)  # serves the error callbacks that say why
             raise BrokerUnavailableError(
                 f"cannot reach Kafka at {bootstrap_servers} within {timeout_s:g}s to apply "
@@ -148,12 +191,17 @@ def apply_topics(
                 report.created.append(name)
             except KafkaException as exc:
                 err = kafka_error(exc)
+                if err is not None and is_authorization_failure(err):
+                    # A topic we may not DESCRIBE looks missing, so say both.
+                    raise authorization_error(
+                        conf, "CREATE (or, if it exists, DESCRIBE)", f"topic {name}", err
+                    ) from None
                 if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
                 report.matched.append(name)
     present = [s for s in specs if s.name in existing]
     if present:
-        actual_configs = _describe_configs(admin, [s.name for s in present], timeout_s)
+        actual_configs = _describe_configs(admin, [s.name for s in present], timeout_s, conf)
         for spec in present:
             before = len(report.drift)
             actual_parts = len(existing[spec.name].partitions)
@@ -173,20 +221,25 @@ def apply_topics(
 
 
 def _describe_configs(
-    admin: AdminClient, names: list[str], timeout_s: float
+    admin: AdminClient, names: list[str], timeout_s: float, conf: Mapping[str, Any]
 ) -> dict[str, dict[str, str]]:
     resources_ = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
     out: dict[str, dict[str, str]] = {}
     for res, fut in admin.describe_configs(resources_, request_timeout=timeout_s).items():
-        entries: dict[str, Any] = fut.result()
+        try:
+            entries: dict[str, Any] = fut.result()
+        except KafkaException as exc:
+            if is_authorization_failure(exc.args[0]):
+                raise authorization_error(
+                    conf, "DESCRIBE_CONFIGS", f"topic {res.name}", exc.args[0]
+                ) from None
+            raise
         out[res.name] = {k: v.value for k, v in entries.items()}
     return out
 
 
 def _wait_for_metadata(admin: AdminClient, names: list[str], timeout_s: float) -> None:
     """New topics are usable only once every partition has a leader."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     pending = set(names)
     while pending and time.monotonic() < deadline:
@@ -199,11 +252,17 @@ def _wait_for_metadata(admin: AdminClient, names: list[str], timeout_s: float) -
             time.sleep(0.05)
 
 
-def committed_offsets(bootstrap_servers: str, group_id: str, topic: str) -> dict[int, int]:
+def committed_offsets(
+    bootstrap_servers: str,
+    group_id: str,
+    topic: str,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> dict[int, int]:
     """The offsets ``group_id`` has committed on ``topic``, by partition (none: absent)."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
-    admin = admin_client(bootstrap_servers)
+    admin = admin_client(bootstrap_servers, kafka_config)
     request = ConsumerGroupTopicPartitions(group_id)
     futures = admin.list_consumer_group_offsets([request])
     result = futures[group_id].result()

@@ -51,6 +51,7 @@ import logging
 import math
 import threading
 import uuid
+from collections.abc import Mapping
 from importlib import resources
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -73,6 +74,7 @@ from pyrula_stream.errors import (
     UserError,
 )
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, apply_topics, broker_answers
+from pyrula_stream.kafka.config import resolve
 from pyrula_stream.kafka.offsets import ConsumedRecord, kafka_error
 from pyrula_stream.kafka.table import DeliveryCallback, GlobalTable, TableWriter
 from pyrula_stream.records import OutRecord
@@ -129,6 +131,7 @@ class KafkaCacheStore:
         start_timeout_s: float = 30.0,
         write_timeout_s: float = 10.0,
         sweep_interval_s: float | None = 60.0,
+        kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
         for option, seconds in (
             ("start_timeout_s", start_timeout_s),
@@ -140,6 +143,7 @@ class KafkaCacheStore:
         if partitions < 1:
             raise ConfigurationError(f"partitions must be >= 1, got {partitions}")
         self.bootstrap_servers = bootstrap_servers
+        self._kafka_config = resolve(kafka_config)
         self._spec = cache_topic_spec(prefix=prefix, partitions=partitions)
         self.topic = self._spec.name
         self.client_id = client_id or f"pyrula-cache-{uuid.uuid4().hex[:8]}"
@@ -157,6 +161,8 @@ class KafkaCacheStore:
             apply=self._apply,
             tick=None if sweep_interval_s is None else self._sweep,
             tick_interval_s=sweep_interval_s or 60.0,
+            kafka_config=self._kafka_config,
+            group_id=f"{self.topic}.readers",
         )
 
     def __repr__(self) -> str:
@@ -233,14 +239,21 @@ class KafkaCacheStore:
 
     def _open(self) -> None:
         answer_s = min(self._start_timeout_s, 10.0)
-        if not broker_answers(self.bootstrap_servers, timeout_s=answer_s):
+        if not broker_answers(
+            self.bootstrap_servers, timeout_s=answer_s, kafka_config=self._kafka_config
+        ):
             raise BrokerUnavailableError(
                 f"Kafka at {self.bootstrap_servers} did not answer within {answer_s:g}s, so "
                 f"the shared tool cache ({self.topic}) cannot start; check the address and "
                 "that the broker is running"
             )
         try:
-            report = apply_topics(self.bootstrap_servers, [self._spec], self._start_timeout_s)
+            report = apply_topics(
+                self.bootstrap_servers,
+                [self._spec],
+                self._start_timeout_s,
+                kafka_config=self._kafka_config,
+            )
         except KafkaException as exc:
             raise BrokerUnavailableError(
                 f"could not create or check the cache topic {self.topic} at "
@@ -252,6 +265,7 @@ class KafkaCacheStore:
             client_id=self.client_id,
             timeout_s=self._write_timeout_s,
             max_record_bytes=MAX_RECORD_BYTES,
+            kafka_config=self._kafka_config,
         )
         try:  # connect now (metadata, idempotent producer id), not on the first set()
             self._writer.connect(self.topic, timeout_s=min(self._start_timeout_s, 10.0))

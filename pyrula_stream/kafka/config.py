@@ -6,23 +6,45 @@ failed attempt; a worker holds several clients, so an outage used to print thous
 ``BrokerConnectionLog`` per broker address for the whole process: one line when a broker
 goes away, at most one reminder every ``REMINDER_S`` while it stays away, and one line when
 it is back (a TCP probe of the address, as librdkafka reports no recoveries).
+
+Every Kafka client of the package is built here (``new_producer``, ``new_consumer``,
+``new_admin``), so the user's settings (``kafka_config``: ``security.protocol``,
+``sasl.*``, ``ssl.*``, ``client.id``, ...) reach all of them. Without an explicit
+``kafka_config``, the properties file named by ``PYRULA_KAFKA_CONFIG`` is used.
+
+Order of precedence: our low-latency defaults, then the user's settings, then what a
+client's role depends on (group, isolation level, transactions, idempotence), except
+``client.id``, where the user's choice wins (quotas and audit logs key on it).
+Secret values never leave this module in a repr, a log line or an error message.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import threading
 import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 
-from pyrula_stream.errors import BrokerUnavailableError
+from pyrula_stream.errors import (
+    BrokerUnavailableError,
+    ConfigurationError,
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+)
 from pyrula_stream.kafka.partitioner import PARTITIONER
 
 librdkafka_logger = logging.getLogger("pyrula_stream.librdkafka")
+
+KAFKA_CONFIG_ENV = "PYRULA_KAFKA_CONFIG"
+"""Path of a librdkafka properties file used when no ``kafka_config`` is given."""
 
 REMINDER_S = 10.0
 """At most one "still unreachable" line per broker this often."""
@@ -189,13 +211,129 @@ def _on_error(err: KafkaError) -> None:
 
 
 def _dotted(overrides: dict[str, Any]) -> dict[str, Any]:
-    return {k.replace("_", "."): v for k, v in overrides.items()}
+    """``linger_ms=1`` -> ``linger.ms``; callbacks (``stats_cb``) keep their names."""
+    return {k if k.endswith("_cb") else k.replace("_", "."): v for k, v in overrides.items()}
 
 
-def base_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
-    """Bootstrap, low-latency socket and retry settings, librdkafka's logs into Python's."""
+SECRET_KEYS = frozenset(
+    {
+        "sasl.password",
+        "sasl.jaas.config",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.config",
+        "ssl.key.password",
+        "ssl.key.pem",
+        "ssl_key",
+        "ssl.keystore.password",
+        "ssl.truststore.password",
+        "basic.auth.user.info",
+        "bearer.auth.token",
+        "bearer.auth.client.secret",
+    }
+)
+REDACTED = "[redacted]"
+USER_WINS = frozenset({"client.id"})
+
+
+REGISTRY_PREFIX = "schema.registry."
+"""Settings for the Schema Registry client ride in the same file: ``schema.registry.url``,
+``schema.registry.basic.auth.user.info``, ``schema.registry.ssl.ca.location``, ..."""
+
+
+def is_secret(key: str) -> bool:
+    return key.removeprefix(REGISTRY_PREFIX) in SECRET_KEYS or key.endswith(
+        (".password", ".secret", ".user.info")
+    )
+
+
+class KafkaSettings(Mapping[str, Any]):
+    """Read-only librdkafka settings whose repr never shows a secret."""
+
+    def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
+        self._data = dict(settings or {})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self) == dict(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((k, str(v)) for k, v in self._data.items())))
+
+    def __repr__(self) -> str:
+        return f"KafkaSettings({redacted(self._data)!r})"
+
+
+def redacted(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` with every secret value replaced (for logs and reprs)."""
+    return {k: REDACTED if is_secret(k) else v for k, v in conf.items()}
+
+
+def scrub(text: str, conf: Mapping[str, Any]) -> str:
+    """``text`` with every secret value of ``conf`` blanked out (for error messages)."""
+    for key, value in conf.items():
+        if is_secret(key) and isinstance(value, str) and value:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """A librdkafka / Java client properties file: ``key=value`` lines, ``#``/``!`` comments."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the Kafka client config {file}: {exc}") from None
+    settings: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, sep, value = line.partition(":")
+        if not sep or not key.strip():
+            raise ConfigurationError(
+                f"{file}:{number}: expected key=value, got {scrub_line(line)!r}"
+            )
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def scrub_line(line: str) -> str:
+    """A bad config line for an error message: only its first characters (it may be secret)."""
+    return line[:12] + ("..." if len(line) > 12 else "")
+
+
+def settings_from_env() -> KafkaSettings:
+    """The file named by ``PYRULA_KAFKA_CONFIG``, or no settings."""
+    path = os.environ.get(KAFKA_CONFIG_ENV)
+    return KafkaSettings(load_properties(path) if path else None)
+
+
+def resolve(kafka_config: Mapping[str, Any] | None) -> KafkaSettings:
+    """The explicit settings, else those of ``PYRULA_KAFKA_CONFIG``."""
+    if kafka_config is None:
+        return settings_from_env()
+    if isinstance(kafka_config, KafkaSettings):
+        return kafka_config
+    return KafkaSettings(kafka_config)
+
+
+def client_config(
+    bootstrap_servers: str,
+    kafka_config: Mapping[str, Any] | None = None,
+    **role: Any,
+) -> dict[str, Any]:
+    """One client's configuration: defaults, then the user's settings, then the role's."""
     conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap_servers,
         "logger": _ClientLogger(),
         "log_level": 3,
         "error_cb": _on_error,
@@ -207,16 +345,21 @@ def base_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
         "retry.backoff.ms": 1,
         "retry.backoff.max.ms": 50,
     }
-    conf.update(_dotted(overrides))
+    user = {k: v for k, v in resolve(kafka_config).items() if not k.startswith(REGISTRY_PREFIX)}
+    conf.update(user)
+    conf.update(_dotted(role))
+    conf.update({k: v for k, v in user.items() if k in USER_WINS})
+    conf["bootstrap.servers"] = bootstrap_servers
     return conf
 
 
 def producer_config(
     bootstrap_servers: str,
+    kafka_config: Mapping[str, Any] | None = None,
     *,
     transactional_id: str | None = None,
     transaction_timeout_ms: int = 10_000,
-    extra: dict[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """Every producer we create: idempotent, ``acks=all``, 1 ms linger, our partitioner.
@@ -224,31 +367,41 @@ def producer_config(
     The partitioner must be the same everywhere (clients, worker, tables), or a key's
     records would land on different partitions depending on who wrote them.
     ``transactional_id`` makes it a transactional (EOS v2) producer. ``extra`` is the
-    user's own settings (``WorkerOptions.producer_config``), applied last as given.
+    user's own producer settings (``WorkerOptions.producer_config``), applied last as given.
     """
-    conf = base_config(
-        bootstrap_servers,
-        **{
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 1,
-            "partitioner": PARTITIONER,
-        },
-    )
-    conf.update(_dotted(overrides))
+    role: dict[str, Any] = {
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 1,
+        "partitioner": PARTITIONER,
+    }
+    role.update(_dotted(overrides))
     if transactional_id is not None:
-        conf["transactional.id"] = transactional_id
-        conf["transaction.timeout.ms"] = transaction_timeout_ms
+        role["transactional.id"] = transactional_id
+        role["transaction.timeout.ms"] = transaction_timeout_ms
+    conf = client_config(bootstrap_servers, kafka_config, **role)
     conf.update(extra or {})
     return conf
 
 
-def reader_config(bootstrap_servers: str, *, client_id: str) -> dict[str, Any]:
-    """A group-less reader: assigned partitions, committed records only, never commits."""
-    return base_config(
+def reader_config(
+    bootstrap_servers: str,
+    kafka_config: Mapping[str, Any] | None = None,
+    *,
+    client_id: str,
+    group_id: str | None = None,
+) -> dict[str, Any]:
+    """A group-less reader: assigned partitions, committed records only, never commits.
+
+    It never joins ``group_id`` nor commits to it, but librdkafka looks up its coordinator,
+    so on a secured cluster the principal needs DESCRIBE on it: an agent's readers use
+    ``reader_group_id`` (``pyrula-stream acls`` grants it).
+    """
+    return client_config(
         bootstrap_servers,
+        kafka_config,
         **{
-            "group.id": f"{client_id}-reader",
+            "group.id": group_id or f"{client_id}-reader",
             "client.id": client_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -258,3 +411,119 @@ def reader_config(bootstrap_servers: str, *, client_id: str) -> dict[str, Any]:
             "fetch.wait.max.ms": 10,
         },
     )
+
+
+def principal(conf: Mapping[str, Any]) -> str:
+    """Who the cluster sees, for error messages: ``User:<sasl.username>`` or the protocol."""
+    user = conf.get("sasl.username")
+    if user:
+        return f"User:{user}"
+    return f"this client ({conf.get('security.protocol', 'PLAINTEXT')})"
+
+
+def authorization_error(
+    conf: Mapping[str, Any], operation: str, resource: str, err: KafkaError
+) -> KafkaAuthorizationError:
+    """A denied request, said plainly: who, which operation, on what, and what to do."""
+    return KafkaAuthorizationError(
+        f"{principal(conf)} is not allowed to {operation} {resource} at "
+        f"{conf.get('bootstrap.servers')} ({err.name()}); grant it, e.g. with "
+        "`pyrula-stream acls MODULE:AGENT --apply` (see README: ACLs)"
+    )
+
+
+def is_authorization_failure(err: KafkaError) -> bool:
+    return err.code() in (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    )
+
+
+def _fail_fast_on_bad_credentials(conf: dict[str, Any]) -> None:
+    """Make the client's next poll/flush raise when the cluster refuses our credentials,
+    instead of librdkafka reconnecting forever (a user callback still runs first)."""
+    user_cb = conf.get("error_cb")
+    safe = {k: v for k, v in conf.items() if k not in ("error_cb", "logger")}
+
+    def on_error(err: KafkaError) -> None:
+        if user_cb is not None:
+            user_cb(err)
+        if err.code() == KafkaError._AUTHENTICATION:
+            raise KafkaAuthenticationError(
+                f"Kafka at {safe.get('bootstrap.servers')} refused the credentials of "
+                f"{principal(safe)}: {scrub(err.str(), safe)}; check sasl.username and "
+                "sasl.password (or the certificate) in kafka_config"
+            )
+
+    conf["error_cb"] = on_error
+
+
+def _build(kind: type[Any], conf: dict[str, Any]) -> Any:
+    conf = dict(conf)
+    _fail_fast_on_bad_credentials(conf)
+    try:
+        return kind(conf)
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise ConfigurationError(
+            f"invalid Kafka client settings: {scrub(str(exc), conf)}; check kafka_config "
+            f"(or the file in ${KAFKA_CONFIG_ENV})"
+        ) from None
+
+
+def new_producer(conf: dict[str, Any]) -> Producer:
+    """A producer from a ``client_config`` result; bad settings raise ``ConfigurationError``."""
+    producer: Producer = _build(Producer, conf)
+    return producer
+
+
+def new_consumer(conf: dict[str, Any]) -> Consumer:
+    """A consumer from a ``client_config`` result; bad settings raise ``ConfigurationError``."""
+    consumer: Consumer = _build(Consumer, conf)
+    return consumer
+
+
+def registry_config(kafka_config: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The Schema Registry client's settings (``schema.registry.*`` keys), or None."""
+    settings = resolve(kafka_config)
+    conf = {
+        k.removeprefix(REGISTRY_PREFIX): v
+        for k, v in settings.items()
+        if k.startswith(REGISTRY_PREFIX)
+    }
+    return conf if conf.get("url") else None
+
+
+SERIALIZATIONS = ("avro", "schema_registry")
+
+
+def check_serialization(serialization: str, kafka_config: Mapping[str, Any] | None) -> None:
+    """``serialization`` is known, and ``schema_registry`` has a registry to talk to."""
+    if serialization not in SERIALIZATIONS:
+        raise ConfigurationError(
+            f"serialization must be one of {', '.join(SERIALIZATIONS)}, got {serialization!r}"
+        )
+    if serialization == "schema_registry" and registry_config(kafka_config) is None:
+        raise ConfigurationError(
+            'serialization="schema_registry" needs schema.registry.url in kafka_config '
+            f"(or in the file named by ${KAFKA_CONFIG_ENV})"
+        )
+
+
+def new_registry(conf: dict[str, Any]) -> Any:
+    """A ``SchemaRegistryClient`` from ``registry_config``; the import stays contained here."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    try:
+        return SchemaRegistryClient(conf)
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(
+            f"invalid Schema Registry settings: {scrub(str(exc), conf)}"
+        ) from None
+
+
+def new_admin(conf: dict[str, Any]) -> AdminClient:
+    """An admin client from a ``client_config`` result."""
+    admin: AdminClient = _build(AdminClient, conf)
+    return admin

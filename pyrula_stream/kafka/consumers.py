@@ -6,13 +6,19 @@ the two functions here are its shapes for restore and for ``read_topic``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from pyrula_stream.kafka.config import base_config, reader_config
-from pyrula_stream.kafka.offsets import ConsumedRecord, read_to_end, to_record
+from pyrula_stream.kafka.config import (
+    authorization_error,
+    client_config,
+    is_authorization_failure,
+    new_consumer,
+    reader_config,
+)
+from pyrula_stream.kafka.offsets import ConsumedRecord, kafka_error, read_to_end, to_record
 
 STATS_INTERVAL_MS = 5000
 """How often librdkafka reports statistics (consumer lag) when a worker exports metrics."""
@@ -28,8 +34,9 @@ def group_consumer(
     exactly_once: bool,
     group_instance_id: str | None = None,
     group_protocol: str = "classic",
-    extra: dict[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
     stats_cb: Callable[[str], None] | None = None,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> Consumer:
     """The turns consumer: manual offsets, committed reads only.
 
@@ -37,7 +44,8 @@ def group_consumer(
     ``group_protocol="consumer"`` (KIP-848) the broker assigns and owns the session and
     heartbeat settings, so they are not set here. ``group_instance_id`` makes the member
     static (KIP-345). With ``stats_cb``, librdkafka hands it its statistics JSON every
-    ``statistics.interval.ms`` (5 s here), from inside ``poll``.
+    ``statistics.interval.ms`` (5 s here), from inside ``poll``. ``kafka_config`` is the
+    user's client settings; ``extra`` (``WorkerOptions.consumer_config``) applies last.
     """
     conf: dict[str, Any] = {
         "group.id": group_id,
@@ -56,17 +64,47 @@ def group_consumer(
         conf["heartbeat.interval.ms"] = 1_000
     if group_instance_id is not None:
         conf["group.instance.id"] = group_instance_id
-    conf = base_config(bootstrap_servers, **conf)
     if stats_cb is not None:
         conf["statistics.interval.ms"] = STATS_INTERVAL_MS
         conf["stats_cb"] = stats_cb
+    conf = client_config(bootstrap_servers, kafka_config, **conf)
     conf.update(extra or {})
-    return Consumer(conf)
+    return new_consumer(conf)
 
 
-def reader_consumer(bootstrap_servers: str, *, client_id: str) -> Consumer:
+def reader_group_id(prefix: str, agent: str) -> str:
+    """The group id of an agent's readers (restore, control, replies, tables, client streams).
+
+    They never join it or commit to it, but librdkafka still looks up its coordinator,
+    so a secured cluster needs DESCRIBE on it (``pyrula-stream acls`` grants it).
+    """
+    return f"{prefix}.{agent}.readers"
+
+
+def reader_consumer(
+    bootstrap_servers: str,
+    *,
+    client_id: str,
+    kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
+) -> Consumer:
     """A group-less reader (restore, tables, control, clients): assigned partitions only."""
-    return Consumer(reader_config(bootstrap_servers, client_id=client_id))
+    return new_consumer(
+        reader_config(
+            bootstrap_servers, kafka_config=kafka_config, client_id=client_id, group_id=group_id
+        )
+    )
+
+
+def raise_if_denied(
+    conf: Mapping[str, Any], err: KafkaError, topic: str, *, group_operation: str = "DESCRIBE"
+) -> None:
+    """An authorization error as ``KafkaAuthorizationError`` naming what is missing (readers
+    need DESCRIBE on their group, the group consumer READ)."""
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        raise authorization_error(conf, group_operation, f"group {conf.get('group.id')}", err)
+    if is_authorization_failure(err):
+        raise authorization_error(conf, "READ", f"topic {topic}", err)
 
 
 def assign_from_beginning(consumer: Consumer, topic: str) -> None:
@@ -89,11 +127,25 @@ def read_topic(
     *,
     timeout_s: float = 60.0,
     client_id: str = "pyrula-read",
+    kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
 ) -> list[ConsumedRecord]:
     """Every committed record of every partition of ``topic``, read to its end now."""
-    consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    conf = reader_config(
+        bootstrap_servers, kafka_config=kafka_config, client_id=client_id, group_id=group_id
+    )
+    consumer = new_consumer(conf)
     try:
-        return list(read_to_end(consumer, topic, timeout_s=timeout_s))
+        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is not None:
+            raise_if_denied(conf, md.error, topic)
+        try:
+            return list(read_to_end(consumer, topic, timeout_s=timeout_s))
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None:
+                raise_if_denied(conf, err, topic)
+            raise
     finally:
         consumer.close()
 
@@ -102,8 +154,18 @@ class ControlReader:
     """Follows every partition of an agent's control topic from its first retained record:
     a cancel may arrive before its turn does, so the whole topic is read."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, *, client_id: str) -> None:
-        self._consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        client_id: str,
+        kafka_config: Mapping[str, Any] | None = None,
+        group_id: str | None = None,
+    ) -> None:
+        self._consumer = reader_consumer(
+            bootstrap_servers, client_id=client_id, kafka_config=kafka_config, group_id=group_id
+        )
         assign_from_beginning(self._consumer, topic)
 
     def poll(self) -> list[bytes | None]:
@@ -115,13 +177,19 @@ class ControlReader:
 
 
 def read_key_partition(
-    bootstrap_servers: str, topic: str, key: str, *, client_id: str, timeout_s: float = 120.0
+    bootstrap_servers: str,
+    topic: str,
+    key: str,
+    *,
+    client_id: str,
+    timeout_s: float = 120.0,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, bytes | None]]:
     """Every committed ``(key, value)`` of the (murmur2) partition of ``key``, in order,
     tombstones included (a thread's records share its turns' partition)."""
     from pyrula_stream.kafka.partitioner import partition_for
 
-    consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    consumer = reader_consumer(bootstrap_servers, client_id=client_id, kafka_config=kafka_config)
     try:
         md = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if md is None or md.error is not None or not md.partitions:
@@ -136,13 +204,22 @@ def read_key_partition(
 
 
 def read_key(
-    bootstrap_servers: str, topic: str, key: str, *, client_id: str, timeout_s: float = 120.0
+    bootstrap_servers: str,
+    topic: str,
+    key: str,
+    *,
+    client_id: str,
+    timeout_s: float = 120.0,
+    kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
 ) -> list[bytes]:
     """The committed values of ``key`` in ``topic``: its (murmur2) partition read to the
     end. A topic that does not exist holds no values."""
     from pyrula_stream.kafka.partitioner import partition_for
 
-    consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    consumer = reader_consumer(
+        bootstrap_servers, client_id=client_id, kafka_config=kafka_config, group_id=group_id
+    )
     try:
         md = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if md is None or md.error is not None or not md.partitions:
@@ -165,9 +242,19 @@ class RepliesReader:
     partition p of two topics, so the owner of turns partition p assigns replies p here.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, *, client_id: str) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        client_id: str,
+        kafka_config: Mapping[str, Any] | None = None,
+        group_id: str | None = None,
+    ) -> None:
         self.topic = topic
-        self._consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+        self._consumer = reader_consumer(
+            bootstrap_servers, client_id=client_id, kafka_config=kafka_config, group_id=group_id
+        )
 
     def assign(self, positions: dict[int, int | None]) -> None:
         """Start reading each partition at its position (``None``: from the beginning)."""

@@ -12,17 +12,18 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.kafka.consumers import group_consumer
+from pyrula_stream.kafka.config import resolve
+from pyrula_stream.kafka.consumers import group_consumer, raise_if_denied
 from pyrula_stream.observability.tracing import carrier_from_headers
 from pyrula_stream.records import SourceRecord
-from pyrula_stream.serde import TurnRequest, decode_turn_request, headers_dict
+from pyrula_stream.serde import TurnRequest, ValueCodec, decode_turn_request, headers_dict
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +89,20 @@ class TurnConsumer:
         exactly_once: bool,
         group_instance_id: str | None = None,
         group_protocol: str = "classic",
-        extra: dict[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
         on_lag: LagHook | None = None,
+        kafka_config: Mapping[str, Any] | None = None,
+        codec: ValueCodec | None = None,
     ) -> None:
         self.topic = topic
         self.agent = agent
+        self._codec = codec
+        # Only what a denial message names (never a secret).
+        self._who = {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": group_id,
+            "sasl.username": resolve(kafka_config).get("sasl.username"),
+        }
         self._on_lag = on_lag
         self._assigned: set[int] = set()
         self._committed: dict[int, int] = {}
@@ -106,6 +116,7 @@ class TurnConsumer:
             group_protocol=group_protocol,
             extra=extra,
             stats_cb=self._on_stats if on_lag is not None else None,
+            kafka_config=kafka_config,
         )
         self._paused = False
         self._metadata: Any = self._consumer.consumer_group_metadata()
@@ -150,6 +161,8 @@ class TurnConsumer:
             if err is not None:
                 if err.fatal():
                     raise ConsumerFenced(f"consumer fatal error: {err.str()}")
+                # A denied group or topic fails the worker naming it, not a warning loop.
+                raise_if_denied(self._who, err, self.topic, group_operation="READ")
                 log.warning("consumer error: %s", err.str())
                 continue
             out.append(self._intake(msg))
@@ -167,6 +180,7 @@ class TurnConsumer:
             request = decode_turn_request(
                 msg.value(),
                 headers,
+                self._codec,
                 default_turn_id=record_turn_id(msg.topic(), partition, offset),
                 default_agent=self.agent,
             )

@@ -10,8 +10,9 @@ answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +25,21 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from pyrula_stream.errors import BrokerUnavailableError, UnknownTopicError
-from pyrula_stream.kafka.config import producer_config, unreachable_reason
-from pyrula_stream.kafka.consumers import reader_consumer
+from pyrula_stream.errors import (
+    BrokerUnavailableError,
+    KafkaAuthenticationError,
+    UnknownTopicError,
+)
+from pyrula_stream.kafka.config import (
+    authorization_error,
+    is_authorization_failure,
+    new_consumer,
+    new_producer,
+    producer_config,
+    reader_config,
+    unreachable_reason,
+)
+from pyrula_stream.kafka.consumers import raise_if_denied
 from pyrula_stream.kafka.offsets import kafka_error, watermarks
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.serde import headers_dict
@@ -61,18 +74,28 @@ def _is_transport(exc: KafkaException) -> bool:
 
 
 def _topic_partitions(
-    client: Producer | Consumer, bootstrap: str, topic: str, timeout_s: float
+    client: Producer | Consumer,
+    bootstrap: str,
+    topic: str,
+    timeout_s: float,
+    denied: Callable[[KafkaError], None],
 ) -> int:
-    """How many partitions ``topic`` has; ``UnknownTopicError`` when it has none."""
+    """How many partitions ``topic`` has; ``UnknownTopicError`` when it has none.
+
+    ``denied`` raises the authorization error for a topic the ACLs hide or refuse (a hidden
+    topic would otherwise look missing)."""
     try:
         md = client.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
         if _is_transport(exc):
-            if isinstance(client, Producer) or not client.assignment():
+            assignment = getattr(client, "assignment", None)  # a consumer's
+            if assignment is None or not assignment():
                 client.poll(0)  # serves the queued error callbacks that say why
             raise broker_unavailable(bootstrap, timeout_s, f"read metadata of {topic}") from None
         raise
     found = md.topics.get(topic)
+    if found is not None and found.error is not None and is_authorization_failure(found.error):
+        denied(found.error)
     if found is None or found.error is not None or not found.partitions:
         raise UnknownTopicError(f"no topic {topic}", topic=topic)
     return len(found.partitions)
@@ -82,13 +105,25 @@ class RecordProducer:
     """An idempotent producer whose ``send`` returns once the broker acknowledged.
 
     ``timeout_s`` bounds each send, including the first look at a topic's metadata.
+    ``kafka_config`` is the user's client settings (security, ``client.id``, ...).
     """
 
-    def __init__(self, bootstrap_servers: str, *, timeout_s: float = 30.0, **extra: Any) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        timeout_s: float = 30.0,
+        kafka_config: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
         self._known_topics: set[str] = set()
-        self._producer = Producer(producer_config(bootstrap_servers, **extra))
+        self._conf = producer_config(bootstrap_servers, kafka_config, **extra)
+        self._producer = new_producer(self._conf)
+
+    def _denied(self, topic: str, err: KafkaError) -> None:
+        raise authorization_error(self._conf, "WRITE", f"topic {topic}", err)
 
     def send_sync(
         self,
@@ -100,27 +135,47 @@ class RecordProducer:
     ) -> Delivered:
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         if topic not in self._known_topics:
-            _topic_partitions(self._producer, self.bootstrap_servers, topic, timeout_s)
+            _topic_partitions(
+                self._producer,
+                self.bootstrap_servers,
+                topic,
+                timeout_s,
+                lambda err: self._denied(topic, err),
+            )
             self._known_topics.add(topic)
         result: list[Any] = []
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
             result.append(err if err is not None else msg)
 
-        self._producer.produce(
-            topic, key=key, value=value, headers=headers or [], on_delivery=on_delivery
-        )
-        self._producer.flush(timeout_s)
+        try:
+            self._producer.produce(
+                topic, key=key, value=value, headers=headers or [], on_delivery=on_delivery
+            )
+        except KafkaException as exc:  # a topic already known to be denied fails at once
+            result.append(exc.args[0] if exc.args else exc)
+        else:
+            deadline = time.monotonic() + timeout_s
+            try:  # short polls: refused credentials surface from the error callback at once
+                while not result and time.monotonic() < deadline:
+                    self._producer.poll(0.05)
+            except KafkaAuthenticationError:
+                self._producer.purge()  # never delivered later: the caller has its error
+                raise
         if not result:
             # Not sent yet: take it back, so a send reported as failed does not land later.
             self._producer.purge(in_queue=True, in_flight=False)
             self._producer.poll(0)
             raise broker_unavailable(self.bootstrap_servers, timeout_s, f"write to {topic}")
         if isinstance(result[0], KafkaError):
+            if is_authorization_failure(result[0]):
+                raise authorization_error(self._conf, "WRITE", f"topic {topic}", result[0])
             if result[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                 self._known_topics.discard(topic)
                 raise UnknownTopicError(f"no topic {topic}", topic=topic)
             raise KafkaException(result[0])
+        if isinstance(result[0], Exception):
+            raise result[0]
         msg = result[0]
         return Delivered(msg.topic(), msg.partition(), msg.offset())
 
@@ -134,22 +189,42 @@ class RecordProducer:
         return await asyncio.to_thread(self.send_sync, topic, key, value, headers)
 
     def close(self) -> None:
-        self._producer.flush(10)
+        """Flush; a refused login or a fatal error (e.g. no right to an idempotent producer
+        id) was already raised by the ``send`` it failed, and every send waited for its
+        acknowledgement, so closing has nothing left to lose."""
+        with contextlib.suppress(KafkaAuthenticationError, KafkaException):
+            self._producer.flush(10)
 
 
 class PartitionReader:
     """Reads committed records of the partition that holds ``key``, from a timestamp."""
 
     def __init__(
-        self, bootstrap_servers: str, topic: str, *, client_id: str, timeout_s: float = 10.0
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        client_id: str,
+        timeout_s: float = 10.0,
+        kafka_config: Mapping[str, Any] | None = None,
+        group_id: str | None = None,
     ) -> None:
         self.topic = topic
         self.bootstrap_servers = bootstrap_servers
         self.timeout_s = timeout_s
-        self._consumer: Consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+        self._conf = reader_config(
+            bootstrap_servers, kafka_config=kafka_config, client_id=client_id, group_id=group_id
+        )
+        self._consumer: Consumer = new_consumer(self._conf)
 
     def partitions(self) -> int:
-        return _topic_partitions(self._consumer, self.bootstrap_servers, self.topic, self.timeout_s)
+        return _topic_partitions(
+            self._consumer,
+            self.bootstrap_servers,
+            self.topic,
+            self.timeout_s,
+            lambda err: raise_if_denied(self._conf, err, self.topic),
+        )
 
     def seek_key(self, key: bytes, since_ms: int | None) -> int:
         partition = partition_for(key, self.partitions())
@@ -162,22 +237,28 @@ class PartitionReader:
         for p in parts:
             offset = OFFSET_BEGINNING
             if since_ms is not None:
-                # The end is read first: a record written after it has a later timestamp,
-                # so when no record is as new as since_ms, starting there misses nothing.
-                try:
-                    _, end = watermarks(self._consumer, self.topic, p, timeout_s=self.timeout_s)
-                    found = self._consumer.offsets_for_times(
-                        [TopicPartition(self.topic, p, since_ms)], timeout=self.timeout_s
-                    )[0]
-                except KafkaException as exc:
-                    if _is_transport(exc):
-                        raise broker_unavailable(
-                            self.bootstrap_servers, self.timeout_s, f"read {self.topic}"
-                        ) from None
-                    raise
-                offset = found.offset if found.offset >= 0 else end
+                offset = self._offset_at(p, since_ms)
             start.append(TopicPartition(self.topic, p, offset))
         self._consumer.assign(start)
+
+    def _offset_at(self, partition: int, since_ms: int) -> int:
+        # The end is read first: a record written after it has a later timestamp,
+        # so when no record is as new as since_ms, starting there misses nothing.
+        try:
+            _, end = watermarks(self._consumer, self.topic, partition, timeout_s=self.timeout_s)
+            found = self._consumer.offsets_for_times(
+                [TopicPartition(self.topic, partition, since_ms)], timeout=self.timeout_s
+            )[0]
+        except KafkaException as exc:
+            if _is_transport(exc):
+                raise broker_unavailable(
+                    self.bootstrap_servers, self.timeout_s, f"read {self.topic}"
+                ) from None
+            err = kafka_error(exc)
+            if err is not None:
+                raise_if_denied(self._conf, err, self.topic)
+            raise
+        return int(found.offset) if found.offset >= 0 else int(end)
 
     def poll(
         self, timeout_s: float
@@ -194,6 +275,7 @@ class PartitionReader:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
+                raise_if_denied(self._conf, err, self.topic)
                 raise KafkaException(err)
             key = msg.key()
             yield (
@@ -229,9 +311,19 @@ class TopicFollower:
     the beginning). Not thread-safe: one thread calls ``follow``/``poll`` at a time.
     """
 
-    def __init__(self, bootstrap_servers: str, *, client_id: str) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str,
+        kafka_config: Mapping[str, Any] | None = None,
+        group_id: str | None = None,
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
-        self._consumer: Consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+        self._conf = reader_config(
+            bootstrap_servers, kafka_config=kafka_config, client_id=client_id, group_id=group_id
+        )
+        self._consumer: Consumer = new_consumer(self._conf)
         self.followed: set[str] = set()
 
     def topic_names(self) -> set[str]:
@@ -317,13 +409,25 @@ class TopicFollower:
 
 
 def read_key(
-    bootstrap_servers: str, topic: str, key: bytes, *, client_id: str, timeout_s: float = 60.0
+    bootstrap_servers: str,
+    topic: str,
+    key: bytes,
+    *,
+    client_id: str,
+    timeout_s: float = 60.0,
+    kafka_config: Mapping[str, Any] | None = None,
+    group_id: str | None = None,
 ) -> list[tuple[bytes | None, dict[str, str]]]:
     """Every committed ``(value, headers)`` under ``key``, reading its partition to the end
     (how one old turn's events are found by id)."""
-    consumer = reader_consumer(bootstrap_servers, client_id=client_id)
+    conf = reader_config(
+        bootstrap_servers, kafka_config=kafka_config, client_id=client_id, group_id=group_id
+    )
+    consumer = new_consumer(conf)
     try:
         md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is not None:
+            raise_if_denied(conf, md.error, topic)
         if md is None or md.error is not None:
             raise KafkaException(f"topic {topic} not found")
         tp = TopicPartition(topic, partition_for(key, len(md.partitions)))
@@ -361,7 +465,13 @@ class PartitionFollower(TopicFollower):
 
     def partition_count(self, topic: str) -> int:
         """``UnknownTopicError`` for a topic that does not exist (asked once, at once)."""
-        return _topic_partitions(self._consumer, self.bootstrap_servers, topic, 10.0)
+        return _topic_partitions(
+            self._consumer,
+            self.bootstrap_servers,
+            topic,
+            10.0,
+            lambda err: raise_if_denied(self._conf, err, topic),
+        )
 
     def start_offset(self, topic: str, partition: int, since_ms: int | None) -> int:
         """The first offset at or after ``since_ms`` (the log start without it)."""

@@ -22,10 +22,12 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pyrula_stream.errors import BrokerUnavailableError
+from pyrula_stream.errors import BrokerUnavailableError, ConfigurationError
 
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"
@@ -145,7 +147,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-_LISTENERS = re.compile(r"^listeners=PLAINTEXT://[^:]+:(\d+),CONTROLLER://[^:]+:(\d+)$", re.M)
+_LISTENERS = re.compile(
+    r"^listeners=(?:PLAINTEXT|SASL_SSL)://[^:]+:(\d+),CONTROLLER://[^:]+:(\d+)$", re.M
+)
 
 
 def _previous_ports(props: Path) -> tuple[int, int] | None:
@@ -156,15 +160,19 @@ def _previous_ports(props: Path) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+def _server_properties(
+    data_dir: Path, port: int, controller_port: int, security: BrokerSecurity | None = None
+) -> str:
+    listener = "SASL_SSL" if security else "PLAINTEXT"
     return f"""process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners={listener}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners={listener}://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map={listener}:{listener},CONTROLLER:PLAINTEXT
+inter.broker.listener.name={listener}
+{_security_properties(security) if security else ""}
 log.dirs={data_dir / "log"}
 num.partitions=1
 auto.create.topics.enable=false
@@ -190,6 +198,76 @@ def _die_with_parent() -> None:
     os.setsid()
 
 
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SUPER_USER = "admin"
+
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """A SASL_SSL listener: SCRAM users (``admin`` is the super user) and the CA file.
+
+    Made for tests of a secured cluster; the certificate is self-signed for 127.0.0.1.
+    """
+
+    ca_file: str
+    keystore_file: str
+    passwords: Mapping[str, str] = field(repr=False)
+    keystore_password: str = field(repr=False, default="")
+
+    def client_settings(self, user: str, password: str | None = None) -> dict[str, Any]:
+        """librdkafka settings for ``user`` (its own password unless one is given)."""
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": SCRAM_MECHANISM,
+            "sasl.username": user,
+            "sasl.password": self.passwords[user] if password is None else password,
+            "ssl.ca.location": self.ca_file,
+        }
+
+    def super_settings(self) -> dict[str, Any]:
+        return self.client_settings(SUPER_USER)
+
+
+def _security_properties(security: BrokerSecurity) -> str:
+    # The controller listener stays PLAINTEXT on loopback; the broker's own registration
+    # arrives there as User:ANONYMOUS, which is why that principal is a super user.
+    admin_password = security.passwords[SUPER_USER]
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{SUPER_USER}" password="{admin_password}";'
+    )
+    return f"""sasl.enabled.mechanisms={SCRAM_MECHANISM}
+sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={jaas}
+ssl.keystore.type=PKCS12
+ssl.keystore.location={security.keystore_file}
+ssl.keystore.password={security.keystore_password}
+ssl.truststore.type=PEM
+ssl.truststore.location={security.ca_file}
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:{SUPER_USER};User:ANONYMOUS
+"""
+
+
+def _make_certificate(java: str, folder: Path, password: str) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 with Java's keytool: (keystore, CA PEM)."""
+    keytool = str(Path(java).parent / "keytool")
+    keystore, ca = folder / "broker.p12", folder / "ca.pem"
+    common = ["-keystore", str(keystore), "-storetype", "PKCS12", "-storepass", password]
+    steps = [
+        [keytool, "-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048",
+         "-validity", "7", "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1,dns:localhost",
+         "-keypass", password, *common],
+        [keytool, "-exportcert", "-rfc", "-alias", "broker", "-file", str(ca), *common],
+    ]  # fmt: skip
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BrokerUnavailableError(f"keytool failed: {done.stdout}{done.stderr}"[-2000:])
+    return keystore, ca
+
+
 @dataclass
 class LocalBroker:
     """A running broker started by this module."""
@@ -200,6 +278,11 @@ class LocalBroker:
     log_file: str
     owns_data_dir: bool = True
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+    security: BrokerSecurity | None = field(default=None, compare=False)
+
+    def admin_settings(self) -> dict[str, Any]:
+        """Client settings with every right: the super user's, or none on PLAINTEXT."""
+        return self.security.super_settings() if self.security else {}
 
     def is_running(self) -> bool:
         if self.process is not None:
@@ -249,13 +332,18 @@ class LocalBroker:
         )
 
 
-def wait_until_ready(bootstrap_servers: str, timeout_s: float = 60.0) -> None:
+def wait_until_ready(
+    bootstrap_servers: str,
+    timeout_s: float = 60.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> None:
     """Block until the broker answers a metadata request."""
     from pyrula_stream.kafka.admin import broker_answers
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if broker_answers(bootstrap_servers, timeout_s=2.0):
+        if broker_answers(bootstrap_servers, timeout_s=2.0, kafka_config=kafka_config or {}):
             return
         time.sleep(0.2)
     raise BrokerUnavailableError(
@@ -263,10 +351,25 @@ def wait_until_ready(bootstrap_servers: str, timeout_s: float = 60.0) -> None:
     )
 
 
-def _format_storage(jvm: list[str], props: Path) -> None:
+def _format_storage(jvm: list[str], props: Path, security: BrokerSecurity | None) -> None:
+    """A new cluster's storage; a secured one gets its SCRAM users now (KRaft has no other
+    way before the first start)."""
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    scram = [
+        arg
+        for name, password in (security.passwords.items() if security else ())
+        for arg in ("--add-scram", f"{SCRAM_MECHANISM}=[name={name},password={password}]")
+    ]
     fmt = subprocess.run(
-        [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props)],
+        [
+            *jvm,
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={cluster_id}",
+            "-c",
+            str(props),
+            *scram,
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -281,11 +384,16 @@ def start_local_broker(
     port: int | None = None,
     die_with_parent: bool = True,
     heap: str = "768m",
+    scram_users: Mapping[str, str] | None = None,
 ) -> LocalBroker:
     """Start a single-node KRaft broker; return once it answers.
 
     A ``data_dir`` this function formatted before is started again as it was, on its
     previous port unless ``port`` says otherwise; a new one is formatted first.
+    With ``scram_users`` (name -> password) the client listener is SASL_SSL: those users
+    and a super user ``admin`` are created at format time, a certificate for 127.0.0.1 is
+    made now, and KRaft's ``StandardAuthorizer`` denies whatever no ACL allows (a secured
+    broker always starts from a new ``data_dir``: its passwords are not kept).
     """
     java = check_java()
     libs = fetch_jars()
@@ -296,7 +404,18 @@ def start_local_broker(
     previous = _previous_ports(props)
     port = port or (previous[0] if previous else free_port())
     controller_port = previous[1] if previous else free_port()
-    props.write_text(_server_properties(data, port, controller_port))
+    security = None
+    if scram_users is not None:
+        if previous is not None:
+            raise ConfigurationError(
+                f"{data} holds a broker formatted before; a secured local broker "
+                "(scram_users) starts from a new data_dir"
+            )
+        store_password = uuid.uuid4().hex
+        keystore, ca = _make_certificate(java, data, store_password)
+        passwords = {**scram_users, SUPER_USER: uuid.uuid4().hex}
+        security = BrokerSecurity(str(ca), str(keystore), passwords, store_password)
+    props.write_text(_server_properties(data, port, controller_port, security))
     log_file = data / "broker.log"
     (data / "log4j2.properties").write_text(_LOG4J.format(log=log_file))
     classpath = f"{libs}/*"
@@ -311,7 +430,7 @@ def start_local_broker(
         classpath,
     ]
     if previous is None:
-        _format_storage(jvm, props)
+        _format_storage(jvm, props, security)
     with open(data / "broker.out", "ab") as out:
         proc = subprocess.Popen(
             [*jvm, "kafka.Kafka", str(props)],
@@ -320,9 +439,11 @@ def start_local_broker(
             stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent if die_with_parent else os.setsid,
         )
-    broker = LocalBroker(f"127.0.0.1:{port}", proc.pid, str(data), str(log_file), owns, proc)
+    broker = LocalBroker(
+        f"127.0.0.1:{port}", proc.pid, str(data), str(log_file), owns, proc, security
+    )
     try:
-        wait_until_ready(broker.bootstrap_servers)
+        wait_until_ready(broker.bootstrap_servers, kafka_config=broker.admin_settings())
     except BaseException:
         tail = (data / "broker.out").read_text(errors="replace")[-3000:]
         broker.stop()

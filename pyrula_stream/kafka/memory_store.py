@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,10 @@ class KafkaMemory:
         prefix: str = DEFAULT_PREFIX,
         max_value_bytes: int = DEFAULT_MAX_MEMORY_VALUE_BYTES,
         timeout_s: float = 60.0,
+        kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.kafka_config = kafka_config
         self.spec = memory_topic_spec(prefix=prefix)
         self.topic = self.spec.name
         self.client_id = client_id
@@ -74,13 +77,19 @@ class KafkaMemory:
         self._timeout_s = timeout_s
         self.view = SqliteMemory(state_dir / f"{client_id}.memory.sqlite")
         self._table = GlobalTable(
-            bootstrap_servers, self.topic, client_id=client_id, apply=self._apply
+            bootstrap_servers,
+            self.topic,
+            client_id=client_id,
+            apply=self._apply,
+            kafka_config=kafka_config,
         )
         self._writer: TableWriter | None = None
 
     def start(self) -> None:
         """Create the topic if missing, read it to its end, then follow it (blocking)."""
-        apply_topics(self.bootstrap_servers, [self.spec], self._timeout_s)
+        apply_topics(
+            self.bootstrap_servers, [self.spec], self._timeout_s, kafka_config=self.kafka_config
+        )
         self._table.start(timeout_s=self._timeout_s)
 
     def close(self) -> None:
@@ -153,6 +162,7 @@ class KafkaMemory:
                 client_id=f"{self.client_id}-writer",
                 timeout_s=self._timeout_s,
                 max_record_bytes=self.max_value_bytes + 64 * 1024,
+                kafka_config=self.kafka_config,
             )
         done = threading.Event()
         failure: list[KafkaError] = []

@@ -30,13 +30,13 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from pyrula_stream.kafka.config import producer_config, reader_config
+from pyrula_stream.kafka.config import new_consumer, new_producer, producer_config, reader_config
 from pyrula_stream.kafka.offsets import ConsumedRecord, read_to_end, to_record
 from pyrula_stream.records import OutRecord
 
@@ -165,10 +165,14 @@ class GlobalTable:
         apply: Callable[[ConsumedRecord], None],
         tick: Callable[[], None] | None = None,
         tick_interval_s: float = 60.0,
+        kafka_config: Mapping[str, Any] | None = None,
+        group_id: str | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.client_id = client_id
+        self._kafka_config = kafka_config
+        self._group_id = group_id
         self.failure: BaseException | None = None
         self._apply = apply
         self._tick = tick
@@ -179,8 +183,13 @@ class GlobalTable:
 
     def start(self, *, timeout_s: float) -> None:
         """Read the topic to its end (``TimeoutError`` after ``timeout_s``), then follow it."""
-        consumer = self._consumer = Consumer(
-            reader_config(self.bootstrap_servers, client_id=self.client_id)
+        consumer = self._consumer = new_consumer(
+            reader_config(
+                self.bootstrap_servers,
+                kafka_config=self._kafka_config,
+                client_id=self.client_id,
+                group_id=self._group_id,
+            )
         )
         for record in read_to_end(consumer, self.topic, timeout_s=timeout_s, keep_assigned=True):
             if self._stop.is_set():
@@ -244,7 +253,13 @@ class TableWriter:
     """
 
     def __init__(
-        self, bootstrap_servers: str, *, client_id: str, timeout_s: float, max_record_bytes: int
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str,
+        timeout_s: float,
+        max_record_bytes: int,
+        kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
         self._timeout_s = timeout_s
         settings: dict[str, Any] = {
@@ -252,7 +267,9 @@ class TableWriter:
             "message.max.bytes": max_record_bytes,
             "message.timeout.ms": int(timeout_s * 1000),
         }
-        self._producer: Producer | None = Producer(producer_config(bootstrap_servers, **settings))
+        self._producer: Producer | None = new_producer(
+            producer_config(bootstrap_servers, kafka_config, **settings)
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name=f"{client_id}-poll", daemon=True)
         self._thread.start()

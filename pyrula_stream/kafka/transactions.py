@@ -13,12 +13,17 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from pyrula_stream.kafka.config import producer_config
+from pyrula_stream.kafka.config import (
+    authorization_error,
+    is_authorization_failure,
+    new_producer,
+    producer_config,
+)
 from pyrula_stream.kafka.offsets import kafka_error
 from pyrula_stream.records import OutRecord
 
@@ -54,18 +59,21 @@ class BatchWriter:
         transactional_id: str,
         exactly_once: bool = True,
         transaction_timeout_ms: int = 10_000,
-        extra: dict[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.exactly_once = exactly_once
         conf = producer_config(
             bootstrap_servers,
+            kafka_config,
             transactional_id=transactional_id if exactly_once else None,
             transaction_timeout_ms=transaction_timeout_ms,
             extra=extra,
             message_max_bytes=1_048_576,
             compression_type="lz4",
         )
-        self._producer = Producer(conf)
+        self._conf = conf
+        self._producer = new_producer(conf)
         self._delivery_errors: list[str] = []
         self.stuck = False
         """A call into this producer never returned; ``close`` must not wait on it."""
@@ -73,7 +81,16 @@ class BatchWriter:
     def start(self, timeout_s: float = 60.0) -> None:
         """Fence any previous producer of our transactional id and abort its open txn."""
         if self.exactly_once:
-            self._producer.init_transactions(timeout_s)
+            try:
+                self._producer.init_transactions(timeout_s)
+            except KafkaException as exc:
+                err = kafka_error(exc)
+                if err is not None and is_authorization_failure(err):
+                    tid = self._conf.get("transactional.id")
+                    raise authorization_error(
+                        self._conf, "WRITE", f"transactional id {tid}", err
+                    ) from None
+                raise
 
     def write(
         self,

@@ -110,6 +110,7 @@ def build_mcp_server(
     bootstrap_servers: str | None = None,
     name: str = "pyrula-stream",
     turn_timeout: float | None = None,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> Server[Any]:
     """An MCP server (the SDK's low-level ``Server``) offering ``tools`` and ``agents``.
 
@@ -141,11 +142,15 @@ def build_mcp_server(
     if dupes:
         raise ToolRegistrationError(f"build_mcp_server: names repeat: {dupes}")
     prefixes = sorted({a.prefix for a in agents})
-    return _server(name, {e.name: e for e in exposed}, bootstrap_servers, prefixes)
+    return _server(name, {e.name: e for e in exposed}, bootstrap_servers, prefixes, kafka_config)
 
 
 def _server(
-    name: str, exposed: dict[str, _Exposed], bootstrap: str | None, prefixes: list[str]
+    name: str,
+    exposed: dict[str, _Exposed],
+    bootstrap: str | None,
+    prefixes: list[str],
+    kafka_config: Mapping[str, Any] | None,
 ) -> Server[Any]:
     from mcp.server.lowlevel import Server
     from mcp.types import (
@@ -176,7 +181,7 @@ def _server(
             http = await stack.enter_async_context(httpx.AsyncClient())
             kafka = {
                 prefix: await stack.enter_async_context(
-                    KafkaAgentClient(bootstrap or "", prefix=prefix)
+                    KafkaAgentClient(bootstrap or "", prefix=prefix, kafka_config=kafka_config)
                 )
                 for prefix in prefixes
             }

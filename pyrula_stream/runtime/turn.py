@@ -80,6 +80,7 @@ class TurnRuntime:
     max_record_bytes: int = 1_000_000
     max_event_count: int | None = None
     max_event_payload_bytes: int | None = None
+    codec: serde.ValueCodec = serde.SCHEMALESS  # how event values are framed
     spend: Spend = field(default_factory=Spend)
     cancel_reason: str | None = None
     committed_seq: int = 0
@@ -120,6 +121,7 @@ class TurnRuntime:
             max_payload_bytes=self.max_event_payload_bytes,
             max_record_bytes=self.max_record_bytes,
             trace=self.telemetry.event_trace,
+            codec=self.codec,
         )
         self.committed_seq = self.journal.next_seq
         self.steps_at_start = len(self.journal.steps)

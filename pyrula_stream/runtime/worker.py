@@ -25,6 +25,7 @@ from typing import Any, Literal, Self
 
 import httpx
 
+from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.errors import (
     ConfigurationError,
@@ -40,8 +41,13 @@ from pyrula_stream.health import start_health_server
 from pyrula_stream.history import TurnRecording, load_recording
 from pyrula_stream.kafka.admin import apply_topics, broker_answers, missing_topics
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
-from pyrula_stream.kafka.config import is_connection_failure
-from pyrula_stream.kafka.consumers import ControlReader, RepliesReader, reader_consumer
+from pyrula_stream.kafka.config import is_connection_failure, registry_config
+from pyrula_stream.kafka.consumers import (
+    ControlReader,
+    RepliesReader,
+    reader_consumer,
+    reader_group_id,
+)
 from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnConsumer, TurnRecord
 from pyrula_stream.kafka.memory_store import KafkaMemory
 from pyrula_stream.kafka.offsets import ConsumedRecord, committed_offset, watermarks
@@ -174,6 +180,8 @@ class KafkaWorker:
         self._threads_table = PartitionedTable(self.topics.threads)
         self._state_dir: Path | None = None  # created by run(): options.state_dir or a temp dir
         self._next_expiry = 0.0
+        self._reader_codec: serde.ValueCodec | None = None
+        self._writer_codec: serde.ValueCodec = serde.SCHEMALESS
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -279,7 +287,14 @@ class KafkaWorker:
         """Kafka may come up after the worker (a restart, a deploy): wait with backoff."""
         delay, waited, started = 0.5, False, time.monotonic()
         while not self._stop_requested:
-            if await asyncio.to_thread(broker_answers, self.bootstrap_servers, 2.0):
+            if await asyncio.to_thread(
+                partial(
+                    broker_answers,
+                    self.bootstrap_servers,
+                    2.0,
+                    kafka_config=self.options.kafka_config,
+                )
+            ):
                 if waited:
                     log.warning(
                         "Kafka at %s answers after %.0fs; starting",
@@ -302,11 +317,13 @@ class KafkaWorker:
         """One start: topics, the shared cache, then group sessions until stopped."""
         try:
             await self._check_topics()
+            await asyncio.to_thread(self._open_codecs)
             if self.options.shared_tool_cache:
                 shared = KafkaCacheStore(
                     self.bootstrap_servers,
                     prefix=self.agent.prefix,
                     client_id=f"{self.worker_id}-cache",
+                    kafka_config=self.options.kafka_config,
                 )
                 await asyncio.to_thread(shared.start)
                 self._cache = shared
@@ -317,6 +334,7 @@ class KafkaWorker:
                     state_dir=self._state_dir,
                     client_id=f"{self.worker_id}-memory",
                     prefix=self.agent.prefix,
+                    kafka_config=self.options.kafka_config,
                 )
                 await asyncio.to_thread(self._memory.start)
             async with httpx.AsyncClient() as http, MCPPool(self.agent.mcp_servers) as mcp:
@@ -347,12 +365,20 @@ class KafkaWorker:
             if self._memory is not None:
                 await asyncio.to_thread(self._memory.close)
                 self._memory = None
+            self._close_codecs()
 
     async def _topic_exists(self, topic: str) -> bool:
         """Whether a sub-agent's turns topic exists (a found topic is remembered)."""
         if topic in self._known_topics:
             return True
-        absent = await asyncio.to_thread(missing_topics, self.bootstrap_servers, [topic])
+        absent = await asyncio.to_thread(
+            partial(
+                missing_topics,
+                self.bootstrap_servers,
+                [topic],
+                kafka_config=self.options.kafka_config,
+            )
+        )
         if not absent:
             self._known_topics.add(topic)
         return not absent
@@ -361,7 +387,12 @@ class KafkaWorker:
         """Create what is missing; refuse drift and output topics that do not exist."""
         if self.options.apply_topics:
             report = await asyncio.to_thread(
-                apply_topics, self.bootstrap_servers, self.agent.topic_specs()
+                partial(
+                    apply_topics,
+                    self.bootstrap_servers,
+                    self.agent.topic_specs(),
+                    kafka_config=self.options.kafka_config,
+                )
             )
             if not report.ok:
                 raise TopicDriftError(
@@ -369,13 +400,36 @@ class KafkaWorker:
                     "spec:\n  " + "\n  ".join(report.drift)
                 )
         routed = sorted(self.agent.event_routing.all_topics() - {self.topics.events})
-        absent = await asyncio.to_thread(missing_topics, self.bootstrap_servers, routed)
+        absent = await asyncio.to_thread(
+            partial(
+                missing_topics,
+                self.bootstrap_servers,
+                routed,
+                kafka_config=self.options.kafka_config,
+            )
+        )
         if absent:
             raise ConfigurationError(
                 f"agent '{self.agent.name}' routes events to output topics that do not exist: "
                 f"{', '.join(absent)}; create them (they are yours, so they are never created "
                 "for you) or remove them from output_topics"
             )
+
+    def _open_codecs(self) -> None:
+        """Schema Registry framing (opt-in; see ``kafka/schema_registry.py``)."""
+        if self._reader_codec is None and registry_config(self.options.kafka_config) is not None:
+            from pyrula_stream.kafka.schema_registry import event_codecs
+
+            self._reader_codec, self._writer_codec = event_codecs(
+                self.options.kafka_config,
+                self.options.serialization,
+                sorted(self.agent.event_routing.all_topics()),
+            )
+
+    def _close_codecs(self) -> None:
+        if self._reader_codec is not None:
+            self._reader_codec.close()
+        self._reader_codec, self._writer_codec = None, serde.SCHEMALESS
 
     async def _run_session(self) -> None:
         self.sessions += 1
@@ -385,6 +439,7 @@ class KafkaWorker:
             transactional_id=f"{self.agent.prefix}.{self.agent.name}.{self.worker_id}",
             exactly_once=exactly_once,
             extra=self.options.producer_config,
+            kafka_config=self.options.kafka_config,
         )
         await asyncio.to_thread(writer.start)
         consumer = TurnConsumer(
@@ -398,16 +453,34 @@ class KafkaWorker:
             group_protocol=self.options.group_protocol,
             extra=self.options.consumer_config,
             on_lag=self.telemetry.on_lag,
+            kafka_config=self.options.kafka_config,
+            codec=self._reader_codec,
         )
+        # Readers never join their group, but a secured cluster wants DESCRIBE on it.
+        readers = reader_group_id(self.agent.prefix, self.agent.name)
+        settings = self.options.kafka_config
         session = self._session = _Session(
             writer=writer,
             consumer=consumer,
-            restorer=reader_consumer(self.bootstrap_servers, client_id=f"{self.worker_id}-restore"),
+            restorer=reader_consumer(
+                self.bootstrap_servers,
+                client_id=f"{self.worker_id}-restore",
+                kafka_config=settings,
+                group_id=readers,
+            ),
             control=ControlReader(
-                self.bootstrap_servers, self.topics.control, client_id=f"{self.worker_id}-control"
+                self.bootstrap_servers,
+                self.topics.control,
+                client_id=f"{self.worker_id}-control",
+                kafka_config=settings,
+                group_id=readers,
             ),
             replies=RepliesReader(
-                self.bootstrap_servers, self.topics.replies, client_id=f"{self.worker_id}-replies"
+                self.bootstrap_servers,
+                self.topics.replies,
+                client_id=f"{self.worker_id}-replies",
+                kafka_config=settings,
+                group_id=readers,
             ),
             committer=GroupCommitter(
                 self._write,
@@ -749,6 +822,7 @@ class KafkaWorker:
             max_event_count=limits.max_event_count_per_turn,
             max_event_payload_bytes=limits.max_event_payload_bytes,
             telemetry=self.telemetry.for_turn(request, partition, journal.steps, trace),
+            codec=self._writer_codec,
         )
         ps = self._parts.get(partition)
         if request.thread_id is not None and ps is not None:
@@ -818,7 +892,14 @@ class KafkaWorker:
             return None
         try:
             return await asyncio.to_thread(
-                load_recording, self.bootstrap_servers, self.topics.history, turn_id
+                partial(
+                    load_recording,
+                    self.bootstrap_servers,
+                    self.topics.history,
+                    turn_id,
+                    kafka_config=self.options.kafka_config,
+                    group_id=reader_group_id(self.agent.prefix, self.agent.name),
+                )
             )
         except TurnNotRecorded:
             return None

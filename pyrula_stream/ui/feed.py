@@ -15,12 +15,16 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.events import decode_event
+from pyrula_stream.kafka.config import registry_config
 from pyrula_stream.kafka.io import TopicFollower, TopicRecord, read_key
+from pyrula_stream.serde import ValueCodec
 from pyrula_stream.ui.model import TurnView, UIState, turn_from_events
 
 log = logging.getLogger(__name__)
@@ -37,6 +41,8 @@ class FeedOptions:
     prefix: str = "pyrula"
     agents: tuple[str, ...] | None = None
     history_s: float = 3600.0
+    kafka_config: Mapping[str, Any] | None = None
+    """The user's client settings (security, ``client.id``); None: ``PYRULA_KAFKA_CONFIG``."""
 
 
 class EventFeed:
@@ -52,6 +58,11 @@ class EventFeed:
         self._changed = asyncio.Condition()
         self._stopping = asyncio.Event()
         self._events_pattern = re.compile(rf"^{re.escape(options.prefix)}\.(.+)\.events$")
+        self._codec: ValueCodec | None = None
+        if registry_config(options.kafka_config) is not None:  # registry-framed events too
+            from pyrula_stream.kafka.schema_registry import reader_codec
+
+            self._codec = reader_codec(options.kafka_config)
         for agent in options.agents or ():
             state.add_agent(agent)
 
@@ -63,6 +74,8 @@ class EventFeed:
         """Stop reading and release every live stream waiting for a change."""
         self._stopping.set()
         await self._notify()
+        if self._codec is not None:
+            self._codec.close()
 
     async def wait_changed(self, since: int, timeout_s: float) -> bool:
         """Wait until the state is newer than ``since`` (True), or stopping or timeout."""
@@ -99,6 +112,7 @@ class EventFeed:
             TopicFollower,
             self.options.bootstrap_servers,
             client_id=f"pyrula-ui-{uuid.uuid4().hex[:8]}",
+            kafka_config=self.options.kafka_config,
         )
         loop = asyncio.get_running_loop()
         next_discovery = 0.0
@@ -155,7 +169,7 @@ class EventFeed:
                 changed = True
             elif kind == "events" and record.value is not None:
                 try:
-                    event = decode_event(record.value, record.headers)
+                    event = decode_event(record.value, record.headers, self._codec)
                 except MalformedRecordError as exc:
                     self.undecodable += 1
                     log.warning(
@@ -179,13 +193,14 @@ class EventFeed:
             topic,
             turn_id.encode(),
             client_id=f"pyrula-ui-load-{uuid.uuid4().hex[:8]}",
+            kafka_config=self.options.kafka_config,
         )
         events = []
         for value, headers in raw:
             if value is None:
                 continue
             try:
-                events.append(decode_event(value, headers))
+                events.append(decode_event(value, headers, self._codec))
             except MalformedRecordError:
                 self.undecodable += 1
         turn = turn_from_events(agent, turn_id, events)

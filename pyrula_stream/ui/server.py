@@ -151,7 +151,9 @@ class UIApp:
         action = request.path_params["action"]
         if self._client is None:
             self._client = KafkaAgentClient(
-                self.feed.options.bootstrap_servers, prefix=self.feed.options.prefix
+                self.feed.options.bootstrap_servers,
+                prefix=self.feed.options.prefix,
+                kafka_config=self.feed.options.kafka_config,
             )
         send: dict[str, Callable[..., Awaitable[object]]] = {
             "cancel": self._client.cancel,

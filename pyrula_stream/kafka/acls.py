@@ -1,0 +1,176 @@
+"""The least-privilege ACLs of one agent: what its workers and its clients need, no more.
+
+``agent_acls`` lists them (``pyrula-stream acls`` prints the table), ``apply_acls``
+creates them through the admin API. Creating an ACL that exists is a no-op in Kafka, so
+applying twice is safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.kafka.admin import admin_client
+from pyrula_stream.kafka.consumers import reader_group_id
+
+CLUSTER = "kafka-cluster"
+
+
+@dataclass(frozen=True)
+class Acl:
+    """One ALLOW rule: ``principal`` may ``operation`` on ``resource`` ``name``."""
+
+    principal: str
+    resource: str  # TOPIC, GROUP, TRANSACTIONAL_ID, CLUSTER
+    name: str
+    operation: str  # READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE
+    pattern: str = "LITERAL"  # or PREFIXED
+    why: str = ""
+
+
+def agent_acls(
+    agent: str,
+    *,
+    prefix: str,
+    worker_principal: str,
+    client_principal: str | None = None,
+    output_topics: Iterable[str] = (),
+    keep_history: bool = False,
+    calls: Iterable[str] = (),
+    called_by: Iterable[str] = (),
+) -> list[Acl]:
+    """The ACLs a worker of ``agent`` (and optionally its clients) need on the cluster.
+
+    Sub-agents cross agents: a worker that calls agent B (``calls``) writes B's turns (the
+    call) and control (a cancel that follows the parent's) topics, and a worker called by
+    agent A (``called_by``) writes its outcome to A's replies topic. Each worker reads only
+    its own agent's replies.
+    """
+    for principal in (worker_principal, client_principal):
+        if principal is not None and not principal.startswith("User:"):
+            raise ConfigurationError(f"a principal looks like User:name, got {principal!r}")
+    base = f"{prefix}.{agent}"
+    readers = reader_group_id(prefix, agent)
+    cache = f"{prefix}.cache"
+    own = ["turns", "events", "journal", "replies", "control", "dlq", "results"]
+    if keep_history:
+        own.append("history")
+    w = worker_principal
+    rules = [
+        Acl(w, "TOPIC", f"{base}.turns", "READ", why="consume turn requests"),
+        Acl(w, "TOPIC", f"{base}.control", "READ", why="cancel / terminate requests"),
+        Acl(w, "TOPIC", f"{base}.journal", "READ", why="restore turns"),
+        Acl(w, "TOPIC", f"{base}.journal", "WRITE", why="journal steps"),
+        Acl(w, "TOPIC", f"{base}.replies", "READ", why="outcomes of its sub-agent calls"),
+        Acl(w, "TOPIC", f"{base}.events", "WRITE", why="publish events"),
+        Acl(w, "TOPIC", f"{base}.results", "WRITE", why="one result per turn"),
+        Acl(w, "TOPIC", f"{base}.dlq", "WRITE", why="dead letters"),
+        Acl(w, "TOPIC", cache, "READ", why="shared tool cache table"),
+        Acl(w, "TOPIC", cache, "WRITE", why="shared tool cache table"),
+        *[
+            Acl(w, "TOPIC", f"{base}.{t}", "DESCRIBE_CONFIGS", why="check topics at start")
+            for t in own
+        ],
+        Acl(w, "TOPIC", cache, "DESCRIBE_CONFIGS", why="check the cache topic at start"),
+        *[Acl(w, "TOPIC", t, "WRITE", why="output_topics route") for t in sorted(output_topics)],
+        Acl(w, "GROUP", f"{base}.workers", "READ", why="the workers' consumer group"),
+        Acl(w, "GROUP", readers, "DESCRIBE", why="restore, control, replies readers"),
+        Acl(w, "GROUP", f"{cache}.readers", "DESCRIBE", why="cache table reader"),
+        Acl(w, "TRANSACTIONAL_ID", f"{base}.", "WRITE", "PREFIXED", "one per worker id"),
+        Acl(w, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)"),
+    ]
+    if keep_history:
+        rules += [
+            Acl(w, "TOPIC", f"{base}.history", "WRITE", why="record finished turns"),
+            Acl(w, "TOPIC", f"{base}.history", "READ", why="branch / replay a recorded turn"),
+        ]
+    for child in sorted(set(calls)):
+        rules += [
+            Acl(w, "TOPIC", f"{prefix}.{child}.turns", "WRITE", why=f"call sub-agent {child}"),
+            Acl(w, "TOPIC", f"{prefix}.{child}.control", "WRITE", why=f"cancel {child}'s turn"),
+        ]
+    for parent in sorted(set(called_by)):
+        rules.append(
+            Acl(w, "TOPIC", f"{prefix}.{parent}.replies", "WRITE", why=f"reply to {parent}")
+        )
+    if client_principal is not None:
+        c = client_principal
+        rules += [
+            Acl(c, "TOPIC", f"{base}.turns", "WRITE", why="submit turns"),
+            Acl(c, "TOPIC", f"{base}.control", "WRITE", why="cancel / terminate"),
+            Acl(c, "TOPIC", f"{base}.events", "READ", why="stream a turn's events"),
+            Acl(c, "TOPIC", f"{base}.results", "READ", why="read turn results"),
+            Acl(c, "TOPIC", f"{base}.journal", "READ", why="status of a turn"),
+            Acl(c, "GROUP", readers, "DESCRIBE", why="event readers"),
+            Acl(c, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)"),
+        ]
+        if keep_history:
+            rules.append(Acl(c, "TOPIC", f"{base}.history", "READ", why="branch a recorded turn"))
+    # One principal may be both worker and client; the admin API refuses duplicate bindings.
+    seen: set[tuple[str, ...]] = set()
+    unique = []
+    for rule in rules:
+        binding = (rule.principal, rule.resource, rule.name, rule.operation, rule.pattern)
+        if binding not in seen:
+            seen.add(binding)
+            unique.append(rule)
+    return unique
+
+
+def describe(rules: Sequence[Acl]) -> str:
+    """The rules as an aligned table, one per line."""
+    rows = [("principal", "resource", "pattern", "name", "operation", "why")]
+    rows += [(r.principal, r.resource, r.pattern, r.name, r.operation, r.why) for r in rules]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:5], widths, strict=True))
+        + f"  {row[5]}"
+        for row in rows
+    )
+
+
+def _binding(rule: Acl) -> AclBinding:
+    resource = "BROKER" if rule.resource == "CLUSTER" else rule.resource
+    return AclBinding(
+        ResourceType[resource],
+        rule.name,
+        ResourcePatternType[rule.pattern],
+        rule.principal,
+        "*",
+        AclOperation[rule.operation],
+        AclPermissionType.ALLOW,
+    )
+
+
+def apply_acls(
+    bootstrap_servers: str,
+    rules: Sequence[Acl],
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+    timeout_s: float = 30.0,
+) -> None:
+    """Create ``rules`` on the cluster (needs ALTER on the cluster, e.g. a super user)."""
+    admin = admin_client(bootstrap_servers, kafka_config)
+    futures = admin.create_acls([_binding(r) for r in rules], request_timeout=timeout_s)
+    failed = []
+    for binding, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            failed.append(f"{binding}: {exc.args[0].str() if exc.args else exc}")
+    if failed:
+        raise ConfigurationError(
+            "could not create ACLs (the admin principal needs ALTER on the cluster):\n  "
+            + "\n  ".join(failed)
+        )

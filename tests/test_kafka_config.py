@@ -1,0 +1,161 @@
+"""One client configuration, everywhere: the factory, the properties file, redaction, and an
+enumeration of every place the package builds a Kafka client.
+
+That the settings really work end to end is shown on a SASL_SSL broker in
+``test_secured_kafka.py`` (a client missing them could not even connect there).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import pyrula_stream
+from pyrula_stream import KafkaAgentClient, WorkerOptions
+from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.kafka.config import (
+    KAFKA_CONFIG_ENV,
+    client_config,
+    load_properties,
+    new_producer,
+    redacted,
+)
+
+PACKAGE = Path(pyrula_stream.__file__).parent
+CLIENT_CLASSES = {"Producer", "Consumer", "AdminClient", "SchemaRegistryClient"}
+FACTORY = PACKAGE / "kafka" / "config.py"
+# Functions and classes that build clients; each takes the user's settings as kafka_config.
+TAKES_SETTINGS = {
+    "client_config": 1,  # second positional argument
+    "reader_config": None,
+    "reader_consumer": None,
+    "group_consumer": None,
+    "read_topic": None,
+    "admin_client": 1,
+    "broker_answers": None,
+    "apply_topics": None,
+    "apply_acls": None,
+    "RecordProducer": None,
+    "PartitionReader": None,
+    "BatchWriter": None,
+    "KafkaCacheStore": None,
+    "KafkaAgentClient": None,
+    "producer_config": 1,
+    "TurnConsumer": None,
+    "GlobalTable": None,
+    "TableWriter": None,
+    "ControlReader": None,
+    "RepliesReader": None,
+    "TopicFollower": None,
+    "PartitionFollower": None,
+    "SharedEventReader": None,
+    "read_key": None,
+    "export_turn": None,
+    "missing_topics": None,
+    "group_member_count": None,
+    "committed_offsets": None,
+    "build_mcp_server": None,
+    "FeedOptions": None,
+}
+# The benchmark and chaos harnesses run on the environment's settings (PYRULA_KAFKA_CONFIG),
+# which is what every client falls back to without an explicit kafka_config.
+ENVIRONMENT_ONLY = ("bench", "chaos")
+
+
+def _modules() -> list[tuple[Path, ast.Module]]:
+    return [(p, ast.parse(p.read_text())) for p in sorted(PACKAGE.rglob("*.py"))]
+
+
+def _name(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+
+
+def _builds_a_client(call: ast.Call) -> bool:
+    """``Producer(conf)``, or a client class handed to a builder: ``_build(Producer, conf)``."""
+    handed = any(isinstance(a, ast.Name) and a.id in CLIENT_CLASSES for a in call.args)
+    return _name(call) in CLIENT_CLASSES or handed
+
+
+def test_clients_are_constructed_only_in_the_factory() -> None:
+    built_at = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _builds_a_client(node)
+    ]
+    assert built_at, "the scan found no client construction at all"
+    assert {site.split(":")[0] for site in built_at} <= {"kafka/config.py"}, built_at
+
+
+def test_every_client_builder_is_handed_the_users_settings() -> None:
+    missing = []
+    checked = 0
+    for path, tree in _modules():
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] in ENVIRONMENT_ONLY or path == FACTORY:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or _name(node) not in TAKES_SETTINGS:
+                continue
+            checked += 1
+            position = TAKES_SETTINGS[_name(node)]
+            by_keyword = any(k.arg == "kafka_config" for k in node.keywords)
+            by_position = position is not None and len(node.args) > position
+            if not (by_keyword or by_position):
+                missing.append(f"{rel}:{node.lineno} {_name(node)}(...)")
+    assert checked > 20, f"the scan looked at only {checked} calls"
+    assert not missing, "built without kafka_config:\n" + "\n".join(missing)
+
+
+def test_the_factory_layers_defaults_user_settings_and_role_settings() -> None:
+    user = {"security.protocol": "SASL_SSL", "client.id": "billing", "isolation.level": "x"}
+    conf = client_config(
+        "b:9092", user, **{"client.id": "pyrula-w1", "isolation.level": "read_committed"}
+    )
+    assert conf["security.protocol"] == "SASL_SSL"
+    assert conf["client.id"] == "billing", "the user's client.id wins (quotas key on it)"
+    assert conf["isolation.level"] == "read_committed", "what the role depends on wins"
+    assert conf["bootstrap.servers"] == "b:9092"
+    assert conf["socket.nagle.disable"] is True
+
+
+def test_without_explicit_settings_the_environments_file_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text("# comment\n! also a comment\n\nsecurity.protocol = SSL\nclient.id: ops\n")
+    monkeypatch.setenv(KAFKA_CONFIG_ENV, str(path))
+    assert client_config("b:1")["security.protocol"] == "SSL"
+    assert "client.id" not in client_config("b:1", {}), "explicit settings replace the file"
+    assert WorkerOptions().kafka_config == {"security.protocol": "SSL", "client.id": "ops"}
+    assert KafkaAgentClient("b:1").kafka_config["client.id"] == "ops"
+
+
+def test_a_bad_properties_line_is_named_without_echoing_a_secret(tmp_path: Path) -> None:
+    path = tmp_path / "bad.properties"
+    path.write_text("security.protocol=SASL_SSL\nsasl.password hunter2-hunter2\n")
+    with pytest.raises(ConfigurationError, match=r"bad\.properties:2: expected key=value") as exc:
+        load_properties(path)
+    assert "hunter2-hunter2" not in str(exc.value)
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        load_properties(tmp_path / "missing.properties")
+
+
+def test_secrets_never_show_in_reprs_or_client_errors() -> None:
+    secret = "s3cret-value-9b1e"
+    settings = {
+        "sasl.username": "u",
+        "sasl.password": secret,
+        "ssl.key.password": secret,
+        "ssl.keystore.password": secret,
+    }
+    assert secret not in repr(WorkerOptions(kafka_config=settings, producer_config=settings))
+    assert secret not in repr(KafkaAgentClient("b:1", kafka_config=settings).kafka_config)
+    assert redacted(settings)["sasl.password"] == "[redacted]"
+    with pytest.raises(ConfigurationError, match="invalid Kafka client settings") as exc:
+        # librdkafka refuses the value and quotes it; the factory's error must not.
+        new_producer(client_config("b:1", {**settings, "security.protocol": secret}))
+    assert secret not in str(exc.value)
