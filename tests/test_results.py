@@ -165,7 +165,7 @@ def test_bind_time_refusals() -> None:
 def test_the_schema_command_prints_the_result_schema(capsys: pytest.CaptureFixture[str]) -> None:
     from pyrula_stream.cli import main
 
-    assert main(["schema", "examples.pipelines.faust_orders:triage"]) == 0
+    assert main(["schema", "tests.agents.typed:typed"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert schema["title"] == "Triage"
     assert set(schema["required"]) == {"order_id", "priority", "reply"}
