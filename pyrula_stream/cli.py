@@ -199,6 +199,7 @@ def agent_from(args: argparse.Namespace) -> tuple[str, str, set[str], bool]:
 def cmd_topics(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
     from pyrula_stream.kafka.cache_store import cache_topic_spec
+    from pyrula_stream.kafka.memory_store import memory_topic_spec
 
     if ":" in args.agent:
         agent = load_agent(args.agent)
@@ -214,8 +215,8 @@ def cmd_topics(args: argparse.Namespace) -> int:
             partitions=args.partitions,
             keep_history=args.keep_history,
         )
-    # The shared tool cache too, so workers without CREATE rights find every topic.
-    specs.append(cache_topic_spec(prefix=prefix))
+    # The shared tool cache and memory too, so workers without CREATE rights find them.
+    specs += [cache_topic_spec(prefix=prefix), memory_topic_spec(prefix=prefix)]
     settings = kafka_config_from(args)
     report = apply_topics(bootstrap_from(args), specs, kafka_config=settings)
     print(report.describe())

@@ -63,7 +63,8 @@ def agent_acls(
     base = f"{prefix}.{agent}"
     readers = reader_group_id(prefix, agent)
     cache = f"{prefix}.cache"
-    own = ["turns", "events", "journal", "replies", "control", "dlq", "results"]
+    memory = f"{prefix}.memory"
+    own = ["turns", "events", "journal", "replies", "threads", "control", "dlq", "results"]
     if keep_history:
         own.append("history")
     w = worker_principal
@@ -73,20 +74,26 @@ def agent_acls(
         Acl(w, "TOPIC", f"{base}.journal", "READ", why="restore turns"),
         Acl(w, "TOPIC", f"{base}.journal", "WRITE", why="journal steps"),
         Acl(w, "TOPIC", f"{base}.replies", "READ", why="outcomes of its sub-agent calls"),
+        Acl(w, "TOPIC", f"{base}.threads", "READ", why="restore conversations"),
+        Acl(w, "TOPIC", f"{base}.threads", "WRITE", why="a finished turn joins its thread"),
         Acl(w, "TOPIC", f"{base}.events", "WRITE", why="publish events"),
         Acl(w, "TOPIC", f"{base}.results", "WRITE", why="one result per turn"),
         Acl(w, "TOPIC", f"{base}.dlq", "WRITE", why="dead letters"),
         Acl(w, "TOPIC", cache, "READ", why="shared tool cache table"),
         Acl(w, "TOPIC", cache, "WRITE", why="shared tool cache table"),
+        Acl(w, "TOPIC", memory, "READ", why="ctx.memory table"),
+        Acl(w, "TOPIC", memory, "WRITE", why="ctx.memory writes"),
         *[
             Acl(w, "TOPIC", f"{base}.{t}", "DESCRIBE_CONFIGS", why="check topics at start")
             for t in own
         ],
         Acl(w, "TOPIC", cache, "DESCRIBE_CONFIGS", why="check the cache topic at start"),
+        Acl(w, "TOPIC", memory, "DESCRIBE_CONFIGS", why="check the memory topic at start"),
         *[Acl(w, "TOPIC", t, "WRITE", why="output_topics route") for t in sorted(output_topics)],
         Acl(w, "GROUP", f"{base}.workers", "READ", why="the workers' consumer group"),
         Acl(w, "GROUP", readers, "DESCRIBE", why="restore, control, replies readers"),
         Acl(w, "GROUP", f"{cache}.readers", "DESCRIBE", why="cache table reader"),
+        Acl(w, "GROUP", f"{memory}.readers", "DESCRIBE", why="memory table reader"),
         Acl(w, "TRANSACTIONAL_ID", f"{base}.", "WRITE", "PREFIXED", "one per worker id"),
         Acl(w, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)"),
     ]
@@ -112,6 +119,7 @@ def agent_acls(
             Acl(c, "TOPIC", f"{base}.events", "READ", why="stream a turn's events"),
             Acl(c, "TOPIC", f"{base}.results", "READ", why="read turn results"),
             Acl(c, "TOPIC", f"{base}.journal", "READ", why="status of a turn"),
+            Acl(c, "TOPIC", f"{base}.threads", "READ", why="get_thread"),
             Acl(c, "GROUP", readers, "DESCRIBE", why="event readers"),
             Acl(c, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)"),
         ]

@@ -82,6 +82,7 @@ class KafkaMemory:
             client_id=client_id,
             apply=self._apply,
             kafka_config=kafka_config,
+            group_id=f"{self.topic}.readers",
         )
         self._writer: TableWriter | None = None
 
