@@ -180,7 +180,8 @@ class AgentCalls:
                 cost_left_usd=None
                 if lim.max_cost_usd is None
                 else max(0.0, lim.max_cost_usd - spend.cost_usd),
-                traceparent=str(turn.request.metadata.get("traceparent") or "") or None,
+                # The child's worker continues this turn's trace from the header.
+                traceparent=(turn.telemetry.event_trace() or {}).get("traceparent"),
             )
             request = TurnRequest(
                 turn_id=child_id,

@@ -121,6 +121,9 @@ async def test_a_parked_parent_resumes_when_the_childs_worker_comes_back(
         await wait_for(lambda: w.parked_turns == 1, 60, "the parent parked")
         # Parked: no task, and its input offset no longer pins the partition.
         assert w.running_turns == 0
+        scraped = w.metrics.exposition().decode()
+        assert f'pyrula_turns_parked{{agent="{triage.name}"}} 1.0' in scraped
+        assert f'pyrula_turns_in_flight{{agent="{triage.name}"}} 0.0' in scraped
 
         def offset_passed() -> bool:
             done = committed_offsets(kafka_bootstrap_servers, w.group_id, triage.topics.turns)

@@ -9,7 +9,7 @@ terminal); nothing else in the code base touches a metric.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -58,6 +58,13 @@ class WorkerMetrics:
         )
         self.in_flight = Gauge(
             "pyrula_turns_in_flight", "Turns running on this worker now.", ["agent"], registry=r
+        )
+        self.parked = Gauge(
+            "pyrula_turns_parked",
+            "Turns of this worker's partitions waiting for sub-agents or a timer, held by "
+            "their journal alone (no task, no slot).",
+            ["agent"],
+            registry=r,
         )
         self.model_calls = Counter(
             "pyrula_model_calls",
@@ -162,6 +169,10 @@ class WorkerMetrics:
     def turn_started(self, attempt: int) -> None:
         self.turns_started.labels(self.agent, "true" if attempt > 1 else "false").inc()
         self.in_flight.labels(self.agent).inc()
+
+    def watch_parked(self, count: Callable[[], int]) -> None:
+        """Read the parked-turn count at each scrape (it changes outside any turn)."""
+        self.parked.labels(self.agent).set_function(count)
 
     def turn_left(self) -> None:
         self.in_flight.labels(self.agent).dec()

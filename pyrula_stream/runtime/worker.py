@@ -171,6 +171,7 @@ class KafkaWorker:
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._waiting: list[tuple[int, QueuedTurn]] = []
         self._parked = ParkedTurns(self._parts, self._admit)
+        self.metrics.watch_parked(lambda: self._parked.count)
         self._known_topics: set[str] = set()
         self._stop_requested = False
         self._ready = False
