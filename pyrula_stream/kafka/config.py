@@ -39,6 +39,7 @@ from pyrula_stream.errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
 )
+from pyrula_stream.kafka.guarded import GuardedConsumer
 from pyrula_stream.kafka.partitioner import PARTITIONER
 
 librdkafka_logger = logging.getLogger("pyrula_stream.librdkafka")
@@ -479,8 +480,11 @@ def new_producer(conf: dict[str, Any]) -> Producer:
 
 
 def new_consumer(conf: dict[str, Any]) -> Consumer:
-    """A consumer from a ``client_config`` result; bad settings raise ``ConfigurationError``."""
-    consumer: Consumer = _build(Consumer, conf)
+    """A consumer from a ``client_config`` result; bad settings raise ``ConfigurationError``.
+
+    It is a ``GuardedConsumer``: closing it waits for a poll still running in a thread.
+    """
+    consumer: Consumer = _build(GuardedConsumer, conf)
     return consumer
 
 
