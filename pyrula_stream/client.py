@@ -398,7 +398,7 @@ class KafkaAgentClient:
             client_id="pyrula-thread",
             kafka_config=self.kafka_config,
         )
-        return decode_thread(thread_id, records)
+        return decode_thread(thread_id, [(r.key, r.value) for r in records])
 
     async def delete_thread(
         self,

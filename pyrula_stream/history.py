@@ -180,7 +180,7 @@ def load_recording(
     """One finished turn from ``<agent>.history`` (blocking: run it in a thread)."""
     from pyrula_stream.kafka.consumers import read_key
 
-    values = read_key(
+    records = read_key(
         bootstrap_servers,
         history_topic,
         turn_id,
@@ -188,13 +188,15 @@ def load_recording(
         kafka_config=kafka_config,
         group_id=group_id,
     )
-    if not values:
+    if not records:
         raise TurnNotRecorded(
             f"turn {turn_id} is not in {history_topic}: only turns that finished while the "
             "agent ran with keep_history=True are recorded (and only within the topic's "
             "retention)"
         )
-    return decode_history(values[-1], {})
+    last = records[-1]
+    assert last.value is not None  # read_key leaves tombstones out
+    return decode_history(last.value, last.headers)
 
 
 def export_turn(
@@ -214,7 +216,7 @@ def export_turn(
     recording = load_recording(
         bootstrap_servers, history_topic, turn_id, kafka_config=kafka_config, group_id=group_id
     )
-    values = read_key(
+    records = read_key(
         bootstrap_servers,
         events_topic,
         turn_id,
@@ -222,7 +224,7 @@ def export_turn(
         kafka_config=kafka_config,
         group_id=group_id,
     )
-    events = [decode_event(v, {}) for v in values]
+    events = [decode_event(r.value, r.headers) for r in records if r.value is not None]
     recording.events = [
         {"type": e.type, "seq": e.seq, "ts_ms": e.ts_ms, "attempt": e.attempt, "data": e.data}
         for e in sorted(events, key=lambda e: e.seq)

@@ -184,21 +184,25 @@ def read_key_partition(
     client_id: str,
     timeout_s: float = 120.0,
     kafka_config: Mapping[str, Any] | None = None,
-) -> list[tuple[str, bytes | None]]:
-    """Every committed ``(key, value)`` of the (murmur2) partition of ``key``, in order,
-    tombstones included (a thread's records share its turns' partition)."""
+    group_id: str | None = None,
+) -> list[ConsumedRecord]:
+    """Every committed record of the (murmur2) partition of ``key``, in order, tombstones
+    and other keys included (a thread's records share its turns' partition). A topic that
+    does not exist holds none; a refused read raises ``KafkaAuthorizationError``."""
     from pyrula_stream.kafka.partitioner import partition_for
 
-    consumer = reader_consumer(bootstrap_servers, client_id=client_id, kafka_config=kafka_config)
+    conf = reader_config(
+        bootstrap_servers, kafka_config=kafka_config, client_id=client_id, group_id=group_id
+    )
+    consumer = new_consumer(conf)
     try:
         md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is not None:
+            raise_if_denied(conf, md.error, topic)
         if md is None or md.error is not None or not md.partitions:
             return []
         partition = partition_for(key.encode(), len(md.partitions))
-        return [
-            (record.key, record.value)
-            for record in read_partition_to_end(consumer, topic, partition, timeout_s=timeout_s)
-        ]
+        return list(read_partition_to_end(consumer, topic, partition, timeout_s=timeout_s))
     finally:
         consumer.close()
 
@@ -212,26 +216,21 @@ def read_key(
     timeout_s: float = 120.0,
     kafka_config: Mapping[str, Any] | None = None,
     group_id: str | None = None,
-) -> list[bytes]:
-    """The committed values of ``key`` in ``topic``: its (murmur2) partition read to the
-    end. A topic that does not exist holds no values."""
-    from pyrula_stream.kafka.partitioner import partition_for
-
-    consumer = reader_consumer(
-        bootstrap_servers, client_id=client_id, kafka_config=kafka_config, group_id=group_id
-    )
-    try:
-        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if md is None or md.error is not None or not md.partitions:
-            return []
-        partition = partition_for(key.encode(), len(md.partitions))
-        return [
-            record.value
-            for record in read_partition_to_end(consumer, topic, partition, timeout_s=timeout_s)
-            if record.key == key and record.value is not None
-        ]
-    finally:
-        consumer.close()
+) -> list[ConsumedRecord]:
+    """The committed records of ``key`` in ``topic``, tombstones left out."""
+    return [
+        record
+        for record in read_key_partition(
+            bootstrap_servers,
+            topic,
+            key,
+            client_id=client_id,
+            timeout_s=timeout_s,
+            kafka_config=kafka_config,
+            group_id=group_id,
+        )
+        if record.key == key and record.value is not None
+    ]
 
 
 class RepliesReader:

@@ -408,57 +408,6 @@ class TopicFollower:
         self._consumer.close()
 
 
-def read_key(
-    bootstrap_servers: str,
-    topic: str,
-    key: bytes,
-    *,
-    client_id: str,
-    timeout_s: float = 60.0,
-    kafka_config: Mapping[str, Any] | None = None,
-    group_id: str | None = None,
-) -> list[tuple[bytes | None, dict[str, str]]]:
-    """Every committed ``(value, headers)`` under ``key``, reading its partition to the end
-    (how one old turn's events are found by id)."""
-    conf = reader_config(
-        bootstrap_servers, kafka_config=kafka_config, client_id=client_id, group_id=group_id
-    )
-    consumer = new_consumer(conf)
-    try:
-        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is not None:
-            raise_if_denied(conf, md.error, topic)
-        if md is None or md.error is not None:
-            raise KafkaException(f"topic {topic} not found")
-        tp = TopicPartition(topic, partition_for(key, len(md.partitions)))
-        low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-        out: list[tuple[bytes | None, dict[str, str]]] = []
-        if high <= low:
-            return out
-        consumer.assign([TopicPartition(topic, tp.partition, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + timeout_s
-        # ``>=``, not ``==``: transaction markers take offsets past the last data record.
-        while consumer.position([tp])[0].offset < high:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading {topic}[{tp.partition}] did not reach {high}")
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    break
-                if err.retriable():
-                    continue
-                raise KafkaException(err)
-            record_key = msg.key()
-            if (record_key.encode() if isinstance(record_key, str) else record_key) == key:
-                out.append((msg.value(), headers_dict(msg.headers())))
-        return out
-    finally:
-        consumer.close()
-
-
 class PartitionFollower(TopicFollower):
     """A ``TopicFollower`` that reads single partitions, each from an offset it is told,
     and can move one back (a client's one event consumer serving many streams)."""

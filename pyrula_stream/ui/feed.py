@@ -23,7 +23,8 @@ from pyrula_stream.agent import AgentTopics
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.config import registry_config
-from pyrula_stream.kafka.io import TopicFollower, TopicRecord, read_key
+from pyrula_stream.kafka.consumers import read_key
+from pyrula_stream.kafka.io import TopicFollower, TopicRecord
 from pyrula_stream.serde import ValueCodec
 from pyrula_stream.ui.model import TurnView, UIState, turn_from_events
 
@@ -187,20 +188,19 @@ class EventFeed:
         """Read one turn's events by id from its partition (a turn the feed does not hold,
         or holds only partly); None when the events topic has none."""
         topic = AgentTopics.for_agent(agent, self.options.prefix).events
-        raw = await asyncio.to_thread(
+        records = await asyncio.to_thread(
             read_key,
             self.options.bootstrap_servers,
             topic,
-            turn_id.encode(),
+            turn_id,
             client_id=f"pyrula-ui-load-{uuid.uuid4().hex[:8]}",
             kafka_config=self.options.kafka_config,
         )
         events = []
-        for value, headers in raw:
-            if value is None:
-                continue
+        for record in records:
+            assert record.value is not None  # read_key leaves tombstones out
             try:
-                events.append(decode_event(value, headers, self._codec))
+                events.append(decode_event(record.value, record.headers, self._codec))
             except MalformedRecordError:
                 self.undecodable += 1
         turn = turn_from_events(agent, turn_id, events)
