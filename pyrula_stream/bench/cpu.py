@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from pyrula_stream.bench.harness import agent_topics, create_topics, drop_topics, unique
 from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
+from pyrula_stream.bench.stats import median
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
 from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import running_worker, wait_for
@@ -211,18 +212,29 @@ async def run_cpu(
     step_turns: int,
     partitions: int,
     concurrency: int,
+    rounds: int = 1,
     warmup: int = 50,
 ) -> dict[str, Any]:
-    """One process, two processes (one-tool turns), then one process of 20-step turns."""
+    """One process then two (one-tool turns), ``rounds`` times (A B A B ..., so drift on a
+    busy machine hits both alike; the figures are medians), then one process of 20-step
+    turns."""
     broker = broker_pid(bootstrap)
     cores = os.cpu_count() or 1
     common = {"warmup": warmup, "partitions": partitions, "concurrency": concurrency}
-    one = await _measure(
-        bootstrap, processes=1, steps=1, turns=turns, broker=broker, cores=cores, **common
-    )
-    two = await _measure(
-        bootstrap, processes=2, steps=1, turns=turns, broker=broker, cores=cores, **common
-    )
+    runs: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        for processes in (1, 2):
+            runs.append(
+                await _measure(
+                    bootstrap,
+                    processes=processes,
+                    steps=1,
+                    turns=turns,
+                    broker=broker,
+                    cores=cores,
+                    **common,
+                )
+            )
     many = await _measure(
         bootstrap,
         processes=1,
@@ -232,15 +244,26 @@ async def run_cpu(
         cores=cores,
         **common,
     )
-    per_step = (many["cpu_ms_per_turn"] - one["cpu_ms_per_turn"]) / (STEPS - 1)
+    runs.append(many)
+
+    def med(key: str, processes: int) -> Any:
+        values = [r[key] for r in runs[:-1] if r["processes"] == processes]
+        return None if None in values else round(median(values), 3)
+
+    cpu_one = med("cpu_ms_per_turn", 1)
     return {
-        "cpu_ms_per_turn": one["cpu_ms_per_turn"],
-        "cpu_ms_per_step": round(per_step, 3),
+        "cpu_ms_per_turn": cpu_one,
+        "cpu_ms_per_step": round((many["cpu_ms_per_turn"] - cpu_one) / (STEPS - 1), 3),
         "steps": STEPS,
-        "turns_per_s_1_process": one["turns_per_s"],
-        "turns_per_s_2_processes": two["turns_per_s"],
-        "turns_per_s_1_step": one["turns_per_s"],
+        "rounds": rounds,
+        "turns_per_s_1_process": med("turns_per_s", 1),
+        "turns_per_s_2_processes": med("turns_per_s", 2),
+        "turns_per_s_1_step": med("turns_per_s", 1),
         f"turns_per_s_{STEPS}_steps": many["turns_per_s"],
+        "cpu_ms_per_turn_2_processes": med("cpu_ms_per_turn", 2),
         "broker_measured": broker is not None,
-        "runs": [one, two, many],
+        "broker_cores_used_1_process": med("broker_cores_used", 1),
+        "broker_cores_used_2_processes": med("broker_cores_used", 2),
+        "broker_share_of_cores_2_processes": med("broker_share_of_cores", 2),
+        "runs": runs,
     }

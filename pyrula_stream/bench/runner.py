@@ -60,6 +60,7 @@ class BenchConfig:
     latency_model_s: float = 0.2
     cpu_turns: int = 5000
     cpu_step_turns: int = 250
+    cpu_rounds: int = 3
     in_flight: int = 2000
     in_flight_model_s: float = 1.0
     in_flight_waves: int = 2
@@ -89,6 +90,7 @@ class BenchConfig:
             "latency_rate": 10.0,
             "cpu_turns": 30,
             "cpu_step_turns": 5,
+            "cpu_rounds": 1,
             "in_flight": 20,
             "in_flight_waves": 1,
             "journal_turns": 2,
@@ -256,13 +258,15 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
         }
     if "cpu" in config.phases:
         progress(
-            f"cpu: {config.cpu_turns} turns on 1 then 2 worker processes, "
+            f"cpu: {config.cpu_turns} turns on 1 then 2 worker processes "
+            f"x {config.cpu_rounds} rounds, "
             f"{config.cpu_step_turns} turns of {STEPS} steps (fresh processes)"
         )
         results["cpu"] = await run_cpu(
             bootstrap,
             turns=config.cpu_turns,
             step_turns=config.cpu_step_turns,
+            rounds=config.cpu_rounds,
             partitions=config.partitions,
             concurrency=config.framework_concurrency,
         )
