@@ -14,10 +14,11 @@ saying how to create them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -25,7 +26,7 @@ from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.branch import branch_metadata, check_from_step
 from pyrula_stream.errors import ConfigurationError, UnknownTopicError
-from pyrula_stream.event_reader import SharedEventReader
+from pyrula_stream.event_reader import SharedEventReader, Subscription
 from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.kafka.config import (
@@ -186,16 +187,9 @@ class KafkaAgentClient:
         **params: Any,
     ) -> TurnHandle:
         """Produce a turn request; returns once the broker acknowledged it."""
-        request = TurnRequest(
-            turn_id=turn_id_for(idempotency_key),
-            agent=agent,
-            params=params,
-            metadata=metadata or {},
-            thread_id=thread_id,
-            idempotency_key=idempotency_key,
-            submitted_ms=int(time.time() * 1000),
+        return await self.submit_request(
+            new_request(agent, idempotency_key, metadata, thread_id, params)
         )
-        return await self.submit_request(request)
 
     async def branch(
         self,
@@ -290,11 +284,27 @@ class KafkaAgentClient:
                 kafka_config=self.kafka_config,
                 group_id=reader_group_id(self.prefix, agent),
             )
-        reader = self._reader
         try:
-            sub = await reader.subscribe(self._topics(agent).events, turn_id.encode(), since_ms)
+            sub = await self._reader.subscribe(
+                self._topics(agent).events, turn_id.encode(), since_ms
+            )
         except UnknownTopicError as exc:
             raise self._no_topic(agent, exc) from None
+        events = self._events(sub, turn_id, after_seq, idle_timeout_seconds)
+        async with contextlib.aclosing(events):  # unsubscribes even if this stream is dropped
+            async for event in events:
+                yield event
+
+    async def _events(
+        self,
+        sub: Subscription,
+        turn_id: str,
+        after_seq: int | None = None,
+        idle_timeout_seconds: float | None = None,
+    ) -> AsyncGenerator[Event, None]:
+        """A subscription's events in ``seq`` order until the terminal one; unsubscribes."""
+        assert self._reader is not None, "a subscription comes from the client's reader"
+        reader = self._reader
         next_seq = 0 if after_seq is None else after_seq + 1
         codec = self._reader_codec()
         try:
@@ -372,17 +382,34 @@ class KafkaAgentClient:
         timeout: float | None = 300.0,  # noqa: ASYNC109 (seconds for the whole turn)
         **params: Any,
     ) -> list[Event]:
-        """Submit a turn and collect its events until the terminal one."""
-        handle = await self.submit(
-            agent, idempotency_key=idempotency_key, metadata=metadata, thread_id=thread_id, **params
-        )
+        """Submit a turn and collect its events until the terminal one.
+
+        When the client's event reader already reads the turn's events partition, the
+        turn is subscribed to before it is submitted (``SharedEventReader.follow_new``):
+        no lookup or rewind, and no wait behind the reader's poll.
+        """
+        request = new_request(agent, idempotency_key, metadata, thread_id, params)
+        reader, sub = self._reader, None
+        if reader is not None and idempotency_key is None:  # a new turn id: no past events
+            sub = reader.follow_new(self._topics(agent).events, request.key.encode())
+        try:
+            handle = await self.submit_request(request)
+        except BaseException:
+            if reader is not None and sub is not None:
+                reader.unsubscribe(sub)
+            raise
         events: list[Event] = []
 
         async def collect() -> None:
-            async for event in self.stream(
-                agent, handle.turn_id, since_ms=handle.submitted_ms - 60_000
-            ):
-                events.append(event)
+            if sub is None:
+                since_ms = handle.submitted_ms - 60_000
+                async for event in self.stream(agent, handle.turn_id, since_ms=since_ms):
+                    events.append(event)
+                return
+            stream = self._events(sub, handle.turn_id)
+            async with contextlib.aclosing(stream):
+                async for event in stream:
+                    events.append(event)
 
         await asyncio.wait_for(collect(), timeout)
         return events
@@ -505,6 +532,25 @@ class KafkaAgentClient:
             )
         except UnknownTopicError as exc:
             raise self._no_topic(agent, exc) from None
+
+
+def new_request(
+    agent: str,
+    idempotency_key: str | None,
+    metadata: dict[str, Any] | None,
+    thread_id: str | None,
+    params: dict[str, Any],
+) -> TurnRequest:
+    """A turn request as ``submit`` writes it, stamped now."""
+    return TurnRequest(
+        turn_id=turn_id_for(idempotency_key),
+        agent=agent,
+        params=params,
+        metadata=metadata or {},
+        thread_id=thread_id,
+        idempotency_key=idempotency_key,
+        submitted_ms=int(time.time() * 1000),
+    )
 
 
 def _step_name(kind: str, name: str) -> str:

@@ -72,9 +72,29 @@ class SharedEventReader:
                 self._next_offset[(topic, partition)] = offset
             sub = Subscription(topic, key)
             self._subs.setdefault((topic, key), set()).add(sub)
+        self._keep_reading()
+        return sub
+
+    def follow_new(self, topic: str, key: bytes) -> Subscription | None:
+        """Subscribe to the records of a key that has none yet (a turn not yet submitted).
+
+        When this reader already reads the key's partition, everything written under the
+        key from now on is still ahead of it: the subscription needs no offset lookup, no
+        rewind and no turn at the consumer, which ``subscribe`` waits for (up to a whole
+        ``POLL_S`` poll while other streams are open). ``None`` when the partition is not
+        read yet: then use ``subscribe``.
+        """
+        count = self._partitions.get(topic)
+        if count is None or (topic, partition_for(key, count)) not in self._next_offset:
+            return None
+        sub = Subscription(topic, key)
+        self._subs.setdefault((topic, key), set()).add(sub)
+        self._keep_reading()
+        return sub
+
+    def _keep_reading(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="pyrula-event-reader")
-        return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
         subs = self._subs.get((sub.topic, sub.key))

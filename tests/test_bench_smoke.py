@@ -37,7 +37,16 @@ NUMBER_KEYS = (
     "call_round_trip_p99_ms",
     "turns",
     "seconds",
+    "latency_floor_p50_ms",
+    "latency_floor_p99_ms",
+    "cpu_ms_per_turn",
+    "turns_per_s_1_process",
+    "turns_per_s_2_processes",
+    "turns_per_s_20_steps",
+    "broker_share_of_cores_2_processes",
 )
+SIGNED_KEYS = ("overhead_over_floor_p50_ms", "overhead_over_floor_p99_ms", "cpu_ms_per_step")
+"""Differences of two measured figures: on a tiny run either side can be the larger."""
 
 
 @pytest.mark.slow
@@ -60,7 +69,7 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         ],
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=420,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -71,8 +80,9 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         assert isinstance(value, int | float) and not isinstance(value, bool), (key, value)
         assert value >= 0, (key, value)
     # RSS can shrink over a short soak, so this figure may be negative; it must be there.
-    soak = figures["rss_bytes_per_finished_turn"]
-    assert isinstance(soak, int | float) and not isinstance(soak, bool), soak
+    for key in ("rss_bytes_per_finished_turn", *SIGNED_KEYS):
+        value = figures[key]
+        assert isinstance(value, int | float) and not isinstance(value, bool), (key, value)
     assert figures["quick"] is True
     assert figures["ratio"] > 0
     assert 0 < figures["journal_linear_r2"] <= 1.0
@@ -81,6 +91,7 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     assert {
         "throughput",
         "latency",
+        "cpu",
         "concurrency",
         "journal",
         "restore",
@@ -90,8 +101,17 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     } <= set(results)
     assert [s["steps"] for s in results["journal"]["sizes"]] == [1, 5, 20]
     assert len(results["throughput"]["framework_runs"]) == len(results["throughput"]["floor_runs"])
+    assert [(r["processes"], r["steps_per_turn"]) for r in results["cpu"]["runs"]] == [
+        (1, 1),
+        (2, 1),
+        (1, 20),
+    ]
+    assert results["cpu"]["broker_measured"] is True  # the suite's broker runs here
+    assert len(results["latency"]["floor_latencies_ms"]) == results["latency"]["turns"]
     assert Path(results["plot"]).stat().st_size > 0
     text = docs.read_text()
     assert "prose stays" in text
     assert "| ratio framework / floor |" in text
     assert "| RSS per finished turn over 1,000 turns (bytes) |" in text
+    assert "| worker CPU per turn, own process (ms) |" in text
+    assert "| latency floor p50 / p99, raw loop, same rate (ms) |" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
@@ -56,6 +57,29 @@ async def test_turn_publishes_ordered_events_and_result(
         latest[key] = value
     live = sorted(k.decode() for k, v in latest.items() if v is not None and k is not None)
     assert live == []
+
+
+async def test_runs_on_partitions_the_client_already_reads_get_every_event(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Once the client's reader follows a partition, ``run()`` subscribes to a new turn
+    before submitting it (no offset lookup, no rewind); each turn still gets all of its
+    own events, once and in order, one after another and many at once."""
+    agent = make_agent(
+        [reply_tool_call("lookup_order", order_id="9"), "It shipped."], [lookup_order]
+    )
+    async with running_worker(agent, kafka_bootstrap_servers, all_partitions=True):
+        runs = [await client.run(agent.name, question=f"q{i}", timeout=60) for i in range(6)]
+        runs += await asyncio.gather(
+            *(client.run(agent.name, question=f"c{i}", timeout=60) for i in range(6))
+        )
+    assert len({events[0].turn_id for events in runs}) == 12
+    for events in runs:
+        assert [e.seq for e in events] == list(range(len(events)))
+        assert events[0].type == "run:start"
+        assert events[-1].type == "run:complete"
+        assert events[-1].data["result"] == "It shipped."
+        assert {e.turn_id for e in events} == {events[0].turn_id}
 
 
 async def test_unknown_and_failing_tools_keep_the_turn_going(

@@ -34,6 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(PHASES)}",
     )
     p.add_argument("--in-flight", type=int, help="turns in flight (default 2000)")
+    p.add_argument("--cpu-turns", type=int, help="one-step turns per cpu run (default 5000)")
+    p.add_argument("--cpu-step-turns", type=int, help="20-step turns of the cpu phase (250)")
+    p.add_argument("--cpu-rounds", type=int, help="1 vs 2 process rounds, A B A B (default 3)")
     p.add_argument("--soak-turns", type=int, help="turns of the soak (default 200000)")
     p.add_argument("--soak-warmup", type=int, help="warm-up turns before it (default 5000)")
     p.add_argument("--out-dir", type=Path, default=Path("bench/results"))
@@ -54,7 +57,16 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "keep_topics": args.keep_topics,
         "out_dir": args.out_dir,
     }
-    for name in ("turns", "rounds", "in_flight", "soak_turns", "soak_warmup"):
+    for name in (
+        "turns",
+        "rounds",
+        "in_flight",
+        "cpu_turns",
+        "cpu_step_turns",
+        "cpu_rounds",
+        "soak_turns",
+        "soak_warmup",
+    ):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     if args.quick:

@@ -7,8 +7,9 @@ records to the input's partition, events by key, and commits them with the input
 in one transaction (``send_offsets_to_transaction``, EOS v2). It decodes nothing and calls
 no model: it is the Kafka cost alone. Its clients use the worker's settings (lz4,
 ``acks=all``, idempotence, ``read_committed``, cooperative-sticky) and it has the batching
-freedom of a good hand-written processor: every poll takes up to ``batch`` inputs and
-all of them share one transaction.
+freedom of a good hand-written processor: every poll takes what is buffered, up to
+``batch`` inputs, and all of them share one transaction. ``run_floor_latency`` runs the
+same loop with one input per transaction at a paced rate: the latency floor.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from pyrula_stream.bench.framework import TurnRecords
 from pyrula_stream.bench.harness import PREFIX, create_topics, drop_topics, unique
-from pyrula_stream.bench.load import CompletionReader, Record, Submitter
+from pyrula_stream.bench.load import (
+    CompletionReader,
+    Record,
+    Submitter,
+    turn_requests,
+    wake_on_first,
+)
+from pyrula_stream.bench.workload import QUESTION
 from pyrula_stream.kafka.admin import agent_topic_specs
 from pyrula_stream.kafka.config import client_config, new_consumer, new_producer
 from pyrula_stream.kafka.partitioner import PARTITIONER
@@ -42,7 +50,11 @@ class FloorRun:
 
 
 class FloorProcessor:
-    """The loop, in its own thread: consume a batch, write its records, commit with offsets."""
+    """The loop, in its own thread: consume a batch, write its records, commit with offsets.
+
+    ``rekey`` writes each template record under the input's turn id instead of the
+    captured turn's (``<turn>/...`` keeps its suffix), so a reader can clock each input.
+    """
 
     def __init__(
         self,
@@ -54,8 +66,10 @@ class FloorProcessor:
         partitions: int,
         templates: Sequence[TurnRecords],
         batch: int,
+        rekey: bool = False,
         kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
+        self.rekey = rekey
         self.turns_topic = turns_topic
         self.journal_topic = journal_topic
         self.events_topic = events_topic
@@ -122,7 +136,9 @@ class FloorProcessor:
         n = 0
         try:
             while not self._stop.is_set():
-                msgs = [m for m in self._consumer.consume(self.batch, 0.05) if m.error() is None]
+                msgs = [
+                    m for m in wake_on_first(self._consumer, self.batch, 0.05) if m.error() is None
+                ]
                 if not msgs:
                     continue
                 self._producer.begin_transaction()
@@ -130,6 +146,8 @@ class FloorProcessor:
                 for msg in msgs:
                     p = msg.partition() or 0
                     for kind, key, value, headers in self.templates[n % len(self.templates)]:
+                        if self.rekey:
+                            key = (msg.key() or b"") + key[len(key.split(b"/", 1)[0]) :]
                         if kind == "journal":
                             self._produce(self.journal_topic, key, value, headers, partition=p)
                         else:
@@ -200,3 +218,77 @@ def run_floor(
         if not keep_topics:
             drop_topics(bootstrap, [s.name for s in specs])
     return FloorRun(len(requests), seconds, floor.transactions, floor.records_written)
+
+
+@dataclass
+class FloorLatency:
+    """End-to-end time of each paced input through the floor loop, one per transaction."""
+
+    turns: int
+    rate_per_s: float
+    latencies_ms: list[float]
+    transactions: int
+
+
+def run_floor_latency(
+    bootstrap: str,
+    *,
+    agent: str,
+    turns: int,
+    rate: float,
+    templates: Sequence[TurnRecords],
+    partitions: int,
+    warmup: int = 10,
+    keep_topics: bool = False,
+) -> FloorLatency:
+    """The latency floor (blocking): the raw loop at the latency phase's paced rate.
+
+    One input per transaction (``batch=1``), the same submitter, pacing and reader as
+    the framework's latency run; a sample is the time from just before a request is
+    produced to its terminal event read back under ``read_committed``.
+    """
+    name = unique("floorlat")
+    specs = agent_topic_specs(name, prefix=PREFIX, partitions=partitions)
+    create_topics(bootstrap, specs)
+    turns_topic, events_topic, journal_topic = (
+        f"{PREFIX}.{name}.{t}" for t in ("turns", "events", "journal")
+    )
+    floor = FloorProcessor(
+        bootstrap,
+        turns_topic=turns_topic,
+        journal_topic=journal_topic,
+        events_topic=events_topic,
+        partitions=partitions,
+        templates=templates,
+        batch=1,
+        rekey=True,
+    )
+    submitter = Submitter(bootstrap)
+    reader = CompletionReader(bootstrap, events_topic, partitions)
+    try:
+        floor.start()
+        if not floor.assigned.wait(120):
+            raise TimeoutError("the floor's consumer got no partitions")
+
+        def wait_until(n: int, what: str) -> None:
+            deadline = time.monotonic() + 120 + n / 10
+            while not reader.reached(n):
+                if floor.error is not None:
+                    raise RuntimeError(f"floor loop failed: {floor.error}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{what}: {reader.terminal}/{n} turns")
+                time.sleep(0.02)
+
+        submitter.send_all(turns_topic, turn_requests(agent, warmup, QUESTION))
+        wait_until(warmup, "floor latency warm-up")
+        timed = turn_requests(agent, turns, QUESTION)
+        sent = submitter.send_paced(turns_topic, timed, rate)
+        wait_until(warmup + turns, "floor latency run")
+    finally:
+        floor.stop()
+        reader.close()
+        submitter.close()
+        if not keep_topics:
+            drop_topics(bootstrap, [s.name for s in specs])
+    latencies = [(reader.done[k] - t) * 1000 for k, t in sent.items()]
+    return FloorLatency(turns, rate, latencies, floor.transactions)

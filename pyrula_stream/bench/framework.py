@@ -54,9 +54,11 @@ async def run_framework(
     profile_to: Path | None = None,
     keep_topics: bool = False,
     telemetry: bool = True,
+    steps: int = 1,
 ) -> FrameworkRun:
-    """One framework run; ``capture`` reads back what it wrote, ``profile_to`` profiles it."""
-    agent = tool_turn_agent(unique("tput"), latency_s=0.0, partitions=partitions)
+    """One framework run; ``capture`` reads back what it wrote, ``profile_to`` profiles it,
+    ``steps`` model-and-tool steps per turn."""
+    agent = tool_turn_agent(unique("tput"), latency_s=0.0, partitions=partitions, steps=steps)
     requests = turn_requests(agent.name, turns, QUESTION)
     options = WorkerOptions(max_concurrent_turns=concurrency, telemetry=telemetry)
     submitter = Submitter(bootstrap)

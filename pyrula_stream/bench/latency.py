@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from pyrula_stream.bench.framework import TurnRecords, capture_turns
 from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
 from pyrula_stream.bench.stats import percentile
@@ -33,6 +34,7 @@ class LatencyRun:
     in_worker_ms: list[float] = field(repr=False)
     commits: int = 0
     commit_ms_mean: float = 0.0
+    templates: list[TurnRecords] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict[str, float]:
         o, w = self.overheads_ms, self.in_worker_ms
@@ -61,8 +63,10 @@ async def run_latency(
     warmup: int = 10,
     keep_topics: bool = False,
     telemetry: bool = True,
+    capture: bool = False,
 ) -> LatencyRun:
-    """Warm the worker up with a few turns, then time ``turns`` turns sent at ``rate``/s."""
+    """Warm the worker up with a few turns, then time ``turns`` turns sent at ``rate``/s;
+    ``capture`` reads back what the turns wrote (for the latency floor to write)."""
     agent = tool_turn_agent(unique("lat"), latency_s=model_latency_s, partitions=partitions)
     model_s = MODEL_CALLS * model_latency_s
     submitter = Submitter(bootstrap)
@@ -94,8 +98,13 @@ async def run_latency(
             if k in reader.start_ts_ms and k in reader.end_ts_ms
         ]
         commit_ms = 1000 * stats.seconds / max(1, stats.commits)
+        templates: list[TurnRecords] = []
+        if capture:
+            templates, _ = await asyncio.to_thread(
+                capture_turns, bootstrap, agent.topics.journal, agent.topics.events, partitions
+            )
         return LatencyRun(
-            turns, rate, model_latency_s, overheads, in_worker, stats.commits, commit_ms
+            turns, rate, model_latency_s, overheads, in_worker, stats.commits, commit_ms, templates
         )
     finally:
         submitter.close()

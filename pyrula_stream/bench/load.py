@@ -105,13 +105,26 @@ class Submitter:
         self._producer.flush(10)
 
 
+def wake_on_first(consumer: Any, n: int, wait_s: float) -> list[Any]:
+    """Up to ``n`` records: the first within ``wait_s``, then only what is already buffered.
+
+    ``consume(n, timeout)`` alone returns early only once ``n`` records are queued, so at
+    a paced rate it waits out the whole timeout and every latency sample is late by up to
+    that much (the sawtooth of issue 18). This wakes on the first record instead.
+    """
+    first = consumer.poll(wait_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(n - 1, 0)] if n > 1 else [first]
+
+
 class CompletionReader:
     """Reads an events topic under ``read_committed`` in a thread and clocks each event type.
 
     ``done`` maps a turn's key to the monotonic time its terminal event was read back;
     ``started`` does the same for ``run:start``. ``keep_ts`` also decodes those two events
-    to keep the worker's own ``ts_ms``. ``fetch.wait.max.ms`` is 10 ms so the reader's
-    polling adds little to a measured latency.
+    to keep the worker's own ``ts_ms``. It wakes on the first record (``wake_on_first``)
+    and ``fetch.wait.max.ms`` is 10 ms, so the reader adds little to a measured latency.
     """
 
     def __init__(
@@ -175,7 +188,7 @@ class CompletionReader:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            msgs = self._consumer.consume(1000, 0.05)
+            msgs = wake_on_first(self._consumer, 1000, 0.05)
             now = time.monotonic()
             for msg in msgs:
                 err = msg.error()

@@ -38,6 +38,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     th = results.get("threads", {})
     largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
     sub = results.get("subagents", {})
+    cpu = results.get("cpu", {})
     return {
         "turns_per_s": tp.get("framework_turns_per_s"),
         "floor_turns_per_s": tp.get("floor_turns_per_s"),
@@ -47,6 +48,16 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "journal_bytes_per_step": jr.get("journal_bytes_per_step"),
         "restore_records_per_s": largest.get("records_per_s"),
         "rss_kb_per_inflight_turn": conc.get("rss_kb_per_inflight_turn"),
+        "latency_floor_p50_ms": lat.get("latency_floor_p50_ms"),
+        "latency_floor_p99_ms": lat.get("latency_floor_p99_ms"),
+        "overhead_over_floor_p50_ms": lat.get("overhead_over_floor_p50_ms"),
+        "overhead_over_floor_p99_ms": lat.get("overhead_over_floor_p99_ms"),
+        "cpu_ms_per_turn": cpu.get("cpu_ms_per_turn"),
+        "cpu_ms_per_step": cpu.get("cpu_ms_per_step"),
+        "turns_per_s_1_process": cpu.get("turns_per_s_1_process"),
+        "turns_per_s_2_processes": cpu.get("turns_per_s_2_processes"),
+        "turns_per_s_20_steps": cpu.get("turns_per_s_20_steps"),
+        "broker_share_of_cores_2_processes": cpu.get("broker_share_of_cores_2_processes"),
         "in_flight": conc.get("in_flight"),
         "inflight_turns_per_s": conc.get("turns_per_s"),
         "inflight_fraction_of_ideal": conc.get("fraction_of_ideal"),
@@ -72,6 +83,14 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "cores": results.get("machine", {}).get("logical_cores"),
         "results_file": str(json_path) if json_path else None,
     }
+
+
+def _run_of(cpu: dict[str, Any], processes: int, steps: int = 1) -> dict[str, Any]:
+    """The CPU phase's run with that many processes and steps per turn ({} if none)."""
+    for run in cpu.get("runs", []):
+        if run["processes"] == processes and run["steps_per_turn"] == steps:
+            return dict(run)
+    return {}
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -116,12 +135,60 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "<= 15",
             ),
             ("overhead per turn p99 (ms)", _fmt(lat["overhead_p99_ms"]), "<= 50"),
+            (
+                "latency floor p50 / p99, raw loop, same rate (ms)",
+                _fmt(lat.get("latency_floor_p50_ms"))
+                + " / "
+                + _fmt(lat.get("latency_floor_p99_ms")),
+                "",
+            ),
+            (
+                "  overhead over the floor, p50 / p99 (ms)",
+                _fmt(lat.get("overhead_over_floor_p50_ms"))
+                + " / "
+                + _fmt(lat.get("overhead_over_floor_p99_ms")),
+                "<= 5 / <= 20",
+            ),
             ("  mean transaction commit (ms)", _fmt(lat.get("commit_ms_mean")), ""),
             (
                 "  inside the worker, p50 / p99 (ms)",
                 _fmt(lat["in_worker_overhead_p50_ms"])
                 + " / "
                 + _fmt(lat["in_worker_overhead_p99_ms"]),
+                "",
+            ),
+        ]
+    cpu = results.get("cpu")
+    if cpu:
+        many = _run_of(cpu, 1, cpu["steps"])
+        of = f" (median of {cpu['rounds']})" if cpu["rounds"] > 1 else ""
+        out += [
+            (
+                f"worker CPU per turn, own process{of} (ms)",
+                _fmt(cpu["cpu_ms_per_turn"], 3),
+                "<= 0.5",
+            ),
+            (
+                f"  CPU per step, ({cpu['steps']} steps - 1 step) / {cpu['steps'] - 1} (ms)",
+                _fmt(cpu["cpu_ms_per_step"], 3),
+                "<= 0.1",
+            ),
+            (
+                f"  turns/s at 1 / {cpu['steps']} steps per turn",
+                f"{_fmt(cpu['turns_per_s_1_step'])} / {_fmt(many.get('turns_per_s'))}",
+                "",
+            ),
+            (
+                f"turns/s with 1 / 2 worker processes{of}",
+                f"{_fmt(cpu['turns_per_s_1_process'])} / {_fmt(cpu['turns_per_s_2_processes'])}",
+                "",
+            ),
+            (
+                "  cores used by broker, 1 / 2 processes (of "
+                f"{results.get('machine', {}).get('logical_cores', '?')})",
+                _fmt(cpu["broker_cores_used_1_process"], 2)
+                + " / "
+                + _fmt(cpu["broker_cores_used_2_processes"], 2),
                 "",
             ),
         ]

@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from pyrula_stream.bench.concurrency import run_in_subprocess
-from pyrula_stream.bench.floor import run_floor
+from pyrula_stream.bench.cpu import STEPS, run_cpu
+from pyrula_stream.bench.floor import run_floor, run_floor_latency
 from pyrula_stream.bench.framework import run_framework
-from pyrula_stream.bench.harness import machine
+from pyrula_stream.bench.harness import machine, unique
 from pyrula_stream.bench.journal_size import run_journal_size
 from pyrula_stream.bench.latency import run_latency
 from pyrula_stream.bench.load import turn_requests
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.soak import run_soak
-from pyrula_stream.bench.stats import median
+from pyrula_stream.bench.stats import median, percentile
 from pyrula_stream.bench.subagents import run_subagents
 from pyrula_stream.bench.telemetry import run_telemetry_cost
 from pyrula_stream.bench.threads import run_threads
@@ -33,6 +34,7 @@ from pyrula_stream.bench.workload import QUESTION
 PHASES = (
     "throughput",
     "latency",
+    "cpu",
     "concurrency",
     "journal",
     "restore",
@@ -56,6 +58,9 @@ class BenchConfig:
     latency_turns: int = 300
     latency_rate: float = 20.0
     latency_model_s: float = 0.2
+    cpu_turns: int = 5000
+    cpu_step_turns: int = 250
+    cpu_rounds: int = 3
     in_flight: int = 2000
     in_flight_model_s: float = 1.0
     in_flight_waves: int = 2
@@ -83,6 +88,9 @@ class BenchConfig:
             "rounds": 2,
             "latency_turns": 10,
             "latency_rate": 10.0,
+            "cpu_turns": 30,
+            "cpu_step_turns": 5,
+            "cpu_rounds": 1,
             "in_flight": 20,
             "in_flight_waves": 1,
             "journal_turns": 2,
@@ -103,6 +111,22 @@ class BenchConfig:
 def progress(message: str) -> None:
     """Progress goes to stderr: stdout ends with the JSON line and nothing after it."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def over_floor(overheads_ms: list[float], floor_ms: list[float]) -> dict[str, float]:
+    """The latency floor and the framework's overhead above it, p50 and p99.
+
+    The framework's overhead already has the model's time taken out; the floor calls no
+    model, so its whole end-to-end time is the floor. Each percentile is taken on its own
+    side, then subtracted.
+    """
+    floor50, floor99 = percentile(floor_ms, 50), percentile(floor_ms, 99)
+    return {
+        "latency_floor_p50_ms": round(floor50, 1),
+        "latency_floor_p99_ms": round(floor99, 1),
+        "overhead_over_floor_p50_ms": round(percentile(overheads_ms, 50) - floor50, 1),
+        "overhead_over_floor_p99_ms": round(percentile(overheads_ms, 99) - floor99, 1),
+    }
 
 
 async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dict[str, Any]:
@@ -211,12 +235,41 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             model_latency_s=config.latency_model_s,
             partitions=config.partitions,
             keep_topics=config.keep_topics,
+            capture=True,
+        )
+        progress(f"latency floor: the raw loop at {config.latency_rate:g}/s, one per transaction")
+        floor = await asyncio.to_thread(
+            run_floor_latency,
+            bootstrap,
+            agent=unique("floorlat"),
+            turns=config.latency_turns,
+            rate=config.latency_rate,
+            templates=lat.templates,
+            partitions=config.partitions,
+            keep_topics=config.keep_topics,
         )
         results["latency"] = {
             **lat.summary(),
+            **over_floor(lat.overheads_ms, floor.latencies_ms),
+            "floor_transactions": floor.transactions,
             "overheads_ms": [round(v, 1) for v in lat.overheads_ms],
             "in_worker_ms": [round(v, 1) for v in lat.in_worker_ms],
+            "floor_latencies_ms": [round(v, 1) for v in floor.latencies_ms],
         }
+    if "cpu" in config.phases:
+        progress(
+            f"cpu: {config.cpu_turns} turns on 1 then 2 worker processes "
+            f"x {config.cpu_rounds} rounds, "
+            f"{config.cpu_step_turns} turns of {STEPS} steps (fresh processes)"
+        )
+        results["cpu"] = await run_cpu(
+            bootstrap,
+            turns=config.cpu_turns,
+            step_turns=config.cpu_step_turns,
+            rounds=config.cpu_rounds,
+            partitions=config.partitions,
+            concurrency=config.framework_concurrency,
+        )
     if "concurrency" in config.phases:
         progress(
             f"concurrency: {config.in_flight} in flight x {config.in_flight_waves} waves, "

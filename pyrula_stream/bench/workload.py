@@ -1,8 +1,10 @@
 """The agents the bench runs: a one-tool turn (two model calls) and an N-step turn.
 
 The one-tool turn is the issue's unit of work: a model call that asks for one tool, the
-tool, and a second model call that answers. The N-step turn makes exactly N ``ctx.step``
-calls with a fixed ~100-byte result each, so the journal's growth per step can be read off.
+tool, and a second model call that answers; ``steps=20`` makes it twenty model-and-tool
+steps before the answer (what the CPU phase prices per step). The N-step turn makes
+exactly N ``ctx.step`` calls with a fixed ~100-byte result each, so the journal's growth
+per step can be read off.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
     return {"order_id": order_id, "status": "shipped", "carrier": "DHL", "eta": "Thursday"}
 
 
-def tool_turn_agent(name: str, *, latency_s: float, partitions: int) -> KafkaAgent:
-    """One model call asking for ``lookup_order``, the tool, one model call answering."""
+def tool_turn_agent(name: str, *, latency_s: float, partitions: int, steps: int = 1) -> KafkaAgent:
+    """``steps`` times a model call asking for ``lookup_order`` and the tool, then one model
+    call answering (a step: one model call and one tool call; the default is the one-tool
+    turn)."""
     llm = FakeLLM(
         [
-            reply_tool_call("lookup_order", order_id="1234"),
+            *(reply_tool_call("lookup_order", order_id=str(1234 + i)) for i in range(steps)),
             reply_text("Order 1234 shipped with DHL and should arrive on Thursday."),
         ],
         latency_s=latency_s,

@@ -1,0 +1,269 @@
+"""CPU per turn and per step, and turns/s with one and with two worker processes.
+
+Each worker runs in a freshly spawned interpreter, so the CPU time read from its process
+(user + system, psutil) is the worker's alone: the load generator and the completion
+reader stay in this process. Two processes join one consumer group and split the
+partitions. After the workers own every partition and a warm-up ran, the timed turns are
+sent at once; the window is from just before the first submit to the moment the last
+terminal event is read back, and every CPU figure is the difference of two readings at
+its ends. The broker's CPU is read over the same window when it runs on this machine
+(the process listening on the bootstrap port), so "what share the broker takes" of the
+cores is measured, not guessed.
+
+``cpu_ms_per_turn`` is the one-tool turn (one step: a model call and a tool call, then
+the answering model call); ``cpu_ms_per_step`` is ``(CPU of a 20-step turn - CPU of a
+1-step turn) / 19``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from pyrula_stream.bench.harness import agent_topics, create_topics, drop_topics, unique
+from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
+from pyrula_stream.bench.stats import median
+from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.runtime.worker import WorkerOptions
+from pyrula_stream.testing import running_worker, wait_for
+
+STEPS = 20
+
+
+def _worker_process(
+    bootstrap: str,
+    name: str,
+    steps: int,
+    partitions: int,
+    concurrency: int,
+    owned: Any,
+    stop: Any,
+) -> None:
+    """The spawned interpreter: one worker until ``stop``; ``owned`` is its partition count."""
+    agent = tool_turn_agent(name, latency_s=0.0, partitions=partitions, steps=steps)
+
+    async def main() -> None:
+        options = WorkerOptions(max_concurrent_turns=concurrency)
+        async with running_worker(agent, bootstrap, options, wait_assigned=False) as worker:
+            while not stop.is_set() and not worker.done:
+                owned.value = worker.assigned_partitions
+                await asyncio.sleep(0.2)
+
+    asyncio.run(main())
+
+
+def _cpu_seconds(pid: int, *, with_children: bool = False) -> float:
+    import psutil  # type: ignore[import-untyped,unused-ignore]
+
+    process = psutil.Process(pid)
+    procs = [process, *(process.children(recursive=True) if with_children else [])]
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def broker_pid(bootstrap: str) -> int | None:
+    """The local process listening on the first bootstrap address's port, if any."""
+    import psutil
+
+    first = bootstrap.split(",")[0].strip()
+    port = urlsplit(f"//{first}").port
+    if port is None:
+        return None
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                return int(conn.pid) if conn.pid is not None else None
+    return None
+
+
+@dataclass
+class _Workers:
+    pids: list[int]
+    owned: list[Any]
+
+    def cpu_seconds(self) -> float:
+        return sum(_cpu_seconds(pid) for pid in self.pids)
+
+
+@contextlib.asynccontextmanager
+async def _worker_processes(
+    bootstrap: str, name: str, *, count: int, steps: int, partitions: int, concurrency: int
+) -> AsyncIterator[_Workers]:
+    """``count`` spawned workers of one group, yielded once they share every partition."""
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    owned = [context.Value("i", 0) for _ in range(count)]
+    procs = [
+        context.Process(
+            target=_worker_process,
+            args=(bootstrap, name, steps, partitions, concurrency, owned[i], stop),
+            name=f"cpu-worker-{i}",
+            daemon=True,
+        )
+        for i in range(count)
+    ]
+    for proc in procs:
+        proc.start()
+
+    def settled() -> bool:
+        dead = [p for p in procs if not p.is_alive()]
+        if dead:
+            raise RuntimeError(f"bench worker {dead[0].name} exited with {dead[0].exitcode}")
+        counts = [o.value for o in owned]
+        return sum(counts) == partitions and all(c > 0 for c in counts)
+
+    try:
+        await wait_for(settled, 180, f"{count} worker processes sharing {partitions} partitions")
+        yield _Workers([p.pid for p in procs if p.pid is not None], owned)
+    finally:
+        stop.set()
+        for proc in procs:
+            await asyncio.to_thread(proc.join, 60)
+            if proc.is_alive():
+                proc.kill()
+
+
+async def _measure(
+    bootstrap: str,
+    *,
+    processes: int,
+    steps: int,
+    turns: int,
+    warmup: int,
+    partitions: int,
+    concurrency: int,
+    broker: int | None,
+    cores: int,
+) -> dict[str, Any]:
+    agent = tool_turn_agent(unique("cpu"), latency_s=0.0, partitions=partitions, steps=steps)
+    await asyncio.to_thread(create_topics, bootstrap, agent.topic_specs())
+    submitter = Submitter(bootstrap)
+    reader = CompletionReader(bootstrap, agent.topics.events, partitions)
+    here = os.getpid()
+    try:
+        async with _worker_processes(
+            bootstrap,
+            agent.name,
+            count=processes,
+            steps=steps,
+            partitions=partitions,
+            concurrency=concurrency,
+        ) as workers:
+            await asyncio.to_thread(
+                submitter.send_all, agent.topics.turns, turn_requests(agent.name, warmup, QUESTION)
+            )
+            await wait_for(lambda: reader.reached(warmup), 180, "cpu phase warm-up")
+            requests = turn_requests(agent.name, turns, QUESTION)
+
+            def readings() -> tuple[float, float, float]:
+                """CPU seconds so far of the workers, the broker and this process."""
+                return (
+                    workers.cpu_seconds(),
+                    _cpu_seconds(broker, with_children=True) if broker is not None else 0.0,
+                    _cpu_seconds(here),
+                )
+
+            before = readings()
+            started = await asyncio.to_thread(submitter.send_all, agent.topics.turns, requests)
+            await wait_for(
+                lambda: reader.reached(warmup + turns),
+                max(180.0, turns * steps / 10),
+                f"cpu phase: {reader.terminal - warmup}/{turns} turns completed",
+            )
+            after = readings()
+            seconds = reader.last_done - started
+    finally:
+        reader.close()
+        submitter.close()
+        await asyncio.to_thread(drop_topics, bootstrap, agent_topics(agent))
+    worker_s, broker_s, bench_s = (a - b for a, b in zip(after, before, strict=True))
+    return {
+        "processes": processes,
+        "steps_per_turn": steps,
+        "turns": turns,
+        "seconds": round(seconds, 3),
+        "turns_per_s": round(turns / seconds, 1),
+        "worker_cpu_s": round(worker_s, 3),
+        "cpu_ms_per_turn": round(1000 * worker_s / turns, 3),
+        "worker_cores_used": round(worker_s / seconds, 2),
+        "broker_cpu_s": round(broker_s, 3) if broker is not None else None,
+        "broker_cores_used": round(broker_s / seconds, 2) if broker is not None else None,
+        "broker_share_of_cores": round(broker_s / seconds / cores, 3)
+        if broker is not None
+        else None,
+        "bench_client_cores_used": round(bench_s / seconds, 2),
+    }
+
+
+async def run_cpu(
+    bootstrap: str,
+    *,
+    turns: int,
+    step_turns: int,
+    partitions: int,
+    concurrency: int,
+    rounds: int = 1,
+    warmup: int = 50,
+) -> dict[str, Any]:
+    """One process then two (one-tool turns), ``rounds`` times (A B A B ..., so drift on a
+    busy machine hits both alike; the figures are medians), then one process of 20-step
+    turns."""
+    broker = broker_pid(bootstrap)
+    cores = os.cpu_count() or 1
+    common = {"warmup": warmup, "partitions": partitions, "concurrency": concurrency}
+    runs: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        for processes in (1, 2):
+            runs.append(
+                await _measure(
+                    bootstrap,
+                    processes=processes,
+                    steps=1,
+                    turns=turns,
+                    broker=broker,
+                    cores=cores,
+                    **common,
+                )
+            )
+    many = await _measure(
+        bootstrap,
+        processes=1,
+        steps=STEPS,
+        turns=step_turns,
+        broker=broker,
+        cores=cores,
+        **common,
+    )
+    runs.append(many)
+
+    def med(key: str, processes: int) -> Any:
+        values = [r[key] for r in runs[:-1] if r["processes"] == processes]
+        return None if None in values else round(median(values), 3)
+
+    cpu_one = med("cpu_ms_per_turn", 1)
+    return {
+        "cpu_ms_per_turn": cpu_one,
+        "cpu_ms_per_step": round((many["cpu_ms_per_turn"] - cpu_one) / (STEPS - 1), 3),
+        "steps": STEPS,
+        "rounds": rounds,
+        "turns_per_s_1_process": med("turns_per_s", 1),
+        "turns_per_s_2_processes": med("turns_per_s", 2),
+        "turns_per_s_1_step": med("turns_per_s", 1),
+        f"turns_per_s_{STEPS}_steps": many["turns_per_s"],
+        "cpu_ms_per_turn_2_processes": med("cpu_ms_per_turn", 2),
+        "broker_measured": broker is not None,
+        "broker_cores_used_1_process": med("broker_cores_used", 1),
+        "broker_cores_used_2_processes": med("broker_cores_used", 2),
+        "broker_share_of_cores_2_processes": med("broker_share_of_cores", 2),
+        "runs": runs,
+    }
