@@ -20,6 +20,7 @@ from pyrula_stream.llm.base import (
     DEFAULT_MAX_RETRIES,
     LLMClient,
     LLMRate,
+    OutputFormat,
     StreamingMode,
     StreamItem,
     ToolDefinition,
@@ -99,8 +100,12 @@ class SDKAdapter(LLMClient):
         tools: list[ToolDefinition] | None = None,
         system: str | None = None,
         tool_choice: dict[str, Any] | None = None,
+        output_format: OutputFormat | None = None,
     ) -> AsyncIterator[StreamItem]:
         """Yield text deltas, then one ``ModelResponse``; retried only before the first delta.
+
+        ``output_format`` asks the provider for a final answer matching its JSON Schema
+        (the model may still call tools first).
 
         Raises ``LLMRateLimited`` (429s exhausted), ``LLMProviderUnavailable`` (5xx or
         connection errors exhausted), ``ProviderStreamTruncated`` (stream ended without its
@@ -109,7 +114,7 @@ class SDKAdapter(LLMClient):
         estimated = estimate_tokens(messages, system, tools) if self._limiter else 0
 
         def attempt() -> AsyncGenerator[StreamItem, None]:
-            return self._attempt(messages, tools or [], system, tool_choice)
+            return self._attempt(messages, tools or [], system, tool_choice, output_format)
 
         items = stream_with_retries(
             attempt,
@@ -142,6 +147,7 @@ class SDKAdapter(LLMClient):
         tools: list[ToolDefinition],
         system: str | None,
         tool_choice: dict[str, Any] | None,
+        output_format: OutputFormat | None,
     ) -> AsyncGenerator[StreamItem, None]:
         """One request: deltas then the response; raises SDK errors as they come."""
 

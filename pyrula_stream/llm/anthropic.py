@@ -19,6 +19,7 @@ from pyrula_stream.llm.base import (
     DEFAULT_MAX_RETRIES,
     LLMRate,
     ModelResponse,
+    OutputFormat,
     StreamingMode,
     StreamItem,
     TextBlock,
@@ -202,6 +203,7 @@ class AnthropicLLM(SDKAdapter):
         tools: list[ToolDefinition] | None = None,
         system: str | None = None,
         tool_choice: dict[str, Any] | None = None,
+        output_format: OutputFormat | None = None,
     ) -> dict[str, Any]:
         """The keyword arguments for ``messages.create`` (without ``stream``/``timeout``)."""
         request: dict[str, Any] = {
@@ -226,6 +228,14 @@ class AnthropicLLM(SDKAdapter):
             request["tools"] = wire_tools
         if tool_choice:
             request["tool_choice"] = tool_choice
+        if output_format is not None:
+            # Native structured output: the model may still call tools; its final text is
+            # JSON matching the schema. The SDK's transform_schema moves what the API does
+            # not constrain (e.g. minLength) into descriptions.
+            from anthropic import transform_schema
+
+            schema = transform_schema(output_format.schema)
+            request["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         if self.temperature is not None:
             # The SDK no longer types a temperature parameter; send it as-is and let the API
             # accept or refuse it for this model.
@@ -240,8 +250,9 @@ class AnthropicLLM(SDKAdapter):
         tools: list[ToolDefinition],
         system: str | None,
         tool_choice: dict[str, Any] | None,
+        output_format: OutputFormat | None,
     ) -> AsyncGenerator[StreamItem, None]:
-        request = self.build_request(messages, tools, system, tool_choice)
+        request = self.build_request(messages, tools, system, tool_choice, output_format)
         extra: dict[str, Any] = {}
         if self.llm_call_timeout is not None:
             extra["timeout"] = self.llm_call_timeout

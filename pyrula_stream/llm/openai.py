@@ -18,6 +18,7 @@ from pyrula_stream.llm._adapter import SDKAdapter
 from pyrula_stream.llm._openai_convert import (
     STOP_REASONS,
     to_openai_messages,
+    to_openai_response_format,
     to_openai_tool_choice,
     to_openai_tools,
 )
@@ -26,6 +27,7 @@ from pyrula_stream.llm.base import (
     DEFAULT_MAX_RETRIES,
     LLMRate,
     ModelResponse,
+    OutputFormat,
     StreamingMode,
     StreamItem,
     TextBlock,
@@ -197,6 +199,7 @@ class OpenAILLM(SDKAdapter):
         tools: list[ToolDefinition] | None = None,
         system: str | None = None,
         tool_choice: dict[str, Any] | None = None,
+        output_format: OutputFormat | None = None,
     ) -> dict[str, Any]:
         """The keyword arguments for ``chat.completions.create`` (without ``timeout``)."""
         request: dict[str, Any] = {
@@ -217,6 +220,8 @@ class OpenAILLM(SDKAdapter):
                 request["parallel_tool_calls"] = parallel
             if tool_choice:
                 request["tool_choice"] = to_openai_tool_choice(tool_choice)
+        if output_format is not None:
+            request["response_format"] = to_openai_response_format(output_format)
         return request
 
     async def _attempt(
@@ -225,8 +230,9 @@ class OpenAILLM(SDKAdapter):
         tools: list[ToolDefinition],
         system: str | None,
         tool_choice: dict[str, Any] | None,
+        output_format: OutputFormat | None,
     ) -> AsyncGenerator[StreamItem, None]:
-        request = self.build_request(messages, tools, system, tool_choice)
+        request = self.build_request(messages, tools, system, tool_choice, output_format)
         extra: dict[str, Any] = {}
         if self.llm_call_timeout is not None:
             extra["timeout"] = self.llm_call_timeout
