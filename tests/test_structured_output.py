@@ -12,13 +12,13 @@ from pydantic import BaseModel
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.history import load_recording
-from pyrula_stream.llm import LLMClient
+from pyrula_stream.llm import LLMClient, OpenAILLM
 from pyrula_stream.output import OutputSpec
 from pyrula_stream.replay import replay_turn
 from pyrula_stream.testing import running_worker, unique_name
 from tests.wire import fixtures
 from tests.wire.anthropic_server import AnthropicWireServer, Text, ToolUse
-from tests.wire.openai_server import OpenAIWireServer
+from tests.wire.openai_server import MODEL, OpenAIWireServer
 
 anthropic_server = fixtures.anthropic_server
 anthropic_llm = fixtures.anthropic_llm
@@ -182,6 +182,29 @@ async def test_a_schema_providers_cannot_take_stays_in_the_prompt(
     [body] = [r.body for r in anthropic_server.requests]
     assert "output_config" not in body
     assert '"additionalProperties":{"type":"integer"}' in system_text(body)
+
+
+async def test_structured_output_off_keeps_the_schema_in_the_prompt(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, openai_server: OpenAIWireServer
+) -> None:
+    llm = OpenAILLM(
+        MODEL,
+        api_key=fixtures.OPENAI_SECRET_KEY,
+        base_url=openai_server.base_url,
+        structured_output=False,  # a model or compatible server without json_schema
+    )
+    openai_server.reply_stream('{"order_id": "9", "priority": 3}')
+    agent = triage_agent(llm)
+    try:
+        async with running_worker(agent, kafka_bootstrap_servers):
+            events = await client.run(agent.name, question="Order 9 is late", timeout=60)
+    finally:
+        await llm.aclose()
+    assert events[-1].data["result"] == {"order_id": "9", "priority": 3}
+    [body] = [r.body for r in openai_server.requests]
+    assert "response_format" not in body
+    system = body["messages"][0]["content"]
+    assert system.startswith("Triage.\n\n") and '"priority"' in system
 
 
 async def test_a_changed_output_type_fails_replay_with_replay_input_changed(

@@ -51,6 +51,7 @@ class SDKAdapter(LLMClient):
         rate_limit: LLMRate | None = None,
         backoff_base_s: float = 0.5,
         max_retry_wait_s: float = 60.0,
+        structured_output: bool = True,
     ) -> None:
         if not model:
             raise ConfigurationError(f"{type(self).__name__} needs a model id")
@@ -74,8 +75,17 @@ class SDKAdapter(LLMClient):
             backoff_base_s=backoff_base_s,
             max_retry_after_s=max_retry_wait_s,
         )
+        self.structured_output = structured_output
         self._api_key = api_key
         self._limiter = RateLimiter(rate_limit) if rate_limit is not None else None
+
+    def accepts_keyword(self, name: str) -> bool:
+        """``output_format`` only with ``structured_output`` on: a model without the
+        provider's structured output would refuse the request, so it gets the schema in
+        the prompt instead."""
+        if name == "output_format" and not self.structured_output:
+            return False
+        return super().accepts_keyword(name)
 
     # -- secrets -------------------------------------------------------------------------
 

@@ -125,6 +125,8 @@ class AnthropicLLM(SDKAdapter):
     ``prompt_caching`` marks the system prompt and the tool definitions as cache
     breakpoints (``cache_ttl`` "5m" or "1h"). ``llm_call_timeout`` is the per-request
     timeout in seconds. ``backoff_base_s`` and ``max_retry_wait_s`` tune our retries.
+    ``structured_output=False`` keeps an ``output_type``'s schema out of
+    ``output_config`` (for models without structured outputs).
     The API key is never part of ``repr``, ``describe`` or any raised message.
     """
 
@@ -148,6 +150,7 @@ class AnthropicLLM(SDKAdapter):
         rate_limit: LLMRate | None = None,
         backoff_base_s: float = 0.5,
         max_retry_wait_s: float = 60.0,
+        structured_output: bool = True,
     ) -> None:
         _import_sdk()
         if cache_ttl not in CACHE_TTLS:
@@ -165,6 +168,7 @@ class AnthropicLLM(SDKAdapter):
             rate_limit=rate_limit,
             backoff_base_s=backoff_base_s,
             max_retry_wait_s=max_retry_wait_s,
+            structured_output=structured_output,
         )
         self.prompt_caching = prompt_caching
         self.cache_ttl = cache_ttl

@@ -127,6 +127,8 @@ class OpenAILLM(SDKAdapter):
 
     Optional sampling parameters are sent only when set. ``max_tokens`` is sent as
     ``max_completion_tokens``. ``llm_call_timeout`` is the per-request timeout in seconds.
+    ``structured_output=False`` keeps an ``output_type``'s schema out of
+    ``response_format`` (for models or compatible servers without ``json_schema``).
     The API key is never part of ``repr``, ``describe`` or any raised message.
     """
 
@@ -151,6 +153,7 @@ class OpenAILLM(SDKAdapter):
         rate_limit: LLMRate | None = None,
         backoff_base_s: float = 0.5,
         max_retry_wait_s: float = 60.0,
+        structured_output: bool = True,
     ) -> None:
         _import_sdk()
         super().__init__(
@@ -166,6 +169,7 @@ class OpenAILLM(SDKAdapter):
             rate_limit=rate_limit,
             backoff_base_s=backoff_base_s,
             max_retry_wait_s=max_retry_wait_s,
+            structured_output=structured_output,
         )
         self.top_p = top_p
         self.seed = seed
