@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.branch import branch_metadata, check_from_step
-from pyrula_stream.errors import ConfigurationError, MalformedRecordError, UnknownTopicError
+from pyrula_stream.errors import ConfigurationError, UnknownTopicError
 from pyrula_stream.event_reader import SharedEventReader
 from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
@@ -35,41 +35,18 @@ from pyrula_stream.kafka.config import (
     resolve,
 )
 from pyrula_stream.kafka.consumers import read_key_partition, reader_group_id
-from pyrula_stream.kafka.group import record_turn_id
 from pyrula_stream.kafka.io import RecordProducer
-from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.records import ControlRequest
-from pyrula_stream.runtime.journal import PROGRESS, TERMINAL
-from pyrula_stream.serde import TurnRequest, decode_journal_entry, parse_journal_key
+from pyrula_stream.serde import TurnRequest
 from pyrula_stream.threads import THREAD_DELETE, ThreadHandle, decode_thread
+from pyrula_stream.turn_status import TurnStatus, read_turn_status
 
 IDEMPOTENT_TURN_NAMESPACE = uuid.UUID("8f4b1c52-7a0e-4d1e-9a7e-5f2f3c6d9b10")
 MAX_REASON = 500
 REMEMBERED_SUBMITS = 10_000
 """Turns this client submitted, remembered with their key so ``status`` finds them."""
-
-TurnState = Literal["queued", "running", "completed", "failed", "unknown"]
-
-
-@dataclass(frozen=True)
-class TurnStatus:
-    """Where a turn stands.
-
-    ``queued``: its request is on the turns topic past the workers' committed offset and
-    no worker started it yet. ``running``: its ``attempt`` and ``last_step`` (e.g.
-    ``llm``, ``tool:lookup_order``). ``completed`` / ``failed`` (with ``code``): ended;
-    ``events`` is how many it published (0 once only its results record is left).
-    ``unknown``: nothing of the turn is on its key's partition.
-    """
-
-    turn_id: str
-    state: TurnState
-    attempt: int = 0
-    last_step: str | None = None
-    code: str | None = None
-    events: int = 0
 
 
 @dataclass(frozen=True)
@@ -477,65 +454,18 @@ class KafkaAgentClient:
             kafka_config=self.kafka_config,
             timeout_s=self.timeout,
         ) as lookup:
-            partition = lookup.partition_of(topics.turns, key)
-            if partition is None:
-                raise missing_agent_topic(agent, self.prefix, topics.turns)
-            journal = lookup.read(
-                topics.journal, partition, lambda r: parse_journal_key(r.key)[0] == turn_id
+            status = read_turn_status(
+                lookup,
+                agent,
+                topics,
+                turn_id,
+                key,
+                workers_group=f"{self.prefix}.{agent}.workers",
+                codec=self._reader_codec(),
             )
-            found = _journal_status(turn_id, journal)
-            if found is not None:
-                return found
-            results_partition = lookup.partition_of(topics.results, key)
-            if results_partition is not None:
-                results = lookup.read(
-                    topics.results, results_partition, lambda r: r.key == key and bool(r.value)
-                )
-                found = self._result_status(turn_id, results)
-                if found is not None:
-                    return found
-            group = f"{self.prefix}.{agent}.workers"
-            committed = lookup.committed(group, topics.turns, partition)
-
-            def requested(record: ConsumedRecord) -> bool:
-                return self._request_turn_id(topics.turns, agent, record) == turn_id
-
-            queued = lookup.read(topics.turns, partition, requested, start=committed)
-        return TurnStatus(turn_id, "queued" if queued else "unknown")
-
-    def _result_status(self, turn_id: str, records: list[ConsumedRecord]) -> TurnStatus | None:
-        """The turn's outcome from its record on the results topic, if there is one."""
-        for record in reversed(records):
-            assert record.value is not None
-            try:
-                body = serde.decode_record(
-                    "turn_result", record.value, record.headers, self._reader_codec()
-                )
-            except MalformedRecordError:
-                continue
-            if body.get("turn_id") == turn_id:
-                failed = body.get("status") == "failed"
-                return TurnStatus(
-                    turn_id,
-                    "failed" if failed else "completed",
-                    attempt=int(body.get("attempt") or 0),
-                    code=body.get("error_code"),
-                )
-        return None
-
-    def _request_turn_id(self, topic: str, agent: str, record: ConsumedRecord) -> str | None:
-        """The turn id a record of the turns topic asks for, as the worker reads it."""
-        try:
-            request = serde.decode_turn_request(
-                record.value,
-                record.headers,
-                self._reader_codec(),
-                default_turn_id=record_turn_id(topic, record.partition, record.offset),
-                default_agent=agent,
-            )
-        except MalformedRecordError:
-            return None
-        return request.turn_id
+        if status is None:
+            raise missing_agent_topic(agent, self.prefix, topics.turns)
+        return status
 
     async def _control(self, agent: str, turn_id: str, action: str, reason: str | None) -> None:
         if reason is not None and len(reason) > MAX_REASON:
@@ -547,42 +477,3 @@ class KafkaAgentClient:
             )
         except UnknownTopicError as exc:
             raise self._no_topic(agent, exc) from None
-
-
-def _journal_status(turn_id: str, records: list[ConsumedRecord]) -> TurnStatus | None:
-    """Ended or running, from the turn's journal records (``None``: it has none live)."""
-    latest: dict[str, bytes | None] = {}
-    ended: bytes | None = None  # a terminal record stays a fact once it is tombstoned
-    for record in records:
-        suffix = parse_journal_key(record.key)[1]
-        latest[suffix] = record.value
-        if suffix == TERMINAL and record.value is not None:
-            ended = record.value
-    if ended is not None:
-        terminal = decode_journal_entry(ended, {})
-        failed = terminal.data.get("status") == "failed"
-        return TurnStatus(
-            turn_id,
-            "failed" if failed else "completed",
-            attempt=terminal.attempt,
-            code=terminal.data.get("code"),
-            events=int(terminal.data.get("events") or 0),
-        )
-    live = {k: decode_journal_entry(v, {}) for k, v in latest.items() if v is not None}
-    steps = sorted(((int(k), e) for k, e in live.items() if k.isdigit()), key=lambda s: s[0])
-    progress = live.get(PROGRESS)
-    if not steps and progress is None:
-        return None
-    last = steps[-1][1] if steps else None
-    attempts = [e.attempt for _, e in steps] + ([progress.attempt] if progress else [])
-    return TurnStatus(
-        turn_id,
-        "running",
-        attempt=max(attempts),
-        last_step=None if last is None else _step_name(last.kind, last.name),
-        events=int(progress.data.get("next_seq") or 0) if progress else 0,
-    )
-
-
-def _step_name(kind: str, name: str) -> str:
-    return kind if not name or name == kind else f"{kind}:{name}"
