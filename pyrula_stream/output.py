@@ -22,6 +22,8 @@ from pyrula_stream.llm.base import OutputFormat
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n?```\s*$", re.DOTALL)
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_VALUES = ("enum", "const", "default", "examples")
+"""Keywords whose values are data, not schemas: never walked as schemas."""
 
 
 class OutputValidationError(TurnFailure):
@@ -108,7 +110,7 @@ def _closed(node: Any) -> bool:
             return False
         if node.get("additionalProperties", False) is not False:
             return False
-    return all(_closed(v) for k, v in node.items() if k not in ("enum", "const", "default"))
+    return all(_closed(v) for k, v in node.items() if k not in _VALUES)
 
 
 def _closing(node: Any) -> Any:
@@ -118,7 +120,7 @@ def _closing(node: Any) -> Any:
         return [_closing(n) for n in node]
     if not isinstance(node, dict):
         return node
-    copy = {k: v if k in ("enum", "const", "default") else _closing(v) for k, v in node.items()}
+    copy = {k: v if k in _VALUES else _closing(v) for k, v in node.items()}
     if copy.get("type") == "object":
         copy["additionalProperties"] = False
     return copy
