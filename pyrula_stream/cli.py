@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import json
 import logging
@@ -488,6 +489,24 @@ def cmd_turn_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """One JSON line: the turn's ``TurnStatus`` (any state is an answer: exit 0)."""
+    from pyrula_stream.client import KafkaAgentClient
+
+    async def main() -> int:
+        async with KafkaAgentClient(
+            bootstrap_from(args),
+            prefix=args.prefix,
+            timeout=args.timeout,
+            kafka_config=kafka_config_from(args),
+        ) as client:
+            status = await client.status(args.agent, args.turn_id, key=args.key)
+        print(json.dumps(dataclasses.asdict(status)))
+        return 0
+
+    return asyncio.run(main())
+
+
 def cmd_thread(args: argparse.Namespace) -> int:
     """``thread show`` prints the thread as JSON; ``thread delete`` tombstones it."""
     from pyrula_stream.client import KafkaAgentClient
@@ -671,6 +690,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--serialization", default="avro", choices=["avro", "schema_registry"])
     s.set_defaults(func=cmd_submit)
+
+    st = with_bootstrap(sub.add_parser("status", help="where a turn stands, as one JSON line"))
+    st.add_argument("agent")
+    st.add_argument("turn_id")
+    st.add_argument(
+        "--key", default=None, help="the request's key if not its turn id (e.g. the thread id)"
+    )
+    st.add_argument(
+        "--timeout", type=positive_seconds, default=KAFKA_TIMEOUT_S, help="seconds for Kafka"
+    )
+    st.set_defaults(func=cmd_status)
 
     tl = with_bootstrap(sub.add_parser("tail", help="print an agent's events"))
     tl.add_argument("agent")

@@ -4,7 +4,7 @@ ask a turn's status.
 Every method talks to Kafka only: a turn request goes to ``<prefix>.<agent>.turns`` and the
 events are read back from ``<prefix>.<agent>.events`` under ``read_committed`` (one
 consumer per client, shared by its streams), so a client sees each event of a turn
-exactly once, in ``seq`` order. A status comes from the turn's journal records.
+exactly once, in ``seq`` order. A status reads only the partition of the turn's key.
 
 Nothing waits forever on Kafka: a call that cannot reach a broker within ``timeout``
 raises ``BrokerUnavailableError``, and an agent without topics ``UnknownTopicError``
@@ -35,38 +35,19 @@ from pyrula_stream.kafka.config import (
     registry_config,
     resolve,
 )
-from pyrula_stream.kafka.consumers import read_key_partition, read_topic, reader_group_id
+from pyrula_stream.kafka.consumers import read_key_partition, reader_group_id
 from pyrula_stream.kafka.io import RecordProducer
+from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.records import ControlRequest
-from pyrula_stream.runtime.journal import PROGRESS, TERMINAL
-from pyrula_stream.serde import TurnRequest, decode_journal_entry, parse_journal_key
+from pyrula_stream.serde import TurnRequest
 from pyrula_stream.threads import THREAD_DELETE, ThreadHandle, decode_thread
+from pyrula_stream.turn_status import TurnStatus, read_turn_status
 
 IDEMPOTENT_TURN_NAMESPACE = uuid.UUID("8f4b1c52-7a0e-4d1e-9a7e-5f2f3c6d9b10")
 MAX_REASON = 500
 REMEMBERED_SUBMITS = 10_000
-"""Turns this client submitted, remembered so ``status`` can say ``queued``."""
-
-TurnState = Literal["queued", "running", "completed", "failed", "unknown"]
-
-
-@dataclass(frozen=True)
-class TurnStatus:
-    """Where a turn stands, from its journal records.
-
-    ``queued``: submitted by this client, no worker started it yet. ``running``: its
-    ``attempt`` and ``last_step`` (e.g. ``llm``, ``tool:lookup_order``). ``completed`` /
-    ``failed`` (with ``code``): ended; ``events`` is how many it published. ``unknown``:
-    nothing is recorded for the turn.
-    """
-
-    turn_id: str
-    state: TurnState
-    attempt: int = 0
-    last_step: str | None = None
-    code: str | None = None
-    events: int = 0
+"""Turns this client submitted, remembered with their key so ``status`` finds them."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +113,7 @@ class KafkaAgentClient:
         self._registry: serde.ValueCodec | None = None
         self._producer: RecordProducer | None = None
         self._reader: SharedEventReader | None = None
-        self._submitted: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._submitted: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     async def __aenter__(self) -> KafkaAgentClient:
         return self
@@ -244,7 +225,7 @@ class KafkaAgentClient:
                 )
             except UnknownTopicError as exc:
                 raise self._no_topic(request.agent, exc) from None
-        self._submitted[(request.agent, request.turn_id)] = None
+        self._submitted[(request.agent, request.turn_id)] = request.key
         while len(self._submitted) > REMEMBERED_SUBMITS:
             self._submitted.popitem(last=False)
         return TurnHandle(
@@ -478,49 +459,40 @@ class KafkaAgentClient:
         after = await self.status(agent, turn_id)
         return replace(after, attempt=before.attempt, last_step=before.last_step)
 
-    async def status(self, agent: str, turn_id: str) -> TurnStatus:
-        """Where the turn stands (see ``TurnStatus``), read from the journal topic."""
-        records = await asyncio.to_thread(
-            read_topic,
+    async def status(self, agent: str, turn_id: str, *, key: str | None = None) -> TurnStatus:
+        """Where the turn stands (see ``TurnStatus``), whoever submitted it.
+
+        Reads only the partition of the request's key: the journal partition (running,
+        or ended while its terminal record is kept), then the results partition, then the
+        turns partition past the committed offset of ``<prefix>.<agent>.workers``
+        (queued). ``key`` is the key the request was produced with, when it is not the
+        turn id: the thread id of a turn in a thread, or a key a non-Python producer
+        chose. Turns this client submitted need none.
+        """
+        key = key or self._submitted.get((agent, turn_id)) or turn_id
+        return await asyncio.to_thread(self._read_status, agent, turn_id, key)
+
+    def _read_status(self, agent: str, turn_id: str, key: str) -> TurnStatus:
+        topics = self._topics(agent)
+        with TurnLookup(
             self.bootstrap_servers,
-            self._topics(agent).journal,
             client_id=f"pyrula-status-{uuid.uuid4().hex[:8]}",
-            kafka_config=self.kafka_config,
             group_id=reader_group_id(self.prefix, agent),
-        )
-        latest: dict[str, bytes | None] = {}
-        ended: bytes | None = None  # a terminal record stays a fact once it is tombstoned
-        for record in records:
-            owner, suffix = parse_journal_key(record.key)
-            if owner == turn_id:
-                latest[suffix] = record.value
-                if suffix == TERMINAL and record.value is not None:
-                    ended = record.value
-        live = {k: decode_journal_entry(v, {}) for k, v in latest.items() if v is not None}
-        terminal = decode_journal_entry(ended, {}) if ended is not None else None
-        if terminal is not None:
-            failed = terminal.data.get("status") == "failed"
-            return TurnStatus(
+            kafka_config=self.kafka_config,
+            timeout_s=self.timeout,
+        ) as lookup:
+            status = read_turn_status(
+                lookup,
+                agent,
+                topics,
                 turn_id,
-                "failed" if failed else "completed",
-                attempt=terminal.attempt,
-                code=terminal.data.get("code"),
-                events=int(terminal.data.get("events") or 0),
+                key,
+                workers_group=f"{self.prefix}.{agent}.workers",
+                codec=self._reader_codec(),
             )
-        steps = sorted(((int(k), e) for k, e in live.items() if k.isdigit()), key=lambda s: s[0])
-        progress = live.get(PROGRESS)
-        if steps or progress is not None:
-            last = steps[-1][1] if steps else None
-            attempts = [e.attempt for _, e in steps] + ([progress.attempt] if progress else [])
-            return TurnStatus(
-                turn_id,
-                "running",
-                attempt=max(attempts),
-                last_step=None if last is None else _step_name(last.kind, last.name),
-                events=int(progress.data.get("next_seq") or 0) if progress else 0,
-            )
-        queued = (agent, turn_id) in self._submitted
-        return TurnStatus(turn_id, "queued" if queued else "unknown")
+        if status is None:
+            raise missing_agent_topic(agent, self.prefix, topics.turns)
+        return status
 
     async def _control(self, agent: str, turn_id: str, action: str, reason: str | None) -> None:
         if reason is not None and len(reason) > MAX_REASON:
@@ -551,7 +523,3 @@ def new_request(
         idempotency_key=idempotency_key,
         submitted_ms=int(time.time() * 1000),
     )
-
-
-def _step_name(kind: str, name: str) -> str:
-    return kind if not name or name == kind else f"{kind}:{name}"

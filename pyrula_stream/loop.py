@@ -33,6 +33,7 @@ from pyrula_stream.limits import (
 from pyrula_stream.llm.base import (
     LLMClient,
     ModelResponse,
+    OutputFormat,
     TextBlock,
     TextDelta,
     ToolDefinition,
@@ -79,6 +80,7 @@ class ToolLoop:
         *,
         mcp: MCPToolbox | None = None,
         output_instructions: str | None = None,
+        output_format: OutputFormat | None = None,
     ) -> None:
         self.turn = turn
         self.mcp = mcp
@@ -89,6 +91,8 @@ class ToolLoop:
         self.agent_calls: AgentCalls | None = None
         """Set by the executor: how a sub-agent offered as a tool is called."""
         self.output_instructions = output_instructions
+        self.output_format = output_format
+        """The output schema for providers that take it natively (then not in the prompt)."""
         self.last_answer: str | None = None
         """The final text of the last ``run``: what output validation may send back."""
         self._last_run: tuple[list[dict[str, Any]], list[ToolCallable] | None, str | None, bool] = (
@@ -238,6 +242,9 @@ class ToolLoop:
                 {"name": d.name, "description": d.description, "schema": d.input_schema}
                 for d in definitions
             ],
+            None
+            if self.output_format is None
+            else {"name": self.output_format.name, "schema": self.output_format.schema},
         )
 
         async def live() -> StepData:
@@ -314,7 +321,8 @@ class ToolLoop:
             last_flush = time.monotonic()
 
         final: ModelResponse | None = None
-        async for item in self.llm.stream(messages, definitions or None, system):
+        native = {} if self.output_format is None else {"output_format": self.output_format}
+        async for item in self.llm.stream(messages, definitions or None, system, **native):
             if isinstance(item, TextDelta):
                 pending.append(item.text)
                 pending_chars += len(item.text)

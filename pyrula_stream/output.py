@@ -1,7 +1,9 @@
 """Typed results: ``@kafka_agent(output_type=...)`` validates what a turn returns.
 
-The output type's JSON Schema is added to the model's system prompt, so the model knows
-the shape to answer in; a model answer that does not validate is sent back with the
+The output type's JSON Schema goes to the model natively when the provider takes one
+(``OpenAILLM``: ``response_format``; ``AnthropicLLM``: ``output_config.format``) and the
+schema is a closed object (fixed properties, as a pydantic model's is); otherwise it is
+added to the system prompt. Either way, a model answer that does not validate is sent back with the
 validation error (``output_retries`` times) before the turn fails with
 ``output_validation``. The validated value, dumped to JSON data, is the turn's result.
 """
@@ -16,8 +18,12 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from pyrula_stream.errors import ErrorCode, TurnFailure
+from pyrula_stream.llm.base import OutputFormat
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n?```\s*$", re.DOTALL)
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_VALUES = ("enum", "const", "default", "examples")
+"""Keywords whose values are data, not schemas: never walked as schemas."""
 
 
 class OutputValidationError(TurnFailure):
@@ -43,6 +49,18 @@ class OutputSpec:
 
     def json_schema(self) -> dict[str, Any]:
         return self.adapter.json_schema()
+
+    def native_format(self) -> OutputFormat | None:
+        """The schema as providers' structured output takes it, or ``None`` when it cannot
+        be said there without changing its meaning (a root that is not an object, or an
+        object with free-form keys, such as a ``dict`` field): those stay in the prompt."""
+        if self.is_text:
+            return None
+        schema = self.json_schema()
+        if schema.get("type") != "object" or not _closed(schema):
+            return None
+        raw = getattr(self.output_type, "__name__", "") or "result"
+        return OutputFormat(name=_NAME_CHARS.sub("_", raw)[:64], schema=_closing(schema))
 
     def instructions(self) -> str:
         """What the system prompt gains: answer with JSON matching the schema."""
@@ -79,3 +97,30 @@ class OutputSpec:
             f"attempt(s): {error}",
             detail=error.errors(include_url=False, include_input=False),
         )
+
+
+def _closed(node: Any) -> bool:
+    """Every object in the schema has fixed properties (no free-form or extra keys)."""
+    if isinstance(node, list):
+        return all(_closed(n) for n in node)
+    if not isinstance(node, dict):
+        return True
+    if node.get("type") == "object":
+        if "properties" not in node or "patternProperties" in node:
+            return False
+        if node.get("additionalProperties", False) is not False:
+            return False
+    return all(_closed(v) for k, v in node.items() if k not in _VALUES)
+
+
+def _closing(node: Any) -> Any:
+    """A copy that says ``additionalProperties: false`` on every object, as both providers'
+    structured output requires (pydantic leaves it out, and ignores extra keys anyway)."""
+    if isinstance(node, list):
+        return [_closing(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    copy = {k: v if k in _VALUES else _closing(v) for k, v in node.items()}
+    if copy.get("type") == "object":
+        copy["additionalProperties"] = False
+    return copy

@@ -44,5 +44,9 @@ def test_replies_results_and_history_follow_who_reads_and_writes_them() -> None:
     assert ("User:c", "p.a.results", "READ") in granted
     assert ("User:w", "p.a.history", "WRITE") in granted
     assert ("User:c", "p.a.journal", "READ") in granted, "client.status reads the journal"
+    assert ("User:c", "p.a.turns", "READ") in granted, "and the queued requests"
+    groups = {(r.principal, r.name, r.operation) for r in rules if r.resource == "GROUP"}
+    assert ("User:c", "p.a.workers", "DESCRIBE") in groups, "and the workers' offset"
+    assert ("User:c", "p.a.workers", "READ") not in groups, "never joins the workers"
     without = agent_acls("a", prefix="p", worker_principal="User:w")
     assert not any("history" in r.name or r.name.startswith("p.b.") for r in without)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -254,6 +255,34 @@ def test_submit_wait_without_a_worker_says_so_and_gives_up_at_its_timeout(
     )
     assert f"waiting for turn {turn_id}: {hint}" in result.stderr
     assert last_line(result.stderr) == f"error: no event of turn {turn_id} within 6s; {hint}"
+
+
+def test_status_of_a_queued_turn_and_of_an_agent_without_topics(
+    kafka_bootstrap_servers: str,
+) -> None:
+    agent = unique_name("queue")
+    applied = cli("topics", "apply", agent, "--bootstrap-servers", kafka_bootstrap_servers)
+    assert applied.returncode == 0, applied.stderr
+    broker = ("--bootstrap-servers", kafka_bootstrap_servers)
+    submitted = cli("submit", agent, "x=1", "--thread", "order-3", *broker)
+    assert submitted.returncode == 0, submitted.stderr
+    turn_id = submitted.stdout.strip()
+    queued = cli("status", agent, turn_id, "--key", "order-3", *broker)
+    assert queued.returncode == 0, queued.stderr
+    assert json.loads(queued.stdout) == {
+        "turn_id": turn_id,
+        "state": "queued",
+        "attempt": 0,
+        "last_step": None,
+        "code": None,
+        "events": 0,
+    }
+    unknown = cli("status", agent, "no-such-turn", *broker)
+    assert json.loads(unknown.stdout)["state"] == "unknown"
+    ghost = cli("status", unique_name("ghost"), turn_id, *broker)
+    assert ghost.returncode == 2
+    assert "Traceback" not in ghost.stderr
+    assert "start a worker for" in last_line(ghost.stderr)
 
 
 def test_submit_to_a_wrong_address_fails_at_its_timeout_with_one_clear_line() -> None:

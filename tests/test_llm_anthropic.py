@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, Field
 
 from pyrula_stream.errors import (
     ConfigurationError,
@@ -16,6 +17,7 @@ from pyrula_stream.errors import (
     LLMRateLimited,
 )
 from pyrula_stream.llm import AnthropicLLM, ToolDefinition, Usage
+from pyrula_stream.output import OutputSpec
 from tests.wire import fixtures
 from tests.wire.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
 from tests.wire.fixtures import SECRET_KEY, assert_secret_free, collect
@@ -191,6 +193,31 @@ async def test_usage_includes_cache_tokens(
         cache_creation_input_tokens=300,
         cache_read_input_tokens=1200,
     )
+
+
+async def test_an_output_format_goes_as_output_config_in_the_api_s_dialect(
+    llm: AnthropicLLM,
+    anthropic_server: AnthropicWireServer,
+) -> None:
+    class Ticket(BaseModel):
+        order_id: str = Field(min_length=1)
+        tags: list[str]
+
+    output = OutputSpec(Ticket).native_format()
+    assert output is not None
+    anthropic_server.reply_text('{"order_id": "9", "tags": []}')
+    assert llm.accepts_keyword("output_format")
+    _, response = await collect(llm, HELLO, tools=[LOOKUP], output_format=output)
+    assert response.text == '{"order_id": "9", "tags": []}'
+    body = anthropic_server.last_request.body
+    schema = body["output_config"]["format"]["schema"]
+    assert body["output_config"]["format"]["type"] == "json_schema"
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["order_id", "tags"]
+    # What the API does not constrain becomes a hint in the description (the SDK's rule).
+    assert "minLength" not in schema["properties"]["order_id"]
+    assert "minLength: 1" in schema["properties"]["order_id"]["description"]
+    assert "tool_choice" not in body and body["tools"][0]["name"] == "lookup"
 
 
 async def test_options_reach_the_wire(anthropic_server: AnthropicWireServer) -> None:

@@ -4,9 +4,11 @@ conversion, streaming, secrets.
 
 from __future__ import annotations
 
+import datetime
 import sys
 
 import pytest
+from pydantic import BaseModel, Field
 
 from pyrula_stream.errors import (
     ConfigurationError,
@@ -15,6 +17,7 @@ from pyrula_stream.errors import (
     LLMProviderUnavailable,
 )
 from pyrula_stream.llm import OpenAILLM, ToolDefinition, Usage
+from pyrula_stream.output import OutputSpec
 from tests.wire import fixtures
 from tests.wire._http import sse_reply
 from tests.wire.fixtures import OPENAI_SECRET_KEY as SECRET
@@ -217,6 +220,34 @@ async def test_defaults_send_no_optional_parameters(
     for name in ("temperature", "top_p", "seed", "parallel_tool_calls", "max_tokens"):
         assert name not in body
     assert body["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+
+
+async def test_an_output_format_is_strict_only_when_strict_mode_takes_the_schema(
+    llm: OpenAILLM,
+    openai_server: OpenAIWireServer,
+) -> None:
+    class Strict(BaseModel):
+        order_id: str
+        due: datetime.date
+
+    class Loose(BaseModel):
+        order_id: str = Field(min_length=1)
+        note: str | None = None  # optional: strict mode has no optional fields
+
+    for model in (Strict, Loose):
+        output = OutputSpec(model).native_format()
+        assert output is not None
+        openai_server.reply_text('{"order_id": "9"}')
+        assert llm.accepts_keyword("output_format")
+        await collect(llm, HELLO, output_format=output)
+    strict, loose = (r.body["response_format"] for r in openai_server.requests)
+    assert strict["type"] == "json_schema"
+    assert strict["json_schema"]["name"] == "Strict"
+    assert strict["json_schema"]["strict"] is True
+    assert strict["json_schema"]["schema"]["properties"]["due"]["format"] == "date"
+    assert loose["json_schema"]["strict"] is False  # sent as guidance, validated after
+    assert loose["json_schema"]["schema"]["properties"]["order_id"]["minLength"] == 1
+    assert loose["json_schema"]["schema"]["additionalProperties"] is False
 
 
 async def test_finish_reason_length_drops_a_cut_tool_call(

@@ -119,8 +119,10 @@ def agent_acls(
             Acl(c, "TOPIC", f"{base}.events", "READ", why="stream a turn's events"),
             Acl(c, "TOPIC", f"{base}.results", "READ", why="read turn results"),
             Acl(c, "TOPIC", f"{base}.journal", "READ", why="status of a turn"),
+            Acl(c, "TOPIC", f"{base}.turns", "READ", why="status: a queued turn's request"),
             Acl(c, "TOPIC", f"{base}.threads", "READ", why="get_thread"),
             Acl(c, "GROUP", readers, "DESCRIBE", why="event readers"),
+            Acl(c, "GROUP", f"{base}.workers", "DESCRIBE", why="status: the workers' offset"),
             Acl(c, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)"),
         ]
         if keep_history:

@@ -40,6 +40,10 @@ _LEADERSHIP_MOVING = frozenset(
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError._TIMED_OUT,
+        # A group's coordinator being found or loading (a group nobody has used yet).
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     }
 )
 
@@ -192,8 +196,10 @@ def read_to_end(
     *,
     timeout_s: float = 120.0,
     keep_assigned: bool = False,
+    start: dict[int, int] | None = None,
 ) -> Iterator[ConsumedRecord]:
-    """Yield every committed record of ``partitions`` (all: ``None``), from the first.
+    """Yield every committed record of ``partitions`` (all: ``None``), from the first
+    (or from the offset ``start`` gives a partition).
 
     Ends when each partition's position reached the end it had when reading began.
     ``keep_assigned`` leaves the partitions assigned at that position, for a reader that
@@ -209,7 +215,8 @@ def read_to_end(
     catch_up = CatchUp.measure(consumer, topic, parts, timeout_s=timeout_s)
     if catch_up.done and not keep_assigned:
         return
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    begin = start or {}
+    consumer.assign([TopicPartition(topic, p, begin.get(p, OFFSET_BEGINNING)) for p in parts])
     finished = False
     try:
         while not catch_up.done:

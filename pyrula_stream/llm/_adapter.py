@@ -20,6 +20,7 @@ from pyrula_stream.llm.base import (
     DEFAULT_MAX_RETRIES,
     LLMClient,
     LLMRate,
+    OutputFormat,
     StreamingMode,
     StreamItem,
     ToolDefinition,
@@ -50,6 +51,7 @@ class SDKAdapter(LLMClient):
         rate_limit: LLMRate | None = None,
         backoff_base_s: float = 0.5,
         max_retry_wait_s: float = 60.0,
+        structured_output: bool = True,
     ) -> None:
         if not model:
             raise ConfigurationError(f"{type(self).__name__} needs a model id")
@@ -73,8 +75,17 @@ class SDKAdapter(LLMClient):
             backoff_base_s=backoff_base_s,
             max_retry_after_s=max_retry_wait_s,
         )
+        self.structured_output = structured_output
         self._api_key = api_key
         self._limiter = RateLimiter(rate_limit) if rate_limit is not None else None
+
+    def accepts_keyword(self, name: str) -> bool:
+        """``output_format`` only with ``structured_output`` on: a model without the
+        provider's structured output would refuse the request, so it gets the schema in
+        the prompt instead."""
+        if name == "output_format" and not self.structured_output:
+            return False
+        return super().accepts_keyword(name)
 
     # -- secrets -------------------------------------------------------------------------
 
@@ -99,8 +110,12 @@ class SDKAdapter(LLMClient):
         tools: list[ToolDefinition] | None = None,
         system: str | None = None,
         tool_choice: dict[str, Any] | None = None,
+        output_format: OutputFormat | None = None,
     ) -> AsyncIterator[StreamItem]:
         """Yield text deltas, then one ``ModelResponse``; retried only before the first delta.
+
+        ``output_format`` asks the provider for a final answer matching its JSON Schema
+        (the model may still call tools first).
 
         Raises ``LLMRateLimited`` (429s exhausted), ``LLMProviderUnavailable`` (5xx or
         connection errors exhausted), ``ProviderStreamTruncated`` (stream ended without its
@@ -109,7 +124,7 @@ class SDKAdapter(LLMClient):
         estimated = estimate_tokens(messages, system, tools) if self._limiter else 0
 
         def attempt() -> AsyncGenerator[StreamItem, None]:
-            return self._attempt(messages, tools or [], system, tool_choice)
+            return self._attempt(messages, tools or [], system, tool_choice, output_format)
 
         items = stream_with_retries(
             attempt,
@@ -142,6 +157,7 @@ class SDKAdapter(LLMClient):
         tools: list[ToolDefinition],
         system: str | None,
         tool_choice: dict[str, Any] | None,
+        output_format: OutputFormat | None,
     ) -> AsyncGenerator[StreamItem, None]:
         """One request: deltas then the response; raises SDK errors as they come."""
 

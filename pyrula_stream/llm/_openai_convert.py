@@ -8,7 +8,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pyrula_stream.llm.base import ToolDefinition
+from pyrula_stream.llm.base import OutputFormat, ToolDefinition
+
+# What strict structured output accepts in a schema (OpenAI's "supported schemas"); a
+# schema using anything else is sent with strict off, as guidance the result is validated
+# against afterwards, rather than refused by the API.
+_STRICT_KEYWORDS = frozenset(
+    {
+        "type", "properties", "required", "additionalProperties", "items", "anyOf", "enum",
+        "const", "$ref", "$defs", "description", "title", "pattern", "format", "minimum",
+        "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems",
+    }
+)  # fmt: skip
+_STRICT_FORMATS = frozenset(
+    {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
+)
 
 STOP_REASONS = {
     "stop": "end_turn",
@@ -102,3 +116,39 @@ def to_openai_tool_choice(choice: dict[str, Any]) -> str | dict[str, Any]:
     if kind == "tool":
         return {"type": "function", "function": {"name": choice["name"]}}
     return choice
+
+
+def to_openai_response_format(output: OutputFormat) -> dict[str, Any]:
+    """``response_format`` for Chat Completions: the schema, strict when it can be."""
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": output.name,
+            "schema": output.schema,
+            "strict": _strict_compatible(output.schema),
+        },
+    }
+
+
+def _strict_compatible(node: Any) -> bool:
+    """Whether strict mode takes the schema as it is: every property required (strict
+    has no optional fields) and only the keywords and formats strict supports."""
+    if isinstance(node, list):
+        return all(_strict_compatible(n) for n in node)
+    if not isinstance(node, dict):
+        return True
+    if not _STRICT_KEYWORDS.issuperset(node):
+        return False
+    if "format" in node and node["format"] not in _STRICT_FORMATS:
+        return False
+    properties = node.get("properties")
+    if isinstance(properties, dict):
+        if set(node.get("required", ())) != set(properties):
+            return False
+        if not all(_strict_compatible(p) for p in properties.values()):
+            return False
+    return all(
+        _strict_compatible(v)
+        for k, v in node.items()
+        if k in ("items", "anyOf", "additionalProperties")
+    ) and all(_strict_compatible(d) for d in dict(node.get("$defs") or {}).values())

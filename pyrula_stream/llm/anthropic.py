@@ -19,6 +19,7 @@ from pyrula_stream.llm.base import (
     DEFAULT_MAX_RETRIES,
     LLMRate,
     ModelResponse,
+    OutputFormat,
     StreamingMode,
     StreamItem,
     TextBlock,
@@ -124,6 +125,8 @@ class AnthropicLLM(SDKAdapter):
     ``prompt_caching`` marks the system prompt and the tool definitions as cache
     breakpoints (``cache_ttl`` "5m" or "1h"). ``llm_call_timeout`` is the per-request
     timeout in seconds. ``backoff_base_s`` and ``max_retry_wait_s`` tune our retries.
+    ``structured_output=False`` keeps an ``output_type``'s schema out of
+    ``output_config`` (for models without structured outputs).
     The API key is never part of ``repr``, ``describe`` or any raised message.
     """
 
@@ -147,6 +150,7 @@ class AnthropicLLM(SDKAdapter):
         rate_limit: LLMRate | None = None,
         backoff_base_s: float = 0.5,
         max_retry_wait_s: float = 60.0,
+        structured_output: bool = True,
     ) -> None:
         _import_sdk()
         if cache_ttl not in CACHE_TTLS:
@@ -164,6 +168,7 @@ class AnthropicLLM(SDKAdapter):
             rate_limit=rate_limit,
             backoff_base_s=backoff_base_s,
             max_retry_wait_s=max_retry_wait_s,
+            structured_output=structured_output,
         )
         self.prompt_caching = prompt_caching
         self.cache_ttl = cache_ttl
@@ -202,6 +207,7 @@ class AnthropicLLM(SDKAdapter):
         tools: list[ToolDefinition] | None = None,
         system: str | None = None,
         tool_choice: dict[str, Any] | None = None,
+        output_format: OutputFormat | None = None,
     ) -> dict[str, Any]:
         """The keyword arguments for ``messages.create`` (without ``stream``/``timeout``)."""
         request: dict[str, Any] = {
@@ -226,6 +232,14 @@ class AnthropicLLM(SDKAdapter):
             request["tools"] = wire_tools
         if tool_choice:
             request["tool_choice"] = tool_choice
+        if output_format is not None:
+            # Native structured output: the model may still call tools; its final text is
+            # JSON matching the schema. The SDK's transform_schema moves what the API does
+            # not constrain (e.g. minLength) into descriptions.
+            from anthropic import transform_schema
+
+            schema = transform_schema(output_format.schema)
+            request["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         if self.temperature is not None:
             # The SDK no longer types a temperature parameter; send it as-is and let the API
             # accept or refuse it for this model.
@@ -240,8 +254,9 @@ class AnthropicLLM(SDKAdapter):
         tools: list[ToolDefinition],
         system: str | None,
         tool_choice: dict[str, Any] | None,
+        output_format: OutputFormat | None,
     ) -> AsyncGenerator[StreamItem, None]:
-        request = self.build_request(messages, tools, system, tool_choice)
+        request = self.build_request(messages, tools, system, tool_choice, output_format)
         extra: dict[str, Any] = {}
         if self.llm_call_timeout is not None:
             extra["timeout"] = self.llm_call_timeout

@@ -40,6 +40,19 @@ class ToolDefinition:
     input_schema: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """The JSON Schema a model's final answer must match, for providers that take one
+    natively (OpenAI ``response_format``, Anthropic ``output_config.format``).
+
+    ``schema`` is a closed object schema (see ``pyrula_stream.output``); each adapter
+    adapts it to what its API accepts.
+    """
+
+    name: str
+    schema: dict[str, Any]
+
+
 class TextBlock(BaseModel):
     model_config = ConfigDict(frozen=True)
     type: Literal["text"] = "text"
@@ -128,8 +141,9 @@ class LLMRate:
 class LLMClient(ABC):
     """Abstract base for provider adapters.
 
-    The frozen core is ``stream`` and ``complete``. Optional keywords (``tool_choice``) are
-    passed only when ``accepts_keyword`` finds them on the adapter's signature.
+    The frozen core is ``stream`` and ``complete``. Optional keywords (``tool_choice``,
+    ``output_format``) are passed only when ``accepts_keyword`` finds them on the adapter's
+    signature.
     """
 
     provider: str | None = None

@@ -18,6 +18,7 @@ from pyrula_stream.llm._adapter import SDKAdapter
 from pyrula_stream.llm._openai_convert import (
     STOP_REASONS,
     to_openai_messages,
+    to_openai_response_format,
     to_openai_tool_choice,
     to_openai_tools,
 )
@@ -26,6 +27,7 @@ from pyrula_stream.llm.base import (
     DEFAULT_MAX_RETRIES,
     LLMRate,
     ModelResponse,
+    OutputFormat,
     StreamingMode,
     StreamItem,
     TextBlock,
@@ -125,6 +127,8 @@ class OpenAILLM(SDKAdapter):
 
     Optional sampling parameters are sent only when set. ``max_tokens`` is sent as
     ``max_completion_tokens``. ``llm_call_timeout`` is the per-request timeout in seconds.
+    ``structured_output=False`` keeps an ``output_type``'s schema out of
+    ``response_format`` (for models or compatible servers without ``json_schema``).
     The API key is never part of ``repr``, ``describe`` or any raised message.
     """
 
@@ -149,6 +153,7 @@ class OpenAILLM(SDKAdapter):
         rate_limit: LLMRate | None = None,
         backoff_base_s: float = 0.5,
         max_retry_wait_s: float = 60.0,
+        structured_output: bool = True,
     ) -> None:
         _import_sdk()
         super().__init__(
@@ -164,6 +169,7 @@ class OpenAILLM(SDKAdapter):
             rate_limit=rate_limit,
             backoff_base_s=backoff_base_s,
             max_retry_wait_s=max_retry_wait_s,
+            structured_output=structured_output,
         )
         self.top_p = top_p
         self.seed = seed
@@ -197,6 +203,7 @@ class OpenAILLM(SDKAdapter):
         tools: list[ToolDefinition] | None = None,
         system: str | None = None,
         tool_choice: dict[str, Any] | None = None,
+        output_format: OutputFormat | None = None,
     ) -> dict[str, Any]:
         """The keyword arguments for ``chat.completions.create`` (without ``timeout``)."""
         request: dict[str, Any] = {
@@ -217,6 +224,8 @@ class OpenAILLM(SDKAdapter):
                 request["parallel_tool_calls"] = parallel
             if tool_choice:
                 request["tool_choice"] = to_openai_tool_choice(tool_choice)
+        if output_format is not None:
+            request["response_format"] = to_openai_response_format(output_format)
         return request
 
     async def _attempt(
@@ -225,8 +234,9 @@ class OpenAILLM(SDKAdapter):
         tools: list[ToolDefinition],
         system: str | None,
         tool_choice: dict[str, Any] | None,
+        output_format: OutputFormat | None,
     ) -> AsyncGenerator[StreamItem, None]:
-        request = self.build_request(messages, tools, system, tool_choice)
+        request = self.build_request(messages, tools, system, tool_choice, output_format)
         extra: dict[str, Any] = {}
         if self.llm_call_timeout is not None:
             extra["timeout"] = self.llm_call_timeout

@@ -171,6 +171,10 @@ class TurnExecutor:
         )
         llm = self.llm if runtime.branch is None else runtime.branch.llm(self.llm)
         output = self.agent.output
+        native = output.native_format() if output is not None else None
+        if not llm.accepts_keyword("output_format"):
+            native = None
+        prompted = output is not None and not output.is_text and native is None
         loop = ToolLoop(
             runtime,
             llm,
@@ -178,7 +182,8 @@ class TurnExecutor:
             limits,
             tool_calls,
             mcp=self._mcp_toolbox(runtime),
-            output_instructions=None if output is None or output.is_text else output.instructions(),
+            output_instructions=output.instructions() if output is not None and prompted else None,
+            output_format=native,
         )
         agent_calls = AgentCalls(
             runtime,

@@ -45,20 +45,26 @@ def fingerprint(value: Any) -> str:
 
 
 def model_call_fingerprint(
-    messages: list[dict[str, Any]], system: str | None, tools: list[dict[str, Any]]
+    messages: list[dict[str, Any]],
+    system: str | None,
+    tools: list[dict[str, Any]],
+    output: dict[str, Any] | None = None,
 ) -> str:
-    """``system.tools.messages.count``: each part hashed alone so a mismatch can be named."""
-    return ".".join(
-        [fingerprint(system or ""), fingerprint(tools), fingerprint(messages), str(len(messages))]
-    )
+    """``system.tools.messages.count[.output]``: each part hashed alone so a mismatch can be
+    named; the output part (name and schema) only when one goes to the provider natively."""
+    parts = [fingerprint(system or ""), fingerprint(tools), fingerprint(messages)]
+    parts.append(str(len(messages)))
+    if output is not None:
+        parts.append(fingerprint(output))
+    return ".".join(parts)
 
 
 def describe_model_input_change(recorded: str, live: str) -> str:
-    try:
-        r_sys, r_tools, r_msgs, r_n = recorded.split(".")
-        l_sys, l_tools, l_msgs, l_n = live.split(".")
-    except ValueError:
+    r_parts, l_parts = recorded.split("."), live.split(".")
+    if len(r_parts) not in (4, 5) or len(l_parts) not in (4, 5):
         return "the model input changed"
+    r_sys, r_tools, r_msgs, r_n, *r_out = r_parts
+    l_sys, l_tools, l_msgs, l_n, *l_out = l_parts
     changes = []
     if r_sys != l_sys:
         changes.append("the system prompt changed")
@@ -68,6 +74,8 @@ def describe_model_input_change(recorded: str, live: str) -> str:
         changes.append(f"the conversation has {l_n} messages, the recording had {r_n}")
     elif r_msgs != l_msgs:
         changes.append("the conversation messages changed")
+    if r_out != l_out:
+        changes.append("the output schema (output_type) changed")
     return "; ".join(changes) or "the model input changed"
 
 
