@@ -372,7 +372,7 @@ class KafkaAgentClient:
         request = new_request(agent, idempotency_key, metadata, thread_id, params)
         reader, sub = self._reader, None
         if reader is not None and idempotency_key is None:  # a new turn id: no past events
-            sub = reader.follow_new(self._topics(agent).events, request.key.encode())
+            sub = reader.follow_new(self._topics(agent).events, request.turn_id.encode())
         try:
             handle = await self.submit_request(request)
         except BaseException:
