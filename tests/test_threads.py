@@ -66,9 +66,10 @@ def cli(bootstrap: str, action: str, agent: str, thread_id: str) -> str:
 
 
 def start_worker(
-    bootstrap: str, spec: str, worker_id: str, log_dir: Path, env: dict[str, str]
+    bootstrap: str, spec: str, worker_id: str, log_dir: Path, env: dict[str, str], *flags: str
 ) -> Managed:
-    """A ``pyrula-stream worker`` subprocess, once its /readyz answers."""
+    """A ``pyrula-stream worker`` subprocess (with extra command-line ``flags``), once its
+    /readyz answers."""
     port = free_port()
     argv = [
         sys.executable,
@@ -82,6 +83,7 @@ def start_worker(
         worker_id,
         "--health-port",
         str(port),
+        *flags,
     ]
     worker = Managed(worker_id, argv, child_env(env), log_dir / f"{worker_id}.log")
     worker.start()
