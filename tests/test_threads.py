@@ -26,7 +26,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
 from pyrula_stream.compaction import SUMMARY_REQUEST, summary_messages
-from pyrula_stream.errors import ErrorCode, ThreadDeleteFailed, UnknownTopicError
+from pyrula_stream.errors import ErrorCode, ThreadDeleteFailed, UnknownTopicError, UserError
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
@@ -402,6 +402,8 @@ async def test_deleting_a_thread_of_an_agent_without_a_threads_topic_says_how_to
     with pytest.raises(UnknownTopicError) as caught:
         await client.delete_thread(agent.name, "t-1", timeout=60)
     assert str(caught.value) == expected
+    with pytest.raises(UserError, match="thread_id must be a non-empty string"):
+        await client.delete_thread(agent.name, "")  # else it would run the body as a turn
     code, out, err = await asyncio.to_thread(
         cli_fails, kafka_bootstrap_servers, "thread", "delete", agent.name, "t-1"
     )
