@@ -395,11 +395,14 @@ class KafkaAgentClient:
 
     async def get_thread(self, agent: str, thread_id: str) -> ThreadHandle:
         """The thread's turns (oldest first) with their messages and outcomes, as committed
-        in ``<agent>.threads``; a thread that does not exist has no turns."""
+        in ``<agent>.threads``; a thread that does not exist has no turns, an agent without
+        that topic (a typo?) raises ``UnknownTopicError``."""
+        threads = self._topics(agent).threads
+        await asyncio.to_thread(self._require_topic, agent, threads)
         records = await asyncio.to_thread(
             read_key_partition,
             self.bootstrap_servers,
-            self._topics(agent).threads,
+            threads,
             thread_id,
             client_id="pyrula-thread",
             kafka_config=self.kafka_config,

@@ -385,7 +385,7 @@ def cli_fails(bootstrap: str, *args: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-async def test_deleting_a_thread_of_an_agent_without_a_threads_topic_says_how_to_create_it(
+async def test_an_agent_without_a_threads_topic_gets_a_clear_error_from_show_and_delete(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
     @kafka_agent(name=unique_name("no-threads"), llm=FakeLLM(echo_users), partitions=1)
@@ -402,6 +402,12 @@ async def test_deleting_a_thread_of_an_agent_without_a_threads_topic_says_how_to
     with pytest.raises(UnknownTopicError) as caught:
         await client.delete_thread(agent.name, "t-1", timeout=60)
     assert str(caught.value) == expected
+    with pytest.raises(UnknownTopicError, match=f"^no topic {threads}"):
+        await client.get_thread(agent.name, "t-1")  # not an empty thread: the topic is missing
+    code, out, err = await asyncio.to_thread(
+        cli_fails, kafka_bootstrap_servers, "thread", "show", agent.name, "t-1"
+    )
+    assert (code, out, err) == (2, "", f"error: {expected}\n")
     with pytest.raises(UserError, match="thread_id must be a non-empty string"):
         await client.delete_thread(agent.name, "")  # else it would run the body as a turn
     code, out, err = await asyncio.to_thread(
