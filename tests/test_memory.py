@@ -266,7 +266,7 @@ async def test_a_plugged_in_backend_serves_ctx_memory(
     assert backend.items[(("u",), "a")].source == "user"
 
 
-async def test_a_sigkill_after_a_put_neither_loses_nor_doubles_it(
+async def test_a_sigkill_after_a_puts_commit_neither_loses_nor_doubles_it(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
 ) -> None:
     name, ns = unique_name("memorizer"), uuid.uuid4().hex
@@ -295,6 +295,10 @@ async def test_a_sigkill_after_a_put_neither_loses_nor_doubles_it(
         client_id="test-memory",
     )
     assert len(written) == 1, "the rerun took the put from the journal"
+
+
+async def all_events(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Any]:
+    return [e async for e in client.stream(agent, turn_id)]
 
 
 def memory_log(bootstrap: str, key: str, isolation: str) -> list[dict[str, Any]]:
@@ -344,7 +348,7 @@ async def test_a_sigkill_between_a_put_and_its_commit_neither_loses_nor_doubles_
     # The same worker id, as a restarted pod has: its producer aborts the open transaction.
     second = start_worker(bootstrap, spec, "put-1", tmp_path, env, "--static-membership")
     try:
-        events = [e async for e in client.stream(name, handle.turn_id)]
+        events = await asyncio.wait_for(all_events(client, name, handle.turn_id), 120)
     finally:
         second.stop(10)
     written = {"v": 1, "pid": second.pid}
