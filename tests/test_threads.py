@@ -429,12 +429,12 @@ async def test_a_delete_no_worker_runs_in_time_fails_clearly_and_runs_once_one_s
 
     await asyncio.to_thread(apply_topics, kafka_bootstrap_servers, agent.topic_specs())
     with pytest.raises(ThreadDeleteFailed) as caught:  # no worker is running
-        await client.delete_thread(agent.name, "t-1", timeout=1)
+        await client.delete_thread(agent.name, "t-1", timeout=3)
     failure = caught.value
     assert failure.code == ErrorCode.WAIT_TIMEOUT and failure.retriable
     assert str(failure) == (
         f"deleting thread 't-1' of agent '{agent.name}' timed out: no worker finished it "
-        f"within 1s (is a worker for '{agent.name}' running?); the delete stays queued in "
+        f"within 3s (is a worker for '{agent.name}' running?); the delete stays queued in "
         f"pyrula.{agent.name}.turns and runs when a worker takes it"
     )
     code, out, err = await asyncio.to_thread(
@@ -445,7 +445,7 @@ async def test_a_delete_no_worker_runs_in_time_fails_clearly_and_runs_once_one_s
         agent.name,
         "t-1",
         "--timeout",
-        "1",
+        "3",
     )
     assert (code, out) == (1, "")
     assert err.splitlines() == [f"error: {failure}"]
