@@ -127,8 +127,8 @@ class Branch:
         return self._recorded("step", name, input_hash, step, "step").data
 
     def refuse_effect(self, what: str, step: int | None = None) -> WriteToolBlocked:
-        """The error for an effect that is neither a tool nor a step. The hook for memory
-        writes (``ctx.memory.put``/``delete``) once agents have memory; there is none yet."""
+        """The error for an effect that is neither a tool nor a step: a memory write
+        (``ctx.memory.put``/``delete``), which a branch never makes."""
         return self._blocked(what, "effect", step)
 
     def _recorded(

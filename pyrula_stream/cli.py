@@ -516,7 +516,9 @@ def cmd_thread(args: argparse.Namespace) -> int:
             bootstrap_from(args), prefix=args.prefix, kafka_config=kafka_config_from(args)
         ) as client:
             if args.thread_command == "delete":
-                deleted = await client.delete_thread(args.agent, args.thread_id)
+                deleted = await client.delete_thread(
+                    args.agent, args.thread_id, timeout=args.timeout
+                )
                 print(f"deleted thread {args.thread_id}: {deleted} turns")
                 return 0
             thread = await client.get_thread(args.agent, args.thread_id)
@@ -737,6 +739,13 @@ def build_parser() -> argparse.ArgumentParser:
         ta.add_argument("agent")
         ta.add_argument("thread_id")
         ta.set_defaults(func=cmd_thread)
+        if action == "delete":
+            ta.add_argument(
+                "--timeout",
+                type=positive_seconds,
+                default=300.0,
+                help="seconds to wait for a worker to run the delete (default 300)",
+            )
 
     rp = sub.add_parser("replay", help="run today's code against recorded turns, offline")
     rp.add_argument("agent", help="MODULE:AGENT")

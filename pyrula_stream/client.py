@@ -25,7 +25,13 @@ from typing import Any, Literal
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.branch import branch_metadata, check_from_step
-from pyrula_stream.errors import ConfigurationError, UnknownTopicError
+from pyrula_stream.errors import (
+    ConfigurationError,
+    ErrorCode,
+    ThreadDeleteFailed,
+    UnknownTopicError,
+    UserError,
+)
 from pyrula_stream.event_reader import SharedEventReader, Subscription
 from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
@@ -36,7 +42,7 @@ from pyrula_stream.kafka.config import (
     resolve,
 )
 from pyrula_stream.kafka.consumers import read_key_partition, reader_group_id
-from pyrula_stream.kafka.io import RecordProducer
+from pyrula_stream.kafka.io import PartitionReader, RecordProducer
 from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.records import ControlRequest
@@ -397,11 +403,14 @@ class KafkaAgentClient:
 
     async def get_thread(self, agent: str, thread_id: str) -> ThreadHandle:
         """The thread's turns (oldest first) with their messages and outcomes, as committed
-        in ``<agent>.threads``; a thread that does not exist has no turns."""
+        in ``<agent>.threads``; a thread that does not exist has no turns, an agent without
+        that topic (a typo?) raises ``UnknownTopicError``."""
+        threads = self._topics(agent).threads
+        await asyncio.to_thread(self._require_topic, agent, threads)
         records = await asyncio.to_thread(
             read_key_partition,
             self.bootstrap_servers,
-            self._topics(agent).threads,
+            threads,
             thread_id,
             client_id="pyrula-thread",
             kafka_config=self.kafka_config,
@@ -419,14 +428,57 @@ class KafkaAgentClient:
 
         The delete is a turn request of the thread, so a worker runs it in order with the
         thread's turns: a turn submitted after it starts empty. Needs a running worker.
+        ``UnknownTopicError`` when the agent has no threads topic; ``ThreadDeleteFailed``
+        when the delete ended with ``run:error`` or no worker finished it in ``timeout``.
         """
-        events = await self.run(
-            agent, thread_id=thread_id, metadata={THREAD_DELETE: True}, timeout=timeout
-        )
-        last = events[-1] if events else None
-        if last is None or last.type != "run:complete":
-            raise RuntimeError(f"deleting thread {thread_id!r} failed: {last}")
+        if not isinstance(thread_id, str) or not thread_id:
+            raise UserError(f"thread_id must be a non-empty string, not {thread_id!r}")
+        await asyncio.to_thread(self._require_topic, agent, self._topics(agent).threads)
+        what = f"deleting thread {thread_id!r} of agent '{agent}'"
+        try:
+            events = await self.run(
+                agent, thread_id=thread_id, metadata={THREAD_DELETE: True}, timeout=timeout
+            )
+        except TimeoutError:
+            within = "" if timeout is None else f" within {timeout:g}s"
+            raise ThreadDeleteFailed(
+                f"{what} timed out: no worker finished it{within} (is a worker "
+                f"for '{agent}' running?); the delete stays queued in "
+                f"{self._topics(agent).turns} and runs when a worker takes it",
+                code=ErrorCode.WAIT_TIMEOUT,
+                agent=agent,
+                thread_id=thread_id,
+            ) from None
+        last = events[-1]
+        if last.type != EventType.RUN_COMPLETE:
+            code = str(last.data.get("code", ErrorCode.INTERNAL))
+            known = code in ErrorCode.__members__.values()
+            raise ThreadDeleteFailed(
+                f"{what} failed: its turn {last.turn_id} ended with {code}: "
+                f"{last.data.get('message')}; the thread is unchanged, fix that and delete "
+                "it again",
+                code=ErrorCode(code) if known else ErrorCode.INTERNAL,
+                agent=agent,
+                thread_id=thread_id,
+            )
         return int(last.data["result"]["deleted_turns"])
+
+    def _require_topic(self, agent: str, topic: str) -> None:
+        """``UnknownTopicError`` saying how to create ``topic`` when it does not exist."""
+        reader = PartitionReader(
+            self.bootstrap_servers,
+            topic,
+            client_id="pyrula-client",
+            timeout_s=self.timeout,
+            kafka_config=self.kafka_config,
+            group_id=reader_group_id(self.prefix, agent),
+        )
+        try:
+            reader.partitions()
+        except UnknownTopicError as exc:
+            raise self._no_topic(agent, exc) from None
+        finally:
+            reader.close()
 
     async def cancel(self, agent: str, turn_id: str, *, reason: str | None = None) -> None:
         """Ask the owning worker to stop the turn at its next step boundary."""

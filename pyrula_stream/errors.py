@@ -15,6 +15,7 @@ choose between a retry and the dead-letter topic.
     ├── TurnNotRecorded                no history record of the turn (keep_history off, or expired)
     ├── TopicDriftError                existing topics differ from their spec
     ├── BrokerUnavailableError         no local broker could be started or reached
+    ├── ThreadDeleteFailed             client.delete_thread: the delete failed or timed out
     ├── MalformedRecordError           a record that cannot be decoded (goes to the DLQ)
     └── TurnFailure                    a turn ended with an error code
         ├── ToolCallRejected
@@ -160,6 +161,19 @@ class BrokerUnavailableError(PyrulaError):
 
     code = ErrorCode.STORE_UNAVAILABLE
     retriable = True
+
+
+class ThreadDeleteFailed(PyrulaError):
+    """``client.delete_thread`` could not confirm the delete. Either its delete turn ended
+    with ``run:error`` (``code`` is that turn's; the thread is unchanged), or no worker
+    finished it in time (``wait_timeout``, retriable: the delete stays queued and runs when
+    a worker takes it). A delete is safe to repeat."""
+
+    def __init__(self, message: str, *, code: ErrorCode, agent: str, thread_id: str) -> None:
+        super().__init__(message, code=code)
+        self.retriable = code == ErrorCode.WAIT_TIMEOUT
+        self.agent = agent
+        self.thread_id = thread_id
 
 
 class TurnNotRecorded(UserError):

@@ -4,6 +4,8 @@ see them after catch-up, reads are journaled, values have a size limit."""
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,11 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
+from pyrula_stream.events import decode_event
+from pyrula_stream.kafka.config import new_consumer, reader_config
 from pyrula_stream.kafka.consumers import read_key
+from pyrula_stream.kafka.offsets import partitions_of, read_to_end
+from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call
 from pyrula_stream.memory import (
     MemoryBackend,
@@ -26,7 +32,13 @@ from pyrula_stream.memory import (
     SqliteMemory,
     record_key,
 )
-from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.testing import (
+    agent_topics_ready,
+    read_topic,
+    running_worker,
+    unique_name,
+    wait_for,
+)
 from tests.test_threads import start_worker
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
@@ -254,7 +266,7 @@ async def test_a_plugged_in_backend_serves_ctx_memory(
     assert backend.items[(("u",), "a")].source == "user"
 
 
-async def test_a_sigkill_after_a_put_neither_loses_nor_doubles_it(
+async def test_a_sigkill_after_a_puts_commit_neither_loses_nor_doubles_it(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
 ) -> None:
     name, ns = unique_name("memorizer"), uuid.uuid4().hex
@@ -283,3 +295,88 @@ async def test_a_sigkill_after_a_put_neither_loses_nor_doubles_it(
         client_id="test-memory",
     )
     assert len(written) == 1, "the rerun took the put from the journal"
+
+
+async def all_events(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Any]:
+    return [e async for e in client.stream(agent, turn_id)]
+
+
+def memory_log(bootstrap: str, key: str, isolation: str) -> list[dict[str, Any]]:
+    """The values of ``key`` in ``pyrula.memory`` now, oldest first: those committed
+    (``read_committed``), or every one in the log, aborted ones too (``read_uncommitted``)."""
+    conf = reader_config(bootstrap, client_id=unique_name("memory-log"))
+    consumer = new_consumer({**conf, "isolation.level": isolation})
+    try:
+        partition = partition_for(key.encode(), len(partitions_of(consumer, "pyrula.memory")))
+        return [
+            json.loads(r.value)
+            for r in read_to_end(consumer, "pyrula.memory", [partition], timeout_s=60)
+            if r.key == key and r.value is not None
+        ]
+    finally:
+        consumer.close()
+
+
+async def test_a_sigkill_between_a_put_and_its_commit_neither_loses_nor_doubles_it(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    bootstrap = kafka_bootstrap_servers
+    name, ns = unique_name("uncommitted-put"), uuid.uuid4().hex
+    key = record_key(("tests", ns), "k")
+    spec, env = "tests.agents.uncommitted_put:uncommitted_put", {"UNCOMMITTED_PUT_AGENT_NAME": name}
+    holding = {**env, "UNCOMMITTED_PUT_DIR": str(tmp_path)}
+
+    def log(isolation: str) -> list[dict[str, Any]]:
+        return memory_log(bootstrap, key, isolation)
+
+    first = start_worker(bootstrap, spec, "put-1", tmp_path, holding, "--static-membership")
+    try:
+        await agent_topics_ready(bootstrap, name)
+        handle = await client.submit(name, ns=ns)
+        # The worker stops inside the transaction that journals the put, before its commit.
+        await wait_for((tmp_path / "in-transaction").exists, 60, "the put's transaction")
+        for _ in range(200):  # its records reach the log, still uncommitted
+            sent = await asyncio.to_thread(log, "read_uncommitted")
+            if sent:
+                break
+            await asyncio.sleep(0.1)
+        assert [r["value"] for r in sent] == [{"v": 1, "pid": first.pid}]
+        assert await asyncio.to_thread(log, "read_committed") == []
+    finally:
+        first.kill()  # SIGKILL with the put's transaction open
+    assert first.exit_codes == [-signal.SIGKILL]
+    # The same worker id, as a restarted pod has: its producer aborts the open transaction.
+    second = start_worker(bootstrap, spec, "put-1", tmp_path, env, "--static-membership")
+    try:
+        events = await asyncio.wait_for(all_events(client, name, handle.turn_id), 120)
+    finally:
+        second.stop(10)
+    written = {"v": 1, "pid": second.pid}
+    assert result(events) == written
+
+    ends = [
+        event.type
+        for _, value, headers in await asyncio.to_thread(
+            read_topic, bootstrap, f"pyrula.{name}.events"
+        )
+        if value is not None
+        for event in [decode_event(value, headers)]
+        if event.turn_id == handle.turn_id and event.is_terminal
+    ]
+    assert ends == ["run:complete"]  # the turn completed once
+    committed = await asyncio.to_thread(log, "read_committed")
+    assert [r["value"] for r in committed] == [written]  # one committed record: not 0, not 2
+    assert committed[0]["written_by_run_id"] == handle.turn_id
+    # Both attempts' records are in the log; the killed one's transaction was aborted.
+    assert [r["value"] for r in await asyncio.to_thread(log, "read_uncommitted")] == [
+        {"v": 1, "pid": first.pid},
+        written,
+    ]
+
+    @kafka_agent(name=unique_name("mem-get"), llm=FakeLLM([reply_text("x")]), partitions=1)
+    async def reader(ctx: AgentContext) -> Any:
+        item = await ctx.memory.get(("tests", ns), "k")
+        return None if item is None else [item.value, item.written_by_run_id]
+
+    async with running_worker(reader, bootstrap, QUICK_STOP):  # a fresh worker's view
+        assert result(await client.run(reader.name, timeout=60)) == [written, handle.turn_id]

@@ -24,7 +24,11 @@ from pyrula_stream import (
     tool,
 )
 from pyrula_stream.cli import main as cli_main
-from pyrula_stream.errors import KafkaAuthenticationError, KafkaAuthorizationError
+from pyrula_stream.errors import (
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    ThreadDeleteFailed,
+)
 from pyrula_stream.kafka.acls import agent_acls, apply_acls
 from pyrula_stream.kafka.local_broker import BrokerSecurity, LocalBroker, start_local_broker
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
@@ -256,3 +260,16 @@ async def test_a_worker_missing_one_right_is_told_which(
     )
     with pytest.raises(KafkaAuthorizationError, match=rf"User:{user} is not allowed to {missing}"):
         await asyncio.wait_for(worker.run(), 60)
+
+
+async def test_the_clients_rights_cover_get_thread_and_delete_thread(
+    secured_kafka: Secured,
+) -> None:
+    async with KafkaAgentClient(
+        secured_kafka.bootstrap, kafka_config=secured_kafka.settings("client_a")
+    ) as client:
+        assert (await client.get_thread(AGENT_A, "t-secured")).turns == ()
+        # No worker runs now: the delete gets past its topic check and is queued.
+        with pytest.raises(ThreadDeleteFailed) as caught:
+            await client.delete_thread(AGENT_A, "t-secured", timeout=1)
+    assert caught.value.code == "wait_timeout"

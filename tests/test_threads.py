@@ -26,8 +26,11 @@ from pyrula_stream import (
 )
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
 from pyrula_stream.compaction import SUMMARY_REQUEST, summary_messages
+from pyrula_stream.errors import ErrorCode, ThreadDeleteFailed, UnknownTopicError, UserError
+from pyrula_stream.events import decode_event
+from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
-from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 from tests.agents.threaded import echo_users, user_texts
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
@@ -66,9 +69,10 @@ def cli(bootstrap: str, action: str, agent: str, thread_id: str) -> str:
 
 
 def start_worker(
-    bootstrap: str, spec: str, worker_id: str, log_dir: Path, env: dict[str, str]
+    bootstrap: str, spec: str, worker_id: str, log_dir: Path, env: dict[str, str], *flags: str
 ) -> Managed:
-    """A ``pyrula-stream worker`` subprocess, once its /readyz answers."""
+    """A ``pyrula-stream worker`` subprocess (with extra command-line ``flags``), once its
+    /readyz answers."""
     port = free_port()
     argv = [
         sys.executable,
@@ -82,6 +86,7 @@ def start_worker(
         worker_id,
         "--health-port",
         str(port),
+        *flags,
     ]
     worker = Managed(worker_id, argv, child_env(env), log_dir / f"{worker_id}.log")
     worker.start()
@@ -366,3 +371,100 @@ async def test_a_replay_whose_history_changed_fails_with_replay_input_changed(
     assert events[-1].type == "run:error"
     assert events[-1].data["code"] == "replay_input_changed"
     assert "messages" in events[-1].data["message"]
+
+
+def cli_fails(bootstrap: str, *args: str) -> tuple[int, str, str]:
+    """``pyrula-stream ARGS`` expected to fail: its exit code, stdout and stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pyrula_stream.cli", *args, "--bootstrap-servers", bootstrap],
+        env=child_env({}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+async def test_an_agent_without_a_threads_topic_gets_a_clear_error_from_show_and_delete(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("no-threads"), llm=FakeLLM(echo_users), partitions=1)
+    async def agent(ctx: AgentContext) -> None: ...
+
+    # Topics made before threads existed: the turns topic is there, the threads one is not.
+    threads = f"pyrula.{agent.name}.threads"
+    specs = [s for s in agent.topic_specs() if s.name != threads]
+    await asyncio.to_thread(apply_topics, kafka_bootstrap_servers, specs)
+    expected = (
+        f"no topic {threads}: start a worker for '{agent.name}' or run "
+        f"`pyrula-stream topics apply {agent.name}`"
+    )
+    with pytest.raises(UnknownTopicError) as caught:
+        await client.delete_thread(agent.name, "t-1", timeout=60)
+    assert str(caught.value) == expected
+    with pytest.raises(UnknownTopicError, match=f"^no topic {threads}"):
+        await client.get_thread(agent.name, "t-1")  # not an empty thread: the topic is missing
+    code, out, err = await asyncio.to_thread(
+        cli_fails, kafka_bootstrap_servers, "thread", "show", agent.name, "t-1"
+    )
+    assert (code, out, err) == (2, "", f"error: {expected}\n")
+    with pytest.raises(UserError, match="thread_id must be a non-empty string"):
+        await client.delete_thread(agent.name, "")  # else it would run the body as a turn
+    code, out, err = await asyncio.to_thread(
+        cli_fails, kafka_bootstrap_servers, "thread", "delete", agent.name, "t-1"
+    )
+    assert (code, out, err) == (2, "", f"error: {expected}\n")
+    turns = await asyncio.to_thread(
+        read_topic, kafka_bootstrap_servers, f"pyrula.{agent.name}.turns"
+    )
+    assert turns == []  # refused before anything was queued
+
+
+async def test_a_delete_no_worker_runs_in_time_fails_clearly_and_runs_once_one_starts(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("thread-late"), llm=FakeLLM(echo_users), partitions=1)
+    async def agent(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    await asyncio.to_thread(apply_topics, kafka_bootstrap_servers, agent.topic_specs())
+    with pytest.raises(ThreadDeleteFailed) as caught:  # no worker is running
+        await client.delete_thread(agent.name, "t-1", timeout=3)
+    failure = caught.value
+    assert failure.code == ErrorCode.WAIT_TIMEOUT and failure.retriable
+    assert str(failure) == (
+        f"deleting thread 't-1' of agent '{agent.name}' timed out: no worker finished it "
+        f"within 3s (is a worker for '{agent.name}' running?); the delete stays queued in "
+        f"pyrula.{agent.name}.turns and runs when a worker takes it"
+    )
+    code, out, err = await asyncio.to_thread(
+        cli_fails,
+        kafka_bootstrap_servers,
+        "thread",
+        "delete",
+        agent.name,
+        "t-1",
+        "--timeout",
+        "3",
+    )
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [f"error: {failure}"]
+    # As it says: both queued deletes run once a worker starts.
+    events = f"pyrula.{agent.name}.events"
+
+    def deletes_done() -> list[Any]:
+        return [
+            e.data["result"]
+            for _, value, headers in read_topic(kafka_bootstrap_servers, events)
+            if value is not None
+            for e in [decode_event(value, headers)]
+            if e.type == "run:complete"
+        ]
+
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        for _ in range(300):
+            done = await asyncio.to_thread(deletes_done)
+            if len(done) >= 2:
+                break
+            await asyncio.sleep(0.1)
+    assert done == [{"deleted_turns": 0}, {"deleted_turns": 0}]
