@@ -1,0 +1,162 @@
+"""Commands that set a cluster up for an agent: a local broker, topics, ACLs, result schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from typing import TYPE_CHECKING
+
+from pyrula_stream.errors import (
+    ConfigurationError,
+)
+from pyrula_stream.kafka.config import registry_config
+
+if TYPE_CHECKING:
+    pass
+from pyrula_stream.cli.common import (
+    bootstrap_from,
+    kafka_config_from,
+    load_agent,
+    state_file,
+)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    """``start`` brings back the previous broker (same port, same topics) unless ``--fresh``;
+    ``stop`` keeps its data for that."""
+    from pyrula_stream.kafka.admin import broker_answers
+    from pyrula_stream.kafka.local_broker import (
+        LocalBroker,
+        cache_root,
+        port_is_free,
+        start_local_broker,
+    )
+
+    path = state_file()
+    current = LocalBroker(**json.loads(path.read_text())) if path.exists() else None
+    running = current is not None and current.is_running()
+    if args.action == "start":
+        if current and running and broker_answers(current.bootstrap_servers, kafka_config={}):
+            if args.fresh:
+                raise ConfigurationError(
+                    f"a broker is running (pid {current.pid}): run `pyrula-stream broker stop` "
+                    "before `broker start --fresh`"
+                )
+            print(f"already running (pid {current.pid})")
+            print(current.bootstrap_servers)
+            return 0
+        data_dir = cache_root() / "broker-data"
+        port = args.port
+        if args.fresh:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            previous = int(current.bootstrap_servers.rsplit(":", 1)[1]) if current else None
+            if port is None and previous is not None and port_is_free(previous):
+                port = previous
+        broker = start_local_broker(data_dir=data_dir, port=port, die_with_parent=False)
+        broker.owns_data_dir = False  # `broker stop` keeps the data for the next start
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(broker.to_json())
+        print(f"Kafka {broker.pid} started; data: {data_dir}; log: {broker.log_file}")
+        print(broker.bootstrap_servers)
+        return 0
+    if args.action == "stop":
+        if current is None or not running:
+            print("no broker started by pyrula-stream is running")
+            return 0
+        current.halt()
+        print(
+            f"stopped; its data stays in {current.data_dir} for the next `broker start` "
+            "(`broker start --fresh` starts an empty one)"
+        )
+        return 0
+    if current is None or not running:
+        where = f" (last at {current.bootstrap_servers})" if current else ""
+        print(f"not running{where}; `pyrula-stream broker start` starts it")
+        return 1
+    answers = broker_answers(current.bootstrap_servers, kafka_config={})
+    print(
+        f"{'running' if answers else 'not answering'} pid {current.pid} "
+        f"at {current.bootstrap_servers}"
+    )
+    return 0 if answers else 1
+
+
+def agent_from(args: argparse.Namespace) -> tuple[str, str, set[str], bool]:
+    """``(name, prefix, output topics, keep_history)`` of ``MODULE:AGENT`` or a plain name."""
+    if ":" in args.agent:
+        agent = load_agent(args.agent)
+        outputs = {t for topics in agent.output_topics.values() for t in topics}
+        return agent.name, agent.prefix, outputs, agent.keep_history
+    return args.agent, args.prefix, set(), bool(getattr(args, "keep_history", False))
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+    from pyrula_stream.kafka.cache_store import cache_topic_spec
+    from pyrula_stream.kafka.memory_store import memory_topic_spec
+
+    if ":" in args.agent:
+        agent = load_agent(args.agent)
+        name, prefix = agent.name, agent.prefix
+        events = sorted(agent.event_routing.all_topics())
+        specs = agent.topic_specs()
+    else:
+        name, prefix = args.agent, args.prefix
+        events = [f"{prefix}.{name}.events"]
+        specs = agent_topic_specs(
+            args.agent,
+            prefix=args.prefix,
+            partitions=args.partitions,
+            keep_history=args.keep_history,
+        )
+    # The shared tool cache and memory too, so workers without CREATE rights find them.
+    specs += [cache_topic_spec(prefix=prefix), memory_topic_spec(prefix=prefix)]
+    settings = kafka_config_from(args)
+    report = apply_topics(bootstrap_from(args), specs, kafka_config=settings)
+    print(report.describe())
+    if not report.ok:
+        print("topics differ from the spec; nothing was changed", file=sys.stderr)
+        return 2
+    if registry_config(settings) is not None:
+        from pyrula_stream.kafka.schema_registry import register_schemas
+
+        registered = register_schemas(
+            settings, {"turn_request": [f"{prefix}.{name}.turns"], "event": events}
+        )
+        print("\n".join(f"schema  {line}" for line in registered))
+    return 0
+
+
+def cmd_acls(args: argparse.Namespace) -> int:
+    from pyrula_stream.kafka.acls import agent_acls, apply_acls, describe
+
+    name, prefix, outputs, keep_history = agent_from(args)
+    rules = agent_acls(
+        name,
+        prefix=prefix,
+        worker_principal=args.worker_principal,
+        client_principal=args.client_principal,
+        output_topics=outputs - {f"{prefix}.{name}.events", f"{prefix}.{name}.results"},
+        keep_history=keep_history,
+        calls=args.calls,
+        called_by=args.called_by,
+    )
+    print(describe(rules))
+    if args.apply:
+        apply_acls(bootstrap_from(args), rules, kafka_config=kafka_config_from(args))
+        print(f"applied {len(rules)} ACLs")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    """The JSON Schema of the agent's result (the ``result`` field of its result records)."""
+    agent = load_agent(args.agent)
+    if agent.output is None:
+        raise ConfigurationError(
+            f"agent '{agent.name}' has no output_type, so its result is any JSON value; "
+            "bind it with @kafka_agent(output_type=...) to publish a schema"
+        )
+    print(json.dumps(agent.output.json_schema(), indent=2, sort_keys=True))
+    return 0

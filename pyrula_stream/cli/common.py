@@ -1,0 +1,121 @@
+"""What every command shares: finding the agent, the cluster and its settings; event lines."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyrula_stream.errors import (
+    ConfigurationError,
+)
+
+if TYPE_CHECKING:
+    from pyrula_stream.kafka.config import KafkaSettings
+
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+KAFKA_TIMEOUT_S = 30.0
+"""Default for ``--timeout``: how long a command waits on Kafka (and on a turn's next event)."""
+
+
+def load_agent(spec: str) -> Any:
+    """``MODULE:AGENT`` → the ``KafkaAgent`` object (the module is imported)."""
+    from pyrula_stream.agent import KafkaAgent
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"expected MODULE:AGENT, got {spec!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise ConfigurationError(
+                f"no module named '{module_name}' (from {spec}): run from the directory "
+                "that holds it, or add that directory to PYTHONPATH"
+            ) from None
+        raise ConfigurationError(f"importing '{module_name}' failed: {exc}") from None
+    agent = getattr(module, attr, None)
+    if agent is None:
+        raise ConfigurationError(f"module '{module_name}' has no '{attr}' (from {spec})")
+    if not isinstance(agent, KafkaAgent):
+        raise ConfigurationError(f"{spec} is not a @kafka_agent (got {type(agent).__name__})")
+    return agent
+
+
+def state_file() -> Path:
+    from pyrula_stream.kafka.local_broker import cache_root
+
+    return cache_root() / "broker.json"
+
+
+def kafka_config_from(args: argparse.Namespace) -> KafkaSettings:
+    """--kafka-config FILE, else the file in PYRULA_KAFKA_CONFIG, else no settings."""
+    from pyrula_stream.kafka.config import KafkaSettings, load_properties, resolve
+
+    path = getattr(args, "kafka_config", None)
+    return KafkaSettings(load_properties(path)) if path else resolve(None)
+
+
+def bootstrap_from(args: argparse.Namespace) -> str:
+    """--bootstrap-servers, else KAFKA_BOOTSTRAP_SERVERS, else the config file's
+    ``bootstrap.servers``, else the broker `broker start` ran."""
+    if getattr(args, "bootstrap_servers", None):
+        return str(args.bootstrap_servers)
+    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if env:
+        return env
+    from_file = kafka_config_from(args).get("bootstrap.servers")
+    if from_file:
+        return str(from_file)
+    if state_file().exists():
+        return str(json.loads(state_file().read_text())["bootstrap_servers"])
+    return DEFAULT_BOOTSTRAP
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; a value that parses as JSON is used as JSON, else as text."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(f"expected key=value, got {pair!r}")
+        try:
+            params[key] = json.loads(raw)
+        except ValueError:
+            params[key] = raw
+    return params
+
+
+def format_event(event: Any) -> str:
+    """One line per event, for people."""
+    data = event.data
+    detail = {
+        "run:start": lambda: json.dumps(data.get("params", {}), ensure_ascii=False),
+        "llm:delta": lambda: repr(data.get("text", "")),
+        "llm:complete": lambda: (
+            f"{len(data.get('tool_calls', []))} tool call(s)"
+            if data.get("tool_calls")
+            else repr(data.get("text", ""))[:120]
+        ),
+        "tool:start": lambda: f"{data.get('tool')}({json.dumps(data.get('input', {}))})",
+        "tool:result": lambda: (
+            f"{data.get('tool')} {data.get('status')}: {str(data.get('output', ''))[:100]}"
+        ),
+        "status": lambda: str(data.get("text", "")),
+        "run:complete": lambda: json.dumps(data.get("result"), ensure_ascii=False)[:200],
+        "run:error": lambda: f"{data.get('code')}: {data.get('message')}",
+    }.get(event.type, lambda: json.dumps(data)[:200])()
+    return f"{event.turn_id[:8]} #{event.seq:<3} {event.type:<13} {detail}"
+
+
+def positive_seconds(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
+    return value

@@ -1,0 +1,98 @@
+"""Commands that run something long-lived: a worker, an MCP server, the web UI."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+from pyrula_stream.errors import (
+    ConfigurationError,
+)
+
+if TYPE_CHECKING:
+    pass
+from pyrula_stream.cli.common import (
+    bootstrap_from,
+    kafka_config_from,
+    load_agent,
+)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from pyrula_stream.observability import logs, tracing
+    from pyrula_stream.runtime.worker import WorkerOptions, run_worker
+
+    logs.configure(logging.INFO if args.verbose else logging.WARNING, args.log_format)
+    agents = [load_agent(spec) for spec in args.agent]
+    if args.processes is not None:
+        from pyrula_stream.supervisor import process_count, run_supervisor
+
+        try:
+            count = process_count(args.processes)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        base_id = args.worker_id or socket.gethostname()
+        return run_supervisor(args.cli_args, count=count, base_id=base_id)
+    tracing.otlp_from_environment("pyrula-stream")
+    options = WorkerOptions(
+        max_concurrent_turns=args.max_concurrent_turns,
+        worker_id=args.worker_id,
+        health_port=args.health_port,
+        processing_guarantee=args.processing_guarantee,
+        shutdown_grace=args.shutdown_grace,
+        static_membership=args.static_membership,
+        group_protocol=args.group_protocol,
+        kafka_config=kafka_config_from(args),
+        serialization=args.serialization,
+    )
+    run_worker(agents[0] if len(agents) == 1 else agents, bootstrap_from(args), options)
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``mcp serve``: each agent becomes one MCP tool that runs a turn on Kafka."""
+    from pyrula_stream.mcp.serve import build_mcp_server, serve_http, serve_stdio
+
+    agents = [load_agent(spec) for spec in args.agents]
+    server = build_mcp_server(
+        agents=agents,
+        bootstrap_servers=bootstrap_from(args),
+        name=args.name or agents[0].name,
+        kafka_config=kafka_config_from(args),
+    )
+    if args.http is None:
+        asyncio.run(serve_stdio(server))  # stdout is the protocol: nothing else prints there
+    else:
+        print(f"serving MCP at http://{args.host}:{args.http}/mcp", file=sys.stderr)
+        asyncio.run(serve_http(server, host=args.host, port=args.http))
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    try:
+        from pyrula_stream.ui.feed import FeedOptions
+        from pyrula_stream.ui.server import UIOptions, serve_ui
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the web UI needs the ui extra: pip install 'pyrula-stream[ui]' ({exc})"
+        ) from None
+    feed = FeedOptions(
+        bootstrap_from(args),
+        prefix=args.prefix,
+        agents=tuple(args.agent) if args.agent else None,
+        history_s=args.history_minutes * 60,
+        kafka_config=kafka_config_from(args),
+    )
+    options = UIOptions(
+        host=args.host, port=args.port, allow_actions=args.allow_actions, max_turns=args.max_turns
+    )
+    print(f"pyrula-stream ui on http://{args.host}:{args.port}", flush=True)
+    # uvicorn shuts down gracefully on Ctrl-C, then raises it again for the caller.
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_ui(feed, options))
+    return 0

@@ -1,0 +1,231 @@
+"""Commands about turns: submit, tail, status, threads, export and offline replay."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from pyrula_stream.cli.common import (
+    KAFKA_TIMEOUT_S,
+    bootstrap_from,
+    format_event,
+    kafka_config_from,
+    load_agent,
+    parse_params,
+)
+from pyrula_stream.errors import (
+    UnknownTopicError,
+)
+from pyrula_stream.kafka.config import registry_config
+
+if TYPE_CHECKING:
+    from pyrula_stream.kafka.config import KafkaSettings
+
+
+def no_worker_hint(
+    bootstrap: str, agent: str, prefix: str, kafka_config: KafkaSettings | None = None
+) -> str | None:
+    """A line for a person waiting on a turn that no worker is there to run."""
+    from pyrula_stream.kafka.admin import group_member_count
+
+    group = f"{prefix}.{agent}.workers"
+    if group_member_count(bootstrap, group, kafka_config=kafka_config) != 0:
+        return None
+    return (
+        f"no worker is running for '{agent}' (consumer group {group} has no members): "
+        f"start one with `pyrula-stream worker MODULE:{agent}`"
+    )
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from pyrula_stream.client import KafkaAgentClient
+
+    params = parse_params(args.params)
+    bootstrap = bootstrap_from(args)
+    settings = kafka_config_from(args)
+
+    async def main() -> int:
+        async with KafkaAgentClient(
+            bootstrap,
+            prefix=args.prefix,
+            timeout=args.timeout,
+            kafka_config=settings,
+            serialization=args.serialization,
+        ) as client:
+            handle = await client.submit(
+                args.agent, idempotency_key=args.idempotency_key, thread_id=args.thread, **params
+            )
+            print(handle.turn_id, flush=True)
+            if not args.wait:
+                return 0
+            hint: list[str] = []
+
+            async def warn_without_workers() -> None:
+                await asyncio.sleep(min(3.0, args.timeout / 3))
+                line = await asyncio.to_thread(
+                    no_worker_hint, bootstrap, args.agent, args.prefix, settings
+                )
+                if line is not None:
+                    hint.append(line)
+                    print(f"waiting for turn {handle.turn_id}: {line}", file=sys.stderr, flush=True)
+
+            watcher = asyncio.create_task(warn_without_workers())
+            code = 0
+            try:
+                async for event in client.stream(
+                    args.agent,
+                    handle.turn_id,
+                    since_ms=handle.submitted_ms - 60_000,
+                    idle_timeout_seconds=args.timeout,
+                ):
+                    watcher.cancel()
+                    print(format_event(event), flush=True)
+                    if event.type == "run:error":
+                        code = 1
+            except TimeoutError:
+                print(
+                    f"error: no event of turn {handle.turn_id} within {args.timeout:g}s"
+                    + (f"; {hint[0]}" if hint else "; is its worker busy or stuck?"),
+                    file=sys.stderr,
+                )
+                return 1
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            return code
+
+    return asyncio.run(main())
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.client import missing_agent_topic
+    from pyrula_stream.events import decode_event
+    from pyrula_stream.kafka.consumers import reader_group_id
+    from pyrula_stream.kafka.io import PartitionReader
+
+    topic = AgentTopics.for_agent(args.agent, args.prefix).events
+    settings = kafka_config_from(args)
+    reader = PartitionReader(
+        bootstrap_from(args),
+        topic,
+        client_id="pyrula-tail",
+        timeout_s=min(args.timeout, KAFKA_TIMEOUT_S) if args.timeout else KAFKA_TIMEOUT_S,
+        kafka_config=settings,
+        group_id=reader_group_id(args.prefix, args.agent),
+    )
+    codec = None
+    if registry_config(settings) is not None:
+        from pyrula_stream.kafka.schema_registry import reader_codec
+
+        codec = reader_codec(settings)
+    since = None if args.from_beginning else int(time.time() * 1000) - 1000
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    try:
+        if args.turn:
+            reader.seek_key(args.turn.encode(), since)
+        else:
+            reader.seek_partitions(None, since)
+        while deadline is None or time.monotonic() < deadline:
+            for key, value, headers, _, _ in reader.poll(0.2):
+                if value is None or (args.turn and key != args.turn.encode()):
+                    continue
+                event = decode_event(value, headers, codec)
+                print(format_event(event), flush=True)
+                if args.turn and event.is_terminal:
+                    return 0
+    except UnknownTopicError as exc:
+        raise missing_agent_topic(args.agent, args.prefix, exc.topic) from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        reader.close()
+        if codec is not None:
+            codec.close()
+    return 0
+
+
+def cmd_turn_export(args: argparse.Namespace) -> int:
+    from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.history import export_turn
+    from pyrula_stream.kafka.consumers import reader_group_id
+
+    if ":" in args.agent:
+        agent = load_agent(args.agent)
+        topics, group = agent.topics, reader_group_id(agent.prefix, agent.name)
+    else:
+        topics = AgentTopics.for_agent(args.agent, args.prefix)
+        group = reader_group_id(args.prefix, args.agent)
+    recording = export_turn(
+        bootstrap_from(args),
+        history_topic=topics.history,
+        events_topic=topics.events,
+        turn_id=args.turn_id,
+        kafka_config=kafka_config_from(args),
+        group_id=group,
+    )
+    print(json.dumps(recording.to_json(), indent=2, ensure_ascii=False))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """One JSON line: the turn's ``TurnStatus`` (any state is an answer: exit 0)."""
+    from pyrula_stream.client import KafkaAgentClient
+
+    async def main() -> int:
+        async with KafkaAgentClient(
+            bootstrap_from(args),
+            prefix=args.prefix,
+            timeout=args.timeout,
+            kafka_config=kafka_config_from(args),
+        ) as client:
+            status = await client.status(args.agent, args.turn_id, key=args.key)
+        print(json.dumps(dataclasses.asdict(status)))
+        return 0
+
+    return asyncio.run(main())
+
+
+def cmd_thread(args: argparse.Namespace) -> int:
+    """``thread show`` prints the thread as JSON; ``thread delete`` tombstones it."""
+    from pyrula_stream.client import KafkaAgentClient
+
+    async def main() -> int:
+        async with KafkaAgentClient(
+            bootstrap_from(args), prefix=args.prefix, kafka_config=kafka_config_from(args)
+        ) as client:
+            if args.thread_command == "delete":
+                deleted = await client.delete_thread(
+                    args.agent, args.thread_id, timeout=args.timeout
+                )
+                print(f"deleted thread {args.thread_id}: {deleted} turns")
+                return 0
+            thread = await client.get_thread(args.agent, args.thread_id)
+            body = {"thread_id": thread.thread_id, "turns": [t.to_json() for t in thread.turns]}
+            print(json.dumps(body, indent=2, ensure_ascii=False))
+            return 0
+
+    return asyncio.run(main())
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from pyrula_stream.replay import replay_files
+
+    agent = load_agent(args.agent)
+
+    async def main() -> int:
+        code = 0
+        for pattern in args.turns:
+            for report in await replay_files(agent, pattern):
+                print(report)
+                code = code or (0 if report.clean else 1)
+        return code
+
+    return asyncio.run(main())
