@@ -211,7 +211,11 @@ async def test_what_a_worker_holds_does_not_grow_with_the_turns_it_finished(
         )
         await worker.committer.flush()  # the tombstones of their terminal records
         gc.collect()
-        runtimes = [o for o in gc.get_objects() if isinstance(o, TurnRuntime)]
+        runtimes = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, TurnRuntime) and o.request.agent == agent.name
+        ]
         assert runtimes == [], f"{len(runtimes)} finished turns' runtimes still alive"
         return held_entries(worker)
 
