@@ -5,11 +5,26 @@ passes it); idempotency keys are kept for their TTL on disk, and survive a takeo
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
+import threading
+import types
+from collections import deque
 from pathlib import Path
 
-from pyrula_stream import AgentContext, Event, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream import (
+    AgentContext,
+    Event,
+    KafkaAgentClient,
+    ToolContext,
+    WorkerOptions,
+    kafka_agent,
+    tool,
+)
 from pyrula_stream.llm import FakeLLM
+from pyrula_stream.llm.fake import reply_text, reply_tool_call
+from pyrula_stream.runtime.turn import TurnRuntime
+from pyrula_stream.runtime.worker import KafkaWorker
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 
@@ -125,3 +140,90 @@ async def test_a_reread_request_of_a_finished_turn_is_a_no_op(
     replayed = await asyncio.wait_for(collect(client, agent.name, fast[0].turn_id), 30)
     assert [e.type for e in replayed].count("run:complete") == 1
     assert live_journal_keys(kafka_bootstrap_servers, agent.topics.journal) == set()
+
+
+def held_entries(root: object) -> int:
+    """Entries of every dict, list, set, tuple and deque reachable from ``root``.
+
+    Walks object references (``gc.get_referents``) without entering modules, classes or
+    functions (their globals are the program, not what the worker holds), a thread (the
+    pools' threads are bounded by their size), nor a SQLite connection (its list of
+    cursor weakrefs is pruned every 200 cursors by the sqlite3 module). A map keyed by
+    turn id, a set of finished ids or a list of spans, wherever it hangs, counts here.
+    """
+    seen: set[int] = set()
+    stack: list[object] = [root]
+    total = 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _NOT_STATE):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, dict | list | set | frozenset | tuple | deque):
+            total += len(obj)
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+_NOT_STATE = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.CodeType,
+    types.BuiltinFunctionType,
+    threading.Thread,
+    sqlite3.Connection,
+)
+
+
+@tool(read_only=True)
+async def look_up(ctx: ToolContext, order_id: str) -> dict[str, str]:
+    """Look an order up."""
+    return {"order_id": order_id, "status": "shipped"}
+
+
+async def test_what_a_worker_holds_does_not_grow_with_the_turns_it_finished(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Issue 9, defect 7: memory bounded by live turns, not by throughput. Counts entries
+    (not bytes): after 40 and after 340 finished turns (tool calls, telemetry, plain and
+    keyed) the worker, quiet, holds as many entries as before, give or take noise, and
+    no turn's runtime is left alive (the committer once kept its last batch's)."""
+    llm = FakeLLM([reply_tool_call("look_up", order_id="1"), reply_text("shipped")])
+
+    @kafka_agent(name=unique_name("flat"), llm=llm, tools=[look_up], partitions=2)
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    async def run_turns(worker: KafkaWorker, n: int) -> int:
+        target = worker.turns_finished + n
+        for i in range(n):
+            key = f"flat-{target}-{i}" if i % 2 else None
+            await client.submit(agent.name, idempotency_key=key, question=f"order {i}?")
+        await wait_for(
+            lambda: (
+                worker.turns_finished == target
+                and worker.running_turns == 0
+                and worker.remembered_turns == 0
+            ),
+            120,
+            f"{n} turns finished and forgotten",
+        )
+        await worker.committer.flush()  # the tombstones of their terminal records
+        gc.collect()
+        runtimes = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, TurnRuntime) and o.request.agent == agent.name
+        ]
+        assert runtimes == [], f"{len(runtimes)} finished turns' runtimes still alive"
+        return held_entries(worker)
+
+    async with running_worker(agent, kafka_bootstrap_servers, all_partitions=True) as worker:
+        await run_turns(worker, 20)  # warm-up: every lazy structure made once
+        before = await run_turns(worker, 20)
+        after = await run_turns(worker, 300)
+    assert worker.turns_finished == 340
+    # One entry kept per finished turn would add 300; the slack is the moment-to-moment
+    # bookkeeping of the event loop and the clients (about 20 seen).
+    assert after - before < 50, f"the worker holds {after - before} more entries"

@@ -148,58 +148,67 @@ class GroupCommitter:
             self._wake.clear()
             if self._interval_s:
                 await asyncio.sleep(max(0.0, last + self._interval_s - time.monotonic()))
-            offsets = self._offsets()
-            changed = {k: v for k, v in offsets.items() if self._last_offsets.get(k) != v}
-            batch, self._pending = self._pending, _Batch()
-            if batch.fence:
-                changed = dict(offsets)
-            if batch.empty() and not changed:
-                continue
-            records = [r for _, r in batch.records]
-            for turn in batch.turns.values():
-                if not turn.finished:
-                    records.append(turn.progress_record())
-            seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
-            self._idle.clear()
-            started = time.monotonic()
-            observed = self._telemetry.commit((t.telemetry for t in batch.turns.values()), records)
-            try:
-                await self._write(records, changed)
-            except TransactionAborted:
-                self.stats.aborts += 1
-                observed.aborted()
-                # Records of no turn (dead letters, housekeeping) ride the next commit;
-                # turn records are rebuilt by rerunning their turns from the journal.
-                orphans = [(t, r) for t, r in batch.records if t not in batch.turns]
-                # What the aborted turns buffered since belongs to an attempt that restarts.
-                self.purge(set(batch.turns))
-                self._pending.records[:0] = orphans
-                kept = [(t, f) for t, f in batch.waiters if t not in batch.turns]
-                self._pending.waiters[:0] = kept
-                self._pending.fence = self._pending.fence or batch.fence
-                for t, fut in batch.waiters:
-                    if t in batch.turns and not fut.done():
-                        fut.cancel()
-                self._on_abort(set(batch.turns))
-                continue
-            except BaseException as exc:
-                observed.failed(exc)
-                for _, fut in batch.waiters:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                raise
-            finally:
-                self._idle.set()
-                observed.end()
-            last = time.monotonic()
-            self.stats.commits += 1
-            self.stats.records += len(records)
-            self.stats.seconds += last - started
-            self._last_offsets.update(changed)
-            if changed and self._on_committed is not None:
-                self._on_committed(changed)
-            for t, turn in batch.turns.items():
-                turn.committed_seq = seqs[t]
+            if await self._commit_pending():
+                last = time.monotonic()
+
+    async def _commit_pending(self) -> bool:
+        """Commit what is buffered and the changed offsets; True when a commit succeeded.
+
+        A method of its own so that nothing of a committed batch (its records, its turns'
+        runtimes) stays referenced by the loop while the worker waits for the next one.
+        """
+        offsets = self._offsets()
+        changed = {k: v for k, v in offsets.items() if self._last_offsets.get(k) != v}
+        batch, self._pending = self._pending, _Batch()
+        if batch.fence:
+            changed = dict(offsets)
+        if batch.empty() and not changed:
+            return False
+        records = [r for _, r in batch.records]
+        for turn in batch.turns.values():
+            if not turn.finished:
+                records.append(turn.progress_record())
+        seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
+        self._idle.clear()
+        started = time.monotonic()
+        observed = self._telemetry.commit((t.telemetry for t in batch.turns.values()), records)
+        try:
+            await self._write(records, changed)
+        except TransactionAborted:
+            self.stats.aborts += 1
+            observed.aborted()
+            # Records of no turn (dead letters, housekeeping) ride the next commit;
+            # turn records are rebuilt by rerunning their turns from the journal.
+            orphans = [(t, r) for t, r in batch.records if t not in batch.turns]
+            # What the aborted turns buffered since belongs to an attempt that restarts.
+            self.purge(set(batch.turns))
+            self._pending.records[:0] = orphans
+            kept = [(t, f) for t, f in batch.waiters if t not in batch.turns]
+            self._pending.waiters[:0] = kept
+            self._pending.fence = self._pending.fence or batch.fence
+            for t, fut in batch.waiters:
+                if t in batch.turns and not fut.done():
+                    fut.cancel()
+            self._on_abort(set(batch.turns))
+            return False
+        except BaseException as exc:
+            observed.failed(exc)
             for _, fut in batch.waiters:
                 if not fut.done():
-                    fut.set_result(None)
+                    fut.set_exception(exc)
+            raise
+        finally:
+            self._idle.set()
+            observed.end()
+        self.stats.commits += 1
+        self.stats.records += len(records)
+        self.stats.seconds += time.monotonic() - started
+        self._last_offsets.update(changed)
+        if changed and self._on_committed is not None:
+            self._on_committed(changed)
+        for t, turn in batch.turns.items():
+            turn.committed_seq = seqs[t]
+        for _, fut in batch.waiters:
+            if not fut.done():
+                fut.set_result(None)
+        return True
