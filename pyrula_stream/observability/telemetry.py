@@ -206,16 +206,20 @@ class ModelCallObserver:
     model: str
     started: float = field(default_factory=time.monotonic)
 
-    def recorded(self, data: Mapping[str, Any], replayed: bool, cost_usd: float) -> None:
-        """The step's journaled data; a live call is counted, a replayed one only marked."""
+    def recorded(
+        self,
+        data: Mapping[str, Any],
+        replayed: bool,
+        cost_usd: float,
+        response: ModelResponse | None,
+    ) -> None:
+        """The step's journaled data and its parsed response (``None`` for a failed
+        call); a live call is counted, a replayed one only marked."""
         span = self.span
         if span.is_recording():
             span.set_attribute(REPLAYED, replayed)
-        response = None
         if "error" in data:
             mark_error(span, str(data["error"].get("type", "error")))
-        elif span.is_recording() or (not replayed and self.metrics is not None):
-            response = ModelResponse.model_validate(data["response"])
         if response is not None and span.is_recording():
             usage = response.usage
             span.set_attributes(
