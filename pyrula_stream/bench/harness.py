@@ -96,7 +96,11 @@ def drop_topics(bootstrap_servers: str, names: list[str]) -> None:
     """Delete the bench's topics so a shared cluster does not fill up with them."""
     if not names:
         return
-    futures = admin_client(bootstrap_servers).delete_topics(names, operation_timeout=30)
+    # The client must outlive the futures: a temporary one was freed at once, its requests
+    # never sent and the failures suppressed, so every run's topics stayed on the broker
+    # (and each later round ran against a broker with more partitions to look after).
+    admin = admin_client(bootstrap_servers)
+    futures = admin.delete_topics(names, operation_timeout=30)
     for fut in futures.values():
         with contextlib.suppress(Exception):
             fut.result()
