@@ -101,8 +101,9 @@ class KafkaAgent:
     output_retries: int = 1
     event_format: WireFormat = "avro"
 
-    @property
+    @cached_property
     def topics(self) -> AgentTopics:
+        """Built once: the worker reads it for every turn (the agent is frozen)."""
         return AgentTopics.for_agent(self.name, self.prefix)
 
     def topic_specs(self) -> list[TopicSpec]:
@@ -113,7 +114,7 @@ class KafkaAgent:
             keep_history=self.keep_history,
         )
 
-    @property
+    @cached_property
     def event_routing(self) -> EventRouting:
         """``<agent>.events`` / ``<agent>.results``, plus the routed output topics."""
         return EventRouting(

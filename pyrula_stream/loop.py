@@ -247,6 +247,10 @@ class ToolLoop:
             else {"name": self.output_format.name, "schema": self.output_format.schema},
         )
 
+        live_response: list[ModelResponse] = []
+        """The live call's response, parsed once from the JSON the journal records (so a
+        live turn and its replay continue from the same values)."""
+
         async def live() -> StepData:
             check_wall_time(self.limits, turn.started_ms)
             check_model_budget(
@@ -260,12 +264,14 @@ class ToolLoop:
                     "call": index,
                     "error": {"type": type(exc).__name__, "message": exc.message},
                 }
-            return {"call": index, "response": response.model_dump(mode="json")}
+            recorded = response.model_dump(mode="json")
+            live_response.append(ModelResponse.model_validate(recorded))
+            return {"call": index, "response": recorded}
 
         def events(data: StepData) -> list[LlmComplete]:
             if "error" in data:
                 return []
-            response = ModelResponse.model_validate(data["response"])
+            response = live_response[0]
             bill(turn.spend, response, self.limits, self.llm.model)
             return [
                 LlmComplete(
@@ -284,11 +290,15 @@ class ToolLoop:
         cost_before = turn.spend.cost_usd
         with turn.telemetry.model_call(self.llm) as observed:
             data, replayed = await turn.durable_step("llm", "llm", input_hash, live, events)
-            observed.recorded(data, replayed, turn.spend.cost_usd - cost_before)
-        if "error" in data:
+            response = None
+            if "error" not in data:
+                response = (
+                    ModelResponse.model_validate(data["response"]) if replayed else live_response[0]
+                )
+            observed.recorded(data, replayed, turn.spend.cost_usd - cost_before, response)
+        if response is None:
             failure = {cls.__name__: cls for cls in PROVIDER_FAILURES}[data["error"]["type"]]
             raise failure(data["error"]["message"])
-        response = ModelResponse.model_validate(data["response"])
         if replayed:
             bill(turn.spend, response, self.limits, self.llm.model)
         return response

@@ -199,8 +199,12 @@ _FIELD_NAMES = {
 }
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str)
+"""One encoder for every JSON field: ``json.dumps`` with options builds a new one per call."""
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _ENCODER.encode(value)
 
 
 def avro_body(record: str, value: object) -> dict[str, Any]:

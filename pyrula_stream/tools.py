@@ -245,16 +245,19 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"a {type(value).__name__} is not JSON-serializable")
 
 
+_CANONICAL = json.JSONEncoder(
+    separators=(",", ":"),
+    sort_keys=True,
+    ensure_ascii=False,
+    allow_nan=False,
+    default=_json_default,
+)
+"""One encoder for ``canonical_json`` (``json.dumps`` with options builds one per call)."""
+
+
 def canonical_json(value: Any) -> str:
     """Compact, sorted-key JSON, so equal values always give byte-equal text (replays, keys)."""
-    return json.dumps(
-        value,
-        separators=(",", ":"),
-        sort_keys=True,
-        ensure_ascii=False,
-        allow_nan=False,
-        default=_json_default,
-    )
+    return _CANONICAL.encode(value)
 
 
 def encode_result(value: Any, tool_name: str, *, kind: str = "tool") -> str:

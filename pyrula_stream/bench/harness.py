@@ -19,6 +19,7 @@ from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.kafka.admin import TopicSpec, admin_client, apply_topics
 from pyrula_stream.kafka.consumers import reader_consumer
 from pyrula_stream.kafka.offsets import watermarks
+from pyrula_stream.runtime.collector import tune_for_worker
 from pyrula_stream.runtime.worker import KafkaWorker, WorkerOptions
 from pyrula_stream.testing import running_worker
 
@@ -84,6 +85,7 @@ async def in_process_worker(
     """
     if create:
         await asyncio.to_thread(create_topics, bootstrap_servers, agent.topic_specs())
+    tune_for_worker()  # as run_worker does in a worker's own process
     async with running_worker(
         agent, bootstrap_servers, options, all_partitions=True, timeout_s=timeout_s
     ) as worker:
@@ -94,7 +96,11 @@ def drop_topics(bootstrap_servers: str, names: list[str]) -> None:
     """Delete the bench's topics so a shared cluster does not fill up with them."""
     if not names:
         return
-    futures = admin_client(bootstrap_servers).delete_topics(names, operation_timeout=30)
+    # The client must outlive the futures: a temporary one was freed at once, its requests
+    # never sent and the failures suppressed, so every run's topics stayed on the broker
+    # (and each later round ran against a broker with more partitions to look after).
+    admin = admin_client(bootstrap_servers)
+    futures = admin.delete_topics(names, operation_timeout=30)
     for fut in futures.values():
         with contextlib.suppress(Exception):
             fut.result()

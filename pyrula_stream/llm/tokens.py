@@ -33,6 +33,9 @@ def text_tokens(text: str) -> int:
     return math.ceil((len(text) - non_ascii) / CHARS_PER_TOKEN) + non_ascii
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 def estimate_tokens(
     messages: Sequence[dict[str, Any]],
     system: str | None = None,
@@ -44,5 +47,5 @@ def estimate_tokens(
         "tools": [_tool_json(t) for t in tools or ()],
         "messages": list(messages),
     }
-    encoded = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+    encoded = _ENCODER.encode(payload)
     return text_tokens(encoded) + MESSAGE_OVERHEAD_TOKENS * len(messages) + REQUEST_OVERHEAD_TOKENS

@@ -10,6 +10,7 @@ terminal); nothing else in the code base touches a metric.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -156,9 +157,20 @@ class WorkerMetrics:
             registry=r,
         )
         self._lag_labels: set[tuple[str, str]] = set()
-        self.in_flight.labels(agent).set(0)
+        self._children: dict[tuple[Any, ...], Any] = {}
+        self._in_flight = self.in_flight.labels(agent)
+        self._in_flight.set(0)
         for outcome in ("completed", "failed"):
             self.turns.labels(agent, outcome)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(agent, *labels)``, looked up once: ``labels`` takes a lock and
+        builds a tuple per call, and the spine calls it several times per step."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(self.agent, *labels)
+        return child
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format (what ``/metrics`` serves)."""
@@ -167,23 +179,23 @@ class WorkerMetrics:
     # -- turns ----------------------------------------------------------------------------
 
     def turn_started(self, attempt: int) -> None:
-        self.turns_started.labels(self.agent, "true" if attempt > 1 else "false").inc()
-        self.in_flight.labels(self.agent).inc()
+        self._child(self.turns_started, "true" if attempt > 1 else "false").inc()
+        self._in_flight.inc()
 
     def watch_parked(self, count: Callable[[], int]) -> None:
         """Read the parked-turn count at each scrape (it changes outside any turn)."""
         self.parked.labels(self.agent).set_function(count)
 
     def turn_left(self) -> None:
-        self.in_flight.labels(self.agent).dec()
+        self._in_flight.dec()
 
     def turn_ended(self, code: str | None, seconds: float | None) -> None:
         outcome = "failed" if code else "completed"
-        self.turns.labels(self.agent, outcome).inc()
+        self._child(self.turns, outcome).inc()
         if code:
-            self.turn_failures.labels(self.agent, code).inc()
+            self._child(self.turn_failures, code).inc()
         if seconds is not None:
-            self.turn_duration.labels(self.agent, outcome).observe(max(0.0, seconds))
+            self._child(self.turn_duration, outcome).observe(max(0.0, seconds))
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -195,10 +207,9 @@ class WorkerMetrics:
         response: ModelResponse | None,
         cost_usd: float,
     ) -> None:
-        self.model_calls.labels(
-            self.agent, provider, model, "ok" if response is not None else "error"
-        ).inc()
-        self.model_duration.labels(self.agent, provider, model).observe(seconds)
+        outcome = "ok" if response is not None else "error"
+        self._child(self.model_calls, provider, model, outcome).inc()
+        self._child(self.model_duration, provider, model).observe(seconds)
         if response is None:
             return
         usage = response.usage
@@ -209,13 +220,13 @@ class WorkerMetrics:
             ("cache_creation", usage.cache_creation_input_tokens),
         ):
             if count:
-                self.model_tokens.labels(self.agent, provider, model, kind).inc(count)
+                self._child(self.model_tokens, provider, model, kind).inc(count)
         if cost_usd:
-            self.model_cost.labels(self.agent, provider, model).inc(cost_usd)
+            self._child(self.model_cost, provider, model).inc(cost_usd)
 
     def tool_call(self, tool: str, status: str, seconds: float) -> None:
-        self.tool_calls.labels(self.agent, tool, status).inc()
-        self.tool_duration.labels(self.agent, tool).observe(seconds)
+        self._child(self.tool_calls, tool, status).inc()
+        self._child(self.tool_duration, tool).observe(seconds)
 
     # -- commits, intake, restore ---------------------------------------------------------
 
@@ -228,10 +239,10 @@ class WorkerMetrics:
                 size += record.size
             elif record.topic == self.dlq_topic:
                 self.dead_lettered(_header(record, DLQ_CODE_HEADER) or "unknown")
-        self.commit_duration.labels(self.agent).observe(seconds)
-        self.commit_batch.labels(self.agent).observe(count)
-        self.journal_records.labels(self.agent).inc(journal)
-        self.journal_bytes.labels(self.agent).inc(size)
+        self._child(self.commit_duration).observe(seconds)
+        self._child(self.commit_batch).observe(count)
+        self._child(self.journal_records).inc(journal)
+        self._child(self.journal_bytes).inc(size)
 
     def aborted(self) -> None:
         self.aborts.labels(self.agent).inc()

@@ -14,11 +14,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.trace import NoOpTracer, Span, SpanKind, Tracer
+from opentelemetry.trace import INVALID_SPAN, NoOpTracer, Span, SpanKind, Tracer
 
 from pyrula_stream.llm.base import LLMClient, ModelResponse
 from pyrula_stream.observability import logs
@@ -30,6 +30,7 @@ from pyrula_stream.observability.tracing import (
     span_carrier,
     start_commit_span,
     tracer,
+    tracing_on,
 )
 from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import JournalEntry, TurnRequest
@@ -68,6 +69,7 @@ class TurnTelemetry:
     span: Span | None = field(default=None, init=False)
     _event_trace: TraceCarrier | None = field(default=None, init=False)
     _attempt_started: float = field(default_factory=time.time, init=False)
+    _traced: bool | None = field(default=None, init=False)
 
     def event_trace(self) -> TraceCarrier | None:
         """The context an event record carries: the running ``invoke_agent`` span's,
@@ -78,10 +80,36 @@ class TurnTelemetry:
         """Run one attempt of the turn (the body of its task) inside its spans.
 
         ``turn`` is called here, not by the caller: a task cancelled before it starts
-        then leaves no coroutine that was never awaited.
+        then leaves no coroutine that was never awaited. Without a tracer provider no
+        span is started at all (events then carry the request's own trace context).
         """
         logs.bind(turn_id=self.turn_id, attempt=attempt, partition=self.partition)
         self._attempt_started = time.time()
+        self._traced = tracing_on(self.tracer)
+        spans = self._turn_spans(attempt) if self._traced else nullcontext(INVALID_SPAN)
+        with spans as span:
+            if self._traced:
+                self.span = span
+                self._event_trace = span_carrier(span) if span.get_span_context().is_valid else None
+            log.info("turn attempt started")
+            if self.metrics is not None:
+                self.metrics.turn_started(attempt)
+            try:
+                await turn()
+            except asyncio.CancelledError:
+                span.set_attribute("pyrula.stopped", True)  # revoked, aborted or stopping
+                raise
+            except Exception as exc:
+                span.record_exception(exc)
+                mark_error(span, type(exc).__name__, str(exc))
+                raise
+            finally:
+                if self.metrics is not None:
+                    self.metrics.turn_left()
+
+    @contextmanager
+    def _turn_spans(self, attempt: int) -> Iterator[Span]:
+        """``process <turns topic>`` with ``invoke_agent <agent>`` inside; yields the latter."""
         attributes: dict[str, Any] = {
             "messaging.system": "kafka",
             "messaging.operation.type": "process",
@@ -109,23 +137,14 @@ class TurnTelemetry:
                 set_status_on_exception=False,
             ) as span,
         ):
-            self.span = span
-            self._event_trace = span_carrier(span) if span.get_span_context().is_valid else None
-            log.info("turn attempt started")
-            if self.metrics is not None:
-                self.metrics.turn_started(attempt)
-            try:
-                await turn()
-            except asyncio.CancelledError:
-                span.set_attribute("pyrula.stopped", True)  # revoked, aborted or stopping
-                raise
-            except Exception as exc:
-                span.record_exception(exc)
-                mark_error(span, type(exc).__name__, str(exc))
-                raise
-            finally:
-                if self.metrics is not None:
-                    self.metrics.turn_left()
+            yield span
+
+    @property
+    def traced(self) -> bool:
+        """Whether this attempt records spans (decided when ``track`` starts it)."""
+        if self._traced is None:
+            self._traced = tracing_on(self.tracer)
+        return self._traced
 
     def ended(self, code: str | None, started_ms: int | None) -> None:
         """The terminal event is committed: count the turn once, by its outcome."""
@@ -142,6 +161,9 @@ class TurnTelemetry:
     def model_call(self, llm: LLMClient) -> Iterator[ModelCallObserver]:
         """The ``chat <model>`` span around one model call step."""
         provider = llm.provider or type(llm).__name__
+        if not self.traced:
+            yield ModelCallObserver(INVALID_SPAN, self.metrics, provider, llm.model)
+            return
         with self.tracer.start_as_current_span(
             f"chat {llm.model}",
             kind=SpanKind.CLIENT,
@@ -160,6 +182,9 @@ class TurnTelemetry:
         self, tool: str, call_key: str, tool_use_id: str | None
     ) -> Iterator[ToolCallObserver]:
         """The ``execute_tool <tool>`` span around one tool call step."""
+        if not self.traced:
+            yield ToolCallObserver(INVALID_SPAN, self.metrics, tool)
+            return
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": tool,
@@ -181,15 +206,21 @@ class ModelCallObserver:
     model: str
     started: float = field(default_factory=time.monotonic)
 
-    def recorded(self, data: Mapping[str, Any], replayed: bool, cost_usd: float) -> None:
-        """The step's journaled data; a live call is counted, a replayed one only marked."""
+    def recorded(
+        self,
+        data: Mapping[str, Any],
+        replayed: bool,
+        cost_usd: float,
+        response: ModelResponse | None,
+    ) -> None:
+        """The step's journaled data and its parsed response (``None`` for a failed
+        call); a live call is counted, a replayed one only marked."""
         span = self.span
-        span.set_attribute(REPLAYED, replayed)
-        response = None
+        if span.is_recording():
+            span.set_attribute(REPLAYED, replayed)
         if "error" in data:
             mark_error(span, str(data["error"].get("type", "error")))
-        else:
-            response = ModelResponse.model_validate(data["response"])
+        if response is not None and span.is_recording():
             usage = response.usage
             span.set_attributes(
                 {
@@ -220,8 +251,9 @@ class ToolCallObserver:
 
     def recorded(self, data: Mapping[str, Any], replayed: bool) -> None:
         status = str(data.get("status", "error"))
-        self.span.set_attribute(REPLAYED, replayed)
-        self.span.set_attribute("pyrula.tool.status", status)
+        if self.span.is_recording():
+            self.span.set_attribute(REPLAYED, replayed)
+            self.span.set_attribute("pyrula.tool.status", status)
         if status != "ok":
             mark_error(self.span, str(data.get("error_code") or "tool_error"))
         if not replayed and self.metrics is not None:
@@ -251,7 +283,11 @@ class CommitObserver:
     ) -> None:
         self.metrics = metrics
         self.records = records
-        self.span = start_commit_span(tracer, [t.span for t in turns], len(records))
+        self.span = (
+            start_commit_span(tracer, [t.span for t in turns], len(records))
+            if tracing_on(tracer)
+            else INVALID_SPAN
+        )
         self.started = time.monotonic()
         self.ok = True
 

@@ -39,6 +39,18 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer("pyrula_stream", __version__)
 
 
+def tracing_on(spans: trace.Tracer) -> bool:
+    """Whether ``spans`` can record anything: an SDK (or other) provider is installed.
+
+    Without one, even a no-op span costs a context attach and detach; the worker asks
+    this once per turn attempt and skips its spans when it says no.
+    """
+    if isinstance(spans, trace.NoOpTracer):
+        return False
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
 def current_carrier() -> TraceCarrier:
     """The current span's context as W3C headers (empty when there is no valid span)."""
     carrier: TraceCarrier = {}

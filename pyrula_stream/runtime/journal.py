@@ -38,9 +38,16 @@ REPLY_CURSOR_KEY = "cursor/replies"
 """The partition's read position in the agent's replies topic (same partition number)."""
 
 
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+)
+"""What ``fingerprint`` hashes: ``json.dumps`` with these options (one encoder, not one
+per call); the bytes must never change, or journals written before stop replaying."""
+
+
 def fingerprint(value: Any) -> str:
     """A short, stable hash of a JSON-able value (sorted keys, compact)."""
-    raw = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    raw = _CANONICAL.encode(value)
     return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
 
 

@@ -271,7 +271,9 @@ class TurnRuntime:
         """
         pending = [f for f in self._unconfirmed if not f.done()]
         self._unconfirmed = pending
-        if pending:
+        if len(pending) == 1:  # usually the step just before: no gathering future
+            await pending[0]
+        elif pending:
             await asyncio.gather(*pending)
 
     async def finish(self, terminal: Terminal) -> None:

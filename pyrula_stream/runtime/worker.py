@@ -1005,6 +1005,7 @@ def run_worker(
     import signal
 
     from pyrula_stream.mesh import MeshWorker
+    from pyrula_stream.runtime.collector import tune_for_worker
 
     async def main() -> None:
         worker: KafkaWorker | MeshWorker
@@ -1016,6 +1017,7 @@ def run_worker(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, worker.stop)
+        tune_for_worker()  # this process is the worker's: its startup objects live on
         await worker.run()
 
     asyncio.run(main())
