@@ -188,13 +188,15 @@ async def test_a_client_without_rights_gets_a_clear_authorization_error(
 
 async def test_a_client_may_not_read_what_it_may_only_write(secured_kafka: Secured) -> None:
     client_a = secured_kafka.settings("client_a")
+    # Clients read turns (status of a queued turn) but only write control records.
     async with KafkaAgentClient(secured_kafka.bootstrap, kafka_config=client_a) as client:
-        await client.submit(AGENT_A, q="a record to be refused")  # an empty topic reads as done
-    with pytest.raises(KafkaAuthorizationError, match=r"READ topic pyrula\.\S+\.turns"):
+        handle = await client.submit(AGENT_A, q="a turn to cancel")
+        await client.cancel(AGENT_A, handle.turn_id)  # an empty topic reads as done
+    with pytest.raises(KafkaAuthorizationError, match=r"READ topic pyrula\.\S+\.control"):
         await asyncio.to_thread(
             read_topic,
             secured_kafka.bootstrap,
-            f"pyrula.{AGENT_A}.turns",
+            f"pyrula.{AGENT_A}.control",
             kafka_config=client_a,
             group_id=f"pyrula.{AGENT_A}.readers",  # its group is allowed: the topic is not
         )

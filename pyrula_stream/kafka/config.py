@@ -44,6 +44,9 @@ from pyrula_stream.kafka.partitioner import PARTITIONER
 
 librdkafka_logger = logging.getLogger("pyrula_stream.librdkafka")
 
+REGISTRY_TIMEOUT_S = 30
+"""Seconds a Schema Registry request may take (``schema.registry.timeout`` overrides it)."""
+
 KAFKA_CONFIG_ENV = "PYRULA_KAFKA_CONFIG"
 """Path of a librdkafka properties file used when no ``kafka_config`` is given."""
 
@@ -519,6 +522,7 @@ def new_registry(conf: dict[str, Any]) -> Any:
     """A ``SchemaRegistryClient`` from ``registry_config``; the import stays contained here."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
+    conf = {"timeout": REGISTRY_TIMEOUT_S, **conf}  # without it a request may wait forever
     try:
         return SchemaRegistryClient(conf)
     except (ValueError, TypeError) as exc:

@@ -86,7 +86,14 @@ class RegistryCodec:
 
     def decode(self, record: str, payload: bytes) -> dict[str, Any]:
         if record not in self._deserializers:
-            self._deserializers[record] = AvroDeserializer(self.client, schema_text(record))
+            # The topic strategy, as for writing: the default in confluent-kafka 2.16 asks the
+            # registry for topic associations on every new deserializer, an endpoint
+            # Apicurio does not serve (and a request that once never came back in CI).
+            self._deserializers[record] = AvroDeserializer(
+                self.client,
+                schema_text(record),
+                conf={"subject.name.strategy": topic_subject_name_strategy},
+            )
         try:
             ctx = SerializationContext("", MessageField.VALUE)
             body = self._deserializers[record](payload, ctx)

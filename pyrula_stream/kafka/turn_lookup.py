@@ -45,7 +45,7 @@ class TurnLookup:
         self._kafka_config = kafka_config
         self._client_id = client_id
         self._conf = reader_config(
-            bootstrap_servers, kafka_config, client_id=client_id, group_id=group_id
+            bootstrap_servers, kafka_config=kafka_config, client_id=client_id, group_id=group_id
         )
         self._consumer = new_consumer(self._conf)
         self.timeout_s = timeout_s
@@ -109,7 +109,10 @@ class TurnLookup:
         Asked with a consumer configured for that group that never joins it nor commits
         (an OffsetFetch), so it needs DESCRIBE on the group and nothing more."""
         conf = reader_config(
-            self._bootstrap, self._kafka_config, client_id=self._client_id, group_id=group_id
+            self._bootstrap,
+            kafka_config=self._kafka_config,
+            client_id=self._client_id,
+            group_id=group_id,
         )
         consumer = new_consumer(conf)
         try:
