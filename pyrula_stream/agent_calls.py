@@ -165,6 +165,7 @@ class AgentCalls:
             return {"child_turn_id": child_id, "agent": name, "depth": depth}
 
         def request_record(data: StepData) -> list[Any]:
+            trace = turn.telemetry.event_trace() or {}
             lineage = Lineage(
                 root_turn_id=parent.root_turn_id if parent else turn.turn_id,
                 parent_turn_id=turn.turn_id,
@@ -180,8 +181,9 @@ class AgentCalls:
                 cost_left_usd=None
                 if lim.max_cost_usd is None
                 else max(0.0, lim.max_cost_usd - spend.cost_usd),
-                # The child's worker continues this turn's trace from the header.
-                traceparent=(turn.telemetry.event_trace() or {}).get("traceparent"),
+                # The child's worker continues this turn's trace from the headers.
+                traceparent=trace.get("traceparent"),
+                tracestate=trace.get("tracestate"),
             )
             request = TurnRequest(
                 turn_id=child_id,

@@ -3,7 +3,8 @@
 A child turn request names its root turn, its parent (agent, prefix, turn, and the
 partition of the parent's turns topic, which is where the reply goes), its depth, the
 tightest depth limit above it, the budget its parent has left, and the W3C trace context
-when the parent had one. Readers in any language follow a tree from these headers.
+(``traceparent``, ``tracestate``) when the parent had one. Readers in any language follow
+a tree from these headers.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ _FIELDS = {
     "tokens_left": "pyrula-budget-tokens-left",
     "cost_left_usd": "pyrula-budget-cost-left-usd",
     "traceparent": "traceparent",
+    "tracestate": "tracestate",
 }
 
 
@@ -44,6 +46,7 @@ class Lineage:
     tokens_left: int | None = None
     cost_left_usd: float | None = None
     traceparent: str | None = None
+    tracestate: str | None = None
 
     @property
     def replies_topic(self) -> str:
@@ -81,6 +84,7 @@ class Lineage:
                 tokens_left=_opt_int(raw["tokens_left"]),
                 cost_left_usd=float(raw["cost_left_usd"]) if raw["cost_left_usd"] else None,
                 traceparent=raw["traceparent"] or None,
+                tracestate=raw["tracestate"] or None,
             )
         except (TypeError, ValueError) as exc:
             raise MalformedRecordError(

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pyrula_stream import KafkaAgentClient
 
@@ -14,3 +18,24 @@ from pyrula_stream import KafkaAgentClient
 async def client(kafka_bootstrap_servers: str) -> AsyncIterator[KafkaAgentClient]:
     async with KafkaAgentClient(kafka_bootstrap_servers) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def _sdk_spans() -> InMemorySpanExporter:
+    """The OpenTelemetry SDK installed once for the session (a global tracer provider can
+    be set only once per process), its spans kept in memory."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+@pytest.fixture
+def spans(_sdk_spans: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
+    """The spans this process ends during one test (clients' and in-process workers')."""
+    _sdk_spans.clear()
+    yield _sdk_spans
+    _sdk_spans.clear()

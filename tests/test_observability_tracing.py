@@ -9,38 +9,27 @@ import contextlib
 import json
 import sys
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
-import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pyrula_stream import KafkaAgentClient
+from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
+from pyrula_stream.llm import FakeLLM
 from pyrula_stream.serde import decode_journal_entry
-from pyrula_stream.testing import unique_name, wait_for
+from pyrula_stream.testing import running_worker, unique_name, wait_for
+from tests.test_observability_metrics import scrape_until, value
 
 Span = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def client_spans() -> Iterator[InMemorySpanExporter]:
-    """The test process's own spans (the client's ``send``), kept in memory."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
-    yield exporter
-    exporter.clear()
 
 
 class TracedWorker(Managed):
@@ -87,7 +76,7 @@ def one(spans: list[Span], name: str, **attributes: Any) -> Span:
 async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
     kafka_bootstrap_servers: str,
     client: KafkaAgentClient,
-    client_spans: InMemorySpanExporter,
+    spans: InMemorySpanExporter,
     tmp_path: Path,
 ) -> None:
     name = unique_name("traced")
@@ -113,6 +102,10 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
         second.start()
         events = await asyncio.wait_for(_collect(client, name, handle.turn_id), 120)
         assert events[-1].type == "run:complete"
+        async with httpx.AsyncClient() as http:
+            b_metrics = await scrape_until(
+                http, second.port, lambda m: value(m, "pyrula_turns_total") == 1, "turn counted"
+            )
         assert second.stop(30) == 0
     finally:
         first.kill()
@@ -127,7 +120,7 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
                 "kind": s.kind.name,
                 "attributes": dict(s.attributes or {}),
             }
-            for s in client_spans.get_finished_spans()
+            for s in spans.get_finished_spans()
         ],
         f"send {topics.turns}",
         **{"pyrula.turn_id": handle.turn_id},
@@ -179,6 +172,13 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
     assert tool_span["attributes"]["pyrula.tool.status"] == "ok"
     commits = [s for s in b_spans if s["name"] == "commit_transaction"]
     assert any(invoke["span_id"] in s["links"] for s in commits)
+    # Worker B's metrics count its live work only: the replayed model call is not counted.
+    assert value(b_metrics, "pyrula_turns_total", outcome="completed") == 1
+    assert value(b_metrics, "pyrula_turns_started_total", resumed="true") == 1
+    assert value(b_metrics, "pyrula_turns_started_total", resumed="false") == 0
+    assert value(b_metrics, "pyrula_model_calls_total") == 1
+    assert value(b_metrics, "pyrula_model_call_duration_seconds_count") == 1
+    assert value(b_metrics, "pyrula_tool_calls_total", tool="effect", status="ok") == 1
 
     # Every event of the turn, from either worker, carries the trace in its headers.
     records = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, topics.events)
@@ -194,6 +194,71 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
 
 async def _collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Any]:
     return [e async for e in client.stream(agent, turn_id)]
+
+
+async def test_a_sub_agent_turn_continues_its_parents_trace(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, spans: InMemorySpanExporter
+) -> None:
+    """The child's request carries the parent's ``traceparent`` and ``tracestate``: the
+    child worker's spans and events join the trace under the parent's ``invoke_agent``."""
+
+    @kafka_agent(name=unique_name("tchild"), llm=FakeLLM(["ok"]), partitions=1)
+    async def child(ctx: AgentContext, n: int) -> int:
+        return n + 1
+
+    @kafka_agent(name=unique_name("tparent"), llm=FakeLLM(["ok"]), partitions=1)
+    async def parent(ctx: AgentContext, n: int) -> int:
+        result: int = await ctx.call_agent(child, n=n)
+        return result
+
+    upstream = TraceContextTextMapPropagator().extract(
+        {
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "tracestate": "vendor=abc",
+        }
+    )
+    quick = WorkerOptions(shutdown_grace=0.2)
+    async with (
+        running_worker(child, kafka_bootstrap_servers, quick),
+        running_worker(parent, kafka_bootstrap_servers, quick),
+    ):
+        with trace.get_tracer("test").start_as_current_span("upstream", context=upstream):
+            handle = await client.submit(parent.name, n=1)
+        events = await asyncio.wait_for(_collect(client, parent.name, handle.turn_id), 60)
+        assert events[-1].data["result"] == 2
+        child_turn = next(e for e in events if e.type == "subagent:start").data["child_turn_id"]
+        child_events = await asyncio.wait_for(_collect(client, child.name, child_turn), 60)
+        assert child_events[-1].type == "run:complete"
+
+    def of_turn(name: str, turn_id: str) -> list[ReadableSpan]:
+        return [
+            s
+            for s in spans.get_finished_spans()
+            if s.name == name and (s.attributes or {}).get("pyrula.turn_id") == turn_id
+        ]
+
+    trace_id = 0x0AF7651916CD43DD8448EB211C80319C
+    parent_process = of_turn(f"process {parent.topics.turns}", handle.turn_id)
+    assert parent_process and {s.context.trace_id for s in parent_process} == {trace_id}
+    parent_invokes = {
+        s.context.span_id
+        for s in spans.get_finished_spans()
+        if s.name == f"invoke_agent {parent.name}"
+        and s.parent is not None
+        and s.parent.span_id in {p.context.span_id for p in parent_process}
+    }
+    [child_process] = of_turn(f"process {child.topics.turns}", child_turn)
+    assert child_process.context.trace_id == trace_id
+    assert child_process.parent is not None and child_process.parent.span_id in parent_invokes
+    assert child_process.context.trace_state.get("vendor") == "abc"
+
+    requests = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, child.topics.turns)
+    [request] = [r for r in requests if r.value is not None]
+    assert request.headers["tracestate"] == "vendor=abc"
+    records = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, child.topics.events)
+    for record in records:
+        assert record.headers["traceparent"].split("-")[1] == format(trace_id, "032x")
+        assert record.headers["tracestate"] == "vendor=abc"
 
 
 class _Collector(BaseHTTPRequestHandler):
