@@ -222,11 +222,14 @@ class ModelCallObserver:
             mark_error(span, str(data["error"].get("type", "error")))
         if response is not None and span.is_recording():
             usage = response.usage
+            cached = usage.cache_read_input_tokens + usage.cache_creation_input_tokens
             span.set_attributes(
                 {
                     "gen_ai.response.model": response.model or self.model,
                     "gen_ai.response.finish_reasons": [response.stop_reason],
-                    "gen_ai.usage.input_tokens": usage.input_tokens,
+                    # The conventions count cached input inside input_tokens; our Usage
+                    # (like Anthropic's) keeps the kinds apart, as the token metric does.
+                    "gen_ai.usage.input_tokens": usage.input_tokens + cached,
                     "gen_ai.usage.output_tokens": usage.output_tokens,
                     "gen_ai.usage.cache_read.input_tokens": usage.cache_read_input_tokens,
                     "gen_ai.usage.cache_creation.input_tokens": usage.cache_creation_input_tokens,

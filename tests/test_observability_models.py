@@ -1,0 +1,130 @@
+"""A turn on a real provider adapter (the Anthropic SDK against the local wire server),
+scraped and traced: model calls, tokens by kind and cost by provider and model, tools by
+status (an unknown tool under one bounded label), and the ``chat`` span's ``gen_ai.*``
+attributes as the OpenTelemetry GenAI conventions define them."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from pyrula_stream import (
+    AgentContext,
+    KafkaAgentClient,
+    ToolContext,
+    WorkerOptions,
+    kafka_agent,
+    tool,
+)
+from pyrula_stream.chaos.processes import free_port
+from pyrula_stream.llm import LLMClient
+from pyrula_stream.testing import running_worker, unique_name
+from tests.test_observability_metrics import scrape_until, value
+from tests.wire import fixtures
+from tests.wire.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
+
+anthropic_server = fixtures.anthropic_server
+anthropic_llm = fixtures.anthropic_llm
+
+
+@tool(read_only=True)
+async def lookup(ctx: ToolContext, key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+@tool(read_only=True)
+async def broken(ctx: ToolContext) -> str:
+    """Always fails."""
+    raise RuntimeError("backend down")
+
+
+async def test_model_and_tool_metrics_and_genai_span_of_a_priced_provider(
+    kafka_bootstrap_servers: str,
+    client: KafkaAgentClient,
+    anthropic_server: AnthropicWireServer,
+    anthropic_llm: LLMClient,
+    spans: InMemorySpanExporter,
+) -> None:
+    anthropic_server.reply_stream(
+        [
+            ToolUse("toolu_1", "lookup", {"key": "k"}),
+            ToolUse("toolu_2", "broken", {}),
+            ToolUse("toolu_3", "no_such_tool_4711", {}),
+        ],
+        stop_reason="tool_use",
+        input_tokens=11,
+        cache_read_input_tokens=100,
+        cache_creation_input_tokens=40,
+    )
+    anthropic_server.reply_stream([Text("Done.")], input_tokens=13)
+
+    @kafka_agent(name=unique_name("genai"), llm=anthropic_llm, tools=[lookup, broken], partitions=1)
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "go"}])
+
+    port = free_port()
+    async with (
+        running_worker(agent, kafka_bootstrap_servers, WorkerOptions(health_port=port)),
+        httpx.AsyncClient() as http,
+    ):
+        events = await client.run(agent.name, timeout=60)
+        assert events[-1].type == "run:complete", events[-1].data
+        scraped = await scrape_until(
+            http, port, lambda m: value(m, "pyrula_turns_total") == 1, "the turn counted"
+        )
+
+    calls = [e.data["usage"] for e in events if e.type == "llm:complete"]
+    assert len(calls) == 2
+    cost = events[-1].data["usage"]["cost_usd"]
+    assert cost > 0
+    model = {"provider": "anthropic", "model": MODEL}
+    assert value(scraped, "pyrula_model_calls_total", outcome="ok", **model) == 2
+    assert value(scraped, "pyrula_model_call_duration_seconds_count", **model) == 2
+    for kind, field in (
+        ("input", "input_tokens"),
+        ("output", "output_tokens"),
+        ("cache_read", "cache_read_input_tokens"),
+        ("cache_creation", "cache_creation_input_tokens"),
+    ):
+        expected = sum(c[field] for c in calls)
+        assert value(scraped, "pyrula_model_tokens_total", kind=kind, **model) == expected > 0
+    assert value(scraped, "pyrula_model_cost_usd_total", **model) == pytest.approx(cost)
+
+    assert value(scraped, "pyrula_tool_calls_total", tool="lookup", status="ok") == 1
+    assert value(scraped, "pyrula_tool_calls_total", tool="broken", status="error") == 1
+    assert value(scraped, "pyrula_tool_calls_total", tool="unknown", status="error") == 1
+    assert not [ls for _, ls in scraped if ("tool", "no_such_tool_4711") in ls]
+
+    chats = sorted(
+        (
+            s
+            for s in spans.get_finished_spans()
+            if s.name == f"chat {MODEL}"
+            and s.parent is not None
+            and (s.attributes or {}).get("gen_ai.agent.name") == agent.name
+        ),
+        key=lambda s: s.start_time or 0,
+    )
+    assert len(chats) == 2
+    first = dict(chats[0].attributes or {})
+    assert first["gen_ai.provider.name"] == "anthropic"
+    assert first["gen_ai.request.model"] == first["gen_ai.response.model"] == MODEL
+    assert first["gen_ai.response.finish_reasons"] == ("tool_use",)
+    # The conventions count cached input inside gen_ai.usage.input_tokens.
+    assert first["gen_ai.usage.input_tokens"] == 11 + 100 + 40
+    assert first["gen_ai.usage.cache_read.input_tokens"] == 100
+    assert first["gen_ai.usage.cache_creation.input_tokens"] == 40
+    assert first["gen_ai.usage.output_tokens"] == calls[0]["output_tokens"]
+    assert dict(chats[1].attributes or {})["gen_ai.usage.input_tokens"] == 13
+    tools = {
+        (s.attributes or {}).get("gen_ai.tool.name"): s
+        for s in spans.get_finished_spans()
+        if s.name.startswith("execute_tool ")
+        and (s.attributes or {}).get("gen_ai.tool.call.id", "").startswith("toolu_")
+        and s.parent is not None
+        and s.parent.span_id == chats[0].parent.span_id
+    }
+    assert set(tools) == {"lookup", "broken", "unknown"}
+    assert tools["broken"].status.status_code.name == "ERROR"
