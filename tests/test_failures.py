@@ -122,6 +122,10 @@ async def test_a_fenced_worker_rejoins_and_finishes_its_turns(
             asyncio.gather(*[_collect(client, agent.name, handle.turn_id)]), 90
         )
         assert worker.sessions >= 2, "the worker recreated its clients after being fenced"
+        metric = worker.metrics.registry.get_sample_value
+        assert (metric("pyrula_fenced_total", {"agent": agent.name}) or 0) >= 1
+        completed = {"agent": agent.name, "outcome": "completed"}
+        await wait_for(lambda: metric("pyrula_turns_total", completed) == 1, 30, "turn counted")
     turn_events = events[0]
     assert [e.type for e in turn_events].count("run:complete") == 1
     assert [e.seq for e in turn_events] == list(range(len(turn_events)))

@@ -37,9 +37,13 @@ async def scrape(http: httpx.AsyncClient, port: int) -> Samples:
     response = await http.get(f"http://127.0.0.1:{port}/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
+    return parse(response.text)
+
+
+def parse(text: str) -> Samples:
     return {
         (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(response.text)
+        for family in text_string_to_metric_families(text)
         for s in family.samples
     }
 
@@ -89,7 +93,7 @@ async def test_metrics_count_what_was_committed_and_lag_drains(
     )
     turns_topic = agent.topics.turns
     async with (
-        running_worker(agent, kafka_bootstrap_servers, options, all_partitions=True),
+        running_worker(agent, kafka_bootstrap_servers, options, all_partitions=True) as worker,
         httpx.AsyncClient() as http,
     ):
         handles = [await client.submit(agent.name, fail=i % 3 == 0) for i in range(6)]
@@ -116,8 +120,12 @@ async def test_metrics_count_what_was_committed_and_lag_drains(
         after = await scrape_until(
             http,
             port,
-            lambda m: len(lags(m, turns_topic)) == 2 and sum(lags(m, turns_topic).values()) == 0,
-            "lag of both partitions back to 0",
+            lambda m: (
+                len(lags(m, turns_topic)) == 2
+                and sum(lags(m, turns_topic).values()) == 0
+                and value(m, "pyrula_turns_total") == len(handles)
+            ),
+            "lag of both partitions back to 0 and every turn counted",
         )
 
     committed = [
@@ -137,6 +145,10 @@ async def test_metrics_count_what_was_committed_and_lag_drains(
         == (types["run:error"])
     )
     assert value(after, "pyrula_turn_failures_total", code="agent_error") == codes["agent_error"]
+    for outcome, terminal in (("completed", "run:complete"), ("failed", "run:error")):
+        count = value(after, "pyrula_turn_duration_seconds_count", outcome=outcome)
+        assert count == types[terminal]
+        assert value(after, "pyrula_turn_duration_seconds_sum", outcome=outcome) > 0
     assert value(after, "pyrula_turns_started_total", resumed="false") == 6
     assert value(after, "pyrula_turns_in_flight") == 0
     assert (
@@ -151,8 +163,16 @@ async def test_metrics_count_what_was_committed_and_lag_drains(
     assert value(after, "pyrula_tool_call_duration_seconds_count", tool="lookup") == 6
     assert value(after, "pyrula_commit_duration_seconds_count") >= 1
     assert value(after, "pyrula_commit_batch_records_sum") >= len(committed)
-    assert value(after, "pyrula_journal_records_total") > 0
-    assert value(after, "pyrula_journal_bytes_total") > 0
+    # What the worker says it journaled is what the journal topic holds, record for record.
+    final = parse(worker.metrics.exposition().decode())
+    journal = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, agent.topics.journal)
+    assert value(final, "pyrula_journal_records_total") == len(journal) > 0
+    assert value(final, "pyrula_journal_bytes_total") == sum(
+        len(r.key.encode())
+        + len(r.value or b"")
+        + sum(len(k.encode()) + len(v.encode()) for k, v in r.headers.items())
+        for r in journal
+    )
     assert value(after, "pyrula_restore_duration_seconds_count") == 2  # one per partition
     assert value(after, "pyrula_transaction_aborts_total") == 0
     dead = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, agent.topics.dlq)
@@ -193,7 +213,10 @@ async def test_metrics_of_two_workers_in_one_process_do_not_collide(
         httpx.AsyncClient() as http,
     ):
         await client_run(kafka_bootstrap_servers, second.name)
-        one, two = await scrape(http, ports[0]), await scrape(http, ports[1])
+        two = await scrape_until(
+            http, ports[1], lambda m: value(m, "pyrula_turns_total") == 1, "the turn counted"
+        )
+        one = await scrape(http, ports[0])
     assert value(two, "pyrula_turns_total", agent=second.name, outcome="completed") == 1
     assert value(one, "pyrula_turns_total", outcome="completed") == 0
     assert {dict(ls).get("agent") for _, ls in one} <= {first.name, None}
@@ -239,7 +262,9 @@ async def test_lag_reaches_zero_past_transaction_markers(
         after = await scrape_until(
             http,
             port,
-            lambda m: lags(m, agent.topics.turns) == {"0": 0},
-            "lag of the drained partition back to 0",
+            lambda m: (
+                lags(m, agent.topics.turns) == {"0": 0} and value(m, "pyrula_turns_total") == 1
+            ),
+            "lag of the drained partition back to 0 and the turn counted",
         )
     assert value(after, "pyrula_turns_total", outcome="completed") == 1
