@@ -19,14 +19,17 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent, serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
+from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.serde import decode_journal_entry
-from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.observability.tracing import carrier_headers
+from pyrula_stream.records import content_type_header
+from pyrula_stream.serde import TurnRequest, decode_journal_entry
+from pyrula_stream.testing import agent_topics_ready, running_worker, unique_name, wait_for
 from tests.test_observability_metrics import scrape_until, value
 
 Span = dict[str, Any]
@@ -259,6 +262,64 @@ async def test_a_sub_agent_turn_continues_its_parents_trace(
     for record in records:
         assert record.headers["traceparent"].split("-")[1] == format(trace_id, "032x")
         assert record.headers["tracestate"] == "vendor=abc"
+
+
+async def test_without_an_sdk_the_worker_passes_the_requests_trace_context_on(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    """A worker with no tracer provider starts no span, yet journals the request's trace
+    context and puts it on every event, so a traced producer and consumer still join."""
+    name = unique_name("nosdk")
+    env = {
+        k: v for k, v in child_env({"ECHO_AGENT_NAME": name}).items() if not k.startswith("OTEL_")
+    }
+    port = free_port()
+    argv = [
+        *(sys.executable, "-m", "pyrula_stream.cli", "worker", "tests.agents.echo:echo"),
+        *("--bootstrap-servers", kafka_bootstrap_servers, "--health-port", str(port)),
+    ]
+    topics = AgentTopics.for_agent(name)
+    carrier = {
+        "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "tracestate": "vendor=xyz",
+    }
+    request = TurnRequest(unique_name("turn"), name, {"text": "hi"})
+    worker = Managed("nosdk", argv, env, tmp_path / "nosdk-worker.log")
+    producer = RecordProducer(kafka_bootstrap_servers)
+    try:
+        worker.start()
+        async with httpx.AsyncClient() as http:
+            for _ in range(600):
+                assert worker.alive(), worker.log_path.read_text()
+                with contextlib.suppress(httpx.TransportError):
+                    if (await http.get(f"http://127.0.0.1:{port}/readyz")).is_success:
+                        break
+                await asyncio.sleep(0.1)
+        await agent_topics_ready(kafka_bootstrap_servers, name)
+        await producer.send(
+            topics.turns,
+            request.key.encode(),
+            serde.encode("turn_request", request),
+            [content_type_header("turn_request"), *carrier_headers(carrier)],
+        )
+        events = await asyncio.wait_for(_collect(client, name, request.turn_id), 120)
+        assert events[-1].type == "run:complete"
+        assert worker.stop(30) == 0
+    finally:
+        worker.kill()
+        await asyncio.to_thread(producer.close)
+
+    journal = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, topics.journal)
+    [start] = [
+        decode_journal_entry(r.value, r.headers)
+        for r in journal
+        if r.key == f"{request.turn_id}/0" and r.value is not None
+    ]
+    assert start.data["trace"] == carrier
+    records = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, topics.events)
+    assert len(records) == len(events)
+    for record in records:
+        assert {k: record.headers.get(k) for k in carrier} == carrier
 
 
 class _Collector(BaseHTTPRequestHandler):
