@@ -148,6 +148,9 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
     assert process["kind"] == "CONSUMER"
     assert process["attributes"]["messaging.system"] == "kafka"
     assert process["attributes"]["pyrula.attempt"] == 2
+    assert process["attributes"]["messaging.consumer.group.name"] == f"pyrula.{name}.workers"
+    assert process["attributes"]["messaging.destination.partition.id"] == str(handle.partition)
+    assert process["attributes"]["messaging.kafka.offset"] == handle.offset
     invoke = one(b_spans, f"invoke_agent {name}")
     assert (invoke["trace_id"], invoke["parent_id"]) == (trace_id, process["span_id"])
     assert invoke["attributes"]["gen_ai.agent.name"] == name

@@ -60,6 +60,9 @@ class TurnTelemetry:
     agent: str = ""
     turns_topic: str = ""
     partition: int = -1
+    offset: int = -1
+    """The turn request's offset in its partition of the turns topic (-1: none)."""
+    group_id: str = ""
     worker_id: str = ""
     thread_id: str | None = None
     trace: TraceCarrier | None = None
@@ -116,10 +119,13 @@ class TurnTelemetry:
             "messaging.operation.name": "process",
             "messaging.destination.name": self.turns_topic,
             "messaging.destination.partition.id": str(self.partition),
+            "messaging.consumer.group.name": self.group_id,
             "pyrula.turn_id": self.turn_id,
             "pyrula.attempt": attempt,
             "pyrula.worker_id": self.worker_id,
         }
+        if self.offset >= 0:  # a parked turn that resumes on a reply has no input record
+            attributes["messaging.kafka.offset"] = self.offset
         spans = self.tracer
         with (
             spans.start_as_current_span(
@@ -318,11 +324,18 @@ class WorkerTelemetry:
     """
 
     def __init__(
-        self, agent: str, *, topics: AgentTopics, worker_id: str, enabled: bool = True
+        self,
+        agent: str,
+        *,
+        topics: AgentTopics,
+        worker_id: str,
+        group_id: str = "",
+        enabled: bool = True,
     ) -> None:
         self.agent = agent
         self.turns_topic = topics.turns
         self.worker_id = worker_id
+        self.group_id = group_id
         self.metrics = WorkerMetrics(agent, journal_topic=topics.journal, dlq_topic=topics.dlq)
         self.enabled = enabled
         self.tracer: Tracer = tracer() if enabled else NoOpTracer()
@@ -337,6 +350,7 @@ class WorkerTelemetry:
         self,
         request: TurnRequest,
         partition: int,
+        offset: int,
         steps: Mapping[int, JournalEntry],
         trace: TraceCarrier | None,
     ) -> TurnTelemetry:
@@ -346,6 +360,8 @@ class WorkerTelemetry:
             self.agent,
             self.turns_topic,
             partition,
+            offset,
+            self.group_id,
             self.worker_id,
             request.thread_id,
             journaled_trace(steps) or trace,

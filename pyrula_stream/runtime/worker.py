@@ -154,7 +154,11 @@ class KafkaWorker:
         self.worker_id = self.options.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.group_id = self.options.group_id or f"{agent.prefix}.{agent.name}.workers"
         self.telemetry = WorkerTelemetry(
-            agent.name, topics=self.topics, worker_id=self.worker_id, enabled=self.options.telemetry
+            agent.name,
+            topics=self.topics,
+            worker_id=self.worker_id,
+            group_id=self.group_id,
+            enabled=self.options.telemetry,
         )
         self.metrics = self.telemetry.metrics
         self.turns_finished = 0
@@ -791,7 +795,7 @@ class KafkaWorker:
             )
             return
         ps.journal.turns[turn_id] = journal  # replies land here while the turn runs
-        runtime = self._new_runtime(partition, queued.request, journal, queued.trace)
+        runtime = self._new_runtime(partition, queued.request, journal, queued.trace, queued.offset)
         runtime.resumed = ps.parked.pop(turn_id, None) is not None
         ps.resuming.discard(turn_id)
         turn = runtime.telemetry.track(partial(self._run_turn, runtime, queued), runtime.attempt)
@@ -804,6 +808,7 @@ class KafkaWorker:
         request: TurnRequest,
         journal: TurnJournal,
         trace: TraceCarrier | None = None,
+        offset: int = -1,
     ) -> TurnRuntime:
         limits = self.agent.limits
         runtime = TurnRuntime(
@@ -822,7 +827,7 @@ class KafkaWorker:
             max_record_bytes=self.options.max_record_bytes,
             max_event_count=limits.max_event_count_per_turn,
             max_event_payload_bytes=limits.max_event_payload_bytes,
-            telemetry=self.telemetry.for_turn(request, partition, journal.steps, trace),
+            telemetry=self.telemetry.for_turn(request, partition, offset, journal.steps, trace),
             codec=self._writer_codec,
         )
         ps = self._parts.get(partition)
@@ -966,7 +971,7 @@ class KafkaWorker:
             self._parts[running.partition].journal.turns[turn_id] = journal
             queued = QueuedTurn(running.offset, old.request)
             runtime = self._new_runtime(
-                running.partition, old.request, journal, old.telemetry.trace
+                running.partition, old.request, journal, old.telemetry.trace, running.offset
             )
             runtime.restart_from(old)
             turn = runtime.telemetry.track(
