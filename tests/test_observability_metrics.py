@@ -4,10 +4,19 @@ broker: the counters match the events actually committed and the lag drains to 0
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 
 import httpx
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from pyrula_stream import (
@@ -268,3 +277,62 @@ async def test_lag_reaches_zero_past_transaction_markers(
             "lag of the drained partition back to 0 and the turn counted",
         )
     assert value(after, "pyrula_turns_total", outcome="completed") == 1
+
+
+def set_max_message_bytes(bootstrap: str, topic: str, value: str | None) -> None:
+    """Set (or, with ``None``, remove) a topic's ``max.message.bytes`` override."""
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    entry = ConfigEntry("max.message.bytes", value or "", incremental_operation=op)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
+async def test_an_aborted_transaction_is_counted_and_its_turn_reruns(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """The broker refuses an event bigger than the events topic allows: the transaction
+    aborts, ``pyrula_transaction_aborts_total`` counts it, and once the topic takes the
+    record the rerun turn completes once."""
+
+    @tool(read_only=True)
+    async def big(ctx: ToolContext) -> str:
+        """A result larger than the events topic accepts for now, even compressed."""
+        return secrets.token_hex(20_000)
+
+    @kafka_agent(
+        name=unique_name("aborts"),
+        llm=FakeLLM([reply_tool_call("big"), "done"]),
+        tools=[big],
+        partitions=1,
+    )
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "go"}])
+
+    events_topic = agent.topics.events
+    options = WorkerOptions(shutdown_grace=1.0)
+    async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+        aborts = partial(
+            worker.metrics.registry.get_sample_value,
+            "pyrula_transaction_aborts_total",
+            {"agent": agent.name},
+        )
+        await asyncio.to_thread(
+            set_max_message_bytes, kafka_bootstrap_servers, events_topic, "4000"
+        )
+        try:
+            handle = await client.submit(agent.name)
+            await wait_for(lambda: (aborts() or 0) >= 1, 60, "a transaction aborted")
+        finally:
+            await asyncio.to_thread(
+                set_max_message_bytes, kafka_bootstrap_servers, events_topic, None
+            )
+        events = [e async for e in client.stream(agent.name, handle.turn_id)]
+        started = worker.metrics.registry.get_sample_value(
+            "pyrula_turns_started_total", {"agent": agent.name, "resumed": "true"}
+        )
+        assert aborts() == worker.committer.stats.aborts
+        assert (started or 0) >= 1  # each abort reruns the turn from its journal
+    assert [e.type for e in events].count("run:complete") == 1
+    assert [e.seq for e in events] == list(range(len(events)))
