@@ -67,14 +67,14 @@ async def test_a_call_carries_the_turns_idempotency_key_and_its_result_is_cut_to
 ) -> None:
     read: list[list[str]] = []
     llm = scripted(
-        {"go": [reply_tool_call("orders_key"), reply_tool_call("orders_big", size=5000), "ok"]},
+        {"go": [reply_tool_call("idem_key"), reply_tool_call("orders_big", size=5000), "ok"]},
         read,
     )
 
     @kafka_agent(
         name=unique_name("mcpkey"),
         llm=llm,
-        mcp_servers=[ops()],
+        mcp_servers=[ops(tool_names={"key": "idem_key"})],  # the model's name for `key`
         limits=AgentLimits(max_tool_result_bytes=300),
         partitions=1,
     )
@@ -85,10 +85,11 @@ async def test_a_call_carries_the_turns_idempotency_key_and_its_result_is_cut_to
         events = await client.run(agent.name, timeout=90)
 
     assert events[-1].type == "run:complete", events[-1].data
-    start = next(e for e in events if e.type == "tool:start" and e.data["tool"] == "orders_key")
+    start = next(e for e in events if e.type == "tool:start" and e.data["tool"] == "idem_key")
+    assert start.data["mcp_tool"] == "key"
     key, big = (e.data for e in events if e.type == "tool:result")
     # The key a @tool reads as ctx.idempotency_key, sent in the call's _meta.
-    assert key["output"] == f"{start.turn_id}:{start.data['call_key']}:orders_key"
+    assert key["output"] == f"{start.turn_id}:{start.data['call_key']}:idem_key"
     assert big["status"] == "ok"
     assert big["output"] == "x" * 300 + "\n[truncated: showed 300 of 5000 bytes]"
     assert read[-1] == [big["output"]], "the model read the cut result"
