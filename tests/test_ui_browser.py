@@ -13,16 +13,26 @@ import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, async_playwright, expect
 
-from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
+from pyrula_stream import (
+    AgentContext,
+    Event,
+    KafkaAgentClient,
+    ToolContext,
+    WorkerOptions,
+    kafka_agent,
+    tool,
+)
+from pyrula_stream.errors import SubAgentError
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM, TextDelta, reply_tool_calls
 from pyrula_stream.llm.base import StreamItem, ToolDefinition
 from pyrula_stream.llm.fake import count_model_calls
-from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.testing import running_worker, unique_name, wait_for
 from pyrula_stream.ui.feed import FeedOptions
 from pyrula_stream.ui.server import UIOptions, running_ui
 
@@ -56,9 +66,31 @@ async def browser() -> AsyncIterator[Browser]:
 
 @pytest.fixture
 async def page(browser: Browser) -> AsyncIterator[Page]:
+    """A page that may load only from the UI's own server: the page must work offline,
+    so a request anywhere else (a CDN, a font service) is refused and fails the test."""
     context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    elsewhere: list[str] = []
+
+    async def only_local(route: Route) -> None:
+        host = urlsplit(route.request.url).hostname
+        if host in ("127.0.0.1", "localhost", "::1"):
+            await route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            await route.abort()
+
+    await context.route("**/*", only_local)
     yield await context.new_page()
     await context.close()
+    assert not elsewhere, f"the page loaded from outside the UI server: {elsewhere}"
+
+
+def test_without_chromium_the_browser_tests_fail_and_say_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYRULA_CHROMIUM", "/nonexistent/chromium")
+    with pytest.raises(pytest.fail.Exception, match="run `make browser`"):
+        system_chromium()
 
 
 class StreamingModel(FakeLLM):
@@ -243,3 +275,137 @@ async def test_ui_with_allow_actions_terminates_a_running_turn(
         await expect(page.get_by_test_id("error-code")).to_have_text("cancelled", timeout=WAIT_MS)
         await expect(page.get_by_test_id("status").first).to_have_text("cancelled")
         await expect(page.get_by_role("button", name="Terminate")).to_have_count(0)
+
+
+async def events_of(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
+    return [e async for e in client.stream(agent, turn_id)]
+
+
+async def test_ui_links_sub_agent_calls_both_ways_and_filters_by_agent_and_thread(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
+) -> None:
+    @kafka_agent(name=unique_name("refunds"), llm=FakeLLM(["ok"]), partitions=1)
+    async def refunds(ctx: AgentContext, order_id: str, cents: int) -> dict[str, Any]:
+        if cents > 10_000:
+            raise ValueError(f"a refund of {cents} needs a person")
+        return {"order_id": order_id, "refunded": cents}
+
+    @kafka_agent(name=unique_name("triage"), llm=FakeLLM(["ok"]), partitions=1)
+    async def triage(ctx: AgentContext, order_id: str) -> str:
+        # Two calls in a row: the parent parks twice, so its reply steps are attempts 2 and 3.
+        small = await ctx.call_agent(refunds, order_id=order_id, cents=500)
+        try:
+            await ctx.call_agent(refunds, order_id=order_id, cents=20_000)
+        except SubAgentError as exc:
+            return f"refunded {small['refunded']}, escalated: {exc.child_code}"
+        return "refunded both"
+
+    feed = FeedOptions(kafka_bootstrap_servers, agents=(triage.name, refunds.name))
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers),
+        running_worker(triage, kafka_bootstrap_servers),
+        running_ui(feed, UIOptions(port=0)) as url,
+    ):
+        events = await client.run(triage.name, order_id="7", thread_id="customer-42", timeout=120)
+        assert events[-1].data["result"] == "refunded 500, escalated: agent_error"
+        parent = events[0].turn_id
+        children = [e.data["child_turn_id"] for e in events if e.type == "subagent:start"]
+        assert len(children) == 2
+
+        await page.goto(f"{url}/#/turn/{triage.name}/{parent}")
+        calls = page.locator('[data-testid="step"][data-kind="subagent"]')
+        await expect(calls).to_have_count(2, timeout=WAIT_MS)
+        await expect(calls.nth(0)).to_contain_text('"refunded": 500')
+        await expect(calls.nth(1)).to_contain_text("agent_error")
+        await expect(page.get_by_test_id("attempt")).to_have_count(2)
+        await expect(page.get_by_test_id("attempt").nth(1)).to_contain_text(
+            "resumed when its sub-agent's reply arrived"
+        )
+        await expect(page.get_by_test_id("outcome")).to_contain_text("escalated: agent_error")
+
+        # The second call links to the child's timeline, and the child back to its caller.
+        await calls.nth(1).get_by_test_id("child-link").click()
+        await expect(page.get_by_test_id("error-code")).to_have_text("agent_error", timeout=WAIT_MS)
+        await expect(page.locator("h1")).to_have_text(children[1])
+        await expect(page.get_by_test_id("outcome")).to_contain_text("needs a person")
+        await page.get_by_test_id("parent-link").click()
+        await expect(page.locator("h1")).to_have_text(parent, timeout=WAIT_MS)
+
+        # The turns list: filter by agent, then by thread.
+        await page.goto(url)
+        rows = page.get_by_test_id("turn-row")
+        await expect(rows).to_have_count(3, timeout=WAIT_MS)
+        await page.get_by_label("agent").select_option(refunds.name)
+        await expect(rows).to_have_count(2)
+        for child in children:
+            await expect(page.locator(f'[data-turn-id="{child}"]')).to_have_count(1)
+        await page.get_by_label("agent").select_option("")
+        await page.get_by_label("thread").fill("customer-42")
+        await expect(rows).to_have_count(1)
+        await expect(rows).to_have_attribute("data-turn-id", parent)
+
+
+async def test_ui_marks_a_crash_and_replayed_steps_and_opens_an_older_turn_by_id(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
+) -> None:
+    gate = asyncio.Event()
+    started: list[str] = []
+
+    @tool(writes=True)
+    async def refund(ctx: ToolContext, order_id: str) -> str:
+        """Refund an order once the test allows it."""
+        started.append(order_id)
+        await ctx.emit_status(f"refunding order {order_id}")
+        await gate.wait()
+        return f"refunded {order_id}"
+
+    @kafka_agent(
+        name=unique_name("crashy"),
+        llm=FakeLLM([reply_tool_calls(("refund", {"order_id": "7"})), "Refunded."]),
+        tools=[refund],
+        partitions=1,
+    )
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    quick_stop = WorkerOptions(shutdown_grace=0.2)
+    # The UI keeps one finished turn per agent, so a second turn pushes the first out.
+    feed = FeedOptions(kafka_bootstrap_servers, agents=(agent.name,))
+    async with running_ui(feed, UIOptions(port=0, max_turns=1)) as url:
+        async with running_worker(agent, kafka_bootstrap_servers, quick_stop):
+            handle = await client.submit(agent.name, question="refund order 7")
+            await wait_for(lambda: len(started) == 1, 60, "the tool started")
+        # The worker stopped while the tool ran: model call 1 is journaled, the tool is not.
+        gate.set()
+        async with running_worker(agent, kafka_bootstrap_servers, quick_stop):
+            crashed = await asyncio.wait_for(events_of(client, agent.name, handle.turn_id), 120)
+            assert crashed[-1].attempt == 2
+            newer = await client.run(agent.name, question="refund order 7", timeout=120)
+            assert newer[-1].type == "run:complete"
+
+        await page.goto(url)
+        rows = page.get_by_test_id("turn-row")
+        await expect(rows).to_have_count(1, timeout=WAIT_MS)
+        await expect(rows).to_have_attribute("data-turn-id", newer[0].turn_id)
+        # The crashed turn is no longer held: search its id, and open it from Kafka.
+        await page.get_by_label("turn id").fill(handle.turn_id)
+        await expect(rows).to_have_count(0)
+        await page.get_by_role("button", name="Open").click()
+        await expect(page.locator("h1")).to_have_text(handle.turn_id, timeout=WAIT_MS)
+        await expect(page.get_by_test_id("outcome")).to_contain_text("Refunded.")
+        steps = page.get_by_test_id("step")
+        await expect(steps.nth(0)).to_contain_text("Model call 1")
+        await expect(steps.nth(0)).to_contain_text("replayed")
+        attempt = page.get_by_test_id("attempt")
+        await expect(attempt).to_have_count(1)
+        await expect(attempt).to_contain_text("Attempt 2")
+        await expect(attempt).to_contain_text("stopped before finishing")
+        # After the mark: the tool runs again (with its status line), then model call 2.
+        after = page.locator('[data-testid="attempt"] ~ [data-testid="step"]')
+        await expect(after).to_have_count(3)
+        await expect(after.nth(0)).to_have_attribute("data-kind", "tool")
+        await expect(after.nth(0)).to_contain_text("refunded 7")
+        await expect(after.nth(1)).to_have_attribute("data-kind", "status")
+        await expect(after.nth(1)).to_contain_text("refunding order 7")
+        await expect(after.nth(2)).to_contain_text("Model call 2")
+        await expect(after.nth(2)).not_to_contain_text("replayed")
