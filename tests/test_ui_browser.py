@@ -29,7 +29,14 @@ from pyrula_stream import (
 )
 from pyrula_stream.errors import SubAgentError
 from pyrula_stream.kafka.io import RecordProducer
-from pyrula_stream.llm import FakeLLM, TextDelta, reply_tool_calls
+from pyrula_stream.llm import (
+    FakeLLM,
+    ModelResponse,
+    TextDelta,
+    reply_text,
+    reply_tool_call,
+    reply_tool_calls,
+)
 from pyrula_stream.llm.base import StreamItem, ToolDefinition
 from pyrula_stream.llm.fake import count_model_calls
 from pyrula_stream.testing import running_worker, unique_name, wait_for
@@ -213,6 +220,15 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         await page.goto(url)
         failed_row = page.locator(f'[data-testid="turn-row"][data-turn-id="{failed[0].turn_id}"]')
         await expect(failed_row).to_contain_text("agent_error", timeout=WAIT_MS)
+        # The list's columns, for the turn with a tool call.
+        header = [h.strip() for h in await page.locator("table.turns th").all_text_contents()]
+        assert header == [
+            "status", "turn", "agent", "thread", "attempt", "started", "duration",
+            "model calls", "tool calls", "tokens", "cost",
+        ]  # fmt: skip
+        cells = await row.locator("td").all_text_contents()
+        assert [cells[4], cells[7], cells[8]] == ["1", "2", "1"]  # attempt, model/tool calls
+        assert cells[6].endswith(("ms", "s")) and int(cells[9].replace(",", "")) > 0
         rows = page.get_by_test_id("turn-row")
         await page.get_by_label("status").select_option("failed")
         await expect(rows).to_have_count(1)
@@ -240,7 +256,7 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         await expect(letter).to_contain_text("ui-test")  # the original header
 
 
-async def test_ui_with_allow_actions_terminates_a_running_turn(
+async def test_ui_with_allow_actions_cancels_and_terminates_running_turns(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
 ) -> None:
     never = asyncio.Event()
@@ -251,10 +267,22 @@ async def test_ui_with_allow_actions_terminates_a_running_turn(
         await never.wait()
         return "unreachable"
 
+    @tool(read_only=True)
+    async def tick(ctx: ToolContext) -> str:
+        """One more round: the model asks for it again and again."""
+        await asyncio.sleep(0.1)
+        return "tock"
+
+    def script(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        if messages[0]["content"] == "loop":  # runs until cancelled, one step at a time
+            return reply_tool_call("tick")
+        first = count_model_calls(messages) == 0
+        return reply_tool_call("wait_forever") if first else reply_text("done")
+
     @kafka_agent(
         name=unique_name("stuck"),
-        llm=FakeLLM([reply_tool_calls(("wait_forever", {})), "done"]),
-        tools=[wait_forever],
+        llm=FakeLLM(script),
+        tools=[wait_forever, tick],
         partitions=1,
     )
     async def agent(ctx: AgentContext, question: str) -> str:
@@ -265,11 +293,25 @@ async def test_ui_with_allow_actions_terminates_a_running_turn(
         running_worker(agent, kafka_bootstrap_servers),
         running_ui(feed, UIOptions(port=0, allow_actions=True)) as url,
     ):
+        # Cancel: the turn stops at its next step, with the reason the UI gave.
+        looping = await client.submit(agent.name, question="loop")
+        await page.goto(f"{url}/#/turn/{agent.name}/{looping.turn_id}")
+        await expect(page.get_by_test_id("step").nth(1)).to_contain_text("tick", timeout=WAIT_MS)
+        page.once("dialog", lambda dialog: dialog.accept())
+        await page.get_by_role("button", name="Cancel").click()
+        await expect(page.get_by_test_id("error-code")).to_have_text("cancelled", timeout=WAIT_MS)
+        await expect(page.get_by_test_id("outcome")).to_contain_text("from pyrula-stream ui")
+        await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+
         handle = await client.submit(agent.name, question="hold on")
         await page.goto(f"{url}/#/turn/{agent.name}/{handle.turn_id}")
         await expect(page.get_by_test_id("step").nth(1)).to_contain_text(
             "wait_forever", timeout=WAIT_MS
         )
+        # A cross-site form cannot set the action header, so the server wants it.
+        forged = await page.request.post(f"{url}/api/turns/{agent.name}/{handle.turn_id}/terminate")
+        assert forged.status == 400
+        assert "x-pyrula-action" in (await forged.json())["error"]
         page.once("dialog", lambda dialog: dialog.accept())
         await page.get_by_role("button", name="Terminate").click()
         await expect(page.get_by_test_id("error-code")).to_have_text("cancelled", timeout=WAIT_MS)
