@@ -139,10 +139,15 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
     tool_may_finish = asyncio.Event()
     model_may_finish = asyncio.Event()
 
-    @tool(read_only=True)
+    lookups: list[str] = []
+
+    @tool(read_only=True, retry=1)
     async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, str]:
         """Look up an order."""
         await tool_may_finish.wait()
+        lookups.append(order_id)
+        if len(lookups) == 1:  # the first try fails; the retry succeeds
+            raise ConnectionError("the orders database timed out")
         return {"order_id": order_id, "status": "shipped", "eta": "Wednesday"}
 
     @kafka_agent(
@@ -191,6 +196,7 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         # The second model call's text shows while the model is still streaming it.
         tool_may_finish.set()
         await expect(steps.nth(1)).to_contain_text('"eta": "Wednesday"', timeout=WAIT_MS)
+        await expect(steps.nth(1)).to_contain_text("result · 2 attempts")  # the retry shows
         second = steps.nth(2)
         await expect(second).to_contain_text("Model call 2", timeout=WAIT_MS)
         await expect(second.get_by_test_id("model-text")).to_contain_text(
