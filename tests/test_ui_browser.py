@@ -393,7 +393,7 @@ async def test_ui_links_sub_agent_calls_both_ways_and_filters_by_agent_and_threa
         await expect(rows).to_have_attribute("data-turn-id", parent)
 
 
-async def test_ui_marks_a_crash_and_replayed_steps_and_opens_an_older_turn_by_id(
+async def test_ui_marks_a_crash_opens_an_evicted_turn_by_id_and_stays_bounded(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
 ) -> None:
     gate = asyncio.Event()
@@ -457,3 +457,16 @@ async def test_ui_marks_a_crash_and_replayed_steps_and_opens_an_older_turn_by_id
         await expect(after.nth(1)).to_contain_text("refunding order 7")
         await expect(after.nth(2)).to_contain_text("Model call 2")
         await expect(after.nth(2)).not_to_contain_text("replayed")
+
+        # The page keeps as many dead letters per agent as the server: here one, the newest.
+        await page.goto(f"{url}/#/dlq")
+        letters = page.get_by_test_id("dead-letter")
+        async with running_worker(agent, kafka_bootstrap_servers, quick_stop):
+            producer = RecordProducer(kafka_bootstrap_servers)
+            try:
+                for n in (1, 2):
+                    await producer.send(agent.topics.turns, f"bad-{n}".encode(), b"\x00", [])
+                    await expect(letters.first).to_contain_text(f"bad-{n}", timeout=WAIT_MS)
+            finally:
+                producer.close()
+        await expect(letters).to_have_count(1)

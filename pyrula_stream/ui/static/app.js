@@ -3,7 +3,7 @@
 "use strict";
 
 const state = {
-  config: { allow_actions: false, agents: [], max_turns: 200 },
+  config: { allow_actions: false, agents: [], max_turns: 200, max_dead_letters: 200 },
   turns: new Map(), // "agent/turn_id" -> summary
   deadLetters: new Map(), // "agent/partition/offset" -> dead letter
   turn: null, // the watched turn's detail
@@ -107,6 +107,18 @@ function trim() {
       .sort((a, b) => (a[1].last_ms || 0) - (b[1].last_ms || 0));
     for (let i = 0; rows.length - i > state.config.max_turns && i < finished.length; i++) {
       state.turns.delete(finished[i][0]);
+    }
+  }
+  // And the newest dead letters per agent: a long-open page must not grow without end.
+  const letters = new Map();
+  for (const [key, d] of state.deadLetters) {
+    if (!letters.has(d.agent)) letters.set(d.agent, []);
+    letters.get(d.agent).push([key, d]);
+  }
+  for (const rows of letters.values()) {
+    rows.sort((a, b) => a[1].ts_ms - b[1].ts_ms || a[1].offset - b[1].offset);
+    for (const [key] of rows.slice(0, Math.max(0, rows.length - state.config.max_dead_letters))) {
+      state.deadLetters.delete(key);
     }
   }
 }
