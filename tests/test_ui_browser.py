@@ -250,6 +250,8 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
             await producer.send(
                 agent.topics.turns, b"bad-1", b"\x00\x01garbage", [("origin", b"ui-test")]
             )
+            # Something that is not an event on the events topic: counted, not fatal.
+            await producer.send(agent.topics.events, b"odd", b"\x00\x01garbage", [])
         finally:
             producer.close()
         await page.goto(f"{url}/#/dlq")
@@ -260,6 +262,11 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         await expect(letter).to_contain_text("invalid_request")
         await expect(letter).to_contain_text(f"{agent.topics.turns}[0]@")
         await expect(letter).to_contain_text("ui-test")  # the original header
+        await page.goto(url)
+        await expect(page.get_by_test_id("skipped")).to_have_text(
+            "1 event could not be shown (see the UI's log)", timeout=WAIT_MS
+        )
+        await expect(page.get_by_test_id("turn-row")).to_have_count(2)
 
 
 async def test_ui_with_allow_actions_cancels_and_terminates_running_turns(

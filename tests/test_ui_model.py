@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pyrula_stream.events import Event
+from pyrula_stream.kafka.io import TopicRecord
+from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import TurnView, UIState
 
 
@@ -161,3 +164,29 @@ def test_a_restart_is_told_apart_from_a_reply_and_a_child_names_its_parent() -> 
     assert turn.detail()["parent"] == {"agent": "triage", "turn_id": "p1"}
     assert [s.get("cause") for s in turn.steps if s["kind"] == "attempt"] == ["restart"]
     assert turn.steps[0]["state"] == "interrupted"
+
+
+def event_record(offset: int, turn: str, type_: str, data: Any) -> TopicRecord:
+    """An events-topic record as another producer might write it (JSON framing)."""
+    value = json.dumps(
+        {"type": type_, "turn_id": turn, "agent": "support", "seq": 0, "ts_ms": 1_000,
+         "attempt": 1, "data": data}
+    )  # fmt: skip
+    headers = {"content-type": "application/json"}
+    return TopicRecord(
+        "pyrula.support.events", 0, offset, turn.encode(), value.encode(), headers, 1
+    )
+
+
+def test_an_event_the_timeline_cannot_fold_is_counted_and_the_rest_still_shows() -> None:
+    state = UIState()
+    feed = EventFeed(FeedOptions("localhost:9", agents=("support",)), state)
+    feed._topic_agent["pyrula.support.events"] = ("support", "events")
+    records = [
+        event_record(0, "odd", "llm:delta", {"call": "first", "text": "x"}),
+        TopicRecord("pyrula.support.events", 0, 1, b"bad", b"\x00", {}, 1),
+        event_record(2, "fine", "run:start", {"params": {"q": "hi"}}),
+    ]
+    assert feed._fold(records)
+    assert (feed.unshowable, feed.undecodable) == (1, 1)
+    assert state.find("support", "fine") is not None

@@ -89,6 +89,7 @@ class UIApp:
             "max_dead_letters": self.state.max_dead_letters,
             "agents": sorted(self.state.agents),
             "error": self.feed.error,
+            "skipped_events": self.feed.undecodable + self.feed.unshowable,
         }
 
     async def live(self, request: Request) -> Response:

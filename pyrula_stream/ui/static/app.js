@@ -183,7 +183,7 @@ function renderTurns() {
   view.innerHTML = `
     <section class="page-head">
       <h1>Turns</h1>
-      <p class="sub">${state.turns.size} recent · ${running} running · ${agents.length} agent${agents.length === 1 ? "" : "s"}</p>
+      <p class="sub">${state.turns.size} recent · ${running} running · ${agents.length} agent${agents.length === 1 ? "" : "s"}${state.config.skipped_events ? ` · <span class="warn" data-testid="skipped">${esc(state.config.skipped_events)} event${state.config.skipped_events === 1 ? "" : "s"} could not be shown (see the UI's log)</span>` : ""}</p>
     </section>
     <form class="filters" onsubmit="return false">
       <select id="f-agent" aria-label="agent">${option("", "all agents", f.agent)}${agents.map((a) => option(a, a, f.agent)).join("")}</select>
