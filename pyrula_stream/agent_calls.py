@@ -189,7 +189,11 @@ class AgentCalls:
                 turn_id=child_id,
                 agent=name,
                 params=params,
-                metadata={"parent_turn_id": turn.turn_id, "root_turn_id": lineage.root_turn_id},
+                metadata={
+                    "parent_turn_id": turn.turn_id,
+                    "parent_agent": lineage.parent_agent,
+                    "root_turn_id": lineage.root_turn_id,
+                },
                 submitted_ms=int(time.time() * 1000),
                 lineage=lineage,
             )

@@ -280,10 +280,16 @@ class AgentContext:
         """The MCP tools of ``server`` (or of all declared servers), to pass as ``tools=``.
 
         The first call for a server journals its tool list as a step; a replay gets the
-        journaled list, even with the server down. No MCP servers declared: ``[]``.
+        journaled list, even with the server down. No MCP servers declared: ``[]``, but
+        naming a server the agent does not declare raises ``ConfigurationError``.
         """
         _refuse_nested("ctx.mcp_tools", server or "mcp")
         if self._loop.mcp is None:
+            if server is not None:
+                raise ConfigurationError(
+                    f"ctx.mcp_tools({server!r}): this agent declares no MCP servers; "
+                    "add it to @kafka_agent(mcp_servers=[...])"
+                )
             return []
         return list(await self._loop.mcp.tools(server))
 

@@ -13,9 +13,19 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 
-from pyrula_stream import Fatal, ToolContext, ToolRegistrationError, build_mcp_server, tool
+from pyrula_stream import (
+    AgentContext,
+    Fatal,
+    ToolContext,
+    ToolRegistrationError,
+    WorkerOptions,
+    build_mcp_server,
+    kafka_agent,
+    tool,
+)
 from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.echo import echo
 from tests.mcp_servers.processes import ROOT, sigkill, start_listening
@@ -107,3 +117,38 @@ async def test_an_mcp_client_calls_a_kafka_agent_end_to_end(
     text: Any = result.content[0]
     assert text.text == "said it"  # the turn's result, after the model called `shout`
     assert invalid.is_error and "text" in invalid.content[0].text  # type: ignore[union-attr]
+
+
+async def test_an_agent_turn_that_fails_or_outlasts_turn_timeout_is_an_error_result(
+    kafka_bootstrap_servers: str,
+) -> None:
+    release = asyncio.Event()
+
+    @kafka_agent(name=unique_name("mcpfail"), llm=FakeLLM(["x"]), partitions=1)
+    async def failing(ctx: AgentContext, order_id: str) -> str:
+        """Refund an order."""
+        raise Fatal(f"order {order_id} is locked")
+
+    @kafka_agent(name=unique_name("mcpslow"), llm=FakeLLM(["x"]), partitions=1)
+    async def waiting(ctx: AgentContext) -> str:
+        await release.wait()
+        return "late"
+
+    server = build_mcp_server(
+        agents=[failing, waiting], bootstrap_servers=kafka_bootstrap_servers, turn_timeout=3
+    )
+    quick_stop = WorkerOptions(shutdown_grace=0.2)
+    async with (
+        running_worker(failing, kafka_bootstrap_servers),
+        running_worker(waiting, kafka_bootstrap_servers, quick_stop),
+        Client(server) as mcp,
+    ):
+        failed = await mcp.call_tool(failing.name, {"order_id": "9"})
+        late = await mcp.call_tool(waiting.name, {})
+        release.set()
+
+    assert failed.is_error
+    assert "failed (fatal): order 9 is locked" in failed.content[0].text  # type: ignore[union-attr]
+    assert late.is_error, late
+    text = late.content[0].text  # type: ignore[union-attr]
+    assert "did not finish within turn_timeout=3s" in text and "still runs" in text, text

@@ -177,7 +177,7 @@ async def test_a_client_without_rights_gets_a_clear_authorization_error(
         secured_kafka.bootstrap, kafka_config=secured_kafka.settings("nobody")
     ) as client:
         with pytest.raises(KafkaAuthorizationError) as submit:
-            await asyncio.wait_for(client.submit(AGENT_A, q="hi"), 30)
+            await asyncio.wait_for(client.submit(AGENT_A, q="hi"), 15)
         with pytest.raises(KafkaAuthorizationError) as stream:
             await asyncio.wait_for(client.run(AGENT_A, q="hi"), 30)
     message = str(submit.value)
@@ -231,14 +231,14 @@ async def test_a_wrong_password_fails_fast_without_showing_it(
     async with KafkaAgentClient(secured_kafka.bootstrap, kafka_config=wrong) as client:
         assert WRONG_PASSWORD not in repr(client.kafka_config)
         with pytest.raises(KafkaAuthenticationError) as submitted:
-            await asyncio.wait_for(client.submit(AGENT_A, q="hi"), 30)
+            await asyncio.wait_for(client.submit(AGENT_A, q="hi"), 15)
     options = WorkerOptions(kafka_config=secured_kafka.settings("worker_a", WRONG_PASSWORD))
     assert WRONG_PASSWORD not in repr(options)
     worker = KafkaWorker(
         _agent(AGENT_A, Recorder()), bootstrap_servers=secured_kafka.bootstrap, options=options
     )
     with pytest.raises(KafkaAuthenticationError) as started:
-        await asyncio.wait_for(worker.run(), 30)
+        await asyncio.wait_for(worker.run(), 15)
     for error in (submitted.value, started.value):
         assert "invalid credentials" in str(error) and "User:" in str(error)
         assert WRONG_PASSWORD not in str(error)

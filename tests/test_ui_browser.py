@@ -13,16 +13,33 @@ import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, async_playwright, expect
 
-from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
+from pyrula_stream import (
+    AgentContext,
+    Event,
+    KafkaAgentClient,
+    ToolContext,
+    WorkerOptions,
+    kafka_agent,
+    tool,
+)
+from pyrula_stream.errors import SubAgentError
 from pyrula_stream.kafka.io import RecordProducer
-from pyrula_stream.llm import FakeLLM, TextDelta, reply_tool_calls
+from pyrula_stream.llm import (
+    FakeLLM,
+    ModelResponse,
+    TextDelta,
+    reply_text,
+    reply_tool_call,
+    reply_tool_calls,
+)
 from pyrula_stream.llm.base import StreamItem, ToolDefinition
 from pyrula_stream.llm.fake import count_model_calls
-from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.testing import running_worker, unique_name, wait_for
 from pyrula_stream.ui.feed import FeedOptions
 from pyrula_stream.ui.server import UIOptions, running_ui
 
@@ -56,9 +73,31 @@ async def browser() -> AsyncIterator[Browser]:
 
 @pytest.fixture
 async def page(browser: Browser) -> AsyncIterator[Page]:
+    """A page that may load only from the UI's own server: the page must work offline,
+    so a request anywhere else (a CDN, a font service) is refused and fails the test."""
     context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    elsewhere: list[str] = []
+
+    async def only_local(route: Route) -> None:
+        host = urlsplit(route.request.url).hostname
+        if host in ("127.0.0.1", "localhost", "::1"):
+            await route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            await route.abort()
+
+    await context.route("**/*", only_local)
     yield await context.new_page()
     await context.close()
+    assert not elsewhere, f"the page loaded from outside the UI server: {elsewhere}"
+
+
+def test_without_chromium_the_browser_tests_fail_and_say_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYRULA_CHROMIUM", "/nonexistent/chromium")
+    with pytest.raises(pytest.fail.Exception, match="run `make browser`"):
+        system_chromium()
 
 
 class StreamingModel(FakeLLM):
@@ -100,10 +139,15 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
     tool_may_finish = asyncio.Event()
     model_may_finish = asyncio.Event()
 
-    @tool(read_only=True)
+    lookups: list[str] = []
+
+    @tool(read_only=True, retry=1)
     async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, str]:
         """Look up an order."""
         await tool_may_finish.wait()
+        lookups.append(order_id)
+        if len(lookups) == 1:  # the first try fails; the retry succeeds
+            raise ConnectionError("the orders database timed out")
         return {"order_id": order_id, "status": "shipped", "eta": "Wednesday"}
 
     @kafka_agent(
@@ -152,6 +196,7 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         # The second model call's text shows while the model is still streaming it.
         tool_may_finish.set()
         await expect(steps.nth(1)).to_contain_text('"eta": "Wednesday"', timeout=WAIT_MS)
+        await expect(steps.nth(1)).to_contain_text("result · 2 attempts")  # the retry shows
         second = steps.nth(2)
         await expect(second).to_contain_text("Model call 2", timeout=WAIT_MS)
         await expect(second.get_by_test_id("model-text")).to_contain_text(
@@ -181,6 +226,15 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         await page.goto(url)
         failed_row = page.locator(f'[data-testid="turn-row"][data-turn-id="{failed[0].turn_id}"]')
         await expect(failed_row).to_contain_text("agent_error", timeout=WAIT_MS)
+        # The list's columns, for the turn with a tool call.
+        header = [h.strip() for h in await page.locator("table.turns th").all_text_contents()]
+        assert header == [
+            "status", "turn", "agent", "thread", "attempt", "started", "duration",
+            "model calls", "tool calls", "tokens", "cost",
+        ]  # fmt: skip
+        cells = await row.locator("td").all_text_contents()
+        assert [cells[4], cells[7], cells[8]] == ["1", "2", "1"]  # attempt, model/tool calls
+        assert cells[6].endswith(("ms", "s")) and int(cells[9].replace(",", "")) > 0
         rows = page.get_by_test_id("turn-row")
         await page.get_by_label("status").select_option("failed")
         await expect(rows).to_have_count(1)
@@ -196,6 +250,8 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
             await producer.send(
                 agent.topics.turns, b"bad-1", b"\x00\x01garbage", [("origin", b"ui-test")]
             )
+            # Something that is not an event on the events topic: counted, not fatal.
+            await producer.send(agent.topics.events, b"odd", b"\x00\x01garbage", [])
         finally:
             producer.close()
         await page.goto(f"{url}/#/dlq")
@@ -206,9 +262,14 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         await expect(letter).to_contain_text("invalid_request")
         await expect(letter).to_contain_text(f"{agent.topics.turns}[0]@")
         await expect(letter).to_contain_text("ui-test")  # the original header
+        await page.goto(url)
+        await expect(page.get_by_test_id("skipped")).to_have_text(
+            "1 event could not be shown (see the UI's log)", timeout=WAIT_MS
+        )
+        await expect(page.get_by_test_id("turn-row")).to_have_count(2)
 
 
-async def test_ui_with_allow_actions_terminates_a_running_turn(
+async def test_ui_with_allow_actions_cancels_and_terminates_running_turns(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
 ) -> None:
     never = asyncio.Event()
@@ -219,10 +280,22 @@ async def test_ui_with_allow_actions_terminates_a_running_turn(
         await never.wait()
         return "unreachable"
 
+    @tool(read_only=True)
+    async def tick(ctx: ToolContext) -> str:
+        """One more round: the model asks for it again and again."""
+        await asyncio.sleep(0.1)
+        return "tock"
+
+    def script(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        if messages[0]["content"] == "loop":  # runs until cancelled, one step at a time
+            return reply_tool_call("tick")
+        first = count_model_calls(messages) == 0
+        return reply_tool_call("wait_forever") if first else reply_text("done")
+
     @kafka_agent(
         name=unique_name("stuck"),
-        llm=FakeLLM([reply_tool_calls(("wait_forever", {})), "done"]),
-        tools=[wait_forever],
+        llm=FakeLLM(script),
+        tools=[wait_forever, tick],
         partitions=1,
     )
     async def agent(ctx: AgentContext, question: str) -> str:
@@ -233,13 +306,174 @@ async def test_ui_with_allow_actions_terminates_a_running_turn(
         running_worker(agent, kafka_bootstrap_servers),
         running_ui(feed, UIOptions(port=0, allow_actions=True)) as url,
     ):
+        # Cancel: the turn stops at its next step, with the reason the UI gave.
+        looping = await client.submit(agent.name, question="loop")
+        await page.goto(f"{url}/#/turn/{agent.name}/{looping.turn_id}")
+        await expect(page.get_by_test_id("step").nth(1)).to_contain_text("tick", timeout=WAIT_MS)
+        page.once("dialog", lambda dialog: dialog.accept())
+        await page.get_by_role("button", name="Cancel").click()
+        await expect(page.get_by_test_id("error-code")).to_have_text("cancelled", timeout=WAIT_MS)
+        await expect(page.get_by_test_id("outcome")).to_contain_text("from pyrula-stream ui")
+        await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+
         handle = await client.submit(agent.name, question="hold on")
         await page.goto(f"{url}/#/turn/{agent.name}/{handle.turn_id}")
         await expect(page.get_by_test_id("step").nth(1)).to_contain_text(
             "wait_forever", timeout=WAIT_MS
         )
+        # A cross-site form cannot set the action header, so the server wants it.
+        forged = await page.request.post(f"{url}/api/turns/{agent.name}/{handle.turn_id}/terminate")
+        assert forged.status == 400
+        assert "x-pyrula-action" in (await forged.json())["error"]
         page.once("dialog", lambda dialog: dialog.accept())
         await page.get_by_role("button", name="Terminate").click()
         await expect(page.get_by_test_id("error-code")).to_have_text("cancelled", timeout=WAIT_MS)
         await expect(page.get_by_test_id("status").first).to_have_text("cancelled")
         await expect(page.get_by_role("button", name="Terminate")).to_have_count(0)
+
+
+async def events_of(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
+    return [e async for e in client.stream(agent, turn_id)]
+
+
+async def test_ui_links_sub_agent_calls_both_ways_and_filters_by_agent_and_thread(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
+) -> None:
+    @kafka_agent(name=unique_name("refunds"), llm=FakeLLM(["ok"]), partitions=1)
+    async def refunds(ctx: AgentContext, order_id: str, cents: int) -> dict[str, Any]:
+        if cents > 10_000:
+            raise ValueError(f"a refund of {cents} needs a person")
+        return {"order_id": order_id, "refunded": cents}
+
+    @kafka_agent(name=unique_name("triage"), llm=FakeLLM(["ok"]), partitions=1)
+    async def triage(ctx: AgentContext, order_id: str) -> str:
+        # Two calls in a row: the parent parks twice, so its reply steps are attempts 2 and 3.
+        small = await ctx.call_agent(refunds, order_id=order_id, cents=500)
+        try:
+            await ctx.call_agent(refunds, order_id=order_id, cents=20_000)
+        except SubAgentError as exc:
+            return f"refunded {small['refunded']}, escalated: {exc.child_code}"
+        return "refunded both"
+
+    feed = FeedOptions(kafka_bootstrap_servers, agents=(triage.name, refunds.name))
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers),
+        running_worker(triage, kafka_bootstrap_servers),
+        running_ui(feed, UIOptions(port=0)) as url,
+    ):
+        events = await client.run(triage.name, order_id="7", thread_id="customer-42", timeout=120)
+        assert events[-1].data["result"] == "refunded 500, escalated: agent_error"
+        parent = events[0].turn_id
+        children = [e.data["child_turn_id"] for e in events if e.type == "subagent:start"]
+        assert len(children) == 2
+
+        await page.goto(f"{url}/#/turn/{triage.name}/{parent}")
+        calls = page.locator('[data-testid="step"][data-kind="subagent"]')
+        await expect(calls).to_have_count(2, timeout=WAIT_MS)
+        await expect(calls.nth(0)).to_contain_text('"refunded": 500')
+        await expect(calls.nth(1)).to_contain_text("agent_error")
+        await expect(page.get_by_test_id("attempt")).to_have_count(2)
+        await expect(page.get_by_test_id("attempt").nth(1)).to_contain_text(
+            "resumed when its sub-agent's reply arrived"
+        )
+        await expect(page.get_by_test_id("outcome")).to_contain_text("escalated: agent_error")
+
+        # The second call links to the child's timeline, and the child back to its caller.
+        await calls.nth(1).get_by_test_id("child-link").click()
+        await expect(page.get_by_test_id("error-code")).to_have_text("agent_error", timeout=WAIT_MS)
+        await expect(page.locator("h1")).to_have_text(children[1])
+        await expect(page.get_by_test_id("outcome")).to_contain_text("needs a person")
+        await page.get_by_test_id("parent-link").click()
+        await expect(page.locator("h1")).to_have_text(parent, timeout=WAIT_MS)
+
+        # The turns list: filter by agent, then by thread.
+        await page.goto(url)
+        rows = page.get_by_test_id("turn-row")
+        await expect(rows).to_have_count(3, timeout=WAIT_MS)
+        await page.get_by_label("agent").select_option(refunds.name)
+        await expect(rows).to_have_count(2)
+        for child in children:
+            await expect(page.locator(f'[data-turn-id="{child}"]')).to_have_count(1)
+        await page.get_by_label("agent").select_option("")
+        await page.get_by_label("thread").fill("customer-42")
+        await expect(rows).to_have_count(1)
+        await expect(rows).to_have_attribute("data-turn-id", parent)
+
+
+async def test_ui_marks_a_crash_opens_an_evicted_turn_by_id_and_stays_bounded(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
+) -> None:
+    gate = asyncio.Event()
+    started: list[str] = []
+
+    @tool(writes=True)
+    async def refund(ctx: ToolContext, order_id: str) -> str:
+        """Refund an order once the test allows it."""
+        started.append(order_id)
+        await ctx.emit_status(f"refunding order {order_id}")
+        await gate.wait()
+        return f"refunded {order_id}"
+
+    @kafka_agent(
+        name=unique_name("crashy"),
+        llm=FakeLLM([reply_tool_calls(("refund", {"order_id": "7"})), "Refunded."]),
+        tools=[refund],
+        partitions=1,
+    )
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    quick_stop = WorkerOptions(shutdown_grace=0.2)
+    # The UI keeps one finished turn per agent, so a second turn pushes the first out.
+    feed = FeedOptions(kafka_bootstrap_servers, agents=(agent.name,))
+    async with running_ui(feed, UIOptions(port=0, max_turns=1)) as url:
+        async with running_worker(agent, kafka_bootstrap_servers, quick_stop):
+            handle = await client.submit(agent.name, question="refund order 7")
+            await wait_for(lambda: len(started) == 1, 60, "the tool started")
+        # The worker stopped while the tool ran: model call 1 is journaled, the tool is not.
+        gate.set()
+        async with running_worker(agent, kafka_bootstrap_servers, quick_stop):
+            crashed = await asyncio.wait_for(events_of(client, agent.name, handle.turn_id), 120)
+            assert crashed[-1].attempt == 2
+            newer = await client.run(agent.name, question="refund order 7", timeout=120)
+            assert newer[-1].type == "run:complete"
+
+        await page.goto(url)
+        rows = page.get_by_test_id("turn-row")
+        await expect(rows).to_have_count(1, timeout=WAIT_MS)
+        await expect(rows).to_have_attribute("data-turn-id", newer[0].turn_id)
+        # The crashed turn is no longer held: search its id, and open it from Kafka.
+        await page.get_by_label("turn id").fill(handle.turn_id)
+        await expect(rows).to_have_count(0)
+        await page.get_by_role("button", name="Open").click()
+        await expect(page.locator("h1")).to_have_text(handle.turn_id, timeout=WAIT_MS)
+        await expect(page.get_by_test_id("outcome")).to_contain_text("Refunded.")
+        steps = page.get_by_test_id("step")
+        await expect(steps.nth(0)).to_contain_text("Model call 1")
+        await expect(steps.nth(0)).to_contain_text("replayed")
+        attempt = page.get_by_test_id("attempt")
+        await expect(attempt).to_have_count(1)
+        await expect(attempt).to_contain_text("Attempt 2")
+        await expect(attempt).to_contain_text("stopped before finishing")
+        # After the mark: the tool runs again (with its status line), then model call 2.
+        after = page.locator('[data-testid="attempt"] ~ [data-testid="step"]')
+        await expect(after).to_have_count(3)
+        await expect(after.nth(0)).to_have_attribute("data-kind", "tool")
+        await expect(after.nth(0)).to_contain_text("refunded 7")
+        await expect(after.nth(1)).to_have_attribute("data-kind", "status")
+        await expect(after.nth(1)).to_contain_text("refunding order 7")
+        await expect(after.nth(2)).to_contain_text("Model call 2")
+        await expect(after.nth(2)).not_to_contain_text("replayed")
+
+        # The page keeps as many dead letters per agent as the server: here one, the newest.
+        await page.goto(f"{url}/#/dlq")
+        letters = page.get_by_test_id("dead-letter")
+        async with running_worker(agent, kafka_bootstrap_servers, quick_stop):
+            producer = RecordProducer(kafka_bootstrap_servers)
+            try:
+                for n in (1, 2):
+                    await producer.send(agent.topics.turns, f"bad-{n}".encode(), b"\x00", [])
+                    await expect(letters.first).to_contain_text(f"bad-{n}", timeout=WAIT_MS)
+            finally:
+                producer.close()
+        await expect(letters).to_have_count(1)

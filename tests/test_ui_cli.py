@@ -17,10 +17,14 @@ from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name
 
+# The UI binds where --host says: 127.0.0.2 is loopback too on Linux, but a server on the
+# default 127.0.0.1 does not answer there.
+HOST = "127.0.0.2"
+
 
 def free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((HOST, 0))
         return int(s.getsockname()[1])
 
 
@@ -53,8 +57,8 @@ async def test_ui_command_serves_page_api_and_live_stream(
 
 def check_ui_process(bootstrap_servers: str, agent: str, turn_id: str) -> None:
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "pyrula_stream.cli", "ui"]
+    url = f"http://{HOST}:{port}"
+    command = [sys.executable, "-m", "pyrula_stream.cli", "ui", "--host", HOST]
     command += ["--bootstrap-servers", bootstrap_servers, "--agent", agent, "--port", str(port)]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pyrula_stream.events import Event
+from pyrula_stream.kafka.io import TopicRecord
+from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import TurnView, UIState
 
 
@@ -80,3 +83,110 @@ def test_dead_letter_keeps_reason_source_and_original_headers() -> None:
     )
     assert letter.original_headers == {"content-type": "application/json"}
     assert letter.value_preview == "\\x00\\x01garbage"
+
+
+def test_sub_agent_calls_link_the_child_and_a_parked_parent_resumes_without_a_crash() -> None:
+    """A parent parks while each child runs; every reply resumes it as a new attempt (a
+    third attempt used to raise on the previous attempt's marker)."""
+    turn = TurnView("p1", "triage")
+    events = [
+        ev(0, "run:start", worker="w1"),
+        ev(
+            1,
+            "subagent:start",
+            call_key="0",
+            agent="refunds",
+            child_turn_id="c1",
+            depth=1,
+            input={"cents": 500},
+        ),
+        ev(
+            2,
+            "subagent:result",
+            attempt=2,
+            agent="refunds",
+            child_turn_id="c1",
+            status="completed",
+            result={"refunded": 500},
+            usage={},
+        ),
+        ev(
+            3,
+            "subagent:start",
+            attempt=2,
+            call_key="1",
+            agent="refunds",
+            child_turn_id="c2",
+            depth=1,
+            input={"cents": 20_000},
+        ),
+        ev(
+            4,
+            "subagent:result",
+            attempt=3,
+            agent="refunds",
+            child_turn_id="c2",
+            status="failed",
+            result=None,
+            error_code="agent_error",
+            usage={},
+        ),
+        ev(5, "run:complete", attempt=3, result="escalated"),
+    ]
+    for event in events:
+        assert turn.apply(event)
+    steps = [
+        (s["kind"], s.get("child_turn_id"), s.get("state"), s.get("replayed", False))
+        for s in turn.steps
+    ]
+    assert steps == [
+        ("subagent", "c1", "done", True),
+        ("attempt", None, None, False),
+        ("subagent", "c2", "done", True),
+        ("attempt", None, None, False),
+    ]
+    assert [s.get("cause") for s in turn.steps if s["kind"] == "attempt"] == ["reply"] * 2
+    first, second = turn.steps[0], turn.steps[2]
+    assert (first["child_agent"], first["status"], first["result"]) == (
+        "refunds",
+        "completed",
+        '{"refunded": 500}',
+    )
+    assert (second["status"], second["error_code"]) == ("failed", "agent_error")
+    assert (turn.status, turn.attempt) == ("completed", 3)
+
+
+def test_a_restart_is_told_apart_from_a_reply_and_a_child_names_its_parent() -> None:
+    turn = TurnView("c1", "refunds")
+    turn.apply(ev(0, "run:start", metadata={"parent_turn_id": "p1", "parent_agent": "triage"}))
+    turn.apply(ev(1, "tool:start", call_key="0.0", tool="refund", input={}))
+    turn.apply(ev(2, "tool:start", attempt=2, call_key="0.0", tool="refund", input={}))
+    assert turn.detail()["parent"] == {"agent": "triage", "turn_id": "p1"}
+    assert [s.get("cause") for s in turn.steps if s["kind"] == "attempt"] == ["restart"]
+    assert turn.steps[0]["state"] == "interrupted"
+
+
+def event_record(offset: int, turn: str, type_: str, data: Any) -> TopicRecord:
+    """An events-topic record as another producer might write it (JSON framing)."""
+    value = json.dumps(
+        {"type": type_, "turn_id": turn, "agent": "support", "seq": 0, "ts_ms": 1_000,
+         "attempt": 1, "data": data}
+    )  # fmt: skip
+    headers = {"content-type": "application/json"}
+    return TopicRecord(
+        "pyrula.support.events", 0, offset, turn.encode(), value.encode(), headers, 1
+    )
+
+
+def test_an_event_the_timeline_cannot_fold_is_counted_and_the_rest_still_shows() -> None:
+    state = UIState()
+    feed = EventFeed(FeedOptions("localhost:9", agents=("support",)), state)
+    feed._topic_agent["pyrula.support.events"] = ("support", "events")
+    records = [
+        event_record(0, "odd", "llm:delta", {"call": "first", "text": "x"}),
+        TopicRecord("pyrula.support.events", 0, 1, b"bad", b"\x00", {}, 1),
+        event_record(2, "fine", "run:start", {"params": {"q": "hi"}}),
+    ]
+    assert feed._fold(records)
+    assert (feed.unshowable, feed.undecodable) == (1, 1)
+    assert state.find("support", "fine") is not None

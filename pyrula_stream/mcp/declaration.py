@@ -28,7 +28,9 @@ class MCPServer:
     environment, as the SDK does; ``cwd`` is its working directory).
 
     ``retry`` and ``timeout`` apply to each tool call (and to discovery) as they do to a
-    ``@tool``; a server that cannot be reached is a tool error the model reads.
+    ``@tool``; a server that cannot be reached is a tool error the model reads. Opening
+    the session (starting a ``command=`` server, which ``npx`` or ``uvx`` can make slow)
+    is bounded by ``connect_timeout`` instead, not counted in ``timeout``.
     ``tool_names`` maps an MCP tool name to the name the model sees (default
     ``<server>_<tool>``). ``requires_approval`` is refused when an agent is bound: a Kafka
     consumer cannot wait for a person.
@@ -43,7 +45,7 @@ class MCPServer:
     cwd: str | None = None
     retry: int | RetryPolicy = 0
     timeout: float = 30.0
-    connect_timeout: float = 10.0
+    connect_timeout: float = 30.0
     tool_names: Mapping[str, str] = field(default_factory=dict)
     requires_approval: Sequence[str] | bool = ()
 

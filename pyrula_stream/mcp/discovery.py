@@ -64,6 +64,7 @@ class MCPToolbox:
         connection = self._pool.connection(server.name)
 
         async def attempt() -> list[Tool]:
+            await connection.connect()  # under connect_timeout, not timeout
             try:
                 async with asyncio.timeout(server.timeout):
                     return await connection.list_tools()

@@ -76,6 +76,11 @@ class MCPConnection:
     def connected(self) -> bool:
         return self._owner is not None and not self._owner.done() and self._client is not None
 
+    async def connect(self) -> None:
+        """Open the session now if it is not open; bounded by ``connect_timeout`` alone, so
+        a slow-starting server does not eat into a call's ``timeout``."""
+        await self._connection()
+
     async def list_tools(self) -> list[Tool]:
         """Every tool the server lists now (all pages)."""
 
@@ -92,9 +97,12 @@ class MCPConnection:
 
         return await self.request("list its tools", fetch)
 
-    async def call_tool(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any], *, meta: dict[str, Any] | None = None
+    ) -> CallToolResult:
         return await self.request(
-            f"call tool {tool!r}", lambda client: client.call_tool(tool, arguments)
+            f"call tool {tool!r}",
+            lambda client: client.call_tool(tool, arguments, meta=meta),  # type: ignore[arg-type]
         )
 
     async def request(self, what: str, send: Callable[[Client], Awaitable[T]]) -> T:

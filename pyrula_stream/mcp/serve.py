@@ -10,6 +10,7 @@ the server; ``pyrula-stream mcp serve MODULE:AGENT`` does it from a shell.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from pyrula_stream.agent import KafkaAgent
     from pyrula_stream.client import KafkaAgentClient
+    from pyrula_stream.events import Event
 
 
 @dataclass
@@ -89,7 +91,24 @@ def _expose_agent(agent: KafkaAgent, turn_timeout: float | None) -> _Exposed:
             params = validate_arguments(agent.name, schema, model, arguments)
         except InvalidToolArguments as exc:
             return str(exc), True
-        events = await res.kafka[agent.prefix].run(agent.name, timeout=timeout, **params)
+        kafka = res.kafka[agent.prefix]
+        handle = await kafka.submit(agent.name, **params)
+        events: list[Event] = []
+
+        async def collect() -> None:
+            since_ms = handle.submitted_ms - 60_000
+            async for event in kafka.stream(agent.name, handle.turn_id, since_ms=since_ms):
+                events.append(event)
+
+        try:
+            await asyncio.wait_for(collect(), timeout)
+        except TimeoutError:  # the turn is durable: it goes on without this caller
+            return (
+                f"turn {handle.turn_id} of agent '{agent.name}' did not finish within "
+                f"turn_timeout={timeout:g}s; it still runs on Kafka (follow it with "
+                f"`pyrula-stream tail {agent.name} --turn {handle.turn_id}`)",
+                True,
+            )
         last = events[-1]
         if last.type == "run:complete":
             result = last.data.get("result")
@@ -116,7 +135,8 @@ def build_mcp_server(
 
     Each agent is one tool named after the agent; a call runs one turn on Kafka
     (``bootstrap_servers``) and waits for it (``turn_timeout``, default the agent's
-    ``timeout``). A tool declaring ``requires_approval`` is refused.
+    ``timeout``); a failed turn, or one still running at ``turn_timeout``, is an
+    ``isError`` result naming the turn. A tool declaring ``requires_approval`` is refused.
     """
     from pyrula_stream.agent import KafkaAgent
 

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
     from pyrula_stream.mcp.pool import MCPConnection
 
+# The call's ``_meta`` carries the same key a ``@tool`` reads as ``ctx.idempotency_key``
+# (stable when a crashed turn reruns the call), so the server can drop a repeat.
+IDEMPOTENCY_META_KEY = "pyrula.io/idempotency_key"
+
 
 @dataclass(frozen=True)
 class MCPToolListing:
@@ -127,8 +131,15 @@ class MCPTool(ToolCallable):
             fields["destructive"] = self.listing.destructive
         return fields
 
+    async def _attempt(self, ctx: Any, kwargs: Mapping[str, Any]) -> Any:
+        """One attempt: (re)connect under ``connect_timeout``, then the call under ``timeout``."""
+        await self.connection.connect()
+        return await super()._attempt(ctx, kwargs)
+
     async def _call_server(self, ctx: Any, /, **arguments: Any) -> _Reply:
-        result = await self.connection.call_tool(self.listing.tool, arguments)
+        key = ctx.idempotency_key if isinstance(ctx, ToolContext) else None
+        meta = {IDEMPOTENCY_META_KEY: key} if key is not None else None
+        result = await self.connection.call_tool(self.listing.tool, arguments, meta=meta)
         value = result.structured_content
         text = reply_text(result)
         return _Reply(value if value is not None else text, text, result.is_error)

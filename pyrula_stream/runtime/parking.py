@@ -17,14 +17,21 @@ import time
 from collections.abc import Callable
 
 from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
-from pyrula_stream.subagents import Park, Reply
+from pyrula_stream.subagents import Park, Reply, cursor_record, parse_reply, reply_journal_record
 
 log = logging.getLogger(__name__)
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def replies_owner(partition: int) -> str:
+    """The committer's owner tag of a partition's reply records (not a turn id)."""
+    return f"~replies/{partition}"
 
 
 class ParkedTurns:
@@ -83,6 +90,35 @@ class ParkedTurns:
         for partition, ps in self._parts.items():
             if turn_id in ps.parked:
                 self.resume(partition, turn_id)
+
+    def take_reply(
+        self, record: ConsumedRecord, journal_topic: str, committer: GroupCommitter
+    ) -> None:
+        """A child's outcome: journal it with the replies position in one transaction
+        that also carries the input offsets (a worker that lost the partition is fenced)."""
+        p = record.partition
+        ps = self._parts.get(p)
+        if ps is None:
+            return
+        records = [cursor_record(journal_topic, p, record.offset + 1)]
+        reply: Reply | None = None
+        try:
+            reply = parse_reply(record.value)
+        except MalformedRecordError as exc:
+            log.warning("skipping unreadable reply at [%d]@%d: %s", p, record.offset, exc)
+        if reply is not None and self.wants(ps, reply):
+            records.append(reply_journal_record(journal_topic, p, reply))
+        else:
+            reply = None
+        committed = committer.durable_records(replies_owner(p), records)
+        if reply is not None:
+            taken = reply
+
+            def on_commit(fut: asyncio.Future[None]) -> None:
+                if not fut.cancelled() and fut.exception() is None:
+                    self.reply_committed(p, taken)
+
+            committed.add_done_callback(on_commit)
 
     def wants(self, ps: PartitionState, reply: Reply) -> bool:
         """Whether a reply should be journaled: its parent is known here and has not ended

@@ -53,6 +53,7 @@ class EventFeed:
         self.options = options
         self.state = state
         self.undecodable = 0
+        self.unshowable = 0  # decoded events the timeline could not fold (odd data)
         self.error: str | None = None
         self._resume: dict[tuple[str, int], int] = {}
         self._topic_agent: dict[str, tuple[str, str]] = {}
@@ -173,6 +174,8 @@ class EventFeed:
                     event = decode_event(record.value, record.headers, self._codec)
                 except MalformedRecordError as exc:
                     self.undecodable += 1
+                    self.state.touch()
+                    changed = True
                     log.warning(
                         "%s[%d]@%d is not an event: %s",
                         record.topic,
@@ -181,7 +184,21 @@ class EventFeed:
                         exc,
                     )
                     continue
-                changed = self.state.apply(event) is not None or changed
+                try:
+                    changed = self.state.apply(event) is not None or changed
+                except Exception as exc:  # one odd event must not stop the whole page
+                    self.unshowable += 1
+                    self.state.touch()
+                    changed = True
+                    log.warning(
+                        "%s[%d]@%d: cannot show %s of turn %s: %r",
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                        event.type,
+                        event.turn_id,
+                        exc,
+                    )
         return changed
 
     async def load_turn(self, agent: str, turn_id: str) -> TurnView | None:

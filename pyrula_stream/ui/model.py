@@ -4,7 +4,9 @@
 Events arrive in ``seq`` order per turn (one key, one partition, ``read_committed``), so
 folding is a plain left fold; a repeated ``seq`` (at-least-once mode) is dropped.
 Steps a later attempt took from the journal publish no new events: the steps recorded by
-an earlier attempt are marked ``replayed`` once a later attempt shows up.
+an earlier attempt are marked ``replayed`` once a later attempt shows up. A new attempt is
+either a restart (a worker stopped mid-turn) or a parent resuming when a sub-agent's reply
+arrived (it parked meanwhile); the ``attempt`` step says which.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class TurnView:
     last_ms: int = 0
     thread_id: str | None = None
     worker: str | None = None
+    parent: dict[str, str] | None = None  # a sub-agent's caller: agent and turn_id
     params: dict[str, Any] | None = None
     model_calls: int = 0
     tool_calls: int = 0
@@ -76,13 +79,29 @@ class TurnView:
         return True
 
     def _new_attempt(self, event: Event) -> None:
+        """Steps an earlier attempt finished are replayed from the journal; a running
+        sub-agent call means the turn was parked for the reply (its call is journaled, so
+        it is replayed too); any other running step was cut off and runs again."""
+        parked = False
         for step in self.steps:
-            if step.get("attempt", 1) < event.attempt and step["state"] == "done":
+            if step.get("attempt", 1) >= event.attempt or step["kind"] in ("attempt", "status"):
+                continue
+            if step["kind"] == "subagent":
                 step["replayed"] = True
-            elif step.get("attempt", 1) < event.attempt and step["state"] == "running":
+                parked = parked or step["state"] == "running"
+            elif step["state"] == "done":
+                step["replayed"] = True
+            elif step["state"] == "running":
                 step["state"] = "interrupted"
         self.attempt = event.attempt
-        self.steps.append({"kind": "attempt", "attempt": event.attempt, "ts_ms": event.ts_ms})
+        self.steps.append(
+            {
+                "kind": "attempt",
+                "attempt": event.attempt,
+                "ts_ms": event.ts_ms,
+                "cause": "reply" if parked else "restart",
+            }
+        )
 
     def _model_step(self, call: int, event: Event) -> dict[str, Any]:
         for found in self.steps[::-1]:
@@ -144,6 +163,7 @@ class TurnView:
         return {
             **self.summary(),
             "worker": self.worker,
+            "parent": self.parent,
             "params": self.params,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
@@ -158,6 +178,12 @@ def _run_start(turn: TurnView, event: Event) -> None:
     turn.params = event.data.get("params")
     turn.thread_id = event.data.get("thread_id")
     turn.worker = event.data.get("worker")
+    metadata = event.data.get("metadata") or {}
+    if metadata.get("parent_turn_id"):
+        turn.parent = {
+            "agent": str(metadata.get("parent_agent") or ""),
+            "turn_id": str(metadata["parent_turn_id"]),
+        }
 
 
 def _llm_delta(turn: TurnView, event: Event) -> None:
@@ -206,6 +232,48 @@ def _tool_result(turn: TurnView, event: Event) -> None:
     turn.tool_calls += 1
 
 
+def _subagent_start(turn: TurnView, event: Event) -> None:
+    data = event.data
+    turn.steps.append(
+        {
+            "kind": "subagent",
+            "call_key": data.get("call_key"),
+            "attempt": event.attempt,
+            "state": "running",
+            "child_agent": data.get("agent"),
+            "child_turn_id": data.get("child_turn_id"),
+            "depth": data.get("depth"),
+            "input": data.get("input"),
+            "started_ms": event.ts_ms,
+            "ended_ms": None,
+        }
+    )
+
+
+def _subagent_result(turn: TurnView, event: Event) -> None:
+    data = event.data
+    for step in turn.steps[::-1]:
+        if step["kind"] == "subagent" and step["child_turn_id"] == data.get("child_turn_id"):
+            break
+    else:  # its start was older than what the UI read
+        step = {
+            "kind": "subagent",
+            "attempt": event.attempt,
+            "child_agent": data.get("agent"),
+            "child_turn_id": data.get("child_turn_id"),
+            "started_ms": event.ts_ms,
+        }
+        turn.steps.append(step)
+    step.update(
+        state="done",
+        status=data.get("status"),
+        result=_clip(json.dumps(data.get("result"), default=str)),
+        error_code=data.get("error_code"),
+        usage=data.get("usage") or {},
+        ended_ms=event.ts_ms,
+    )
+
+
 def _status(turn: TurnView, event: Event) -> None:
     turn.steps.append(
         {
@@ -244,6 +312,8 @@ _HANDLERS: dict[str, Callable[[TurnView, Event], None]] = {
     EventType.LLM_COMPLETE: _llm_complete,
     EventType.TOOL_START: _tool_start,
     EventType.TOOL_RESULT: _tool_result,
+    EventType.SUBAGENT_START: _subagent_start,
+    EventType.SUBAGENT_RESULT: _subagent_result,
     EventType.STATUS: _status,
     EventType.RUN_COMPLETE: _run_end,
     EventType.RUN_ERROR: _run_end,

@@ -86,8 +86,10 @@ class UIApp:
             "allow_actions": self.options.allow_actions,
             "prefix": self.feed.options.prefix,
             "max_turns": self.options.max_turns,
+            "max_dead_letters": self.state.max_dead_letters,
             "agents": sorted(self.state.agents),
             "error": self.feed.error,
+            "skipped_events": self.feed.undecodable + self.feed.unshowable,
         }
 
     async def live(self, request: Request) -> Response:

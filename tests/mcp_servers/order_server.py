@@ -2,7 +2,11 @@
 
 ``python -m tests.mcp_servers.order_server --http PORT`` serves streamable HTTP at ``/mcp``;
 ``--stdio`` serves stdio. ``ORDER_SERVER_TOOLSET=v2`` changes the tool list (``refund``
-gone, ``cancel`` added, ``lookup`` described differently), for the changed-list test.
+gone, ``cancel`` added, ``lookup`` described differently), for the changed-list test;
+``ORDER_SERVER_TOOLSET=ops`` adds tools that show the server's side of a call (its
+process id, the idempotency key it was sent, a large result, a call that never answers,
+a process that dies mid-call). ``ORDER_SERVER_START_DELAY``: seconds to wait before
+serving, as a slow ``npx``/``uvx`` server would.
 ``ORDER_SERVER_DOWN_FLAG``: a path; while that file exists the server exits at once, so
 a stdio server can be kept down.
 """
@@ -10,8 +14,10 @@ a stdio server can be kept down.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
+import time
 from collections import Counter
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -70,7 +76,33 @@ def build() -> MCPServer:
     def call_count(key: str) -> int:
         return calls[key]
 
+    if os.environ.get("ORDER_SERVER_TOOLSET") == "ops":
+        _add_ops_tools(server)
     return server
+
+
+def _add_ops_tools(server: MCPServer) -> None:
+    @server.tool(description="This server's process id.")
+    def pid() -> int:
+        return os.getpid()
+
+    @server.tool(description="The idempotency key the call carried in its _meta.")
+    def key(ctx: Context) -> str:
+        meta = ctx.request_context.meta or {}
+        return str(meta.get("pyrula.io/idempotency_key", "none"))
+
+    @server.tool(description="A text of `size` characters.")
+    def big(size: int) -> str:
+        return "x" * size
+
+    @server.tool(description="Never answers.")
+    async def stall() -> str:
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    @server.tool(description="The server process dies while answering.")
+    def crash() -> str:
+        os._exit(1)
 
 
 def main() -> None:
@@ -82,6 +114,7 @@ def main() -> None:
     flag = os.environ.get("ORDER_SERVER_DOWN_FLAG")
     if flag and os.path.exists(flag):
         sys.exit(3)
+    time.sleep(float(os.environ.get("ORDER_SERVER_START_DELAY", "0")))  # a slow starter
     server = build()
     if args.stdio:
         server.run("stdio")

@@ -16,6 +16,9 @@ from pyrula_stream.mcp import MCPServer
 
 ROOT = str(Path(__file__).resolve().parent.parent.parent)
 STDIO_COMMAND = [sys.executable, "-m", "tests.mcp_servers.order_server", "--stdio"]
+# Starting the server (a Python process importing the SDK) takes seconds on a busy
+# machine; the tests are about behaviour, not start-up speed.
+CONNECT_TIMEOUT_S = 120.0
 
 
 def start_listening(argv: list[str], port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -68,13 +71,22 @@ class OrderServer:
         sigkill(self.proc)
 
     def declaration(self, name: str = "orders", **options: object) -> MCPServer:
+        options.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
         return MCPServer(name, url=self.url, **options)  # type: ignore[arg-type]
 
 
 def stdio_declaration(
-    name: str = "orders", *, toolset: str = "v1", down_flag: Path | None = None, **options: object
+    name: str = "orders",
+    *,
+    toolset: str = "v1",
+    down_flag: Path | None = None,
+    start_delay: float = 0,
+    **options: object,
 ) -> MCPServer:
     env = {"PYTHONPATH": ROOT, "ORDER_SERVER_TOOLSET": toolset}
     if down_flag is not None:
         env["ORDER_SERVER_DOWN_FLAG"] = str(down_flag)
+    if start_delay:
+        env["ORDER_SERVER_START_DELAY"] = str(start_delay)
+    options.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     return MCPServer(name, command=STDIO_COMMAND, env=env, **options)  # type: ignore[arg-type]

@@ -3,7 +3,7 @@
 "use strict";
 
 const state = {
-  config: { allow_actions: false, agents: [], max_turns: 200 },
+  config: { allow_actions: false, agents: [], max_turns: 200, max_dead_letters: 200 },
   turns: new Map(), // "agent/turn_id" -> summary
   deadLetters: new Map(), // "agent/partition/offset" -> dead letter
   turn: null, // the watched turn's detail
@@ -109,6 +109,18 @@ function trim() {
       state.turns.delete(finished[i][0]);
     }
   }
+  // And the newest dead letters per agent: a long-open page must not grow without end.
+  const letters = new Map();
+  for (const [key, d] of state.deadLetters) {
+    if (!letters.has(d.agent)) letters.set(d.agent, []);
+    letters.get(d.agent).push([key, d]);
+  }
+  for (const rows of letters.values()) {
+    rows.sort((a, b) => a[1].ts_ms - b[1].ts_ms || a[1].offset - b[1].offset);
+    for (const [key] of rows.slice(0, Math.max(0, rows.length - state.config.max_dead_letters))) {
+      state.deadLetters.delete(key);
+    }
+  }
 }
 
 // -- routing --------------------------------------------------------------------------
@@ -171,7 +183,7 @@ function renderTurns() {
   view.innerHTML = `
     <section class="page-head">
       <h1>Turns</h1>
-      <p class="sub">${state.turns.size} recent · ${running} running · ${agents.length} agent${agents.length === 1 ? "" : "s"}</p>
+      <p class="sub">${state.turns.size} recent · ${running} running · ${agents.length} agent${agents.length === 1 ? "" : "s"}${state.config.skipped_events ? ` · <span class="warn" data-testid="skipped">${esc(state.config.skipped_events)} event${state.config.skipped_events === 1 ? "" : "s"} could not be shown (see the UI's log)</span>` : ""}</p>
     </section>
     <form class="filters" onsubmit="return false">
       <select id="f-agent" aria-label="agent">${option("", "all agents", f.agent)}${agents.map((a) => option(a, a, f.agent)).join("")}</select>
@@ -188,6 +200,7 @@ function renderTurns() {
     });
   }
   document.getElementById("f-open").addEventListener("click", openById);
+  document.getElementById("f-q").addEventListener("keydown", (e) => { if (e.key === "Enter") openById(); });
   updateTurnRows(rows);
 }
 
@@ -207,7 +220,9 @@ function updateTurnRows(rows) {
   const el = document.getElementById("turn-rows");
   if (!el) return;
   if (!rows.length) {
-    el.innerHTML = `<div class="empty">${esc(state.notice) || "No turns yet. They appear here as their events are committed."}</div>`;
+    const q = state.filters.q.trim();
+    const hint = q ? `No recent turn matches; Open loads turn ${q} by id from Kafka.` : "No turns yet. They appear here as their events are committed.";
+    el.innerHTML = `<div class="empty">${esc(state.notice || hint)}</div>`;
     return;
   }
   el.innerHTML = `
@@ -258,6 +273,12 @@ function renderTurn() {
   ];
   if (t.thread_id) facts.push(["thread", `<span class="mono">${esc(t.thread_id)}</span>`]);
   if (t.worker) facts.push(["worker", `<span class="mono">${esc(t.worker)}</span>`]);
+  if (t.parent) {
+    const parent = t.parent.agent
+      ? `<a class="mono" data-testid="parent-link" href="${turnLink(t.parent)}">${esc(t.parent.turn_id.slice(0, 12))}</a> <span class="dim">(${esc(t.parent.agent)})</span>`
+      : `<span class="mono">${esc(t.parent.turn_id)}</span>`;
+    facts.push(["called by", parent]);
+  }
   view.innerHTML = `
     <a class="back" href="#/">← turns</a>
     <section class="turn-head">
@@ -294,6 +315,7 @@ function stepState(s) {
   if (s.state === "running") parts.push(`<span class="badge running">running</span>`);
   if (s.state === "interrupted") parts.push(`<span class="badge interrupted">interrupted</span>`);
   if (s.replayed) parts.push(`<span class="badge replayed" title="recorded by attempt ${esc(s.attempt)}; later attempts took it from the journal">replayed</span>`);
+  if (s.kind === "subagent" && s.status) parts.push(`<span class="badge ${s.status === "completed" ? "completed" : "failed"}">${esc(s.status)}</span>`);
   if (s.kind === "tool" && s.status) parts.push(`<span class="badge ${s.status === "ok" ? "completed" : "failed"}">${esc(s.status)}</span>`);
   if (s.cached) parts.push(`<span class="badge replayed">cached</span>`);
   return parts.join(" ");
@@ -301,7 +323,10 @@ function stepState(s) {
 
 function step(s, start, span) {
   if (s.kind === "attempt") {
-    return `<li class="attempt-mark" data-testid="attempt">Attempt ${esc(s.attempt)} · ${clock(s.ts_ms)} — the turn resumed on another worker; steps recorded before were taken from the journal, not run again</li>`;
+    const why = s.cause === "reply"
+      ? "the turn resumed when its sub-agent's reply arrived"
+      : "the previous attempt stopped before finishing (worker crash, restart or rebalance)";
+    return `<li class="attempt-mark" data-testid="attempt">Attempt ${esc(s.attempt)} · ${clock(s.ts_ms)} — ${why}; steps recorded before were taken from the journal, not run again</li>`;
   }
   if (s.kind === "status") {
     return `<li class="step status-step" data-testid="step" data-kind="status"><div class="gutter"></div><div class="body"><div class="line"><span class="kind">status${s.tool ? ` · ${esc(s.tool)}` : ""}</span><span class="dim">${clock(s.ts_ms)}</span></div><p>${esc(s.text)}</p></div></li>`;
@@ -317,6 +342,15 @@ function step(s, start, span) {
       ${s.text ? `<div class="text" data-testid="model-text">${esc(s.text)}${s.state === "running" ? '<span class="caret"></span>' : ""}</div>` : s.state === "running" ? `<div class="text dim">waiting for the model…<span class="caret"></span></div>` : ""}
       ${calls ? `<div class="asks">asks for ${s.tool_calls.length} tool call${s.tool_calls.length > 1 ? "s" : ""}:</div><ul class="calls">${calls}</ul>` : ""}
       ${usage}`;
+  } else if (s.kind === "subagent") {
+    const child = { agent: s.child_agent, turn_id: s.child_turn_id };
+    title = `Sub-agent <code>${esc(s.child_agent || "?")}</code> <span class="dim">· turn</span> <a class="mono" data-testid="child-link" href="${turnLink(child)}">${esc(String(s.child_turn_id).slice(0, 12))}</a>`;
+    body = `
+      <div class="io">
+        <div><div class="label">request</div><pre>${esc(json(s.input ?? {}))}</pre></div>
+        <div><div class="label">reply${s.error_code ? ` · <code class="err">${esc(s.error_code)}</code>` : ""}</div>
+          <pre class="${s.status && s.status !== "completed" ? "failed-text" : ""}">${s.state === "done" ? esc(json(s.result)) : '<span class="dim">waiting for the child turn…</span>'}</pre></div>
+      </div>`;
   } else {
     title = `Tool <code>${esc(s.tool || "?")}</code> <span class="dim">· call ${esc(s.call_key)}</span>`;
     body = `

@@ -1,0 +1,301 @@
+"""Which turns run on a worker now: admission, concurrency slots, cancels, restarts.
+
+The worker hands every turn that may start to ``admit``; the scheduler starts it as a task
+when a slot is free (``max_concurrent_turns``) or queues it. A finished turn frees its
+slot, lets its input offset be committed and starts the next turn of its key; a parked
+turn frees all of that and leaves only its journal (``ParkedTurns`` wakes it). Cancel and
+terminate requests from the control topic land here, as do the turns of an aborted
+transaction, which restart from what their journal holds durably.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from pyrula_stream import serde
+from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.errors import TurnCancelled
+from pyrula_stream.events import RunError
+from pyrula_stream.observability.telemetry import WorkerTelemetry
+from pyrula_stream.observability.tracing import TraceCarrier
+from pyrula_stream.options import WorkerOptions
+from pyrula_stream.records import ControlRequest
+from pyrula_stream.runtime.committer import GroupCommitter
+from pyrula_stream.runtime.execution import TurnExecutor
+from pyrula_stream.runtime.journal import TurnJournal
+from pyrula_stream.runtime.parking import ParkedTurns
+from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
+from pyrula_stream.runtime.turn import TurnRuntime, TurnTopics
+from pyrula_stream.serde import TurnRequest
+from pyrula_stream.versions import known_versions, missing_version
+
+log = logging.getLogger(__name__)
+
+MAX_REMEMBERED_CANCELS = 100_000
+"""Cancel requests kept for turns this worker has not seen yet (oldest dropped first)."""
+
+
+@dataclass
+class RunningTurn:
+    runtime: TurnRuntime
+    task: asyncio.Task[None]
+    partition: int
+    offset: int
+
+
+class TurnScheduler:
+    """Runs the admitted turns of the partitions a worker owns, at most
+    ``max_concurrent_turns`` at once.
+
+    ``parts`` is the worker's map of owned partitions (shared, not copied): a turn of a
+    partition that is no longer there is not started, and its end changes nothing.
+    """
+
+    def __init__(
+        self,
+        agent: KafkaAgent,
+        options: WorkerOptions,
+        parts: dict[int, PartitionState],
+        *,
+        telemetry: WorkerTelemetry,
+        committer: Callable[[], GroupCommitter],
+        executor: Callable[[], TurnExecutor],
+        writer_codec: Callable[[], serde.ValueCodec],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self.agent = agent
+        self.options = options
+        self.turns_finished = 0
+        self.parked = ParkedTurns(parts, self.admit)
+        self._parts = parts
+        self._telemetry = telemetry
+        self._committer = committer
+        self._executor = executor
+        self._writer_codec = writer_codec
+        self._stopping = stopping
+        self._running: dict[str, RunningTurn] = {}
+        self._waiting: list[tuple[int, QueuedTurn]] = []
+        self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    @property
+    def running_count(self) -> int:
+        return len(self._running)
+
+    def is_active(self, turn_id: str) -> bool:
+        """Whether the turn has a task here now."""
+        return turn_id in self._running
+
+    def running_tasks(self) -> list[asyncio.Task[None]]:
+        return [r.task for r in self._running.values()]
+
+    # -- admission ------------------------------------------------------------------------
+
+    def admit(self, partition: int, queued: QueuedTurn) -> None:
+        """Start the turn now if a slot is free, else queue it for the next free slot."""
+        if self._stopping():
+            return  # not started, not committed: the next owner of the partition runs it
+        if len(self._running) >= self.options.max_concurrent_turns:
+            self._waiting.append((partition, queued))
+        else:
+            self._start(partition, queued)
+
+    def fill_slots(self) -> bool:
+        """Start waiting turns while slots are free; whether the worker is full (and its
+        consumer should pause fetching)."""
+        limit = self.options.max_concurrent_turns
+        while self._waiting and len(self._running) < limit:
+            p, queued = self._waiting.pop(0)
+            if p in self._parts:
+                self._start(p, queued)
+        return len(self._running) + len(self._waiting) >= limit
+
+    def _start(self, partition: int, queued: QueuedTurn) -> None:
+        ps = self._parts[partition]
+        turn_id = queued.request.turn_id
+        restored = ps.journal.turns.get(turn_id)
+        journal = restored.materialize() if restored else TurnJournal(turn_id)
+        version = missing_version(self.agent, journal)
+        if version is not None:  # pinned elsewhere: not started, offset not committed
+            log.warning(
+                "turn %s is pinned to version %s, which this worker lacks (it has %s); "
+                "left for a worker that has it",
+                turn_id,
+                version,
+                known_versions(self.agent),
+            )
+            return
+        ps.journal.turns[turn_id] = journal  # replies land here while the turn runs
+        runtime = self._new_runtime(partition, queued.request, journal, queued.trace, queued.offset)
+        runtime.resumed = ps.parked.pop(turn_id, None) is not None
+        ps.resuming.discard(turn_id)
+        self._spawn(runtime, queued, partition)
+
+    def _spawn(self, runtime: TurnRuntime, queued: QueuedTurn, partition: int) -> None:
+        turn = runtime.telemetry.track(partial(self._run, runtime, queued), runtime.attempt)
+        task = asyncio.create_task(turn, name=runtime.turn_id)
+        self._running[runtime.turn_id] = RunningTurn(runtime, task, partition, queued.offset)
+
+    def _new_runtime(
+        self,
+        partition: int,
+        request: TurnRequest,
+        journal: TurnJournal,
+        trace: TraceCarrier | None = None,
+        offset: int = -1,
+    ) -> TurnRuntime:
+        agent, limits = self.agent, self.agent.limits
+        topics = agent.topics
+        runtime = TurnRuntime(
+            request=request,
+            topics=TurnTopics(
+                topics.journal,
+                agent.event_routing,
+                partition,
+                history=topics.history if agent.keep_history else None,
+                threads=topics.threads,
+                max_thread_turns=agent.max_thread_turns,
+            ),
+            output=self._committer(),
+            journal=journal,
+            attempt=journal.attempt + 1,
+            max_record_bytes=self.options.max_record_bytes,
+            max_event_count=limits.max_event_count_per_turn,
+            max_event_payload_bytes=limits.max_event_payload_bytes,
+            telemetry=self._telemetry.for_turn(request, partition, offset, journal.steps, trace),
+            codec=self._writer_codec(),
+        )
+        ps = self._parts.get(partition)
+        if request.thread_id is not None and ps is not None:
+            runtime.thread = ps.threads.handle(request.thread_id)
+        cancel = self._cancels.get(request.turn_id)
+        if cancel is not None:
+            runtime.cancel_reason = cancel[1]
+        return runtime
+
+    # -- a turn's end ---------------------------------------------------------------------
+
+    async def _run(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
+        executor = self._executor()
+        try:
+            if queued.duplicate_of is not None:
+                await executor.finish_duplicate(runtime, queued.duplicate_of)
+            else:
+                await executor.execute(runtime)
+        except asyncio.CancelledError:
+            if self._cancels.get(runtime.turn_id, ("",))[0] == "terminate" and not runtime.finished:
+                with contextlib.suppress(Exception):
+                    await runtime.finish(
+                        RunError.of(TurnCancelled(f"turn terminated: {runtime.cancel_reason}"))
+                    )
+                    self._finished(runtime, queued)
+                return
+            raise
+        if runtime.parked is not None:
+            self._parked(runtime, queued)
+        else:
+            self._finished(runtime, queued)
+
+    def _parked(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
+        """The journal owns the turn now: free its slot, its key and its input offset."""
+        self._running.pop(runtime.turn_id, None)
+        ps = self._parts.get(runtime.topics.partition)
+        if ps is None or runtime.parked is None:
+            return
+        ps.parked[runtime.turn_id] = runtime.parked
+        self._release(ps, queued)
+        self.parked.arm(ps.partition, runtime.turn_id)
+
+    def _finished(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
+        self._running.pop(runtime.turn_id, None)
+        ps = self._parts.get(runtime.topics.partition)
+        if ps is None:
+            return
+        for key, value in runtime.thread_writes:  # committed with the terminal event
+            ps.threads.apply(key, value)
+        ps.turn_finished(runtime.request, queued.offset, int(time.time() * 1000))
+        self.turns_finished += 1
+        self._release(ps, queued)
+
+    def _release(self, ps: PartitionState, queued: QueuedTurn) -> None:
+        """The turn's input offset may be committed and its key's next turn may start;
+        a resumed turn (offset -1) was released when it parked."""
+        if queued.offset < 0:
+            return
+        ps.watermark.done(queued.offset)
+        self._committer().offsets_changed()
+        nxt = ps.dequeue(queued.request.key)
+        if nxt is not None:
+            self.admit(ps.partition, nxt)
+
+    # -- cancel, revoke, abort ------------------------------------------------------------
+
+    def on_control(self, control: ControlRequest) -> None:
+        """A cancel or terminate request: remembered (the turn may not have arrived yet),
+        and passed to the turn if it runs here or is parked here."""
+        reason = control.reason or control.action
+        self._cancels[control.turn_id] = (control.action, reason)
+        self._cancels.move_to_end(control.turn_id)
+        while len(self._cancels) > MAX_REMEMBERED_CANCELS:  # the control topic is replayed
+            self._cancels.popitem(last=False)
+        running = self._running.get(control.turn_id)
+        if running is None:
+            self.parked.wake_to_cancel(control.turn_id)
+            return
+        running.runtime.cancel_reason = reason
+        if control.action == "terminate":
+            running.task.cancel(msg="terminate")
+
+    def stop_partitions(self, partitions: set[int]) -> dict[str, asyncio.Task[None]]:
+        """Cancel the partitions' turns and forget their waiting ones (a revoke); the
+        cancelled tasks, by turn id, for the caller to wait on."""
+        self._waiting = [(p, q) for p, q in self._waiting if p not in partitions]
+        lost = {t: r.task for t, r in self._running.items() if r.partition in partitions}
+        for turn_id, task in lost.items():
+            task.cancel()
+            del self._running[turn_id]
+        return lost
+
+    async def stop_all(self) -> set[str]:
+        """Cancel every turn and wait for the tasks to end; the ids of those turns."""
+        ids = set(self._running)
+        for running in list(self._running.values()):
+            running.task.cancel()
+        for running in list(self._running.values()):
+            with contextlib.suppress(BaseException):
+                await running.task
+        self._running.clear()
+        self._waiting.clear()
+        return ids
+
+    def restart_aborted(self, turn_ids: set[str]) -> None:
+        """A transaction aborted: restart its turns from what is durably journaled."""
+        for turn_id in turn_ids:
+            running = self._running.get(turn_id)
+            if running is None:
+                continue
+            running.task.cancel()
+            if running.partition not in self._parts:  # revoked meanwhile: not ours to rerun
+                del self._running[turn_id]
+                continue
+            old = running.runtime
+            journal = TurnJournal(
+                turn_id,
+                steps=dict(old.journal.steps),
+                progress=old.journal.progress,
+                replies=old.journal.replies,
+                park=old.journal.park,
+            )
+            self._parts[running.partition].journal.turns[turn_id] = journal
+            queued = QueuedTurn(running.offset, old.request)
+            runtime = self._new_runtime(
+                running.partition, old.request, journal, old.telemetry.trace, running.offset
+            )
+            runtime.restart_from(old)
+            self._spawn(runtime, queued, running.partition)
