@@ -7,6 +7,10 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import pytest
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
 from pyrula_stream import (
     AgentContext,
     AgentLimits,
@@ -264,9 +268,7 @@ async def test_a_child_that_exceeds_the_budget_left_fails_and_its_usage_counts(
     assert events[-1].data["usage"]["output_tokens"] == used["output_tokens"]
 
 
-async def test_cancelling_a_parent_cancels_its_running_child(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
-) -> None:
+def patient_agent() -> KafkaAgent:
     @kafka_agent(name=unique_name("patient"), llm=FakeLLM(["ok"]), partitions=2)
     async def patient(ctx: AgentContext, order_id: str, cents: int) -> str:
         for _ in range(1200):  # until its cancel arrives (a minute at most)
@@ -275,6 +277,14 @@ async def test_cancelling_a_parent_cancels_its_running_child(
             await asyncio.sleep(0.05)
         return "never cancelled"
 
+    return patient
+
+
+@pytest.mark.parametrize("action", ["cancel", "terminate"])
+async def test_cancelling_or_terminating_a_parent_cancels_its_running_child(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, action: str
+) -> None:
+    patient = patient_agent()
     triage = triage_agent(patient)
     async with (
         running_worker(patient, kafka_bootstrap_servers, QUICK, all_partitions=True),
@@ -283,13 +293,88 @@ async def test_cancelling_a_parent_cancels_its_running_child(
         handle = await client.submit(triage.name, order_id="5", cents=5)
         await wait_for(lambda: tw.parked_turns == 1, 60, "the parent parked")
         start = (await _until(client, triage.name, handle.turn_id, "subagent:start"))[0]
-        await client.cancel(triage.name, handle.turn_id, reason="customer hung up")
+        if action == "cancel":
+            await client.cancel(triage.name, handle.turn_id, reason="customer hung up")
+        else:
+            await client.terminate(triage.name, handle.turn_id, reason="customer hung up")
         parent = await events_of(client, triage.name, handle.turn_id)
         child = await events_of(client, patient.name, start.data["child_turn_id"])
     assert parent[-1].type == "run:error", [(e.type, e.data) for e in parent]
     assert parent[-1].data["code"] == "cancelled"
     assert child[-1].type == "run:error" and child[-1].data["code"] == "cancelled"
     assert "customer hung up" in child[-1].data["message"]
+
+
+async def test_a_cancelled_child_raises_sub_agent_error_in_its_parent(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    patient = patient_agent()
+    triage = triage_agent(patient)  # catches SubAgentError and returns its code
+    async with (
+        running_worker(patient, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(triage, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        handle = await client.submit(triage.name, order_id="6", cents=6)
+        start = (await _until(client, triage.name, handle.turn_id, "subagent:start"))[0]
+        child_id = start.data["child_turn_id"]
+        await client.cancel(patient.name, child_id, reason="refund desk closed")
+        parent = await events_of(client, triage.name, handle.turn_id)
+    assert parent[-1].type == "run:complete", [(e.type, e.data) for e in parent]
+    assert parent[-1].data["result"] == "escalated: cancelled"
+    taken = next(e for e in parent if e.type == "subagent:result")
+    assert taken.data["child_turn_id"] == child_id
+    assert (taken.data["status"], taken.data["error_code"]) == ("failed", "cancelled")
+
+
+async def test_a_child_request_carries_root_parent_depth_budget_and_trace(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    leaf = refunds_agent()
+
+    @kafka_agent(name=unique_name("middle"), llm=FakeLLM(["ok"]), partitions=1)
+    async def middle(ctx: AgentContext) -> Any:
+        return await ctx.call_agent(leaf, order_id="1", cents=1)
+
+    @kafka_agent(
+        name=unique_name("top"),
+        llm=FakeLLM(["ok"]),
+        partitions=1,
+        limits=AgentLimits(max_agent_depth=3, max_total_tokens=10_000, max_cost_usd=2.5),
+    )
+    async def top(ctx: AgentContext) -> Any:
+        return await ctx.call_agent(middle, id="ask-middle")
+
+    trace_id = 0x4BF92F3577B34DA6A3CE929D0E0E4736
+    submitted = trace.SpanContext(
+        trace_id, 0x00F067AA0BA902B7, is_remote=True, trace_flags=trace.TraceFlags(1)
+    )
+    async with (
+        running_worker(leaf, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(middle, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(top, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(submitted)))
+        try:
+            handle = await client.submit(top.name)
+        finally:
+            otel_context.detach(token)
+        events = await events_of(client, top.name, handle.turn_id)
+    assert events[-1].data["result"] == {"order_id": "1", "refunded": 1}
+    (middle_request,) = read_topic(kafka_bootstrap_servers, middle.topics.turns)
+    (leaf_request,) = read_topic(kafka_bootstrap_servers, leaf.topics.turns)
+    mid, low = middle_request[2], leaf_request[2]
+    middle_turn = next(e for e in events if e.type == "subagent:start").data["child_turn_id"]
+    assert mid["pyrula-root-turn-id"] == mid["pyrula-parent-turn-id"] == handle.turn_id
+    assert mid["pyrula-parent-agent"] == top.name and mid["pyrula-depth"] == "1"
+    assert mid["pyrula-call-key"] == f"agent:{middle.name}#id=ask-middle"
+    assert low["pyrula-root-turn-id"] == handle.turn_id
+    assert low["pyrula-parent-turn-id"] == middle_turn
+    assert low["pyrula-parent-agent"] == middle.name and low["pyrula-depth"] == "2"
+    for headers in (mid, low):  # the tightest limits on the path travel down
+        assert headers["pyrula-max-depth"] == "3"
+        assert headers["pyrula-budget-tokens-left"] == "10000"
+        assert float(headers["pyrula-budget-cost-left-usd"]) == 2.5
+        assert headers["traceparent"].split("-")[1] == f"{trace_id:032x}"
 
 
 async def test_a_sub_agent_offered_as_a_tool_runs_as_a_child_turn(
