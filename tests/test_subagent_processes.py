@@ -67,6 +67,24 @@ async def test_parent_and_child_run_in_their_own_worker_processes(
     assert headers["pyrula-parent-turn-id"] in {h.turn_id for h in handles}
 
 
+async def test_one_worker_process_runs_the_whole_mesh(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    env = {"MESH_TRIAGE": unique_name("triage"), "MESH_REFUNDS": unique_name("refunds")}
+    specs = ("tests.agents.mesh:triage", "tests.agents.mesh:refunds")
+    with worker(tmp_path, kafka_bootstrap_servers, env, "mesh-1", *specs):
+        for agent in env.values():
+            await agent_topics_ready(kafka_bootstrap_servers, agent)
+        handles = [
+            await client.submit(env["MESH_TRIAGE"], order_id=str(i), cents=10 * i) for i in range(2)
+        ]
+        results = [await stream(client, env["MESH_TRIAGE"], h.turn_id) for h in handles]
+    assert [r[-1].data["result"] for r in results] == [f"refunded {10 * i}" for i in range(2)]
+    log = (tmp_path / "mesh-1.log").read_text()
+    children = read_topic(kafka_bootstrap_servers, f"pyrula.{env['MESH_REFUNDS']}.turns")
+    assert len(children) == 2, log
+
+
 async def test_a_durable_timer_fires_after_its_worker_was_killed(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
 ) -> None:
