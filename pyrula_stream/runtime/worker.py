@@ -176,7 +176,7 @@ class KafkaWorker:
         self._running: dict[str, _Running] = {}
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._waiting: list[tuple[int, QueuedTurn]] = []
-        self._parked = ParkedTurns(self._parts, self._admit)
+        self._parked = ParkedTurns(self._parts, self._admit, self._cancels.__contains__)
         self.metrics.watch_parked(lambda: self._parked.count)
         self._known_topics: set[str] = set()
         self._stop_requested = False
