@@ -200,6 +200,31 @@ async def test_gather_keeps_at_most_max_parallel_subagents_outstanding(
     assert Counter(e.type for e in events)["subagent:start"] == 5
 
 
+async def test_gather_waits_for_every_child_then_raises_the_first_failure_in_order(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()  # refuses a refund over 10,000
+
+    @kafka_agent(name=unique_name("batch"), llm=FakeLLM(["ok"]), partitions=1)
+    async def batch(ctx: AgentContext, amounts: list[int]) -> Any:
+        calls = [(refunds, {"order_id": str(i), "cents": c}) for i, c in enumerate(amounts)]
+        try:
+            return await ctx.gather_subagents(*calls)
+        except SubAgentError as exc:
+            return {"failed": exc.child_turn_id, "code": exc.child_code}
+
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(batch, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(batch.name, amounts=[5, 20_000, 30_000, 7], timeout=60)
+    started = [e.data["child_turn_id"] for e in events if e.type == "subagent:start"]
+    ended = {e.data["child_turn_id"]: e.data for e in events if e.type == "subagent:result"}
+    assert len(started) == 4 and set(ended) == set(started)  # every child ended first
+    assert events[-1].data["result"] == {"failed": started[1], "code": "agent_error"}
+    assert [ended[c]["status"] for c in started] == ["completed", "failed", "failed", "completed"]
+
+
 async def test_a_call_past_max_agent_depth_fails_at_once_and_starts_no_child(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
