@@ -385,6 +385,9 @@ async def test_a_child_request_carries_root_parent_depth_budget_and_trace(
             otel_context.detach(token)
         events = await events_of(client, top.name, handle.turn_id)
     assert events[-1].data["result"] == {"order_id": "1", "refunded": 1}
+    tree = await asyncio.wait_for(_tree(client, top.name, handle.turn_id), 60)
+    assert {e.agent for e in tree} == {top.name, middle.name, leaf.name}  # grandchild too
+    assert [e.type for e in tree if e.type in ("run:complete", "run:error")] == ["run:complete"] * 3
     (middle_request,) = read_topic(kafka_bootstrap_servers, middle.topics.turns)
     (leaf_request,) = read_topic(kafka_bootstrap_servers, leaf.topics.turns)
     mid, low = middle_request[2], leaf_request[2]
