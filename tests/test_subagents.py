@@ -4,6 +4,7 @@ parent is parked (only its journal), and each call runs exactly one child turn."
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from typing import Any
 
@@ -444,6 +445,43 @@ async def test_a_sub_agent_offered_as_a_tool_runs_as_a_child_turn(
     # second read the child's result as the tool's result.
     assert len(seen) == 2
     assert '"refunded": 300' in seen[-1] and '"order_id": "3"' in seen[-1]
+
+
+async def test_a_failed_sub_agent_tool_reads_as_an_error_result_to_the_model(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()  # refuses a refund over 10,000
+    seen: list[Any] = []
+
+    def model(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        seen.append(json.loads(json.dumps(messages)))  # the list grows later: copy it
+        if len(seen) == 1:
+            return reply_tool_call(refunds.name, order_id="9", cents=90_000)
+        return reply_text("a person will call you")
+
+    @kafka_agent(
+        name=unique_name("desk"), llm=FakeLLM(model), tools=[as_tool(refunds)], partitions=1
+    )
+    async def desk(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(desk, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(desk.name, question="refund order 9", timeout=60)
+    assert events[-1].data["result"] == "a person will call you"
+    taken = next(e for e in events if e.type == "subagent:result")
+    assert taken.data["error_code"] == "agent_error"
+    results = [
+        block
+        for message in seen[-1]
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert len(results) == 1 and results[0]["is_error"] is True
+    assert "agent_error" in results[0]["content"] and "needs a person" in results[0]["content"]
 
 
 async def test_the_two_agent_example_runs_in_one_mesh_process(
