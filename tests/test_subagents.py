@@ -226,6 +226,31 @@ async def test_gather_waits_for_every_child_then_raises_the_first_failure_in_ord
     assert [ended[c]["status"] for c in started] == ["completed", "failed", "failed", "completed"]
 
 
+async def test_overlapping_call_agents_are_refused_with_a_pointer_to_gather(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()
+
+    @kafka_agent(name=unique_name("hasty"), llm=FakeLLM(["ok"]), partitions=1)
+    async def hasty(ctx: AgentContext) -> Any:
+        try:
+            return await asyncio.gather(
+                ctx.call_agent(refunds, order_id="1", cents=1),
+                ctx.call_agent(refunds, order_id="2", cents=2),
+            )
+        except Exception as exc:  # a refusal ends the turn even if the body catches it
+            return repr(exc)
+
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(hasty, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(hasty.name, timeout=60)
+    end = events[-1]
+    assert (end.type, end.data["code"]) == ("run:error", "invalid_request"), end.data
+    assert "ctx.gather_subagents" in end.data["message"]
+
+
 async def test_a_call_past_max_agent_depth_fails_at_once_and_starts_no_child(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
