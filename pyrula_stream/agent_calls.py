@@ -13,9 +13,10 @@ budget left, and its usage comes back in the reply).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyrula_stream.agent import KafkaAgent
@@ -82,6 +83,7 @@ class AgentCalls:
         self._prefix = prefix
         self._max_record_bytes = max_record_bytes
         self._counter = 0
+        self._waiting = False
 
     def _target(self, agent: Any) -> tuple[str, str]:
         if isinstance(agent, KafkaAgent):
@@ -100,8 +102,29 @@ class AgentCalls:
 
     async def call(self, agent: Any, params: dict[str, Any], *, id: str | None = None) -> Any:
         """Start one child turn and return its result (parking until it replies)."""
-        child = await self.start(agent, params, id=id)
-        return self._outcome(await self.take(child))
+        with self._one_at_a_time("call_agent"):
+            child = await self.start(agent, params, id=id)
+            return self._outcome(await self.take(child))
+
+    @contextlib.contextmanager
+    def _one_at_a_time(self, what: str) -> Iterator[None]:
+        """Refuse overlapping calls (``asyncio.gather`` of ``call_agent``s): the first one
+        to wait parks the turn while the others are still starting, so a replay would meet
+        their steps in another order. ``gather_subagents`` is the way to run several."""
+        if self._waiting:
+            raise self._turn.refuse(
+                UserError(
+                    f"{what} started while another call_agent/gather_subagents of this turn "
+                    "was still running; a turn's sub-agent calls run one at a time (a call "
+                    "that waits parks the turn): start several children together with "
+                    "ctx.gather_subagents(...)"
+                )
+            )
+        self._waiting = True
+        try:
+            yield
+        finally:
+            self._waiting = False
 
     async def gather(
         self, calls: Sequence[tuple[Any, dict[str, Any]]], *, id: str | None = None
@@ -109,6 +132,12 @@ class AgentCalls:
         """Run the calls as children, at most ``max_parallel_subagents`` outstanding at
         once (in call order); return their results in call order. If any failed, raise
         the first failure (in call order) once all have ended."""
+        with self._one_at_a_time("gather_subagents"):
+            return await self._gather(calls, id=id)
+
+    async def _gather(
+        self, calls: Sequence[tuple[Any, dict[str, Any]]], *, id: str | None = None
+    ) -> list[Any]:
         window = self.limits.max_parallel_subagents or max(1, len(calls))
         children: list[tuple[str, str]] = []
         replies: list[Reply] = []

@@ -73,7 +73,7 @@ def test_chaos_small_run_with_subagents_takes_every_reply_once(
         ChaosConfig(
             turns=12,
             workers=2,
-            kills=2,
+            kills=3,  # after an effect, right after a reply (every worker), random
             seed=20241130,
             bootstrap_servers=kafka_bootstrap_servers,
             rate=4.0,
@@ -86,6 +86,8 @@ def test_chaos_small_run_with_subagents_takes_every_reply_once(
     for key in (*GATE_KEYS, *verify.SUBAGENT_KEYS, "failed_turns", "wrong_results"):
         assert c[key] == 0, (key, result.examples.get(key), c)
     assert c["child_turns"] == 24 and c["replies"] == 24
+    # Every worker died between a child's terminal commit and the parent's pickup.
+    assert c["kills_after_reply"] == c["workers"], result.kills
     assert result.ok
 
 

@@ -11,6 +11,7 @@ from pyrula_stream import (
     ConfigurationError,
     KafkaAgent,
     KafkaAgentClient,
+    KafkaWorker,
     MeshWorker,
     WorkerOptions,
     kafka_agent,
@@ -62,3 +63,9 @@ def test_a_mesh_refuses_one_group_id_for_several_agents() -> None:
             bootstrap_servers="localhost:1",
             options=WorkerOptions(group_id="one"),
         )
+
+
+def test_a_kafka_worker_given_a_list_names_the_mesh_worker() -> None:
+    greet, shout = _agents()
+    with pytest.raises(ConfigurationError, match=r"MeshWorker\(\[\.\.\.\]\)"):
+        KafkaWorker([greet, shout], bootstrap_servers="localhost:1")  # type: ignore[arg-type]

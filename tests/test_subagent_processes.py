@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pyrula_stream import Event, KafkaAgentClient
 from pyrula_stream.chaos.processes import Managed, child_env
-from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics, group_member_count
 from pyrula_stream.testing import agent_topics_ready, read_topic, unique_name, wait_for
 
 ROOT = Path(__file__).parent.parent
@@ -67,6 +67,24 @@ async def test_parent_and_child_run_in_their_own_worker_processes(
     assert headers["pyrula-parent-turn-id"] in {h.turn_id for h in handles}
 
 
+async def test_one_worker_process_runs_the_whole_mesh(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    env = {"MESH_TRIAGE": unique_name("triage"), "MESH_REFUNDS": unique_name("refunds")}
+    specs = ("tests.agents.mesh:triage", "tests.agents.mesh:refunds")
+    with worker(tmp_path, kafka_bootstrap_servers, env, "mesh-1", *specs):
+        for agent in env.values():
+            await agent_topics_ready(kafka_bootstrap_servers, agent)
+        handles = [
+            await client.submit(env["MESH_TRIAGE"], order_id=str(i), cents=10 * i) for i in range(2)
+        ]
+        results = [await stream(client, env["MESH_TRIAGE"], h.turn_id) for h in handles]
+    assert [r[-1].data["result"] for r in results] == [f"refunded {10 * i}" for i in range(2)]
+    log = (tmp_path / "mesh-1.log").read_text()
+    children = read_topic(kafka_bootstrap_servers, f"pyrula.{env['MESH_REFUNDS']}.turns")
+    assert len(children) == 2, log
+
+
 async def test_a_durable_timer_fires_after_its_worker_was_killed(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
 ) -> None:
@@ -94,3 +112,45 @@ async def test_a_durable_timer_fires_after_its_worker_was_killed(
     assert events[-1].ts_ms - events[0].data["started_ms"] >= 6000, "woke before its time"
     assert events[-1].attempt >= 2
     assert [e.seq for e in events] == list(range(len(events)))
+
+
+async def test_a_cancel_read_before_the_new_owner_restored_a_parked_parent_flows_down(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    env = {"MESH_WAITER": unique_name("waiter"), "MESH_PATIENT": unique_name("patient")}
+    waiter, patient = env["MESH_WAITER"], env["MESH_PATIENT"]
+    spec = "tests.agents.mesh:waiter"
+    journal = f"pyrula.{waiter}.journal"
+    with worker(tmp_path, kafka_bootstrap_servers, env, "patient-1", "tests.agents.mesh:patient"):
+        await agent_topics_ready(kafka_bootstrap_servers, patient)
+        with worker(tmp_path, kafka_bootstrap_servers, env, "waiter-1", spec) as owner:
+            await agent_topics_ready(kafka_bootstrap_servers, waiter)
+            handle = await client.submit(waiter)
+            park_key = f"{handle.turn_id}/park".encode()
+
+            def parked() -> bool:
+                records = read_topic(kafka_bootstrap_servers, journal)
+                return any(k == park_key and v for k, v, _ in records)
+
+            await wait_for(parked, 60, "the parent parked on its child")
+            # A second worker joins (one partition: it gets none), then the owner dies.
+            with worker(tmp_path, kafka_bootstrap_servers, env, "waiter-2", spec):
+                group = f"pyrula.{waiter}.workers"
+                await wait_for(
+                    lambda: group_member_count(kafka_bootstrap_servers, group) == 2,
+                    60,
+                    "both waiter workers in the group",
+                )
+                owner.kill()
+                # waiter-2 reads this cancel now, before it owns the parent's partition;
+                # when it takes the partition over it must end the parent, not re-arm it.
+                await client.cancel(waiter, handle.turn_id, reason="order withdrawn")
+                parent = await stream(client, waiter, handle.turn_id)
+        start = next(e for e in parent if e.type == "subagent:start")
+        child = await stream(client, patient, start.data["child_turn_id"])
+    assert (parent[-1].type, parent[-1].data["code"]) == ("run:error", "cancelled")
+    assert child[-1].type == "run:error", [(e.type, e.data) for e in child]
+    assert (child[-1].data["code"], "order withdrawn" in child[-1].data["message"]) == (
+        "cancelled",
+        True,
+    )

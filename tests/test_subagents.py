@@ -4,8 +4,13 @@ parent is parked (only its journal), and each call runs exactly one child turn."
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from typing import Any
+
+import pytest
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from pyrula_stream import (
     AgentContext,
@@ -196,6 +201,56 @@ async def test_gather_keeps_at_most_max_parallel_subagents_outstanding(
     assert Counter(e.type for e in events)["subagent:start"] == 5
 
 
+async def test_gather_waits_for_every_child_then_raises_the_first_failure_in_order(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()  # refuses a refund over 10,000
+
+    @kafka_agent(name=unique_name("batch"), llm=FakeLLM(["ok"]), partitions=1)
+    async def batch(ctx: AgentContext, amounts: list[int]) -> Any:
+        calls = [(refunds, {"order_id": str(i), "cents": c}) for i, c in enumerate(amounts)]
+        try:
+            return await ctx.gather_subagents(*calls)
+        except SubAgentError as exc:
+            return {"failed": exc.child_turn_id, "code": exc.child_code}
+
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(batch, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(batch.name, amounts=[5, 20_000, 30_000, 7], timeout=60)
+    started = [e.data["child_turn_id"] for e in events if e.type == "subagent:start"]
+    ended = {e.data["child_turn_id"]: e.data for e in events if e.type == "subagent:result"}
+    assert len(started) == 4 and set(ended) == set(started)  # every child ended first
+    assert events[-1].data["result"] == {"failed": started[1], "code": "agent_error"}
+    assert [ended[c]["status"] for c in started] == ["completed", "failed", "failed", "completed"]
+
+
+async def test_overlapping_call_agents_are_refused_with_a_pointer_to_gather(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()
+
+    @kafka_agent(name=unique_name("hasty"), llm=FakeLLM(["ok"]), partitions=1)
+    async def hasty(ctx: AgentContext) -> Any:
+        try:
+            return await asyncio.gather(
+                ctx.call_agent(refunds, order_id="1", cents=1),
+                ctx.call_agent(refunds, order_id="2", cents=2),
+            )
+        except Exception as exc:  # a refusal ends the turn even if the body catches it
+            return repr(exc)
+
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(hasty, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(hasty.name, timeout=60)
+    end = events[-1]
+    assert (end.type, end.data["code"]) == ("run:error", "invalid_request"), end.data
+    assert "ctx.gather_subagents" in end.data["message"]
+
+
 async def test_a_call_past_max_agent_depth_fails_at_once_and_starts_no_child(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
@@ -264,9 +319,7 @@ async def test_a_child_that_exceeds_the_budget_left_fails_and_its_usage_counts(
     assert events[-1].data["usage"]["output_tokens"] == used["output_tokens"]
 
 
-async def test_cancelling_a_parent_cancels_its_running_child(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
-) -> None:
+def patient_agent() -> KafkaAgent:
     @kafka_agent(name=unique_name("patient"), llm=FakeLLM(["ok"]), partitions=2)
     async def patient(ctx: AgentContext, order_id: str, cents: int) -> str:
         for _ in range(1200):  # until its cancel arrives (a minute at most)
@@ -275,6 +328,14 @@ async def test_cancelling_a_parent_cancels_its_running_child(
             await asyncio.sleep(0.05)
         return "never cancelled"
 
+    return patient
+
+
+@pytest.mark.parametrize("action", ["cancel", "terminate"])
+async def test_cancelling_or_terminating_a_parent_cancels_its_running_child(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, action: str
+) -> None:
+    patient = patient_agent()
     triage = triage_agent(patient)
     async with (
         running_worker(patient, kafka_bootstrap_servers, QUICK, all_partitions=True),
@@ -283,13 +344,91 @@ async def test_cancelling_a_parent_cancels_its_running_child(
         handle = await client.submit(triage.name, order_id="5", cents=5)
         await wait_for(lambda: tw.parked_turns == 1, 60, "the parent parked")
         start = (await _until(client, triage.name, handle.turn_id, "subagent:start"))[0]
-        await client.cancel(triage.name, handle.turn_id, reason="customer hung up")
+        if action == "cancel":
+            await client.cancel(triage.name, handle.turn_id, reason="customer hung up")
+        else:
+            await client.terminate(triage.name, handle.turn_id, reason="customer hung up")
         parent = await events_of(client, triage.name, handle.turn_id)
         child = await events_of(client, patient.name, start.data["child_turn_id"])
     assert parent[-1].type == "run:error", [(e.type, e.data) for e in parent]
     assert parent[-1].data["code"] == "cancelled"
     assert child[-1].type == "run:error" and child[-1].data["code"] == "cancelled"
     assert "customer hung up" in child[-1].data["message"]
+
+
+async def test_a_cancelled_child_raises_sub_agent_error_in_its_parent(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    patient = patient_agent()
+    triage = triage_agent(patient)  # catches SubAgentError and returns its code
+    async with (
+        running_worker(patient, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(triage, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        handle = await client.submit(triage.name, order_id="6", cents=6)
+        start = (await _until(client, triage.name, handle.turn_id, "subagent:start"))[0]
+        child_id = start.data["child_turn_id"]
+        await client.cancel(patient.name, child_id, reason="refund desk closed")
+        parent = await events_of(client, triage.name, handle.turn_id)
+    assert parent[-1].type == "run:complete", [(e.type, e.data) for e in parent]
+    assert parent[-1].data["result"] == "escalated: cancelled"
+    taken = next(e for e in parent if e.type == "subagent:result")
+    assert taken.data["child_turn_id"] == child_id
+    assert (taken.data["status"], taken.data["error_code"]) == ("failed", "cancelled")
+
+
+async def test_a_child_request_carries_root_parent_depth_budget_and_trace(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    leaf = refunds_agent()
+
+    @kafka_agent(name=unique_name("middle"), llm=FakeLLM(["ok"]), partitions=1)
+    async def middle(ctx: AgentContext) -> Any:
+        return await ctx.call_agent(leaf, order_id="1", cents=1)
+
+    @kafka_agent(
+        name=unique_name("top"),
+        llm=FakeLLM(["ok"]),
+        partitions=1,
+        limits=AgentLimits(max_agent_depth=3, max_total_tokens=10_000, max_cost_usd=2.5),
+    )
+    async def top(ctx: AgentContext) -> Any:
+        return await ctx.call_agent(middle, id="ask-middle")
+
+    trace_id = 0x4BF92F3577B34DA6A3CE929D0E0E4736
+    submitted = trace.SpanContext(
+        trace_id, 0x00F067AA0BA902B7, is_remote=True, trace_flags=trace.TraceFlags(1)
+    )
+    async with (
+        running_worker(leaf, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(middle, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(top, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        token = otel_context.attach(trace.set_span_in_context(trace.NonRecordingSpan(submitted)))
+        try:
+            handle = await client.submit(top.name)
+        finally:
+            otel_context.detach(token)
+        events = await events_of(client, top.name, handle.turn_id)
+    assert events[-1].data["result"] == {"order_id": "1", "refunded": 1}
+    tree = await asyncio.wait_for(_tree(client, top.name, handle.turn_id), 60)
+    assert {e.agent for e in tree} == {top.name, middle.name, leaf.name}  # grandchild too
+    assert [e.type for e in tree if e.type in ("run:complete", "run:error")] == ["run:complete"] * 3
+    (middle_request,) = read_topic(kafka_bootstrap_servers, middle.topics.turns)
+    (leaf_request,) = read_topic(kafka_bootstrap_servers, leaf.topics.turns)
+    mid, low = middle_request[2], leaf_request[2]
+    middle_turn = next(e for e in events if e.type == "subagent:start").data["child_turn_id"]
+    assert mid["pyrula-root-turn-id"] == mid["pyrula-parent-turn-id"] == handle.turn_id
+    assert mid["pyrula-parent-agent"] == top.name and mid["pyrula-depth"] == "1"
+    assert mid["pyrula-call-key"] == f"agent:{middle.name}#id=ask-middle"
+    assert low["pyrula-root-turn-id"] == handle.turn_id
+    assert low["pyrula-parent-turn-id"] == middle_turn
+    assert low["pyrula-parent-agent"] == middle.name and low["pyrula-depth"] == "2"
+    for headers in (mid, low):  # the tightest limits on the path travel down
+        assert headers["pyrula-max-depth"] == "3"
+        assert headers["pyrula-budget-tokens-left"] == "10000"
+        assert float(headers["pyrula-budget-cost-left-usd"]) == 2.5
+        assert headers["traceparent"].split("-")[1] == f"{trace_id:032x}"
 
 
 async def test_a_sub_agent_offered_as_a_tool_runs_as_a_child_turn(
@@ -331,6 +470,43 @@ async def test_a_sub_agent_offered_as_a_tool_runs_as_a_child_turn(
     # second read the child's result as the tool's result.
     assert len(seen) == 2
     assert '"refunded": 300' in seen[-1] and '"order_id": "3"' in seen[-1]
+
+
+async def test_a_failed_sub_agent_tool_reads_as_an_error_result_to_the_model(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunds = refunds_agent()  # refuses a refund over 10,000
+    seen: list[Any] = []
+
+    def model(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        seen.append(json.loads(json.dumps(messages)))  # the list grows later: copy it
+        if len(seen) == 1:
+            return reply_tool_call(refunds.name, order_id="9", cents=90_000)
+        return reply_text("a person will call you")
+
+    @kafka_agent(
+        name=unique_name("desk"), llm=FakeLLM(model), tools=[as_tool(refunds)], partitions=1
+    )
+    async def desk(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(desk, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(desk.name, question="refund order 9", timeout=60)
+    assert events[-1].data["result"] == "a person will call you"
+    taken = next(e for e in events if e.type == "subagent:result")
+    assert taken.data["error_code"] == "agent_error"
+    results = [
+        block
+        for message in seen[-1]
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert len(results) == 1 and results[0]["is_error"] is True
+    assert "agent_error" in results[0]["content"] and "needs a person" in results[0]["content"]
 
 
 async def test_the_two_agent_example_runs_in_one_mesh_process(

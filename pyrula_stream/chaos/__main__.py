@@ -75,9 +75,11 @@ EXPLAIN = {
 def summary(result: ChaosResult) -> str:
     c = result.counts
     lines = ["", "== chaos summary =="]
+    after_reply = c.get("kills_after_reply", 0)
     lines.append(
         f"{c['turns']} turns, {c['workers']} workers, {c['kills']} kills "
-        f"({c['kills_after_effect']} right after a side effect), "
+        f"({c['kills_after_effect']} right after a side effect"
+        f"{f', {after_reply} right after a sub-agent reply' if after_reply else ''}), "
         f"{c.get('broker_restarts', 0)} broker restarts, {c['seconds']}s"
     )
     lines.append(

@@ -103,6 +103,19 @@ class ChaosResult:
         return subagents_ok and all(self.counts.get(k, 1) == 0 for k in gated)
 
 
+def _replies_watch(bootstrap: str, topic: str, partitions: int) -> Callable[[], PartitionReader]:
+    """Opens a read_committed reader of the parent's replies, at their end now."""
+
+    def open_reader() -> PartitionReader:
+        reader = PartitionReader(
+            bootstrap, topic, client_id=f"chaos-replies-{uuid.uuid4().hex[:6]}"
+        )
+        reader.seek_partitions(list(range(partitions)), int(time.time() * 1000))
+        return reader
+
+    return open_reader
+
+
 class EventMonitor(threading.Thread):
     """Follows the events topic (read_committed) during the run: which turns have ended."""
 
@@ -407,9 +420,20 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             monitor = EventMonitor(bootstrap, run.topics.events, cfg.partitions)
             monitor.start()
             mon = monitor
-            plan = kill_plan(cfg.kills, max(cfg.turns / cfg.rate, 2.0), rng)
+            plan = kill_plan(
+                cfg.kills, max(cfg.turns / cfg.rate, 2.0), rng, after_reply=cfg.subagents
+            )
             monkey = Monkey(
-                workers, plan, run.effects, rng, lambda: run.finished(mon), say, run.lock
+                workers,
+                plan,
+                run.effects,
+                rng,
+                lambda: run.finished(mon),
+                say,
+                run.lock,
+                replies=_replies_watch(bootstrap, run.topics.replies, cfg.partitions)
+                if cfg.subagents
+                else None,
             )
             if own is not None:
                 window = max(cfg.turns / cfg.rate, 2.0)
@@ -448,6 +472,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             "workers": cfg.workers,
             "kills": len(kills),
             "kills_after_effect": sum(1 for k in kills if k.kind == "after_effect"),
+            "kills_after_reply": sum(1 for k in kills if k.kind == "after_reply"),
             "broker_restarts": len(restarter.restarts) if restarter is not None else 0,
             "worker_crashes": len(run.crashes),
             "worker_exit_codes": run.stop_codes,

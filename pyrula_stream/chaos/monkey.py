@@ -6,7 +6,11 @@ Kinds of kill:
   effect, within about a millisecond: it dies between the tool's effect and the commit of
   the tool's journal entry, so the next owner runs the tool again (and must dedupe);
 - ``random``: a random live worker at a random moment (mid model call, mid commit, mid
-  restore, ...).
+  restore, ...);
+- ``after_reply`` (``--subagents``): follow the parent agent's replies topic
+  (read_committed) and SIGKILL every worker the moment a child's reply becomes visible:
+  between the child's terminal commit and the parent's pickup of the reply, whichever
+  process owns the parent's partition (each runs both agents).
 
 Every kill is followed at once by a restart with the same ``--worker-id``, so the new
 transactional producer fences the dead one and aborts its open transaction.
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrula_stream.chaos.processes import Worker
+from pyrula_stream.kafka.io import PartitionReader
 
 
 @dataclass
@@ -36,13 +41,14 @@ class KillRecord:
     wall_ts: float = 0.0
 
 
-def kill_plan(kills: int, window_s: float, rng: random.Random) -> list[tuple[float, str]]:
-    """``kills`` moments spread over ``window_s``; every other one right after an effect."""
+def kill_plan(
+    kills: int, window_s: float, rng: random.Random, *, after_reply: bool = False
+) -> list[tuple[float, str]]:
+    """``kills`` moments spread over ``window_s``; every other one right after an effect
+    (with ``after_reply``, every third one right after a sub-agent's reply instead)."""
+    kinds = ("after_effect", "after_reply", "random") if after_reply else ("after_effect", "random")
     return [
-        (
-            window_s * (i + rng.uniform(0.15, 0.85)) / kills,
-            "after_effect" if i % 2 == 0 else "random",
-        )
+        (window_s * (i + rng.uniform(0.15, 0.85)) / kills, kinds[i % len(kinds)])
         for i in range(kills)
     ]
 
@@ -59,6 +65,7 @@ class Monkey(threading.Thread):
         all_done: Callable[[], bool],
         log: Callable[[str], None],
         lock: threading.Lock,
+        replies: Callable[[], PartitionReader] | None = None,
     ) -> None:
         super().__init__(name="chaos-monkey", daemon=True)
         self.workers = workers
@@ -68,17 +75,34 @@ class Monkey(threading.Thread):
         self.all_done = all_done
         self.log = log
         self.lock = lock
+        self.replies = replies
         self.kills: list[KillRecord] = []
         self.started = time.monotonic()
         self._halt = threading.Event()
 
     def run(self) -> None:
+        # Opened here, in the monkey's thread (a consumer is not shared across threads),
+        # and positioned at the end now, so only replies from later on count.
+        watch = self.replies() if self.replies is not None else None
+        try:
+            self._run(watch)
+        finally:
+            if watch is not None:
+                watch.close()
+
+    def _run(self, watch: PartitionReader | None) -> None:
         for at, kind in self.plan:
             while time.monotonic() - self.started < at:
                 if self._halt.wait(0.05) or self.all_done():
                     return
             victim: Worker | None = None
             detail = ""
+            if kind == "after_reply" and watch is not None:
+                detail = self._wait_for_reply(watch, 30.0)
+                if detail:
+                    self._kill_all_and_restart(kind, detail)
+                    continue
+                kind, detail = "random", "(no reply seen within 30s)"
             if kind == "after_effect":
                 victim, detail = self._wait_for_effect(5.0)
                 if victim is None:
@@ -116,6 +140,34 @@ class Monkey(threading.Thread):
                             return w, f"effect {entry.get('key')}"
             time.sleep(0.001)
         return None, ""
+
+    def _wait_for_reply(self, watch: PartitionReader, timeout_s: float) -> str:
+        """Wait for the next reply record to become visible; return what it was ("" if
+        none came before the timeout or the end of the run)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not self._halt.is_set() and not self.all_done():
+            for _, value, headers, partition, offset in watch.poll(0.05):
+                if value is not None:
+                    child = headers.get("pyrula-child-turn-id", "?")
+                    return f"reply of child {child} at replies[{partition}]@{offset}"
+        return ""
+
+    def _kill_all_and_restart(self, kind: str, detail: str) -> None:
+        """SIGKILL every live worker at once, then restart each with its old id."""
+        with self.lock:
+            victims = [w for w in self.workers if w.alive()]
+            pids = {w.worker_id: w.pid or -1 for w in victims}
+            for w in victims:
+                w.kill()
+            at = time.monotonic() - self.started
+            for w in victims:
+                self.kills.append(
+                    KillRecord(
+                        round(at, 2), w.worker_id, pids[w.worker_id], kind, detail, time.time()
+                    )
+                )
+                w.start()
+        self.log(f"  t={at:6.1f}s SIGKILL {', '.join(pids)} ({kind}: {detail}); restarted")
 
     def _kill_and_restart(self, worker: Worker, kind: str, detail: str) -> None:
         with self.lock:

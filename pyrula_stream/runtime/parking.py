@@ -38,17 +38,22 @@ class ParkedTurns:
     """Re-arms, wakes and resumes the parked turns of the partitions a worker owns."""
 
     def __init__(
-        self, parts: dict[int, PartitionState], admit: Callable[[int, QueuedTurn], None]
+        self,
+        parts: dict[int, PartitionState],
+        admit: Callable[[int, QueuedTurn], None],
+        cancelled: Callable[[str], bool],
     ) -> None:
         self._parts = parts
         self._admit = admit
+        self._cancelled = cancelled
 
     @property
     def count(self) -> int:
         return sum(len(ps.parked) for ps in self._parts.values())
 
     def rearm(self, partition: int) -> None:
-        """After restore: every turn whose journal ends in a park record is parked again."""
+        """After restore: every turn whose journal ends in a park record is parked again;
+        one whose cancel this worker read before it owned the partition resumes to end."""
         ps = self._parts.get(partition)
         if ps is None:
             return
@@ -60,7 +65,10 @@ class ParkedTurns:
             except (KeyError, TypeError, ValueError, MalformedRecordError) as exc:
                 log.error("park record of %s unreadable, turn left parked: %s", turn_id, exc)
                 continue
-            self.arm(partition, turn_id)
+            if self._cancelled(turn_id):
+                self.resume(partition, turn_id)
+            else:
+                self.arm(partition, turn_id)
 
     def arm(self, partition: int, turn_id: str) -> None:
         """Resume the turn if it can go on now, else set its timer (if it has one)."""

@@ -73,7 +73,6 @@ class TurnScheduler:
         self.agent = agent
         self.options = options
         self.turns_finished = 0
-        self.parked = ParkedTurns(parts, self.admit)
         self._parts = parts
         self._telemetry = telemetry
         self._committer = committer
@@ -83,6 +82,7 @@ class TurnScheduler:
         self._running: dict[str, RunningTurn] = {}
         self._waiting: list[tuple[int, QueuedTurn]] = []
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self.parked = ParkedTurns(parts, self.admit, self._cancels.__contains__)
 
     @property
     def running_count(self) -> int:

@@ -89,6 +89,12 @@ class KafkaWorker:
     def __init__(
         self, agent: KafkaAgent, *, bootstrap_servers: str, options: WorkerOptions | None = None
     ) -> None:
+        if not isinstance(agent, KafkaAgent):
+            raise ConfigurationError(
+                f"KafkaWorker runs one @kafka_agent, not {type(agent).__name__}: for several "
+                "agents in one process use MeshWorker([...]) or run_worker([...]) (on the "
+                "command line: pyrula-stream worker mod:a mod:b)"
+            )
         if agent.llm is None:
             raise ConfigurationError(
                 f"agent '{agent.name}' has no model: pass llm= to @kafka_agent (AnthropicLLM, "

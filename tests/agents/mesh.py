@@ -3,6 +3,7 @@ environment so each test has its own topics."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -26,3 +27,17 @@ async def timer(ctx: AgentContext, seconds: float) -> str:
     await ctx.emit_status("sleeping")
     await ctx.sleep(seconds)
     return f"woke after {seconds}"
+
+
+@kafka_agent(name=os.environ.get("MESH_PATIENT", "patient"), llm=FakeLLM(["ok"]), partitions=1)
+async def patient(ctx: AgentContext) -> str:
+    for _ in range(1800):  # until its cancel arrives (90 s at most)
+        if ctx.cancelled:
+            break
+        await asyncio.sleep(0.05)
+    return "never cancelled"
+
+
+@kafka_agent(name=os.environ.get("MESH_WAITER", "waiter"), llm=FakeLLM(["ok"]), partitions=1)
+async def waiter(ctx: AgentContext) -> Any:
+    return await ctx.call_agent(patient)
