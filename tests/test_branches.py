@@ -154,3 +154,45 @@ async def test_a_branch_refuses_new_steps_and_unmarked_tools_even_when_caught(
     assert mail_end.data["code"] == "write_tool_blocked", "the body caught it; still the end"
     assert mail_end.data["detail"]["reason"] == "unmarked"
     assert same_end.type == "run:complete" and same_end.data["result"] == "sent"
+
+
+async def test_a_branch_never_starts_a_child_turn_it_takes_the_originals_or_stops(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunded: list[int] = []
+
+    @kafka_agent(name=unique_name("refund"), llm=FakeLLM(), partitions=1)
+    async def refund(ctx: AgentContext, cents: int) -> int:
+        refunded.append(cents)  # the effect a branch must never repeat
+        return cents
+
+    @kafka_agent(name=unique_name("desk"), llm=FakeLLM(), keep_history=True, partitions=1)
+    async def desk(ctx: AgentContext, cents: int) -> str:
+        done = await ctx.call_agent(refund, cents=cents)  # steps 1 (call) and 2 (reply)
+        return f"refunded {done}"
+
+    quick = WorkerOptions(shutdown_grace=0.2)
+    async with (
+        running_worker(refund, kafka_bootstrap_servers, quick),
+        running_worker(desk, kafka_bootstrap_servers, quick),
+    ):
+        original = await client.submit(desk.name, cents=500)
+        assert (await events_of(client, desk.name, original.turn_id))[-1].type == "run:complete"
+        # The same call from step 1, and only the reply from step 2: the original's child
+        # and its reply are taken as recorded.
+        same = await client.branch(desk.name, original.turn_id, from_step=1)
+        reply_only = await client.branch(desk.name, original.turn_id, from_step=2)
+        # Another amount: a new child turn would refund again, so the branch stops.
+        other = await client.branch(desk.name, original.turn_id, from_step=1, cents=700)
+        same_events = await events_of(client, desk.name, same.turn_id)
+        reply_end = (await events_of(client, desk.name, reply_only.turn_id))[-1]
+        other_end = (await events_of(client, desk.name, other.turn_id))[-1]
+
+    assert same_events[-1].type == "run:complete", same_events[-1].data
+    assert same_events[-1].data["result"] == "refunded 500"
+    assert reply_end.type == "run:complete", reply_end.data
+    assert reply_end.data["result"] == "refunded 500"
+    assert other_end.data["code"] == "write_tool_blocked"
+    assert other_end.data["detail"]["reason"] == "effect"
+    assert other_end.data["detail"]["call"] == f"agent:{refund.name}"
+    assert refunded == [500], "only the original started a child turn"
