@@ -3,6 +3,7 @@ the export against today's code (`pyrula-stream replay`, `assert_replays`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
-from pyrula_stream.history import TurnRecording
+from pyrula_stream import AgentContext, KafkaAgent, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.history import TurnRecording, export_turn
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.replay import replay_turn
 from pyrula_stream.testing import assert_replays, running_worker, unique_name
@@ -156,3 +157,37 @@ def test_export_of_an_unrecorded_turn_names_the_reason(kafka_bootstrap_servers: 
     )
     assert out.returncode == 2
     assert "keep_history=True" in out.stderr
+
+
+async def test_a_turn_that_used_memory_replays_offline(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    ns = ("replay", unique_name("mem"))
+
+    def remembering(name: str, key: str) -> KafkaAgent:
+        @kafka_agent(name=name, llm=FakeLLM(), keep_history=True, partitions=1)
+        async def remembers(ctx: AgentContext, n: int) -> str:
+            before = await ctx.memory.get(ns, key)
+            await ctx.memory.put(ns, key, {"n": n})
+            return f"was {before.value['n'] if before else None}"
+
+        return remembers
+
+    agent = remembering(unique_name("mem"), "k")
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        first = await client.run(agent.name, n=1, timeout=60)
+        second = await client.run(agent.name, n=2, timeout=60)
+    assert first[-1].data["result"] == "was None" and second[-1].data["result"] == "was 1"
+    recording = await asyncio.to_thread(
+        export_turn,
+        kafka_bootstrap_servers,
+        history_topic=agent.topics.history,
+        events_topic=agent.topics.events,
+        turn_id=second[0].turn_id,
+    )
+
+    report = await replay_turn(agent, recording)
+    assert report.clean, report.message
+    moved = await replay_turn(remembering(agent.name, "other"), recording)
+    assert not moved.clean and moved.step == 1
+    assert "memory 'get'" in moved.message and "arguments changed" in moved.message
