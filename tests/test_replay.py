@@ -99,7 +99,7 @@ async def test_a_changed_system_prompt_is_reported_at_the_first_model_call(
         assert_replays(make_agent(name, "Be terse."), path)
 
 
-async def test_changed_tool_arguments_and_a_shorter_body_are_reported(
+async def test_changed_calls_messages_and_a_shorter_body_are_reported(
     exported: tuple[str, Path],
 ) -> None:
     name, path = exported
@@ -114,6 +114,15 @@ async def test_changed_tool_arguments_and_a_shorter_body_are_reported(
     assert not report.clean
     assert report.step == 1
     assert "the code now makes tool 'lookup_order'" in report.message
+
+    @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
+    async def reworded(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": f"{question}!"}], system=SYSTEM)
+
+    report = await replay_turn(reworded, recording)
+    assert not report.clean
+    assert report.step == 1
+    assert report.message.endswith("(llm 'llm'): the conversation messages changed")
 
     @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
     async def stops_early(ctx: AgentContext, question: str) -> str:
