@@ -121,6 +121,7 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
         topics=TurnTopics(REPLAY_JOURNAL, EventRouting(REPLAY_EVENTS), 0),
         output=output,
         journal=journal,
+        thread=recording.thread_handle(),
     )
     async with httpx.AsyncClient() as http:
         executor = TurnExecutor(

@@ -9,12 +9,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pyrula_stream import AgentContext, KafkaAgent, KafkaAgentClient, WorkerOptions, kafka_agent
 from pyrula_stream.history import TurnRecording, export_turn
-from pyrula_stream.llm import FakeLLM
+from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text
 from pyrula_stream.replay import replay_turn
 from pyrula_stream.testing import assert_replays, running_worker, unique_name
 from tests.agents.recorded import SYSTEM, add_note, lookup_order, make_agent, order_model
@@ -200,3 +201,30 @@ async def test_a_turn_that_used_memory_replays_offline(
     moved = await replay_turn(remembering(agent.name, "other"), recording)
     assert not moved.clean and moved.step == 1
     assert "memory 'get'" in moved.message and "arguments changed" in moved.message
+
+
+async def test_a_turn_in_a_thread_replays_offline_with_the_threads_earlier_messages(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    def answers(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        return reply_text(f"seen {len(messages)} messages")
+
+    @kafka_agent(name=unique_name("thread"), llm=FakeLLM(answers), keep_history=True)
+    async def chat(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    thread = unique_name("t")
+    async with running_worker(chat, kafka_bootstrap_servers, QUICK_STOP):
+        await client.run(chat.name, thread_id=thread, text="one", timeout=60)
+        two = await client.run(chat.name, thread_id=thread, text="two", timeout=60)
+    assert two[-1].data["result"] == "seen 3 messages", "the thread's first turn came first"
+    recording = await asyncio.to_thread(
+        export_turn,
+        kafka_bootstrap_servers,
+        history_topic=chat.topics.history,
+        events_topic=chat.topics.events,
+        turn_id=two[0].turn_id,
+    )
+
+    report = await replay_turn(chat, recording)
+    assert report.clean, report.message
