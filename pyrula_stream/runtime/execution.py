@@ -156,6 +156,8 @@ class TurnExecutor:
             original = await self.load_recording(parent) if self.load_recording else None
             runtime.branch = Branch.of(request, original)
             runtime.branch.prefill(runtime.journal)
+            if runtime.thread is None and original is not None:  # its thread, as it was
+                runtime.thread = original.thread_handle()
         data, _ = await runtime.durable_step(
             "start",
             "start",
