@@ -143,6 +143,34 @@ async def test_changed_calls_messages_and_a_shorter_body_are_reported(
     assert "question" in report.message
 
 
+async def test_a_turn_recorded_on_version_1_replays_on_the_kept_body_or_names_the_gap(
+    exported: tuple[str, Path],
+) -> None:
+    name, path = exported
+    recording = TurnRecording.load(path)
+    recording.steps[0].data["version"] = "1"  # as if it started on version 1
+    old = make_agent(name)
+
+    @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
+    async def new_body(ctx: AgentContext, question: str) -> str:
+        return "new code"
+
+    def deploy(**versions: Any) -> KafkaAgent:
+        return kafka_agent(
+            name=name,
+            llm=FakeLLM(order_model),
+            tools=[lookup_order, add_note],
+            version="2",
+            versions=versions,
+        )(new_body.fn)
+
+    kept = await replay_turn(deploy(**{"1": old.fn}), recording)
+    assert kept.clean, kept.message
+    dropped = await replay_turn(deploy(), recording)
+    assert not dropped.clean
+    assert "turn started on version '1'; this worker has ['2']: keep that body" in dropped.message
+
+
 def test_the_replay_command_prints_the_changed_step(exported: tuple[str, Path]) -> None:
     name, path = exported
     spec = "tests.agents.recorded:recorded"

@@ -145,7 +145,8 @@ class TurnExecutor:
         body = body_for(self.agent, version)
         if body is None:  # the worker hands such turns on; this is the last line of defence
             raise VersionUnavailable(
-                f"turn started on version {version!r}; this worker has {known_versions(self.agent)}"
+                f"turn started on version {version!r}; this worker has "
+                f"{known_versions(self.agent)}: keep that body in @kafka_agent(versions=...)"
             )
         running = version if self.agent.version_behavior == "pinned" else self.agent.version
         if running is not None:  # events carry the version of the code that publishes them
