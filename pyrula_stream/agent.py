@@ -11,6 +11,7 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import cached_property
 from typing import Any, Literal
 
@@ -77,6 +78,18 @@ class AgentTopics:
 VersionBehavior = Literal["pinned", "auto_upgrade"]
 
 
+def _history_retention_ms(agent_name: str, keep_history: bool | timedelta) -> int | None:
+    """The history topic's retention a ``timedelta`` sets (``None``: the spec's)."""
+    if isinstance(keep_history, timedelta) and keep_history.total_seconds() >= 1:
+        return int(keep_history.total_seconds() * 1000)
+    if isinstance(keep_history, bool):
+        return None
+    raise AgentRegistrationError(
+        f"agent '{agent_name}': keep_history must be True, False or a timedelta of at least "
+        f"a second (how long <agent>.history keeps a turn); got {keep_history!r}"
+    )
+
+
 @dataclass(frozen=True)
 class KafkaAgent:
     """An agent bound to Kafka: what ``pyrula-stream worker MODULE:AGENT`` runs."""
@@ -93,6 +106,8 @@ class KafkaAgent:
     timeout: float = 600.0
     mcp_servers: tuple[MCPServer, ...] = ()
     keep_history: bool = False
+    history_retention_ms: int | None = None
+    """``<agent>.history``'s ``retention.ms`` when ``keep_history`` gave one."""
     max_thread_turns: int = 0
     version: str | None = None
     version_behavior: VersionBehavior = "auto_upgrade"
@@ -112,6 +127,7 @@ class KafkaAgent:
             prefix=self.prefix,
             partitions=self.partitions,
             keep_history=self.keep_history,
+            history_retention_ms=self.history_retention_ms,
         )
 
     @cached_property
@@ -142,7 +158,7 @@ def kafka_agent(
     mcp_servers: Sequence[MCPServer] = (),
     output_topics: Mapping[str, Sequence[str]] | None = None,
     timeout: float = 600.0,
-    keep_history: bool = False,
+    keep_history: bool | timedelta = False,
     max_thread_turns: int = 0,
     version: str | None = None,
     version_behavior: VersionBehavior | None = None,
@@ -159,7 +175,8 @@ def kafka_agent(
     ``output_type`` (anything pydantic validates) checks the result; a model answer that
     fails is sent back to the model up to ``output_retries`` times, then the turn fails
     with ``output_validation``. ``event_format="json"`` writes events and results as JSON.
-    ``keep_history`` writes each finished turn's steps to ``<agent>.history``.
+    ``keep_history`` writes each finished turn's steps to ``<agent>.history`` (kept 7
+    days, or as long as a ``timedelta`` given instead of ``True`` says).
     ``max_thread_turns`` keeps only a thread's newest turns in ``<agent>.threads`` (0
     keeps all).
     ``version`` names this body's version (journaled when a turn starts);
@@ -193,6 +210,7 @@ def kafka_agent(
                     f"agent '{agent_name}': MCP server '{server.name}' sets requires_approval, "
                     "but a Kafka consumer cannot wait for a person's approval"
                 )
+        history_retention_ms = _history_retention_ms(agent_name, keep_history)
         servers = [s.name for s in mcp_servers]
         if len(set(servers)) != len(servers):
             raise ToolRegistrationError(f"agent '{agent_name}': MCP server names repeat: {servers}")
@@ -252,7 +270,8 @@ def kafka_agent(
             output_topics={k: tuple(v) for k, v in (output_topics or {}).items()},
             timeout=timeout,
             mcp_servers=tuple(mcp_servers),
-            keep_history=keep_history,
+            keep_history=bool(keep_history),
+            history_retention_ms=history_retention_ms,
             max_thread_turns=max_thread_turns,
             version=version,
             version_behavior=behavior,

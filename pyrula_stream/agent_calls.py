@@ -26,6 +26,7 @@ from pyrula_stream.errors import (
     ConfigurationError,
     SubAgentError,
     UserError,
+    WriteToolBlocked,
 )
 from pyrula_stream.events import SubagentResult, SubagentStart
 from pyrula_stream.limits import AgentLimits, Spend, check_wall_time
@@ -168,7 +169,14 @@ class AgentCalls:
         spend = turn.spend
         lim = self.limits
 
+        input_hash = fingerprint([call_key, params])
+
         async def live() -> StepData:
+            if turn.branch is not None:  # the original's child, or refused (see branch.py)
+                try:
+                    return dict(turn.branch.agent_result(CALL_KIND, step, name, input_hash))
+                except WriteToolBlocked as exc:
+                    raise turn.refuse(exc) from None
             if max_depth is not None and depth > max_depth:
                 raise AgentDepthExceeded(
                     f"call to '{name}' would run at depth {depth}, past max_agent_depth="
@@ -194,6 +202,8 @@ class AgentCalls:
             return {"child_turn_id": child_id, "agent": name, "depth": depth}
 
         def request_record(data: StepData) -> list[Any]:
+            if turn.branch is not None:  # a branch never starts a child turn
+                return []
             trace = turn.telemetry.event_trace() or {}
             lineage = Lineage(
                 root_turn_id=parent.root_turn_id if parent else turn.turn_id,
@@ -231,13 +241,14 @@ class AgentCalls:
         data, _ = await turn.durable_step(
             CALL_KIND,
             name,
-            fingerprint([call_key, params]),
+            input_hash,
             live,
             lambda d: [SubagentStart(call_key, name, d["child_turn_id"], d["depth"], params)],
             step=step,
             effects=request_record,
         )
-        turn.children[str(data["child_turn_id"])] = f"{prefix}.{name}.control"
+        if turn.branch is None:  # a branch's child is the original's, not its to cancel
+            turn.children[str(data["child_turn_id"])] = f"{prefix}.{name}.control"
         return name, str(data["child_turn_id"])
 
     async def take(self, child: tuple[str, str], *, step: int | None = None) -> Reply:
@@ -246,6 +257,13 @@ class AgentCalls:
         turn = self._turn
 
         async def live() -> StepData:
+            if turn.branch is not None:  # the child is the original's: so is its reply
+                try:
+                    return dict(
+                        turn.branch.agent_result(REPLY_KIND, step, name, fingerprint(child_id))
+                    )
+                except WriteToolBlocked as exc:
+                    raise turn.refuse(exc) from None
             reply = turn.journal.replies.get(child_id)
             if reply is None:
                 raise TurnParked((child_id,))

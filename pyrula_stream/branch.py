@@ -10,6 +10,9 @@ a ``read_only`` tool runs live; any other tool returns the original's recorded r
 when the original made the same call (name and arguments), else the branch ends with
 ``write_tool_blocked`` (reason ``write`` for a ``writes=True`` tool, ``unmarked`` for a
 tool marked neither way, ``step`` for a ``ctx.step``, ``effect`` for any other effect).
+A branch never starts a child turn: a sub-agent call and its reply are the original's
+(its child's result) when the original made the same call, else ``effect``; the child's
+own tools may write, so a new child would repeat effects no guard here could see.
 A refusal ends the branch even if the body catches it. The original is never touched.
 """
 
@@ -126,13 +129,24 @@ class Branch:
         """The original's result of this ``ctx.step``; a branch never runs one live."""
         return self._recorded("step", name, input_hash, step, "step").data
 
+    def agent_result(self, kind: str, step: int | None, name: str, input_hash: str) -> Any:
+        """The original's record of this sub-agent call or reply (``kind``); a branch
+        never starts a child turn of its own."""
+        return self._recorded(kind, name, input_hash, step, "effect", f"agent:{name}").data
+
     def refuse_effect(self, what: str, step: int | None = None) -> WriteToolBlocked:
         """The error for an effect that is neither a tool nor a step: a memory write
         (``ctx.memory.put``/``delete``), which a branch never makes."""
         return self._blocked(what, "effect", step)
 
     def _recorded(
-        self, kind: str, name: str, input_hash: str, step: int | None, reason: str
+        self,
+        kind: str,
+        name: str,
+        input_hash: str,
+        step: int | None,
+        reason: str,
+        what: str | None = None,
     ) -> JournalEntry:
         for entry in self.original.steps:
             if (
@@ -143,7 +157,8 @@ class Branch:
             ):
                 self._taken.add(entry.step)
                 return entry
-        raise self._blocked(f"{'ctx.step' if kind == 'step' else 'tool'}:{name}", reason, step)
+        what = what or f"{'ctx.step' if kind == 'step' else 'tool'}:{name}"
+        raise self._blocked(what, reason, step)
 
     def _blocked(self, what: str, reason: str, step: int | None) -> WriteToolBlocked:
         where = f" at step {step}" if step is not None else ""

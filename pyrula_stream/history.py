@@ -25,6 +25,7 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.records import OutRecord, wire_record
 from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.threads import ThreadHandle, ThreadTurn
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +52,19 @@ class TurnRecording:
     terminal: dict[str, Any] = field(default_factory=dict)
     version: str | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
+    thread: list[dict[str, Any]] | None = None
+    """A thread turn's earlier turns as its model saw them (from the newest compaction)."""
 
     @property
     def turn_id(self) -> str:
         return self.request.turn_id
+
+    def thread_handle(self) -> ThreadHandle | None:
+        """``ctx.thread`` as the recorded turn had it (``None`` outside a thread)."""
+        if self.request.thread_id is None or self.thread is None:
+            return None
+        turns = tuple(ThreadTurn.from_json(t) for t in self.thread)
+        return ThreadHandle(self.request.thread_id, turns, turns[-1].n + 1 if turns else 1)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +76,7 @@ class TurnRecording:
             "steps": [_step_json(s) for s in self.steps],
             "terminal": self.terminal,
             "events": self.events,
+            **({"thread": self.thread} if self.thread is not None else {}),
         }
 
     @classmethod
@@ -86,6 +97,7 @@ class TurnRecording:
             terminal=dict(raw.get("terminal") or {}),
             version=raw.get("version"),
             events=list(raw.get("events") or []),
+            thread=raw.get("thread"),
         )
 
     @classmethod
@@ -121,14 +133,18 @@ def history_record(
     version: str | None,
     ts_ms: int,
     max_bytes: int,
+    thread: ThreadHandle | None = None,
 ) -> OutRecord:
     """The turn's history record. Steps that do not fit in one record are left out (and
-    the record says so) rather than failing a turn that has already finished."""
+    the record says so) rather than failing a turn that has already finished. A thread
+    turn keeps the earlier turns its model saw, so a replay or branch sees them too."""
     data: dict[str, Any] = {
         "request": asdict(request),
         "steps": [_step_json(s) for s in sorted(steps, key=lambda s: s.step)],
         "terminal": terminal,
     }
+    if thread is not None:
+        data["thread"] = [t.to_json() for t in seen_turns(thread)]
 
     def record() -> OutRecord:
         value = TurnHistory(request.turn_id, request.agent, version or "", ts_ms, data)
@@ -145,8 +161,15 @@ def history_record(
     except PayloadTooLarge as exc:
         log.error("history of turn %s kept without its steps: %s", request.turn_id, exc)
         data["steps"] = []
+        data.pop("thread", None)
         data["steps_omitted"] = exc.message
         return record()
+
+
+def seen_turns(thread: ThreadHandle) -> tuple[ThreadTurn, ...]:
+    """The turns ``ThreadHandle.messages`` reads: from the newest compaction on."""
+    start = max((i for i, t in enumerate(thread.turns) if t.base is not None), default=0)
+    return thread.turns[start:]
 
 
 def decode_history(payload: bytes, headers: Mapping[str, str]) -> TurnRecording:
@@ -164,6 +187,7 @@ def decode_history(payload: bytes, headers: Mapping[str, str]) -> TurnRecording:
             "request": data["request"],
             "steps": data["steps"],
             "terminal": data.get("terminal") or {},
+            "thread": data.get("thread"),
         },
         source=f"history record of turn {body['turn_id']}",
     )

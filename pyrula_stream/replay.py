@@ -3,7 +3,8 @@
 The recorded steps fill a journal that answers every durable call, and the turn runs
 through the production executor (the same ``AgentContext``, ``ToolLoop`` and
 ``ToolCalls``), so the comparison is the one a worker makes when it resumes a turn after
-a deploy. Nothing runs live: a call the recording does not have is itself a divergence.
+a deploy. Nothing runs live (no model, memory store or MCP server is asked): a call the
+recording does not have is itself a divergence.
 The report names the first step where the code asks for something different (what
 changed: system prompt, tools, messages, arguments, or another kind of call), or says the
 turn replays cleanly.
@@ -16,7 +17,7 @@ import glob
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -32,6 +33,9 @@ from pyrula_stream.runtime.journal import TurnJournal
 from pyrula_stream.runtime.turn import TurnRuntime, TurnTopics
 from pyrula_stream.serde import JournalEntry, headers_dict
 from pyrula_stream.tool_cache import InProcessCacheStore
+
+if TYPE_CHECKING:
+    from pyrula_stream.mcp.pool import MCPPool
 
 REPLAY_EVENTS = "replay.events"
 REPLAY_JOURNAL = "replay.journal"
@@ -92,6 +96,16 @@ class MemoryOutput:
         ]
 
 
+class OfflineMemory:
+    """The ``MemoryBackend`` of a replay: every memory call takes its recorded answer
+    (the ``RecordedJournal`` reports a call it lacks first), so no store is ever asked."""
+
+    def _unreachable(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConfigurationError("offline replay has no memory store; this call was not recorded")
+
+    put = get = delete = list = search = _unreachable
+
+
 async def _no_topics(topic: str) -> bool:
     """Offline there is no Kafka: a sub-agent call the recording lacks cannot be made."""
     return False
@@ -107,6 +121,7 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
         topics=TurnTopics(REPLAY_JOURNAL, EventRouting(REPLAY_EVENTS), 0),
         output=output,
         journal=journal,
+        thread=recording.thread_handle(),
     )
     async with httpx.AsyncClient() as http:
         executor = TurnExecutor(
@@ -119,6 +134,8 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
             add_records=output.records.extend,
             load_recording=_recorded_original(recording),
             topic_exists=_no_topics,
+            memory=OfflineMemory(),
+            mcp_pool=_unconnected_pool(agent),
         )
         await executor.execute(runtime)
     terminal = next((e for e in reversed(output.events()) if e.is_terminal), None)
@@ -155,6 +172,15 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
             f"{recorded_code or ''}".rstrip(),
         )
     return ReplayReport(turn_id, True, "replays cleanly")
+
+
+def _unconnected_pool(agent: KafkaAgent) -> MCPPool | None:
+    """MCP servers stay down: the journaled tool lists and calls answer for them."""
+    if not agent.mcp_servers:
+        return None
+    from pyrula_stream.mcp.pool import MCPPool
+
+    return MCPPool(agent.mcp_servers)
 
 
 def _recorded_original(

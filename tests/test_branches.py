@@ -5,6 +5,7 @@ blocked with write_tool_blocked, and the original turn is untouched."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.branch import branch_metadata
 from pyrula_stream.history import load_recording
-from pyrula_stream.llm import FakeLLM
+from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text
 from pyrula_stream.replay import replay_turn
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.recorded import NOTES, make_agent
@@ -154,3 +155,69 @@ async def test_a_branch_refuses_new_steps_and_unmarked_tools_even_when_caught(
     assert mail_end.data["code"] == "write_tool_blocked", "the body caught it; still the end"
     assert mail_end.data["detail"]["reason"] == "unmarked"
     assert same_end.type == "run:complete" and same_end.data["result"] == "sent"
+
+
+async def test_a_branch_never_starts_a_child_turn_it_takes_the_originals_or_stops(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    refunded: list[int] = []
+
+    @kafka_agent(name=unique_name("refund"), llm=FakeLLM(), partitions=1)
+    async def refund(ctx: AgentContext, cents: int) -> int:
+        refunded.append(cents)  # the effect a branch must never repeat
+        return cents
+
+    @kafka_agent(name=unique_name("desk"), llm=FakeLLM(), keep_history=True, partitions=1)
+    async def desk(ctx: AgentContext, cents: int) -> str:
+        done = await ctx.call_agent(refund, cents=cents)  # steps 1 (call) and 2 (reply)
+        return f"refunded {done}"
+
+    quick = WorkerOptions(shutdown_grace=0.2)
+    async with (
+        running_worker(refund, kafka_bootstrap_servers, quick),
+        running_worker(desk, kafka_bootstrap_servers, quick),
+    ):
+        original = await client.submit(desk.name, cents=500)
+        assert (await events_of(client, desk.name, original.turn_id))[-1].type == "run:complete"
+        # The same call from step 1, and only the reply from step 2: the original's child
+        # and its reply are taken as recorded.
+        same = await client.branch(desk.name, original.turn_id, from_step=1)
+        reply_only = await client.branch(desk.name, original.turn_id, from_step=2)
+        # Another amount: a new child turn would refund again, so the branch stops.
+        other = await client.branch(desk.name, original.turn_id, from_step=1, cents=700)
+        same_events = await events_of(client, desk.name, same.turn_id)
+        reply_end = (await events_of(client, desk.name, reply_only.turn_id))[-1]
+        other_end = (await events_of(client, desk.name, other.turn_id))[-1]
+
+    assert same_events[-1].type == "run:complete", same_events[-1].data
+    assert same_events[-1].data["result"] == "refunded 500"
+    assert reply_end.type == "run:complete", reply_end.data
+    assert reply_end.data["result"] == "refunded 500"
+    assert other_end.data["code"] == "write_tool_blocked"
+    assert other_end.data["detail"]["reason"] == "effect"
+    assert other_end.data["detail"]["call"] == f"agent:{refund.name}"
+    assert refunded == [500], "only the original started a child turn"
+
+
+async def test_a_branch_of_a_thread_turn_sees_the_thread_as_it_was_and_leaves_it_alone(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    def answers(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        return reply_text(f"seen {len(messages)} messages")
+
+    @kafka_agent(name=unique_name("tbranch"), llm=FakeLLM(answers), keep_history=True, partitions=1)
+    async def chat(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    thread = unique_name("t")
+    async with running_worker(chat, kafka_bootstrap_servers, WorkerOptions(shutdown_grace=0.2)):
+        await client.run(chat.name, thread_id=thread, text="one", timeout=60)
+        two = await client.run(chat.name, thread_id=thread, text="two", timeout=60)
+        branch = await client.branch(chat.name, two[0].turn_id, from_step=1, text="deux")
+        end = (await events_of(client, chat.name, branch.turn_id))[-1]
+        kept = await client.get_thread(chat.name, thread)
+
+    assert two[-1].data["result"] == "seen 3 messages"
+    assert end.type == "run:complete" and end.data["result"] == "seen 3 messages", end.data
+    assert len(kept.turns) == 2 and kept.turns[-1].turn_id == two[0].turn_id
+    assert "deux" not in str([t.messages for t in kept.turns]), "the branch added nothing"

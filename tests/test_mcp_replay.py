@@ -21,8 +21,10 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
+from pyrula_stream.history import export_turn
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.llm.fake import count_model_calls
+from pyrula_stream.replay import replay_turn
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 from tests.mcp_servers.processes import OrderServer, stdio_declaration
 
@@ -245,3 +247,38 @@ async def test_the_pool_reconnects_after_the_server_comes_back(
     assert lookups[1][0] == "error" and "MCPServerUnavailable" in lookups[1][1]
     assert lookups[2] == ("ok", "order 3 has shipped")
     assert connection.opened == 2  # one connection, reopened once after the outage
+
+
+async def test_an_exported_turn_with_mcp_tools_replays_offline_with_the_server_down(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    script = Script([reply_tool_call("orders_lookup", order_id="7"), "Order 7 shipped."])
+    server = OrderServer().start()
+    try:
+
+        @kafka_agent(
+            name=unique_name("mcpoffline"),
+            llm=FakeLLM(script),
+            mcp_servers=[server.declaration()],
+            keep_history=True,
+            partitions=1,
+        )
+        async def agent(ctx: AgentContext) -> str:
+            return await ctx.llm.run([{"role": "user", "content": "go"}])
+
+        async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+            events = await client.run(agent.name, timeout=60)
+    finally:
+        server.kill()
+    assert events[-1].type == "run:complete", events[-1].data
+    recording = await asyncio.to_thread(
+        export_turn,
+        kafka_bootstrap_servers,
+        history_topic=agent.topics.history,
+        events_topic=agent.topics.events,
+        turn_id=events[0].turn_id,
+    )
+
+    report = await replay_turn(agent, recording)
+    assert report.clean, report.message
+    assert script.calls == [0, 1], "offline, no model call ran"

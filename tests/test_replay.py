@@ -3,17 +3,19 @@ the export against today's code (`pyrula-stream replay`, `assert_replays`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
-from pyrula_stream.history import TurnRecording
-from pyrula_stream.llm import FakeLLM
+from pyrula_stream import AgentContext, KafkaAgent, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.history import TurnRecording, export_turn
+from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text
 from pyrula_stream.replay import replay_turn
 from pyrula_stream.testing import assert_replays, running_worker, unique_name
 from tests.agents.recorded import SYSTEM, add_note, lookup_order, make_agent, order_model
@@ -98,7 +100,7 @@ async def test_a_changed_system_prompt_is_reported_at_the_first_model_call(
         assert_replays(make_agent(name, "Be terse."), path)
 
 
-async def test_changed_tool_arguments_and_a_shorter_body_are_reported(
+async def test_changed_calls_messages_and_a_shorter_body_are_reported(
     exported: tuple[str, Path],
 ) -> None:
     name, path = exported
@@ -113,6 +115,15 @@ async def test_changed_tool_arguments_and_a_shorter_body_are_reported(
     assert not report.clean
     assert report.step == 1
     assert "the code now makes tool 'lookup_order'" in report.message
+
+    @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
+    async def reworded(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": f"{question}!"}], system=SYSTEM)
+
+    report = await replay_turn(reworded, recording)
+    assert not report.clean
+    assert report.step == 1
+    assert report.message.endswith("(llm 'llm'): the conversation messages changed")
 
     @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
     async def stops_early(ctx: AgentContext, question: str) -> str:
@@ -130,6 +141,34 @@ async def test_changed_tool_arguments_and_a_shorter_body_are_reported(
     assert not report.clean
     assert report.message.startswith("the turn now ends with run:error invalid_request:")
     assert "question" in report.message
+
+
+async def test_a_turn_recorded_on_version_1_replays_on_the_kept_body_or_names_the_gap(
+    exported: tuple[str, Path],
+) -> None:
+    name, path = exported
+    recording = TurnRecording.load(path)
+    recording.steps[0].data["version"] = "1"  # as if it started on version 1
+    old = make_agent(name)
+
+    @kafka_agent(name=name, llm=FakeLLM(order_model), tools=[lookup_order, add_note])
+    async def new_body(ctx: AgentContext, question: str) -> str:
+        return "new code"
+
+    def deploy(**versions: Any) -> KafkaAgent:
+        return kafka_agent(
+            name=name,
+            llm=FakeLLM(order_model),
+            tools=[lookup_order, add_note],
+            version="2",
+            versions=versions,
+        )(new_body.fn)
+
+    kept = await replay_turn(deploy(**{"1": old.fn}), recording)
+    assert kept.clean, kept.message
+    dropped = await replay_turn(deploy(), recording)
+    assert not dropped.clean
+    assert "turn started on version '1'; this worker has ['2']: keep that body" in dropped.message
 
 
 def test_the_replay_command_prints_the_changed_step(exported: tuple[str, Path]) -> None:
@@ -156,3 +195,64 @@ def test_export_of_an_unrecorded_turn_names_the_reason(kafka_bootstrap_servers: 
     )
     assert out.returncode == 2
     assert "keep_history=True" in out.stderr
+
+
+async def test_a_turn_that_used_memory_replays_offline(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    ns = ("replay", unique_name("mem"))
+
+    def remembering(name: str, key: str) -> KafkaAgent:
+        @kafka_agent(name=name, llm=FakeLLM(), keep_history=True, partitions=1)
+        async def remembers(ctx: AgentContext, n: int) -> str:
+            before = await ctx.memory.get(ns, key)
+            await ctx.memory.put(ns, key, {"n": n})
+            return f"was {before.value['n'] if before else None}"
+
+        return remembers
+
+    agent = remembering(unique_name("mem"), "k")
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        first = await client.run(agent.name, n=1, timeout=60)
+        second = await client.run(agent.name, n=2, timeout=60)
+    assert first[-1].data["result"] == "was None" and second[-1].data["result"] == "was 1"
+    recording = await asyncio.to_thread(
+        export_turn,
+        kafka_bootstrap_servers,
+        history_topic=agent.topics.history,
+        events_topic=agent.topics.events,
+        turn_id=second[0].turn_id,
+    )
+
+    report = await replay_turn(agent, recording)
+    assert report.clean, report.message
+    moved = await replay_turn(remembering(agent.name, "other"), recording)
+    assert not moved.clean and moved.step == 1
+    assert "memory 'get'" in moved.message and "arguments changed" in moved.message
+
+
+async def test_a_turn_in_a_thread_replays_offline_with_the_threads_earlier_messages(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    def answers(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        return reply_text(f"seen {len(messages)} messages")
+
+    @kafka_agent(name=unique_name("thread"), llm=FakeLLM(answers), keep_history=True)
+    async def chat(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    thread = unique_name("t")
+    async with running_worker(chat, kafka_bootstrap_servers, QUICK_STOP):
+        await client.run(chat.name, thread_id=thread, text="one", timeout=60)
+        two = await client.run(chat.name, thread_id=thread, text="two", timeout=60)
+    assert two[-1].data["result"] == "seen 3 messages", "the thread's first turn came first"
+    recording = await asyncio.to_thread(
+        export_turn,
+        kafka_bootstrap_servers,
+        history_topic=chat.topics.history,
+        events_topic=chat.topics.events,
+        turn_id=two[0].turn_id,
+    )
+
+    report = await replay_turn(chat, recording)
+    assert report.clean, report.message

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
-from pyrula_stream import AgentContext, TopicDriftError, kafka_agent
+from pyrula_stream import AgentContext, AgentRegistrationError, TopicDriftError, kafka_agent
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name
@@ -72,3 +74,26 @@ def test_the_history_topic_comes_only_with_keep_history() -> None:
     assert history.name == f"pyrula.{agent}.history"
     assert history.config["cleanup.policy"] == "delete"
     assert history.partitions == 3
+
+
+async def test_keep_history_as_a_retention_sets_the_history_topics_retention(
+    kafka_bootstrap_servers: str,
+) -> None:
+    @kafka_agent(name=unique_name("histret"), llm=FakeLLM(), keep_history=timedelta(days=30))
+    async def agent(ctx: AgentContext) -> str:
+        return "ok"
+
+    assert agent.keep_history
+    async with running_worker(agent, kafka_bootstrap_servers):  # creates the topics
+        pass
+    month = "2592000000"
+    history = agent.topics.history
+    assert apply_topics(kafka_bootstrap_servers, agent.topic_specs()).ok
+    week = agent_topic_specs(agent.name, partitions=agent.partitions, keep_history=True)
+    drift = apply_topics(kafka_bootstrap_servers, week).drift
+    assert drift == [f"{history}: retention.ms is {month!r}, spec says '604800000'"]
+
+    with pytest.raises(AgentRegistrationError, match="keep_history must be"):
+        kafka_agent(name="x", keep_history=30)(agent.fn)  # type: ignore[arg-type]
+    with pytest.raises(AgentRegistrationError, match="keep_history must be"):
+        kafka_agent(name="x", keep_history=timedelta(0))(agent.fn)

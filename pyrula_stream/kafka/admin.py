@@ -64,14 +64,16 @@ def agent_topic_specs(
     prefix: str = DEFAULT_PREFIX,
     partitions: int = DEFAULT_PARTITIONS,
     keep_history: bool = False,
+    history_retention_ms: int | None = None,
 ) -> list[TopicSpec]:
     """The agent's topics, read from the declarative spec shipped with the package
-    (``<agent>.history`` only with ``keep_history``)."""
+    (``<agent>.history`` only with ``keep_history``, its ``retention.ms`` overridden by
+    ``history_retention_ms``)."""
     options = {"keep_history": keep_history}
     text = resources.files("pyrula_stream").joinpath("topics/agent.yaml").read_text()
     raw = yaml.safe_load(text)
     fill = {"prefix": prefix, "agent": agent, "partitions": str(partitions)}
-    return [
+    specs = [
         TopicSpec(
             name=t["name"].format(**fill),
             partitions=int(str(t["partitions"]).format(**fill)),
@@ -80,6 +82,11 @@ def agent_topic_specs(
         for t in raw["topics"]
         if options.get(t.get("only_with") or "", True)
     ]
+    if history_retention_ms is not None:
+        for spec in specs:
+            if spec.name == f"{prefix}.{agent}.history":
+                spec.config["retention.ms"] = str(history_retention_ms)
+    return specs
 
 
 def admin_client(

@@ -145,7 +145,8 @@ class TurnExecutor:
         body = body_for(self.agent, version)
         if body is None:  # the worker hands such turns on; this is the last line of defence
             raise VersionUnavailable(
-                f"turn started on version {version!r}; this worker has {known_versions(self.agent)}"
+                f"turn started on version {version!r}; this worker has "
+                f"{known_versions(self.agent)}: keep that body in @kafka_agent(versions=...)"
             )
         running = version if self.agent.version_behavior == "pinned" else self.agent.version
         if running is not None:  # events carry the version of the code that publishes them
@@ -156,6 +157,8 @@ class TurnExecutor:
             original = await self.load_recording(parent) if self.load_recording else None
             runtime.branch = Branch.of(request, original)
             runtime.branch.prefill(runtime.journal)
+            if runtime.thread is None and original is not None:  # its thread, as it was
+                runtime.thread = original.thread_handle()
         data, _ = await runtime.durable_step(
             "start",
             "start",

@@ -388,10 +388,17 @@ class TurnRuntime:
                     version=self.version,
                     ts_ms=now,
                     max_bytes=self.max_record_bytes,
+                    thread=self.thread,
                 )
             )
         self.thread_writes = []  # set only once its records are built (a failed turn: none)
-        if self.thread is not None and self.topics.threads is not None and code is None:
+        # A branch sees its original's thread but never adds to it.
+        if (
+            self.thread is not None
+            and self.topics.threads is not None
+            and code is None
+            and self.branch is None
+        ):
             writes = closing_writes(
                 self.thread,
                 self.request,
