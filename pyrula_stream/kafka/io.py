@@ -30,6 +30,7 @@ from pyrula_stream.errors import (
     KafkaAuthenticationError,
     UnknownTopicError,
 )
+from pyrula_stream.kafka.admin import cluster_metadata
 from pyrula_stream.kafka.config import (
     authorization_error,
     is_authorization_failure,
@@ -84,12 +85,13 @@ def _topic_partitions(
 
     ``denied`` raises the authorization error for a topic the ACLs hide or refuse (a hidden
     topic would otherwise look missing)."""
+    assignment = getattr(client, "assignment", None)  # a consumer's
+    serve_errors = assignment is None or not assignment()
     try:
-        md = client.list_topics(topic, timeout=timeout_s)
+        md = cluster_metadata(client, timeout_s, topic, serve_errors=serve_errors)
     except KafkaException as exc:
         if _is_transport(exc):
-            assignment = getattr(client, "assignment", None)  # a consumer's
-            if assignment is None or not assignment():
+            if serve_errors:
                 client.poll(0)  # serves the queued error callbacks that say why
             raise broker_unavailable(bootstrap, timeout_s, f"read metadata of {topic}") from None
         raise
