@@ -60,8 +60,9 @@ PROBE_S = 1.0
 _CONNECTION_ERRORS = frozenset(
     {KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN}
 )
-_BROKER_PREFIX = re.compile(r"(?:^|: )([\w.\-]+:\d+)(?:/\w+)?: ")
-"""``host:port/id: `` (a broker) or ``GroupCoordinator: host:port: `` (a coordinator)."""
+_BROKER_PREFIX = re.compile(r"(?:^|: )(?:[a-z_]+://)?([\w.\-]+:\d+)(?:/\w+)?: ")
+"""``host:port/id: `` (a broker) or ``GroupCoordinator: host:port: `` (a coordinator);
+librdkafka writes ``sasl_ssl://`` (``ssl://``, ...) before any broker not on PLAINTEXT."""
 
 
 class BrokerConnectionLog:
