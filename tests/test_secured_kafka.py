@@ -246,6 +246,7 @@ async def test_a_wrong_password_fails_fast_without_showing_it(
         assert "invalid credentials" in str(error) and "User:" in str(error)
         assert WRONG_PASSWORD not in str(error)
     assert WRONG_PASSWORD not in caplog.text
+    assert "is unreachable" not in caplog.text, "it answered: a refusal is no outage"
 
 
 async def _first_event(events: AsyncIterator[Any]) -> Any:

@@ -199,10 +199,16 @@ class _ClientLogger:
             librdkafka_logger.log(level, fmt, *args)
             return
         broker = _broker_of(text)
-        if broker is not None:
+        if broker is not None and not _is_login_refusal(text):
             connection_log(broker).failed(text)
-        else:  # a coordinator's copy of a broker's failure, without its address
+        else:  # a coordinator's copy without an address, or a refused login (error_cb's)
             librdkafka_logger.debug(fmt, *args)
+
+
+def _is_login_refusal(text: str) -> bool:
+    """A broker that answers and refuses the credentials is reachable: the error callback
+    reports it (``KafkaAuthenticationError``), the connection log must not."""
+    return "SASL authentication error" in text or "Authentication failed" in text
 
 
 def _on_error(err: KafkaError) -> None:
