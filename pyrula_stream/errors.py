@@ -15,6 +15,7 @@ choose between a retry and the dead-letter topic.
     ├── TurnNotRecorded                no history record of the turn (keep_history off, or expired)
     ├── TopicDriftError                existing topics differ from their spec
     ├── BrokerUnavailableError         no local broker could be started or reached
+    ├── SchemaRegistryUnavailableError the Schema Registry did not answer
     ├── ThreadDeleteFailed             client.delete_thread: the delete failed or timed out
     ├── MalformedRecordError           a record that cannot be decoded (goes to the DLQ)
     └── TurnFailure                    a turn ended with an error code
@@ -158,6 +159,13 @@ class TopicDriftError(PyrulaError):
 
 class BrokerUnavailableError(PyrulaError):
     """No broker could be started or reached."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+    retriable = True
+
+
+class SchemaRegistryUnavailableError(PyrulaError):
+    """The Schema Registry at ``schema.registry.url`` could not be reached (names it)."""
 
     code = ErrorCode.STORE_UNAVAILABLE
     retriable = True

@@ -40,9 +40,22 @@ async def test_client_names_the_missing_topic_and_how_to_create_it(
     assert str(streamed.value) == f"no topic p2.{agent}.events: {hint}"
 
 
-async def test_client_submit_to_a_closed_port_fails_after_its_timeout() -> None:
+# librdkafka names a broker ``sasl_ssl://host:port/id`` unless it is on PLAINTEXT.
+SECURED = {
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "worker",
+    "sasl.password": "not-needed-here",
+}
+PROTOCOLS = pytest.mark.parametrize("settings", [{}, SECURED], ids=["plaintext", "sasl_ssl"])
+
+
+@PROTOCOLS
+async def test_client_submit_to_a_closed_port_fails_after_its_timeout(
+    settings: dict[str, str],
+) -> None:
     port = free_port()
-    async with KafkaAgentClient(f"127.0.0.1:{port}", timeout=3) as client:
+    async with KafkaAgentClient(f"127.0.0.1:{port}", timeout=3, kafka_config=settings) as client:
         with pytest.raises(BrokerUnavailableError) as info:
             await client.submit("support", question="hello?")
     message = str(info.value)
@@ -50,12 +63,15 @@ async def test_client_submit_to_a_closed_port_fails_after_its_timeout() -> None:
     assert "(Connection refused)" in message
 
 
+@PROTOCOLS
 def test_connection_failures_are_logged_once_not_per_retry(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, settings: dict[str, str]
 ) -> None:
     caplog.set_level(logging.WARNING, logger="pyrula_stream.librdkafka")
     port = free_port()
-    reader = PartitionReader(f"127.0.0.1:{port}", "pyrula.outage.events", client_id="outage")
+    reader = PartitionReader(
+        f"127.0.0.1:{port}", "pyrula.outage.events", client_id="outage", kafka_config=settings
+    )
     try:
         reader.seek_partitions([0], None)  # assigned without metadata: only fetches fail
         for _ in range(30):  # about 6 s of librdkafka reconnecting every few tens of ms

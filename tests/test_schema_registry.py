@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import struct
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,13 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent, serde
 from pyrula_stream.cli import main as cli_main
-from pyrula_stream.errors import ConfigurationError, MalformedRecordError
+from pyrula_stream.errors import (
+    ConfigurationError,
+    MalformedRecordError,
+    SchemaRegistryUnavailableError,
+)
 from pyrula_stream.events import Event, decode_event
+from pyrula_stream.kafka.local_broker import free_port
 from pyrula_stream.kafka.schema_registry import RegistryCodec, schema_text, subject_for
 from pyrula_stream.llm import FakeLLM, reply_text
 from pyrula_stream.testing import read_topic, running_worker, unique_name
@@ -210,3 +216,57 @@ async def test_the_web_ui_feed_reads_registry_framed_events(schema_registry_url:
         await feed.stop()
     assert feed.undecodable == 0
     assert feed.state.find(agent, "t1") is not None
+
+
+SECRET = "registry-pw-7d41e0"
+
+
+def _with_password(url: str) -> str:
+    """``url`` with basic-auth userinfo, which the registry client sends as credentials."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://svc:{SECRET}@{rest}"
+
+
+async def test_credentials_in_the_registry_url_never_show(
+    kafka_bootstrap_servers: str,
+    schema_registry_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    name = unique_name("urlpw")
+    settings = {"schema.registry.url": _with_password(schema_registry_url)}
+    options = WorkerOptions(kafka_config=settings, serialization="schema_registry")
+    assert SECRET not in repr(options)
+    assert "svc:[redacted]@" in repr(options)
+    with pytest.raises(ConfigurationError, match=r"events-value") as started:
+        async with running_worker(_agent(name), kafka_bootstrap_servers, options):
+            pass
+    async with KafkaAgentClient(
+        kafka_bootstrap_servers, kafka_config=settings, serialization="schema_registry"
+    ) as client:
+        assert SECRET not in repr(client.kafka_config)
+        with pytest.raises(ConfigurationError, match=r"turns-value") as submitted:
+            await client.submit(name, q="x")
+    for error in (started.value, submitted.value):
+        assert "svc:[redacted]@" in str(error)
+        assert SECRET not in str(error)
+    assert SECRET not in caplog.text
+
+
+def test_an_unreachable_registry_is_named_and_its_password_is_not(
+    kafka_bootstrap_servers: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    config = tmp_path / "client.properties"
+    config.write_text(f"schema.registry.url={_with_password(closed)}\n")
+    args = ["topics", "apply", unique_name("noreg"), "--partitions", "1"]
+    args += ["--bootstrap-servers", kafka_bootstrap_servers, "--kafka-config", str(config)]
+    assert cli_main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: cannot reach the Schema Registry at http://svc:[redacted]@{closed[7:]} "
+        "to register subject"
+    ), err
+    assert SECRET not in err
+    with pytest.raises(SchemaRegistryUnavailableError, match="cannot reach the Schema Registry"):
+        RegistryCodec({"url": closed}).encode("event", Event("status", "t", "a", 0, 1), "p.a.x")

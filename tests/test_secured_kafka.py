@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,7 +177,7 @@ async def test_a_client_without_rights_gets_a_clear_authorization_error(
         secured_kafka.bootstrap, kafka_config=secured_kafka.settings("nobody")
     ) as client:
         with pytest.raises(KafkaAuthorizationError) as submit:
-            await asyncio.wait_for(client.submit(AGENT_A, q="hi"), 15)
+            await asyncio.wait_for(client.submit(AGENT_A, q="hi"), 30)
         with pytest.raises(KafkaAuthorizationError) as stream:
             await asyncio.wait_for(client.run(AGENT_A, q="hi"), 30)
     message = str(submit.value)
@@ -228,21 +228,31 @@ async def test_a_wrong_password_fails_fast_without_showing_it(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     wrong = secured_kafka.settings("client_a", WRONG_PASSWORD)
-    async with KafkaAgentClient(secured_kafka.bootstrap, kafka_config=wrong) as client:
+    # Long timeouts: a refusal must end the call long before them, not when they expire.
+    async with KafkaAgentClient(secured_kafka.bootstrap, kafka_config=wrong, timeout=300) as client:
         assert WRONG_PASSWORD not in repr(client.kafka_config)
         with pytest.raises(KafkaAuthenticationError) as submitted:
-            await asyncio.wait_for(client.submit(AGENT_A, q="hi"), 15)
+            await asyncio.wait_for(client.submit(AGENT_A, q="hi"), 60)
+        with pytest.raises(KafkaAuthenticationError) as streamed:
+            await asyncio.wait_for(_first_event(client.stream(AGENT_A, "0" * 32)), 60)
     options = WorkerOptions(kafka_config=secured_kafka.settings("worker_a", WRONG_PASSWORD))
     assert WRONG_PASSWORD not in repr(options)
     worker = KafkaWorker(
         _agent(AGENT_A, Recorder()), bootstrap_servers=secured_kafka.bootstrap, options=options
     )
     with pytest.raises(KafkaAuthenticationError) as started:
-        await asyncio.wait_for(worker.run(), 15)
-    for error in (submitted.value, started.value):
+        await asyncio.wait_for(worker.run(), 30)
+    for error in (submitted.value, streamed.value, started.value):
         assert "invalid credentials" in str(error) and "User:" in str(error)
         assert WRONG_PASSWORD not in str(error)
     assert WRONG_PASSWORD not in caplog.text
+    assert "is unreachable" not in caplog.text, "it answered: a refusal is no outage"
+
+
+async def _first_event(events: AsyncIterator[Any]) -> Any:
+    async for event in events:
+        return event
+    return None
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
     AdminClient,
     ConfigResource,
@@ -95,16 +95,26 @@ def admin_client(
     return new_admin(client_config(bootstrap_servers, kafka_config))
 
 
-def cluster_metadata(admin: AdminClient, timeout_s: float) -> Any:
+def cluster_metadata(
+    client: AdminClient | Producer | Consumer,
+    timeout_s: float,
+    topic: str | None = None,
+    *,
+    serve_errors: bool = True,
+) -> Any:
     """``list_topics`` in one-second tries, so refused credentials fail within a second or
     two (``KafkaAuthenticationError`` from the client's error callback) instead of after
-    the whole timeout with a bare transport error."""
+    the whole timeout with a bare transport error. ``serve_errors=False`` for a consumer
+    with an assignment, whose ``poll`` would take records."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            return client.list_topics(
+                topic, timeout=max(0.1, min(1.0, deadline - time.monotonic()))
+            )
         except KafkaException:
-            admin.poll(0)
+            if serve_errors:
+                client.poll(0)
             if time.monotonic() >= deadline:
                 raise
 
@@ -133,7 +143,7 @@ def missing_topics(
     """Which of ``names`` do not exist on the cluster."""
     if not names:
         return []
-    existing = admin_client(bootstrap_servers, kafka_config).list_topics(timeout=timeout_s).topics
+    existing = cluster_metadata(admin_client(bootstrap_servers, kafka_config), timeout_s).topics
     return [name for name in names if name not in existing]
 
 

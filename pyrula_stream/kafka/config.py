@@ -26,6 +26,7 @@ import re
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,9 @@ PROBE_S = 1.0
 _CONNECTION_ERRORS = frozenset(
     {KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN}
 )
-_BROKER_PREFIX = re.compile(r"(?:^|: )([\w.\-]+:\d+)(?:/\w+)?: ")
-"""``host:port/id: `` (a broker) or ``GroupCoordinator: host:port: `` (a coordinator)."""
+_BROKER_PREFIX = re.compile(r"(?:^|: )(?:[a-z_]+://)?([\w.\-]+:\d+)(?:/\w+)?: ")
+"""``host:port/id: `` (a broker) or ``GroupCoordinator: host:port: `` (a coordinator);
+librdkafka writes ``sasl_ssl://`` (``ssl://``, ...) before any broker not on PLAINTEXT."""
 
 
 class BrokerConnectionLog:
@@ -197,10 +199,16 @@ class _ClientLogger:
             librdkafka_logger.log(level, fmt, *args)
             return
         broker = _broker_of(text)
-        if broker is not None:
+        if broker is not None and not _is_login_refusal(text):
             connection_log(broker).failed(text)
-        else:  # a coordinator's copy of a broker's failure, without its address
+        else:  # a coordinator's copy without an address, or a refused login (error_cb's)
             librdkafka_logger.debug(fmt, *args)
+
+
+def _is_login_refusal(text: str) -> bool:
+    """A broker that answers and refuses the credentials is reachable: the error callback
+    reports it (``KafkaAuthenticationError``), the connection log must not."""
+    return "SASL authentication error" in text or "Authentication failed" in text
 
 
 def _on_error(err: KafkaError) -> None:
@@ -275,16 +283,53 @@ class KafkaSettings(Mapping[str, Any]):
         return f"KafkaSettings({redacted(self._data)!r})"
 
 
+def redact_url(url: str) -> str:
+    """``url`` (or a comma-separated list of them) without the password of its userinfo:
+    ``https://key:secret@host`` -> ``https://key:[redacted]@host`` (the registry client
+    takes credentials from the URL, so a URL may be a secret too)."""
+    return ",".join(_redact_one_url(part) for part in url.split(","))
+
+
+def _redact_one_url(url: str) -> str:
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.netloc.rpartition("@")[0].partition(":")[0]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{REDACTED}@{host}"))
+
+
+def _url_passwords(value: str) -> list[str]:
+    found = []
+    for part in value.split(","):
+        try:
+            password = urllib.parse.urlsplit(part.strip()).password
+        except ValueError:
+            continue
+        if password:
+            found += [password, urllib.parse.unquote(password)]  # as written, as sent
+    return found
+
+
 def redacted(conf: Mapping[str, Any]) -> dict[str, Any]:
     """``conf`` with every secret value replaced (for logs and reprs)."""
-    return {k: REDACTED if is_secret(k) else v for k, v in conf.items()}
+    return {
+        k: REDACTED if is_secret(k) else redact_url(v) if isinstance(v, str) else v
+        for k, v in conf.items()
+    }
 
 
 def scrub(text: str, conf: Mapping[str, Any]) -> str:
     """``text`` with every secret value of ``conf`` blanked out (for error messages)."""
     for key, value in conf.items():
-        if is_secret(key) and isinstance(value, str) and value:
-            text = text.replace(value, REDACTED)
+        if not isinstance(value, str) or not value:
+            continue
+        secrets = [value] if is_secret(key) else _url_passwords(value)
+        for secret in secrets:
+            text = text.replace(secret, REDACTED)
     return text
 
 
@@ -522,13 +567,32 @@ def new_registry(conf: dict[str, Any]) -> Any:
     """A ``SchemaRegistryClient`` from ``registry_config``; the import stays contained here."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    conf = {"timeout": REGISTRY_TIMEOUT_S, **conf}  # without it a request may wait forever
+    # Without a timeout a request may wait forever.
+    conf = {"timeout": REGISTRY_TIMEOUT_S, **_userinfo_as_basic_auth(conf)}
     try:
         return SchemaRegistryClient(conf)
     except (ValueError, TypeError) as exc:
         raise ConfigurationError(
             f"invalid Schema Registry settings: {scrub(str(exc), conf)}"
         ) from None
+
+
+def _userinfo_as_basic_auth(conf: dict[str, Any]) -> dict[str, Any]:
+    """Credentials in ``url`` moved to ``basic.auth.user.info``: the registry client sends
+    them either way, but its HTTP library logs each request's URL (at INFO)."""
+    try:
+        urls = [urllib.parse.urlsplit(u.strip()) for u in str(conf.get("url", "")).split(",")]
+    except ValueError:
+        return conf  # the client's own error says what is wrong with it
+    if not urls[0].password or "basic.auth.user.info" in conf:
+        return conf  # the client itself refuses both at once
+    user = urllib.parse.unquote(urls[0].username or "")
+    bare = [u._replace(netloc=u.netloc.rpartition("@")[2]).geturl() for u in urls]
+    return {
+        **conf,
+        "url": ",".join(bare),
+        "basic.auth.user.info": f"{user}:{urllib.parse.unquote(urls[0].password)}",
+    }
 
 
 def new_admin(conf: dict[str, Any]) -> AdminClient:

@@ -20,6 +20,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message
 
+from pyrula_stream.errors import KafkaAuthenticationError
+
 
 class GuardedConsumer(Consumer):
     """``Consumer`` whose ``close()`` waits for every ``poll``/``consume`` in flight."""
@@ -68,4 +70,7 @@ class GuardedConsumer(Consumer):
             # A rebalance callback runs inside this thread's own poll: never wait on it.
             me = threading.get_ident()
             self._guard.wait_for(lambda: not (self._in_flight.keys() - {me}))
-        super().close()
+        # A refused login still queued is served by close(); the call that failed on it
+        # has raised it already, and closing must not raise it again.
+        with contextlib.suppress(KafkaAuthenticationError):
+            super().close()

@@ -30,6 +30,7 @@ from pyrula_stream.errors import (
     KafkaAuthenticationError,
     UnknownTopicError,
 )
+from pyrula_stream.kafka.admin import cluster_metadata
 from pyrula_stream.kafka.config import (
     authorization_error,
     is_authorization_failure,
@@ -73,10 +74,6 @@ def _is_transport(exc: KafkaException) -> bool:
     )
 
 
-METADATA_SLICE_S = 0.5
-"""How long one metadata request may wait before the client's errors are looked at."""
-
-
 def _topic_partitions(
     client: Producer | Consumer,
     bootstrap: str,
@@ -89,26 +86,15 @@ def _topic_partitions(
     ``denied`` raises the authorization error for a topic the ACLs hide or refuse (a hidden
     topic would otherwise look missing)."""
     assignment = getattr(client, "assignment", None)  # a consumer's
-    # A poll serves the queued error callbacks, which raise at once for refused credentials;
-    # a consumer that has partitions must not poll here (it would take their records).
-    may_poll = assignment is None or not assignment()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        # Look in short slices, polling between them: a refused login is reported by the
-        # error callback, which only a poll runs, not by the metadata request.
-        slice_s = min(METADATA_SLICE_S, max(deadline - time.monotonic(), 0.01))
-        try:
-            md = client.list_topics(topic, timeout=slice_s)
-            break
-        except KafkaException as exc:
-            if not _is_transport(exc):
-                raise
-            if may_poll:
-                client.poll(0)
-            if time.monotonic() >= deadline:
-                raise broker_unavailable(
-                    bootstrap, timeout_s, f"read metadata of {topic}"
-                ) from None
+    serve_errors = assignment is None or not assignment()
+    try:
+        md = cluster_metadata(client, timeout_s, topic, serve_errors=serve_errors)
+    except KafkaException as exc:
+        if _is_transport(exc):
+            if serve_errors:
+                client.poll(0)  # serves the queued error callbacks that say why
+            raise broker_unavailable(bootstrap, timeout_s, f"read metadata of {topic}") from None
+        raise
     found = md.topics.get(topic)
     if found is not None and found.error is not None and is_authorization_failure(found.error):
         denied(found.error)

@@ -12,7 +12,8 @@ The journal stays schemaless Avro: it is the worker's own changelog, read back r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -23,9 +24,19 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
 from pyrula_stream import serde
-from pyrula_stream.errors import ConfigurationError, MalformedRecordError
+from pyrula_stream.errors import (
+    ConfigurationError,
+    MalformedRecordError,
+    SchemaRegistryUnavailableError,
+)
 from pyrula_stream.events import Event
-from pyrula_stream.kafka.config import check_serialization, new_registry, registry_config
+from pyrula_stream.kafka.config import (
+    check_serialization,
+    new_registry,
+    redact_url,
+    registry_config,
+    scrub,
+)
 
 
 @cache
@@ -46,8 +57,9 @@ class RegistryCodec:
     """Encodes and decodes values through one registry (see the module docstring)."""
 
     def __init__(self, conf: Mapping[str, Any]) -> None:
-        self.url = str(conf.get("url"))
-        self.client = new_registry(dict(conf))
+        self._conf = dict(conf)
+        self.url = redact_url(str(conf.get("url")))  # its userinfo may hold a password
+        self.client = new_registry(self._conf)
         self._serializers: dict[str, AvroSerializer] = {}
         self._deserializers: dict[str, AvroDeserializer] = {}
 
@@ -57,6 +69,24 @@ class RegistryCodec:
     def close(self) -> None:
         """Close the registry client's HTTP connections."""
         self.client.close()
+
+    @contextmanager
+    def _reaching(self, doing: str) -> Iterator[None]:
+        """Registry requests that fail on the network raise one clear error naming the
+        registry; the client raises httpx's (or httpx2's) transport errors as they are."""
+        try:
+            yield
+        except Exception as exc:
+            if not _is_transport_error(exc):
+                raise
+            reason = scrub(str(exc) or type(exc).__name__, self._conf)
+            raise SchemaRegistryUnavailableError(
+                f"cannot reach the Schema Registry at {self.url} to {doing} ({reason}); "
+                "check schema.registry.url in kafka_config and that the registry is up"
+            ) from None
+
+    def _described(self, exc: Exception) -> str:
+        return scrub(str(exc), self._conf)
 
     def _serializer(self, record: str) -> AvroSerializer:
         if record not in self._serializers:
@@ -74,12 +104,14 @@ class RegistryCodec:
     def encode(self, record: str, value: Any, topic: str) -> tuple[bytes, str]:
         ctx = SerializationContext(topic, MessageField.VALUE)
         try:
-            data = self._serializer(record)(serde.avro_body(record, value), ctx)
+            with self._reaching(f"frame the {record} value for {topic}"):
+                data = self._serializer(record)(serde.avro_body(record, value), ctx)
         except (SchemaRegistryError, SerializationError) as exc:
             raise ConfigurationError(
                 f"cannot frame a {record} for {topic} with the Schema Registry at {self.url}: "
-                f"{exc}. Register its schema under subject {subject_for(topic)!r} with "
-                "`pyrula-stream topics apply` (schemas are never registered at first produce)"
+                f"{self._described(exc)}. Register its schema under subject "
+                f"{subject_for(topic)!r} with `pyrula-stream topics apply` (schemas are never "
+                "registered at first produce)"
             ) from None
         assert data is not None
         return bytes(data), serde.registry_content_type(record)
@@ -96,10 +128,12 @@ class RegistryCodec:
             )
         try:
             ctx = SerializationContext("", MessageField.VALUE)
-            body = self._deserializers[record](payload, ctx)
+            with self._reaching(f"decode a {record} value"):
+                body = self._deserializers[record](payload, ctx)
         except (SchemaRegistryError, SerializationError) as exc:
             raise MalformedRecordError(
-                f"value does not decode as {record} through the registry at {self.url}: {exc}"
+                f"value does not decode as {record} through the registry at {self.url}: "
+                f"{self._described(exc)}"
             ) from None
         if not isinstance(body, dict):
             raise MalformedRecordError(f"value of {record} is not a record")
@@ -114,7 +148,23 @@ class RegistryCodec:
     def register(self, record: str, topic: str) -> int:
         """Register ``record``'s schema under ``topic``'s subject (a no-op when it exists)."""
         schema = Schema(schema_str=schema_text(record), schema_type="AVRO")
-        return int(self.client.register_schema(subject_for(topic), schema))
+        subject = subject_for(topic)
+        try:
+            with self._reaching(f"register subject {subject!r}"):
+                return int(self.client.register_schema(subject, schema))
+        except SchemaRegistryError as exc:
+            raise ConfigurationError(
+                f"the Schema Registry at {self.url} refused {record}'s schema for subject "
+                f"{subject!r}: {self._described(exc)}"
+            ) from None
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    """httpx's ``TransportError`` (connect, read, TLS, timeout), from httpx or httpx2."""
+    return any(
+        cls.__name__ == "TransportError" and cls.__module__.startswith("httpx")
+        for cls in type(exc).__mro__
+    )
 
 
 _SAMPLES: dict[str, Any] = {
