@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pyrula_stream import KafkaAgentClient
+
+if TYPE_CHECKING:  # the SDK is the `otel` extra: absent from the lowest-versions venv
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
 @pytest.fixture
@@ -24,6 +24,11 @@ async def client(kafka_bootstrap_servers: str) -> AsyncIterator[KafkaAgentClient
 def _sdk_spans() -> InMemorySpanExporter:
     """The OpenTelemetry SDK installed once for the session (a global tracer provider can
     be set only once per process), its spans kept in memory."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
