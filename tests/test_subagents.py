@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -431,6 +432,28 @@ async def test_a_child_request_carries_root_parent_depth_budget_and_trace(
         assert headers["traceparent"].split("-")[1] == f"{trace_id:032x}"
 
 
+async def _ask_desk(
+    bootstrap: str,
+    client: KafkaAgentClient,
+    refunds: KafkaAgent,
+    model: Callable[[list[dict[str, Any]], list[ToolDefinition]], ModelResponse],
+    question: str,
+) -> list[Event]:
+    """One turn of a desk agent whose model is offered ``refunds`` as a tool."""
+
+    @kafka_agent(
+        name=unique_name("desk"), llm=FakeLLM(model), tools=[as_tool(refunds)], partitions=1
+    )
+    async def desk(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    async with (
+        running_worker(refunds, bootstrap, QUICK, all_partitions=True),
+        running_worker(desk, bootstrap, QUICK, all_partitions=True),
+    ):
+        return await client.run(desk.name, question=question, timeout=60)
+
+
 async def test_a_sub_agent_offered_as_a_tool_runs_as_a_child_turn(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
@@ -444,17 +467,7 @@ async def test_a_sub_agent_offered_as_a_tool_runs_as_a_child_turn(
             return reply_tool_call(refunds.name, order_id="3", cents=300)
         return reply_text("refund done")
 
-    @kafka_agent(
-        name=unique_name("desk"), llm=FakeLLM(model), tools=[as_tool(refunds)], partitions=1
-    )
-    async def desk(ctx: AgentContext, question: str) -> str:
-        return await ctx.llm.run([{"role": "user", "content": question}])
-
-    async with (
-        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
-        running_worker(desk, kafka_bootstrap_servers, QUICK, all_partitions=True),
-    ):
-        events = await client.run(desk.name, question="refund order 3", timeout=60)
+    events = await _ask_desk(kafka_bootstrap_servers, client, refunds, model, "refund order 3")
     assert events[-1].data["result"] == "refund done"
     types = [e.type for e in events if e.type != "llm:delta"]
     assert types == [
@@ -484,17 +497,7 @@ async def test_a_failed_sub_agent_tool_reads_as_an_error_result_to_the_model(
             return reply_tool_call(refunds.name, order_id="9", cents=90_000)
         return reply_text("a person will call you")
 
-    @kafka_agent(
-        name=unique_name("desk"), llm=FakeLLM(model), tools=[as_tool(refunds)], partitions=1
-    )
-    async def desk(ctx: AgentContext, question: str) -> str:
-        return await ctx.llm.run([{"role": "user", "content": question}])
-
-    async with (
-        running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True),
-        running_worker(desk, kafka_bootstrap_servers, QUICK, all_partitions=True),
-    ):
-        events = await client.run(desk.name, question="refund order 9", timeout=60)
+    events = await _ask_desk(kafka_bootstrap_servers, client, refunds, model, "refund order 9")
     assert events[-1].data["result"] == "a person will call you"
     taken = next(e for e in events if e.type == "subagent:result")
     assert taken.data["error_code"] == "agent_error"
