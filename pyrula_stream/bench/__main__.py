@@ -12,12 +12,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 from pathlib import Path
 
 from pyrula_stream.bench.harness import kafka
 from pyrula_stream.bench.plot import plot
-from pyrula_stream.bench.report import headline, markdown, refresh_docs, table, write_json
+from pyrula_stream.bench.report import (
+    docs_plot,
+    headline,
+    markdown,
+    refresh_docs,
+    table,
+    write_json,
+)
 from pyrula_stream.bench.runner import PHASES, BenchConfig, progress, run_all
 
 
@@ -86,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     results["plot"] = str(png_path)
     write_json(results, json_path)
     if args.write_docs:
-        link = os.path.relpath(png_path.resolve(), args.docs.resolve().parent)
+        link = docs_plot(png_path, args.docs)
         refresh_docs(args.docs, markdown(results, link))
         progress(f"refreshed {args.docs}")
     print(table(results))

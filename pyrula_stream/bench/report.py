@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
 DOCS_BEGIN = "<!-- bench:results:begin (written by python -m pyrula_stream.bench) -->"
 DOCS_END = "<!-- bench:results:end -->"
+PLOTS_DIR = "plots"
+"""Beside the docs page: where the page's plot is copied (see ``docs_plot``)."""
 
 HEADLINE_KEYS = (
     "turns_per_s",
@@ -340,6 +343,21 @@ def markdown(results: dict[str, Any], plot_link: str | None) -> str:
         out += ["", f"![throughput, latency, journal and restore of this run]({plot_link})"]
     out += ["", DOCS_END]
     return "\n".join(out)
+
+
+def docs_plot(png_path: Path, docs: Path) -> str:
+    """Copy the plot into ``plots/`` beside the docs page and return its relative link.
+
+    The docs site serves only its own folder, so a link to ``bench/results/`` would be a
+    broken image there; the folder keeps only the plot the page shows.
+    """
+    folder = docs.parent / PLOTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.png"):
+        if old.name != png_path.name:
+            old.unlink()
+    shutil.copyfile(png_path, folder / png_path.name)
+    return f"{PLOTS_DIR}/{png_path.name}"
 
 
 def refresh_docs(path: Path, section: str) -> None:
