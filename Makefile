@@ -11,7 +11,7 @@ LOWEST_TESTS := tests/test_turn_end_to_end.py tests/test_durability.py tests/tes
 	tests/test_requests.py tests/test_schemas.py tests/test_dead_letters.py \
 	tests/test_client_status.py tests/test_tool_loop.py tests/test_topics.py
 
-.PHONY: setup demo test test-lowest lint typecheck chaos pipelines bench broker-jars browser clean
+.PHONY: setup demo test test-lowest lint typecheck docs chaos pipelines bench broker-jars browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,7 +56,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: setup browser lint typecheck
+# The docs site (mkdocs.yml, docs/): broken links, anchors and missing pages fail the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+test: setup browser lint typecheck docs
 	$(MAKE) test-lowest
 	$(BIN)/pytest
 
@@ -76,4 +80,4 @@ bench: setup
 	$(BIN)/python -m pyrula_stream.bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(QUIX_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(QUIX_VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -191,7 +191,7 @@ class KafkaAgentClient:
         """Start a new turn that replays finished turn ``turn_id`` up to ``from_step`` and
         then runs live with ``params`` (merged over the original's) and, if given, another
         system prompt or model (the agent's model client calling another model). Only
-        ``read_only`` tools run live; see the README. The agent must keep history
+        ``read_only`` tools run live; see docs/deploying.md. The agent must keep history
         (``keep_history=True``)."""
         from pyrula_stream.history import load_recording
 

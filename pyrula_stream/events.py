@@ -4,7 +4,8 @@ Every site that publishes an event builds one of the payload classes below and h
 to the turn (``TurnRuntime.emit`` / a step's events / ``finish``); ``TurnEvents`` numbers
 it, applies the per-turn caps, encodes it once and routes it to ``<agent>.events`` plus
 any output topics routed for its type. Adding an event type means a payload class here,
-the site that emits it, the doc string of ``schemas/event.avsc`` and the README table.
+the site that emits it, the doc string of ``schemas/event.avsc`` and the table in
+``docs/pipelines.md``.
 
 Caps (``AgentLimits``):
 

@@ -477,7 +477,7 @@ def authorization_error(
     return KafkaAuthorizationError(
         f"{principal(conf)} is not allowed to {operation} {resource} at "
         f"{conf.get('bootstrap.servers')} ({err.name()}); grant it, e.g. with "
-        "`pyrula-stream acls MODULE:AGENT --apply` (see README: ACLs)"
+        "`pyrula-stream acls MODULE:AGENT --apply` (see docs/cluster.md: Least-privilege ACLs)"
     )
 
 

@@ -30,7 +30,7 @@ DLQ_CODE_HEADER = "pyrula.dlq.code"
 
 
 class WorkerMetrics:
-    """The metrics of one worker of one agent (see the README's Operating section)."""
+    """The metrics of one worker of one agent (see docs/operating.md: Metrics)."""
 
     def __init__(self, agent: str, *, journal_topic: str, dlq_topic: str) -> None:
         self.agent = agent
