@@ -101,7 +101,8 @@ class KafkaAgent:
     limits: AgentLimits
     prefix: str = DEFAULT_PREFIX
     partitions: int = DEFAULT_PARTITIONS
-    deps: Any = None
+    deps: Any = field(default=None, repr=False)
+    """The user's own objects (clients with their keys): never in the agent's repr."""
     output_topics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     timeout: float = 600.0
     mcp_servers: tuple[MCPServer, ...] = ()
