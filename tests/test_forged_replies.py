@@ -103,15 +103,11 @@ async def test_forged_replies_are_dead_lettered_and_the_genuine_one_is_taken(
             [("content-type", b"application/json"), (CHILD_TURN_HEADER, guess.encode())],
         )
         # 2. Through the child agent: a turn whose lineage names the waiting parent, so
-        # the child's worker itself writes the reply to the parent. Its key puts it on the
-        # child's other partition, where no genuine turn of that id runs.
+        # the child's worker itself writes the reply to the parent. (Placed as call_agent
+        # places a request, so the child runs it; on code that derived the child id from
+        # the turn id alone the guess was the real id, and a forgery keyed to the child's
+        # other partition was taken: see the last test for that placement.)
         guess = guessed_child_id(via_child.turn_id, refunds.name)
-        genuine_partition = partition_for(guess.encode(), refunds.partitions)
-        elsewhere = next(
-            key
-            for key in (f"thread-{i}" for i in range(100))
-            if partition_for(key.encode(), refunds.partitions) != genuine_partition
-        )
         lineage = Lineage(
             root_turn_id=via_child.turn_id,
             parent_turn_id=via_child.turn_id,
@@ -124,7 +120,6 @@ async def test_forged_replies_are_dead_lettered_and_the_genuine_one_is_taken(
         request = TurnRequest(
             turn_id=guess,
             agent=refunds.name,
-            thread_id=elsewhere,
             params={"order_id": "8", "cents": 99_999},
             submitted_ms=int(time.time() * 1000),
             lineage=lineage,
@@ -208,3 +203,62 @@ async def _first_start(client: KafkaAgentClient, agent: str, turn_id: str) -> Ev
         raise AssertionError("the turn ended without calling its child")
 
     return await asyncio.wait_for(first(), 60)
+
+
+async def test_a_child_turn_id_read_from_events_cannot_be_run_again_elsewhere(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """A forger that reads the parent's events learns the real child turn id. Submitted
+    with forged lineage on the child's other partition, it would run there and its reply
+    would answer the parent's real call; the child's worker dead-letters it instead."""
+    release = asyncio.Event()
+    refunds, triage = agents(release)
+    producer = RecordProducer(kafka_bootstrap_servers)
+    async with (
+        running_worker(
+            refunds, kafka_bootstrap_servers, WorkerOptions(shutdown_grace=0.2, worker_id="child-a")
+        ),
+        running_worker(
+            refunds, kafka_bootstrap_servers, WorkerOptions(shutdown_grace=0.2, worker_id="child-b")
+        ),
+        running_worker(triage, kafka_bootstrap_servers, QUICK) as parent_worker,
+    ):
+        handle = await client.submit(triage.name, order_id="5")
+        done = asyncio.create_task(_events(client, triage.name, handle.turn_id))
+        await wait_for(lambda: parent_worker.parked_turns == 1, 60, "the parent parked")
+        child = (await _first_start(client, triage.name, handle.turn_id)).data["child_turn_id"]
+        genuine_partition = partition_for(child.encode(), refunds.partitions)
+        elsewhere = next(
+            key
+            for key in (f"key-{i}" for i in range(100))
+            if partition_for(key.encode(), refunds.partitions) != genuine_partition
+        )
+        lineage = Lineage(
+            root_turn_id=handle.turn_id,
+            parent_turn_id=handle.turn_id,
+            parent_agent=triage.name,
+            parent_prefix=triage.prefix,
+            parent_partition=handle.partition,
+            call_key="forged",
+            depth=1,
+        )
+        request = TurnRequest(
+            turn_id=child,
+            agent=refunds.name,
+            params={"order_id": "5", "cents": 99_999},
+            submitted_ms=int(time.time() * 1000),
+            lineage=lineage,
+        )
+        forged = call_record(request, refunds.topics.turns, 1_000_000)
+        await producer.send(forged.topic, elsewhere.encode(), forged.value, list(forged.headers))
+
+        def child_dead_letters() -> list[tuple[bytes | None, bytes | None, dict[str, str]]]:
+            return read_topic(kafka_bootstrap_servers, refunds.topics.dlq)
+
+        await wait_for(lambda: bool(child_dead_letters()) or done.done(), 60, "handled")
+        release.set()
+        events = await asyncio.wait_for(done, 60)
+    producer.close()
+    assert events[-1].data.get("result") == "refunded 500"
+    (letter,) = child_dead_letters()
+    assert "keyed by its turn id" in letter[2]["pyrula.dlq.reason"], letter[2]
