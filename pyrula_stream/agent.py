@@ -19,6 +19,7 @@ from pydantic.errors import PydanticUserError
 
 from pyrula_stream.errors import AgentRegistrationError, ToolRegistrationError
 from pyrula_stream.events import RESULTS, ROUTABLE, EventRouting
+from pyrula_stream.kafka.acls import shared_prefix
 from pyrula_stream.kafka.admin import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
@@ -101,7 +102,8 @@ class KafkaAgent:
     limits: AgentLimits
     prefix: str = DEFAULT_PREFIX
     partitions: int = DEFAULT_PARTITIONS
-    deps: Any = None
+    deps: Any = field(default=None, repr=False)
+    """The user's own objects (clients with their keys): never in the agent's repr."""
     output_topics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     timeout: float = 600.0
     mcp_servers: tuple[MCPServer, ...] = ()
@@ -115,6 +117,12 @@ class KafkaAgent:
     output_type: Any = None
     output_retries: int = 1
     event_format: WireFormat = "avro"
+    trust_domain: str | None = None
+
+    @property
+    def shared_prefix(self) -> str:
+        """Prefix of the memory and tool cache topics this agent shares (its trust domain's)."""
+        return shared_prefix(self.prefix, self.trust_domain)
 
     @cached_property
     def topics(self) -> AgentTopics:
@@ -166,6 +174,7 @@ def kafka_agent(
     output_type: Any = None,
     output_retries: int = 1,
     event_format: WireFormat = "avro",
+    trust_domain: str | None = None,
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
@@ -183,6 +192,10 @@ def kafka_agent(
     ``version_behavior`` is ``"pinned"`` (the default with a version: a turn finishes on
     the version it started on, from ``versions={"1": old_body}``) or ``"auto_upgrade"``
     (the default without one: the newest body continues every turn).
+    ``trust_domain`` gives the agent the memory and tool cache of that domain
+    (``<prefix>.<domain>.memory``, ``<prefix>.<domain>.cache``) instead of the shared
+    ``<prefix>.memory`` / ``<prefix>.cache``: agents in other domains neither read nor
+    poison them, and ``pyrula-stream acls`` grants only the domain's topics.
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
@@ -258,6 +271,11 @@ def kafka_agent(
             )
         if output_retries < 0:
             raise AgentRegistrationError(f"agent '{agent_name}': output_retries must be >= 0")
+        if trust_domain is not None and not _AGENT_NAME.match(trust_domain):
+            raise AgentRegistrationError(
+                f"agent '{agent_name}': trust_domain {trust_domain!r} must match "
+                "[a-zA-Z0-9_-]{1,100}: it names the domain's memory and cache topics"
+            )
         agent = KafkaAgent(
             name=agent_name,
             fn=fn,
@@ -279,6 +297,7 @@ def kafka_agent(
             output_type=output_type,
             output_retries=output_retries,
             event_format=event_format,
+            trust_domain=trust_domain,
         )
         try:
             agent.output  # noqa: B018 (builds the validator now: a bad type fails at import)

@@ -165,11 +165,10 @@ class AgentCalls:
         parent = turn.request.lineage
         depth = (parent.depth if parent else 0) + 1
         max_depth = _tightest(self.limits.max_agent_depth, parent.max_depth if parent else None)
-        child_id = child_turn_id(turn.turn_id, call_key)
+        input_hash = fingerprint([call_key, params])
+        child_id = child_turn_id(turn.turn_id, call_key, input_hash)
         spend = turn.spend
         lim = self.limits
-
-        input_hash = fingerprint([call_key, params])
 
         async def live() -> StepData:
             if turn.branch is not None:  # the original's child, or refused (see branch.py)

@@ -83,6 +83,8 @@ class ErrorCode(StrEnum):
     STREAM_CARRY_MISSING = "stream_carry_missing"
     INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
     AGENT_DEPTH_EXCEEDED = "agent_depth_exceeded"
+    UNSOLICITED_REPLY = "unsolicited_reply"
+    """A DLQ code: a reply that answers no call its parent's journal holds."""
 
 
 class PyrulaError(Exception):

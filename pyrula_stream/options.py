@@ -76,7 +76,7 @@ class WorkerOptions:
     producer_config: Mapping[str, Any] = field(default_factory=dict)
     telemetry: bool = True
     durable_timer_after_s: float = 5.0
-    memory_backend: Any = None
+    memory_backend: Any = field(default=None, repr=False)  # may hold a store's credentials
     kafka_config: Mapping[str, Any] | None = None
     serialization: Literal["avro", "schema_registry"] = "avro"
 

@@ -2,9 +2,15 @@
 journal records that make a call exactly once.
 
 The call is a durable step of the parent whose records include the child's turn request,
-so both commit in one transaction. The child's id is derived from the parent turn and the
-call's key, so a replay finds the step recorded and produces nothing; a request re-read
-on the child's side is a no-op because its turn id is already running or finished.
+so both commit in one transaction. The child's id is derived from the parent turn, the
+call's key and the fingerprint of its parameters, so a replay finds the step recorded and
+produces nothing, and a rerun of the same call names the same child; a request re-read on
+the child's side is a no-op because its turn id is already running or finished. With the
+parameters in it, the id cannot be guessed from the parent's turn id alone.
+
+A parent takes a reply only if its journal holds a call step naming that child turn and
+that agent, not yet answered, of a turn that has not ended (``refusal``); any other record
+on its replies topic goes to its DLQ with the reason (code ``unsolicited_reply``).
 
 The reply is written by the child's worker in the child's terminal transaction, to the
 parent agent's ``replies`` topic at the parent's partition. The worker that owns that
@@ -27,7 +33,7 @@ from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.events import RunComplete, Terminal
 from pyrula_stream.lineage import Lineage
 from pyrula_stream.records import JSON_CONTENT_TYPE, OutRecord, wire_record
-from pyrula_stream.runtime.journal import PARK, REPLY, REPLY_CURSOR_KEY
+from pyrula_stream.runtime.journal import PARK, REPLY, REPLY_CURSOR_KEY, TurnJournal
 from pyrula_stream.serde import JournalEntry, TurnRequest
 
 CALL_KIND = "agent"
@@ -39,9 +45,11 @@ CHILD_TURN_HEADER = "pyrula-child-turn-id"
 _NAMESPACE = uuid.UUID("6f1d3c2e-6b0f-4f7e-9a53-2b8f0c6f7a11")
 
 
-def child_turn_id(parent_turn_id: str, call_key: str) -> str:
-    """The same call of the same parent turn always names the same child turn."""
-    return str(uuid.uuid5(_NAMESPACE, f"{parent_turn_id}|{call_key}"))
+def child_turn_id(parent_turn_id: str, call_key: str, input_hash: str) -> str:
+    """The same call (key and parameters) of the same parent turn always names the same
+    child turn. A replay reads the id from the journal, so turns recorded with an earlier
+    derivation go on with theirs."""
+    return str(uuid.uuid5(_NAMESPACE, f"{parent_turn_id}|{call_key}|{input_hash}"))
 
 
 def call_record(request: TurnRequest, turns_topic: str, max_bytes: int) -> OutRecord:
@@ -132,11 +140,37 @@ def parse_reply(value: bytes | None) -> Reply:
         raise MalformedRecordError("reply has an empty value")
     try:
         data = json.loads(value)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise MalformedRecordError(f"reply is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise MalformedRecordError("reply must be a JSON object")
     return Reply.from_data(data)
+
+
+def calls_made(journal: TurnJournal) -> dict[str, str]:
+    """The child turns a turn's journal says it called: child turn id -> agent name."""
+    journal.materialize()  # a restored turn keeps its steps raw until first needed
+    return {
+        str(entry.data.get("child_turn_id")): str(entry.data.get("agent"))
+        for entry in journal.steps.values()
+        if entry.kind == CALL_KIND and isinstance(entry.data, dict)
+    }
+
+
+def refusal(journal: TurnJournal | None, finished: bool, reply: Reply) -> str | None:
+    """Why ``reply`` must not be taken by its parent (``None``: take it)."""
+    parent = reply.parent_turn_id
+    if journal is None or journal.terminal_ms is not None or finished:
+        return f"turn {parent} is not waiting on this partition (unknown here, or ended)"
+    called = calls_made(journal).get(reply.child_turn_id)
+    if called is None or called != reply.agent:
+        return (
+            f"turn {parent} made no call to agent {reply.agent!r} with child turn "
+            f"{reply.child_turn_id}"
+        )
+    if reply.child_turn_id in journal.replies:
+        return f"child turn {reply.child_turn_id} of turn {parent} was already answered"
+    return None
 
 
 # -- the parent's journal records -------------------------------------------------------------

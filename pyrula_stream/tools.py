@@ -140,7 +140,7 @@ class ToolContext:
     """The first argument of every tool. Built by the worker, or by hand in a unit test."""
 
     http: httpx.AsyncClient
-    deps: Any = None
+    deps: Any = field(default=None, repr=False)  # the user's clients, with their keys
     state: Any = None
     tool_name: str | None = None
     tool_use_id: str | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pyrula_stream.cli import main
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.acls import agent_acls, describe
 
@@ -31,6 +32,7 @@ def test_replies_results_and_history_follow_who_reads_and_writes_them() -> None:
         prefix="p",
         worker_principal="User:w",
         client_principal="User:c",
+        status_principal="User:s",
         keep_history=True,
         calls=["b"],
         called_by=["parent"],
@@ -43,10 +45,53 @@ def test_replies_results_and_history_follow_who_reads_and_writes_them() -> None:
     assert ("User:w", "p.a.results", "WRITE") in granted
     assert ("User:c", "p.a.results", "READ") in granted
     assert ("User:w", "p.a.history", "WRITE") in granted
-    assert ("User:c", "p.a.journal", "READ") in granted, "client.status reads the journal"
-    assert ("User:c", "p.a.turns", "READ") in granted, "and the queued requests"
+    assert ("User:s", "p.a.journal", "READ") in granted, "client.status reads the journal"
+    assert ("User:s", "p.a.turns", "READ") in granted, "and the queued requests"
     groups = {(r.principal, r.name, r.operation) for r in rules if r.resource == "GROUP"}
-    assert ("User:c", "p.a.workers", "DESCRIBE") in groups, "and the workers' offset"
-    assert ("User:c", "p.a.workers", "READ") not in groups, "never joins the workers"
+    assert ("User:s", "p.a.workers", "DESCRIBE") in groups, "and the workers' offset"
+    assert ("User:s", "p.a.workers", "READ") not in groups, "never joins the workers"
     without = agent_acls("a", prefix="p", worker_principal="User:w")
     assert not any("history" in r.name or r.name.startswith("p.b.") for r in without)
+
+
+def test_a_plain_client_writes_turns_and_control_and_reads_only_events_and_results() -> None:
+    rules = agent_acls("a", prefix="p", worker_principal="User:w", client_principal="User:c")
+    client = {(r.resource, r.name, r.operation) for r in rules if r.principal == "User:c"}
+    topics = {(name, op) for resource, name, op in client if resource == "TOPIC"}
+    assert topics == {
+        ("p.a.turns", "WRITE"),
+        ("p.a.control", "WRITE"),
+        ("p.a.events", "READ"),
+        ("p.a.results", "READ"),
+        ("p.a.threads", "DESCRIBE"),
+    }
+    assert not [r for r in rules if r.operation == "IDEMPOTENT_WRITE"], "Kafka >= 3.0"
+    legacy = agent_acls(
+        "a", prefix="p", worker_principal="User:w", client_principal="User:c", idempotent_write=True
+    )
+    assert {r.principal for r in legacy if r.operation == "IDEMPOTENT_WRITE"} == {
+        "User:w",
+        "User:c",
+    }
+
+
+def test_memory_and_cache_are_those_of_the_trust_domain() -> None:
+    shared = {r.name for r in agent_acls("a", prefix="p", worker_principal="User:w")}
+    assert {"p.memory", "p.cache"} <= shared
+    scoped = agent_acls("a", prefix="p", worker_principal="User:w", trust_domain="billing")
+    names = {r.name for r in scoped}
+    assert {"p.billing.memory", "p.billing.cache"} <= names
+    assert not names & {"p.memory", "p.cache"}
+    groups = {r.name for r in scoped if r.resource == "GROUP"}
+    assert {"p.billing.memory.readers", "p.billing.cache.readers"} <= groups
+
+
+def test_a_childs_worker_writes_only_the_replies_of_its_callers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["acls", "refunds", "--worker-principal", "User:w", "--callers", "triage"]
+    assert main([*args, "--trust-domain", "billing"]) == 0
+    printed = capsys.readouterr().out
+    replies = [line for line in printed.splitlines() if ".replies" in line and "WRITE" in line]
+    assert len(replies) == 1 and "pyrula.triage.replies" in replies[0], printed
+    assert "pyrula.billing.memory" in printed and "pyrula.memory " not in printed

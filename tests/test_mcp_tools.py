@@ -188,7 +188,9 @@ async def test_an_sdk_backed_model_calls_an_mcp_tool(
 async def test_a_server_down_at_discovery_fails_the_turn_naming_it(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
-    down = MCPServer("orders", url=f"http://127.0.0.1:{free_port()}/mcp")
+    """Named by its URL without the credentials it may carry (the message is an event)."""
+    secret = "Zq7mcpSecret"
+    down = MCPServer("orders", url=f"http://u:{secret}@127.0.0.1:{free_port()}/mcp?key={secret}")
 
     @kafka_agent(name=unique_name("mcpnone"), llm=FakeLLM(["x"]), mcp_servers=[down])
     async def agent(ctx: AgentContext) -> str:
@@ -199,7 +201,9 @@ async def test_a_server_down_at_discovery_fails_the_turn_naming_it(
     assert events[-1].type == "run:error"
     assert events[-1].data["code"] == "tool_error"
     assert events[-1].data["error_type"] == "MCPServerUnavailable"
-    assert f"MCP server 'orders' ({down.url}) is unavailable" in events[-1].data["message"]
+    message = events[-1].data["message"]
+    assert f"MCP server 'orders' ({down.location}) is unavailable" in message
+    assert "127.0.0.1" in down.location and secret not in message
     assert not [e for e in events if e.type == "llm:complete"]
 
 

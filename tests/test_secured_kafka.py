@@ -38,6 +38,8 @@ from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_
 
 AGENT_A = unique_name("secured_a")
 AGENT_B = unique_name("secured_b")
+AGENT_C = unique_name("secured_c")  # in its own trust domain
+DOMAIN = "vault"
 WRONG_PASSWORD = "not-the-password-4f1c2e"
 # Users with agent A's worker rights except one: (resource, name, operation) withheld.
 WITHHELD = {
@@ -66,9 +68,19 @@ def _properties(path: Path, settings: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    """Users: worker_a and client_a (agent A's ACLs), worker_b (agent B's), nobody (none).
+    """Users: worker_a, client_a and status_a (agent A's ACLs), worker_b (agent B's),
+    worker_c and client_c (agent C's, trust domain ``vault``), nobody (none).
     Topics and ACLs are made with the CLI as an operator would, as the super user."""
-    names = ("worker_a", "client_a", "worker_b", "nobody", *WITHHELD)
+    names = (
+        "worker_a",
+        "client_a",
+        "status_a",
+        "worker_b",
+        "worker_c",
+        "client_c",
+        "nobody",
+        *WITHHELD,
+    )
     users = {name: unique_name("pw") for name in names}
     broker = start_local_broker(scram_users=users)
     assert broker.security is not None
@@ -78,11 +90,16 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]
     )
     try:
         common = ["--bootstrap-servers", secured.bootstrap, "--kafka-config", admin_file]
-        for agent in (AGENT_A, AGENT_B):
-            assert cli_main(["topics", "apply", agent, "--partitions", "1", *common]) == 0
-        grants = ((AGENT_A, "worker_a", "client_a"), (AGENT_B, "worker_b", None))
-        for agent, worker, client in grants:
-            extra = ["--client-principal", f"User:{client}"] if client else []
+        domain = ["--trust-domain", DOMAIN]
+        for agent, more in ((AGENT_A, []), (AGENT_B, []), (AGENT_C, domain)):
+            assert cli_main(["topics", "apply", agent, "--partitions", "1", *more, *common]) == 0
+        grants = (
+            (AGENT_A, "worker_a", ["--client-principal", "User:client_a"]),
+            (AGENT_A, "worker_a", ["--status-principal", "User:status_a"]),
+            (AGENT_B, "worker_b", []),
+            (AGENT_C, "worker_c", ["--client-principal", "User:client_c", *domain]),
+        )
+        for agent, worker, extra in grants:
             args = ["acls", agent, "--worker-principal", f"User:{worker}", *extra]
             assert cli_main([*args, "--apply", *common]) == 0
         # Agent A's worker rights, each missing one kind.
@@ -278,10 +295,73 @@ async def test_the_clients_rights_cover_get_thread_and_delete_thread(
     secured_kafka: Secured,
 ) -> None:
     async with KafkaAgentClient(
+        secured_kafka.bootstrap, kafka_config=secured_kafka.settings("status_a")
+    ) as reader:
+        assert (await reader.get_thread(AGENT_A, "t-secured")).turns == ()
+    async with KafkaAgentClient(
         secured_kafka.bootstrap, kafka_config=secured_kafka.settings("client_a")
     ) as client:
-        assert (await client.get_thread(AGENT_A, "t-secured")).turns == ()
         # No worker runs now: the delete gets past its topic check and is queued.
         with pytest.raises(ThreadDeleteFailed) as caught:
             await client.delete_thread(AGENT_A, "t-secured", timeout=1)
     assert caught.value.code == "wait_timeout"
+
+
+async def test_a_client_reads_only_events_and_the_status_reader_the_rest(
+    secured_kafka: Secured,
+) -> None:
+    """Other clients' requests (turns) and model output (journal) are the status
+    reader's; another agent's events are nobody's but its own clients'."""
+    client_a = secured_kafka.settings("client_a")
+    for topic in (
+        f"pyrula.{AGENT_A}.turns",
+        f"pyrula.{AGENT_A}.journal",
+        f"pyrula.{AGENT_B}.events",
+    ):
+        with pytest.raises(KafkaAuthorizationError, match=rf"User:client_a .* READ topic {topic}"):
+            await asyncio.to_thread(
+                read_topic,
+                secured_kafka.bootstrap,
+                topic,
+                kafka_config=client_a,
+                group_id=f"pyrula.{AGENT_A}.readers",
+            )
+    async with KafkaAgentClient(
+        secured_kafka.bootstrap, kafka_config=secured_kafka.settings("status_a")
+    ) as reader:
+        assert (await reader.status(AGENT_A, "no-such-turn")).state == "unknown"
+
+
+async def test_an_agent_in_a_trust_domain_keeps_its_memory_from_other_agents(
+    secured_kafka: Secured,
+) -> None:
+    @kafka_agent(name=AGENT_C, llm=FakeLLM(["x"]), partitions=1, trust_domain=DOMAIN)
+    async def vault(ctx: AgentContext) -> str:
+        await ctx.memory.put(("secrets",), "pin", {"pin": "1234"})
+        return "stored"
+
+    options = WorkerOptions(
+        shutdown_grace=0.2, worker_id="c1", kafka_config=secured_kafka.settings("worker_c")
+    )
+    async with (
+        running_worker(vault, secured_kafka.bootstrap, options),
+        KafkaAgentClient(
+            secured_kafka.bootstrap, kafka_config=secured_kafka.settings("client_c")
+        ) as client,
+    ):
+        events = await asyncio.wait_for(client.run(AGENT_C), 60)
+    assert events[-1].type == "run:complete", events[-1].data
+    memory = f"pyrula.{DOMAIN}.memory"
+    stored = read_topic(
+        secured_kafka.bootstrap, memory, kafka_config=secured_kafka.broker.admin_settings()
+    )
+    assert len(stored) == 1, "the write went to the domain's memory topic"
+    for user, topic in (("worker_a", memory), ("worker_c", "pyrula.memory")):
+        with pytest.raises(KafkaAuthorizationError, match=rf"User:{user} .* READ topic {topic}"):
+            await asyncio.to_thread(
+                read_topic,
+                secured_kafka.bootstrap,
+                topic,
+                kafka_config=secured_kafka.settings(user),
+                group_id=f"{topic}.readers",
+            )

@@ -83,16 +83,19 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return 0 if answers else 1
 
 
-def agent_from(args: argparse.Namespace) -> tuple[str, str, set[str], bool]:
-    """``(name, prefix, output topics, keep_history)`` of ``MODULE:AGENT`` or a plain name."""
+def agent_from(args: argparse.Namespace) -> tuple[str, str, set[str], bool, str | None]:
+    """``(name, prefix, output topics, keep_history, trust_domain)`` of ``MODULE:AGENT``
+    or a plain name (whose flags say the rest)."""
     if ":" in args.agent:
         agent = load_agent(args.agent)
         outputs = {t for topics in agent.output_topics.values() for t in topics}
-        return agent.name, agent.prefix, outputs, agent.keep_history
-    return args.agent, args.prefix, set(), bool(getattr(args, "keep_history", False))
+        return agent.name, agent.prefix, outputs, agent.keep_history, agent.trust_domain
+    keep = bool(getattr(args, "keep_history", False))
+    return args.agent, args.prefix, set(), keep, getattr(args, "trust_domain", None)
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
+    from pyrula_stream.kafka.acls import shared_prefix
     from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
     from pyrula_stream.kafka.cache_store import cache_topic_spec
     from pyrula_stream.kafka.memory_store import memory_topic_spec
@@ -100,10 +103,12 @@ def cmd_topics(args: argparse.Namespace) -> int:
     if ":" in args.agent:
         agent = load_agent(args.agent)
         name, prefix = agent.name, agent.prefix
+        shared = agent.shared_prefix
         events = sorted(agent.event_routing.all_topics())
         specs = agent.topic_specs()
     else:
         name, prefix = args.agent, args.prefix
+        shared = shared_prefix(prefix, args.trust_domain)
         events = [f"{prefix}.{name}.events"]
         specs = agent_topic_specs(
             args.agent,
@@ -112,7 +117,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
             keep_history=args.keep_history,
         )
     # The shared tool cache and memory too, so workers without CREATE rights find them.
-    specs += [cache_topic_spec(prefix=prefix), memory_topic_spec(prefix=prefix)]
+    specs += [cache_topic_spec(prefix=shared), memory_topic_spec(prefix=shared)]
     settings = kafka_config_from(args)
     report = apply_topics(bootstrap_from(args), specs, kafka_config=settings)
     print(report.describe())
@@ -132,16 +137,19 @@ def cmd_topics(args: argparse.Namespace) -> int:
 def cmd_acls(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.acls import agent_acls, apply_acls, describe
 
-    name, prefix, outputs, keep_history = agent_from(args)
+    name, prefix, outputs, keep_history, trust_domain = agent_from(args)
     rules = agent_acls(
         name,
         prefix=prefix,
         worker_principal=args.worker_principal,
         client_principal=args.client_principal,
+        status_principal=args.status_principal,
         output_topics=outputs - {f"{prefix}.{name}.events", f"{prefix}.{name}.results"},
         keep_history=keep_history,
         calls=args.calls,
         called_by=args.called_by,
+        trust_domain=trust_domain,
+        idempotent_write=args.idempotent_write,
     )
     print(describe(rules))
     if args.apply:

@@ -39,31 +39,46 @@ class Acl:
     why: str = ""
 
 
+def shared_prefix(prefix: str, trust_domain: str | None) -> str:
+    """The prefix of the memory and tool cache topics: ``<prefix>.<domain>`` in a trust
+    domain, else ``<prefix>`` (one ``<prefix>.memory`` / ``<prefix>.cache`` for all)."""
+    return f"{prefix}.{trust_domain}" if trust_domain else prefix
+
+
 def agent_acls(
     agent: str,
     *,
     prefix: str,
     worker_principal: str,
     client_principal: str | None = None,
+    status_principal: str | None = None,
     output_topics: Iterable[str] = (),
     keep_history: bool = False,
     calls: Iterable[str] = (),
     called_by: Iterable[str] = (),
+    trust_domain: str | None = None,
+    idempotent_write: bool = False,
 ) -> list[Acl]:
     """The ACLs a worker of ``agent`` (and optionally its clients) need on the cluster.
 
     Sub-agents cross agents: a worker that calls agent B (``calls``) writes B's turns (the
     call) and control (a cancel that follows the parent's) topics, and a worker called by
-    agent A (``called_by``) writes its outcome to A's replies topic. Each worker reads only
-    its own agent's replies.
+    agent A (``called_by``, its callers) writes its outcome to A's replies topic, and to
+    no other agent's. Each worker reads only its own agent's replies. Memory and the tool
+    cache are those of the agent's ``trust_domain``. A client (``client_principal``)
+    submits, cancels and reads events and results; reading requests, the journal and
+    threads (``status``, ``get_thread``) is the status reader's role
+    (``status_principal``). ``idempotent_write`` adds CLUSTER IDEMPOTENT_WRITE, which only
+    brokers before Kafka 3.0 need (since KIP-679, WRITE on a topic implies it).
     """
-    for principal in (worker_principal, client_principal):
+    for principal in (worker_principal, client_principal, status_principal):
         if principal is not None and not principal.startswith("User:"):
             raise ConfigurationError(f"a principal looks like User:name, got {principal!r}")
     base = f"{prefix}.{agent}"
     readers = reader_group_id(prefix, agent)
-    cache = f"{prefix}.cache"
-    memory = f"{prefix}.memory"
+    shared = shared_prefix(prefix, trust_domain)
+    cache = f"{shared}.cache"
+    memory = f"{shared}.memory"
     own = ["turns", "events", "journal", "replies", "threads", "control", "dlq", "results"]
     if keep_history:
         own.append("history")
@@ -95,7 +110,6 @@ def agent_acls(
         Acl(w, "GROUP", f"{cache}.readers", "DESCRIBE", why="cache table reader"),
         Acl(w, "GROUP", f"{memory}.readers", "DESCRIBE", why="memory table reader"),
         Acl(w, "TRANSACTIONAL_ID", f"{base}.", "WRITE", "PREFIXED", "one per worker id"),
-        Acl(w, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)"),
     ]
     if keep_history:
         rules += [
@@ -118,15 +132,31 @@ def agent_acls(
             Acl(c, "TOPIC", f"{base}.control", "WRITE", why="cancel / terminate"),
             Acl(c, "TOPIC", f"{base}.events", "READ", why="stream a turn's events"),
             Acl(c, "TOPIC", f"{base}.results", "READ", why="read turn results"),
-            Acl(c, "TOPIC", f"{base}.journal", "READ", why="status of a turn"),
-            Acl(c, "TOPIC", f"{base}.turns", "READ", why="status: a queued turn's request"),
-            Acl(c, "TOPIC", f"{base}.threads", "READ", why="get_thread"),
+            Acl(c, "TOPIC", f"{base}.threads", "DESCRIBE", why="delete_thread: topic check"),
             Acl(c, "GROUP", readers, "DESCRIBE", why="event readers"),
-            Acl(c, "GROUP", f"{base}.workers", "DESCRIBE", why="status: the workers' offset"),
-            Acl(c, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)"),
+        ]
+    if status_principal is not None:
+        s = status_principal
+        rules += [
+            Acl(s, "TOPIC", f"{base}.journal", "READ", why="status of a turn"),
+            Acl(s, "TOPIC", f"{base}.turns", "READ", why="status: a queued turn's request"),
+            Acl(s, "TOPIC", f"{base}.results", "READ", why="status: a finished turn's result"),
+            Acl(s, "TOPIC", f"{base}.threads", "READ", why="get_thread"),
+            Acl(s, "GROUP", readers, "DESCRIBE", why="status readers"),
+            Acl(s, "GROUP", f"{base}.workers", "DESCRIBE", why="status: the workers' offset"),
         ]
         if keep_history:
-            rules.append(Acl(c, "TOPIC", f"{base}.history", "READ", why="branch a recorded turn"))
+            rules.append(Acl(s, "TOPIC", f"{base}.history", "READ", why="a recorded turn"))
+    if client_principal is not None and keep_history:
+        rules.append(
+            Acl(client_principal, "TOPIC", f"{base}.history", "READ", why="branch a recorded turn")
+        )
+    if idempotent_write:
+        rules += [
+            Acl(p, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)")
+            for p in (worker_principal, client_principal)
+            if p is not None
+        ]
     # One principal may be both worker and client; the admin API refuses duplicate bindings.
     seen: set[tuple[str, ...]] = set()
     unique = []

@@ -284,9 +284,10 @@ class KafkaSettings(Mapping[str, Any]):
 
 
 def redact_url(url: str) -> str:
-    """``url`` (or a comma-separated list of them) without the password of its userinfo:
-    ``https://key:secret@host`` -> ``https://key:[redacted]@host`` (the registry client
-    takes credentials from the URL, so a URL may be a secret too)."""
+    """``url`` (or a comma-separated list of them) without the password of its userinfo
+    nor the values of its query: ``https://key:secret@host/?token=t`` ->
+    ``https://key:[redacted]@host/?token=[redacted]`` (the registry client takes
+    credentials from the URL, and many services take a key in the query string)."""
     return ",".join(_redact_one_url(part) for part in url.split(","))
 
 
@@ -295,11 +296,16 @@ def _redact_one_url(url: str) -> str:
         parts = urllib.parse.urlsplit(url.strip())
     except ValueError:
         return url
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = parts.netloc.rpartition("@")[0].partition(":")[0]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{REDACTED}@{host}"))
+    if not parts.scheme or not parts.netloc:
+        return url  # not a URL: a plain setting such as a user name
+    if parts.password is not None:
+        host = parts.netloc.rpartition("@")[2]
+        user = parts.netloc.rpartition("@")[0].partition(":")[0]
+        parts = parts._replace(netloc=f"{user}:{REDACTED}@{host}")
+    if parts.query:
+        names = [field.partition("=")[0] for field in parts.query.split("&")]
+        parts = parts._replace(query="&".join(f"{name}={REDACTED}" for name in names))
+    return urllib.parse.urlunsplit(parts)
 
 
 def _url_passwords(value: str) -> list[str]:

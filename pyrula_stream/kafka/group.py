@@ -16,11 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.config import resolve
 from pyrula_stream.kafka.consumers import group_consumer, raise_if_denied
+from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.observability.tracing import carrier_from_headers
 from pyrula_stream.records import SourceRecord
 from pyrula_stream.serde import TurnRequest, ValueCodec, decode_turn_request, headers_dict
@@ -120,6 +121,7 @@ class TurnConsumer:
         )
         self._paused = False
         self._metadata: Any = self._consumer.consumer_group_metadata()
+        self._partitions: int | None = None
 
     def subscribe(self, on_assign: PartitionsHook, on_revoke: PartitionsHook) -> None:
         """Join the group; the hooks run on the polling thread during a rebalance.
@@ -191,12 +193,48 @@ class TurnConsumer:
                 raise MalformedRecordError(
                     f"turn is for agent {request.agent!r}, this topic belongs to {self.agent!r}"
                 )
+            if request.lineage is not None:
+                self._check_placement(request, key, partition)
         except MalformedRecordError as exc:
             source = SourceRecord(
                 msg.topic(), partition, offset, msg.key(), msg.value(), raw_headers
             )
             return BadRecord(partition, offset, str(exc), source)
         return TurnRecord(partition, offset, request, carrier_from_headers(headers))
+
+    def _check_placement(self, request: TurnRequest, key: bytes | None, partition: int) -> None:
+        """A sub-agent request sits where its caller put it: keyed by its turn id, on that
+        key's partition. One placed anywhere else was produced by hand with lineage
+        headers, e.g. a child turn id read from the parent's events submitted again on
+        another partition, where no turn of that id runs, to answer the parent's call."""
+        expected = request.turn_id.encode()
+        if key != expected or request.thread_id is not None:
+            raise MalformedRecordError(
+                "a sub-agent request (one with lineage headers) must be keyed by its turn "
+                "id and belong to no thread, as call_agent writes it"
+            )
+        wanted = None
+        for refresh in (False, True):  # the topic may have grown partitions since
+            count = self._partition_count(refresh)
+            wanted = None if count is None else partition_for(expected, count)
+            if wanted is None or wanted == partition:
+                return
+        raise MalformedRecordError(
+            f"a sub-agent request for turn {request.turn_id} must be on partition "
+            f"{wanted} of {self.topic} (its key's), not {partition}"
+        )
+
+    def _partition_count(self, refresh: bool) -> int | None:
+        """The turns topic's partition count, looked up once (again on ``refresh``)."""
+        if self._partitions is None or refresh:
+            try:
+                meta = self._consumer.list_topics(self.topic, timeout=10.0).topics.get(self.topic)
+            except KafkaException as exc:
+                log.warning("cannot read the partitions of %s: %s", self.topic, exc)
+                return self._partitions
+            if meta is not None and meta.partitions:
+                self._partitions = len(meta.partitions)
+        return self._partitions
 
     def note_committed(self, offsets: dict[int, int]) -> None:
         """Input offsets a transaction just committed (the consumer's own statistics do

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyrula_stream.errors import BrokerUnavailableError
+from pyrula_stream.kafka.config import redact_url
 from pyrula_stream.kafka.local_broker import cache_root, free_port
 
 APICURIO_VERSION = "3.3.3"
@@ -107,6 +108,9 @@ class LocalRegistry:
     url: str
     process: subprocess.Popen[bytes]
     log_file: str
+
+    def __repr__(self) -> str:
+        return f"LocalRegistry({redact_url(self.url)!r}, log_file={self.log_file!r})"
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM, then SIGKILL after ``grace_s``. Safe to repeat."""

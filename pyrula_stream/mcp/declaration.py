@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 
 from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.kafka.config import REDACTED, redact_url
 from pyrula_stream.retry import RetryPolicy
 
 SERVER_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -33,7 +34,8 @@ class MCPServer:
     is bounded by ``connect_timeout`` instead, not counted in ``timeout``.
     ``tool_names`` maps an MCP tool name to the name the model sees (default
     ``<server>_<tool>``). ``requires_approval`` is refused when an agent is bound: a Kafka
-    consumer cannot wait for a person.
+    consumer cannot wait for a person. The repr shows no header, variable or argument
+    value, nor a URL's password or query values: they may be credentials.
     """
 
     name: str
@@ -81,6 +83,38 @@ class MCPServer:
                     f"{where}: tool_names[{tool!r}] = {model_name!r} is not a valid tool name; "
                     "use 1 to 64 characters from [a-zA-Z0-9_-]"
                 )
+
+    def __repr__(self) -> str:
+        """Names only where credentials live: header and variable names, the program (its
+        arguments may carry a token), the URL without userinfo password or query values."""
+        shown: list[str] = [f"{self.name!r}"]
+        if self.url:
+            shown.append(f"url={redact_url(self.url)!r}")
+        if self.headers:
+            shown.append(f"headers={ {k: REDACTED for k in self.headers}!r}")
+        if self.command:
+            program, *args = self.command
+            more = f" [{len(args)} argument{'s' * (len(args) > 1)} {REDACTED}]" if args else ""
+            shown.append(f"command={program + more!r}")
+        if self.env is not None:
+            shown.append(f"env={ {k: REDACTED for k in self.env}!r}")
+        if self.cwd is not None:
+            shown.append(f"cwd={self.cwd!r}")
+        shown += [
+            f"retry={self.retry!r}",
+            f"timeout={self.timeout!r}",
+            f"connect_timeout={self.connect_timeout!r}",
+        ]
+        if self.tool_names:
+            shown.append(f"tool_names={dict(self.tool_names)!r}")
+        if self.requires_approval:
+            shown.append(f"requires_approval={self.requires_approval!r}")
+        return f"MCPServer({', '.join(shown)})"
+
+    @property
+    def location(self) -> str:
+        """Where the server is, fit for an error message: the URL redacted, or the program."""
+        return redact_url(self.url) if self.url else self.command[0]
 
     @property
     def transport(self) -> str:

@@ -131,9 +131,8 @@ class MCPConnection:
             raise
 
     def _unavailable(self, why: str) -> MCPServerUnavailable:
-        where = self.server.url or " ".join(self.server.command)
         return MCPServerUnavailable(
-            f"MCP server '{self.server.name}' ({where}) is unavailable: {why}",
+            f"MCP server '{self.server.name}' ({self.server.location}) is unavailable: {why}",
             detail={"server": self.server.name},
         )
 

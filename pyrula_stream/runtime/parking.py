@@ -16,11 +16,20 @@ import logging
 import time
 from collections.abc import Callable
 
-from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.agent import AgentTopics
+from pyrula_stream.errors import ErrorCode, MalformedRecordError
 from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.records import dead_letter
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
-from pyrula_stream.subagents import Park, Reply, cursor_record, parse_reply, reply_journal_record
+from pyrula_stream.subagents import (
+    Park,
+    Reply,
+    cursor_record,
+    parse_reply,
+    refusal,
+    reply_journal_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,24 +109,45 @@ class ParkedTurns:
                 self.resume(partition, turn_id)
 
     def take_reply(
-        self, record: ConsumedRecord, journal_topic: str, committer: GroupCommitter
+        self, record: ConsumedRecord, topics: AgentTopics, worker_id: str, committer: GroupCommitter
     ) -> None:
         """A child's outcome: journal it with the replies position in one transaction
-        that also carries the input offsets (a worker that lost the partition is fenced)."""
+        that also carries the input offsets (a worker that lost the partition is fenced).
+        A record that is not the reply to a call the parent made and still waits for is
+        dead-lettered in that transaction instead, with the reason."""
         p = record.partition
         ps = self._parts.get(p)
         if ps is None:
             return
-        records = [cursor_record(journal_topic, p, record.offset + 1)]
+        records = [cursor_record(topics.journal, p, record.offset + 1)]
         reply: Reply | None = None
         try:
             reply = parse_reply(record.value)
+            why = refusal(
+                ps.journal.turns.get(reply.parent_turn_id),
+                reply.parent_turn_id in ps.finished,
+                reply,
+            )
         except MalformedRecordError as exc:
-            log.warning("skipping unreadable reply at [%d]@%d: %s", p, record.offset, exc)
-        if reply is not None and self.wants(ps, reply):
-            records.append(reply_journal_record(journal_topic, p, reply))
+            why = str(exc)
+        if why is None and reply is not None:
+            records.append(reply_journal_record(topics.journal, p, reply))
         else:
             reply = None
+            source = f"{topics.replies}[{p}]@{record.offset}"
+            log.warning("dead-lettered the reply at %s: %s", source, why)
+            records.append(
+                dead_letter(
+                    topics.dlq,
+                    f"reply refused: {why}",
+                    ErrorCode.UNSOLICITED_REPLY,
+                    worker=worker_id,
+                    key=record.key.encode(),
+                    value=record.value,
+                    headers=[(k, v.encode()) for k, v in record.headers.items()],
+                    source=source,
+                )
+            )
         committed = committer.durable_records(replies_owner(p), records)
         if reply is not None:
             taken = reply
@@ -127,17 +157,6 @@ class ParkedTurns:
                     self.reply_committed(p, taken)
 
             committed.add_done_callback(on_commit)
-
-    def wants(self, ps: PartitionState, reply: Reply) -> bool:
-        """Whether a reply should be journaled: its parent is known here and has not ended
-        (a late reply for a finished or cancelled parent is skipped, its offset taken)."""
-        journal = ps.journal.turns.get(reply.parent_turn_id)
-        return (
-            journal is not None
-            and journal.terminal_ms is None
-            and reply.parent_turn_id not in ps.finished
-            and reply.child_turn_id not in journal.replies
-        )
 
     def reply_committed(self, partition: int, reply: Reply) -> None:
         """The reply is durable in the parent's journal: record it and wake the parent."""

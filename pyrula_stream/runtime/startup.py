@@ -126,7 +126,7 @@ async def shared_stores(
         if options.shared_tool_cache:
             shared = KafkaCacheStore(
                 bootstrap_servers,
-                prefix=agent.prefix,
+                prefix=agent.shared_prefix,
                 client_id=f"{worker_id}-cache",
                 kafka_config=options.kafka_config,
             )
@@ -137,7 +137,7 @@ async def shared_stores(
                 bootstrap_servers,
                 state_dir=state_dir,
                 client_id=f"{worker_id}-memory",
-                prefix=agent.prefix,
+                prefix=agent.shared_prefix,
                 kafka_config=options.kafka_config,
             )
             await asyncio.to_thread(memory.start)

@@ -553,7 +553,7 @@ class KafkaWorker:
         self._scheduler.on_control(control)
 
     def _on_reply(self, record: ConsumedRecord) -> None:
-        self._parked.take_reply(record, self.topics.journal, self.committer)
+        self._parked.take_reply(record, self.topics, self.worker_id, self.committer)
 
     # -- turns ----------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.events import decode_event
-from pyrula_stream.kafka.config import registry_config
+from pyrula_stream.kafka.config import registry_config, resolve
 from pyrula_stream.kafka.consumers import read_key
 from pyrula_stream.kafka.io import TopicFollower, TopicRecord
 from pyrula_stream.serde import ValueCodec
@@ -44,6 +44,10 @@ class FeedOptions:
     history_s: float = 3600.0
     kafka_config: Mapping[str, Any] | None = None
     """The user's client settings (security, ``client.id``); None: ``PYRULA_KAFKA_CONFIG``."""
+
+    def __post_init__(self) -> None:
+        # Resolved once, as WorkerOptions does: a repr then hides the secrets.
+        object.__setattr__(self, "kafka_config", resolve(self.kafka_config))
 
 
 class EventFeed:
