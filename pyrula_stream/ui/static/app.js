@@ -79,6 +79,7 @@ function setLive(ok) {
 
 function apply(update) {
   state.config = update.config;
+  document.getElementById("signout").hidden = !state.config.signed_in;
   setLive(true);
   if (update.snapshot) {
     state.turns.clear();
