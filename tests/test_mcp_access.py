@@ -131,6 +131,10 @@ def test_an_open_bind_is_refused_in_python_and_from_the_shell(kafka_bootstrap_se
     assert done.returncode == 2, done
     assert "--api-keys FILE" in done.stderr and "--allow-unauthenticated" in done.stderr
     assert "serving MCP" not in done.stderr
+    # Keys over stdio would do nothing: say so rather than seem to protect.
+    stdio = [*command[:6], "--bootstrap-servers", kafka_bootstrap_servers, "--api-keys", "k"]
+    done = subprocess.run(stdio, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and "apply to --http PORT" in done.stderr, done
 
 
 async def test_mcp_serve_http_with_a_key_file(kafka_bootstrap_servers: str, tmp_path: Path) -> None:

@@ -61,6 +61,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from pyrula_stream.http_guard import check_bind
     from pyrula_stream.mcp.serve import MCP_EXPOSES, build_mcp_server, serve_http, serve_stdio
 
+    stdio_only = args.http is None
+    if stdio_only and (args.api_keys or args.allowed_hosts or args.allow_unauthenticated):
+        raise ConfigurationError(
+            "--api-keys, --allowed-hosts and --allow-unauthenticated apply to --http PORT; "
+            "over stdio only the process that started the server can reach it"
+        )
     agents = [load_agent(spec) for spec in args.agents]
     access = access_from(args)
     server = build_mcp_server(
@@ -69,7 +75,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         name=args.name or agents[0].name,
         kafka_config=kafka_config_from(args),
     )
-    if args.http is None:
+    if stdio_only:
         asyncio.run(serve_stdio(server))  # stdout is the protocol: nothing else prints there
     else:
         check_bind(args.host, access, exposes=MCP_EXPOSES)  # before saying it serves
