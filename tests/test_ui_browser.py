@@ -20,6 +20,7 @@ from playwright.async_api import Browser, Page, Route, async_playwright, expect
 
 from pyrula_stream import (
     AgentContext,
+    AgentLimits,
     Event,
     KafkaAgentClient,
     ToolContext,
@@ -299,6 +300,9 @@ async def test_ui_with_allow_actions_cancels_and_terminates_running_turns(
         llm=FakeLLM(script),
         tools=[wait_forever, tick],
         partitions=1,
+        # The loop must still run when the click lands on a busy machine, not end on the
+        # default 50 model calls (budget_exceeded) first.
+        limits=AgentLimits(max_llm_calls=100_000),
     )
     async def agent(ctx: AgentContext, question: str) -> str:
         return await ctx.llm.run([{"role": "user", "content": question}])
