@@ -20,6 +20,7 @@ from playwright.async_api import Browser, Page, Route, async_playwright, expect
 
 from pyrula_stream import (
     AgentContext,
+    AgentLimits,
     Event,
     KafkaAgentClient,
     ToolContext,
@@ -27,7 +28,9 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
+from pyrula_stream.api_keys import APIKeyAuth
 from pyrula_stream.errors import SubAgentError
+from pyrula_stream.http_guard import HTTPAccess
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import (
     FakeLLM,
@@ -283,7 +286,7 @@ async def test_ui_with_allow_actions_cancels_and_terminates_running_turns(
     @tool(read_only=True)
     async def tick(ctx: ToolContext) -> str:
         """One more round: the model asks for it again and again."""
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # a few renders a second: a busy browser still keeps up
         return "tock"
 
     def script(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
@@ -297,6 +300,9 @@ async def test_ui_with_allow_actions_cancels_and_terminates_running_turns(
         llm=FakeLLM(script),
         tools=[wait_forever, tick],
         partitions=1,
+        # The loop must still run when the click lands on a busy machine, not end on the
+        # default 50 model calls (budget_exceeded) first.
+        limits=AgentLimits(max_llm_calls=1_000),
     )
     async def agent(ctx: AgentContext, question: str) -> str:
         return await ctx.llm.run([{"role": "user", "content": question}])
@@ -477,3 +483,36 @@ async def test_ui_marks_a_crash_opens_an_evicted_turn_by_id_and_stays_bounded(
             finally:
                 producer.close()
         await expect(letters).to_have_count(1)
+
+
+async def test_ui_with_api_keys_signs_a_browser_in_with_a_cookie_and_out_again(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
+) -> None:
+    @kafka_agent(name=unique_name("keyed"), llm=FakeLLM(["fine"]), partitions=1)
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    key = "ui-key-0123456789abcdef"
+    access = HTTPAccess(auth=APIKeyAuth({"web": key}))
+    feed = FeedOptions(kafka_bootstrap_servers, agents=(agent.name,))
+    async with (
+        running_worker(agent, kafka_bootstrap_servers),
+        running_ui(feed, UIOptions(port=0, access=access)) as url,
+    ):
+        done = await client.run(agent.name, question="hi", timeout=60)
+        await page.goto(url)
+        field = page.get_by_label("API key")
+        await field.fill("a guess")
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.get_by_role("alert")).to_have_text("That key is not valid.")
+        await field.fill(key)
+        await page.get_by_role("button", name="Sign in").click()
+        # Signed in: the page, its script and its live stream all ride the cookie.
+        row = page.locator(f'[data-testid="turn-row"][data-turn-id="{done[0].turn_id}"]')
+        await expect(row).to_be_visible(timeout=WAIT_MS)
+        (cookie,) = await page.context.cookies(url)
+        assert (cookie["httpOnly"], cookie["sameSite"]) == (True, "Strict")
+        assert key not in cookie["value"]
+        await page.get_by_role("button", name="Sign out").click()
+        await expect(page.get_by_label("API key")).to_be_visible(timeout=WAIT_MS)
+        assert await page.context.cookies(url) == []

@@ -9,6 +9,7 @@ import sys
 from pyrula_stream.cli.cluster import cmd_acls, cmd_broker, cmd_schema, cmd_topics
 from pyrula_stream.cli.common import (
     KAFKA_TIMEOUT_S,
+    add_access_arguments,
     format_event,
     load_agent,
     positive_seconds,
@@ -176,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--http", type=int, default=None, metavar="PORT", help="streamable HTTP")
     ms.add_argument("--host", default="127.0.0.1")
     ms.add_argument("--name", default=None, help="the server's name (default: the first agent)")
+    add_access_arguments(ms)
     ms.set_defaults(func=cmd_mcp)
 
     s = with_bootstrap(sub.add_parser("submit", help="submit a turn: AGENT key=value ..."))
@@ -224,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     u.add_argument("--history-minutes", type=float, default=60.0, help="how far back to read")
     u.add_argument("--max-turns", type=int, default=200, help="turns kept per agent")
+    add_access_arguments(u)
     u.set_defaults(func=cmd_ui)
     tr = sub.add_parser("turn", help="recorded turns (agents with keep_history=True)")
     turn_sub = tr.add_subparsers(dest="turn_command", required=True)

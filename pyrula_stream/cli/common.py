@@ -15,6 +15,7 @@ from pyrula_stream.errors import (
 )
 
 if TYPE_CHECKING:
+    from pyrula_stream.http_guard import HTTPAccess
     from pyrula_stream.kafka.config import KafkaSettings
 
 
@@ -119,3 +120,54 @@ def positive_seconds(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
     return value
+
+
+def add_access_arguments(p: argparse.ArgumentParser) -> None:
+    """``--api-keys``, ``--allowed-hosts`` and ``--allow-unauthenticated``: the same three
+    options on every command that serves HTTP."""
+    p.add_argument(
+        "--api-keys",
+        metavar="FILE",
+        default=None,
+        help="name=key lines; every request then needs Authorization: Bearer <key> "
+        "(the principal is the key's name)",
+    )
+    p.add_argument(
+        "--allowed-hosts",
+        metavar="HOST[,HOST]",
+        action="append",
+        default=[],
+        help="Host header names served besides localhost, 127.0.0.1, [::1] and --host; "
+        "repeatable; * for any",
+    )
+    p.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve beyond loopback without --api-keys (something in front checks callers)",
+    )
+
+
+def access_from(args: argparse.Namespace) -> HTTPAccess:
+    """The ``HTTPAccess`` the options of ``add_access_arguments`` describe."""
+    from pyrula_stream.api_keys import load_api_keys
+    from pyrula_stream.http_guard import HTTPAccess
+
+    hosts = tuple(h.strip() for item in args.allowed_hosts for h in item.split(",") if h.strip())
+    return HTTPAccess(
+        auth=load_api_keys(args.api_keys) if args.api_keys else None,
+        allowed_hosts=hosts,
+        allow_unauthenticated=args.allow_unauthenticated,
+    )
+
+
+def warn_if_open(host: str, access: HTTPAccess) -> None:
+    """Say so on stderr when a face serves beyond loopback without keys."""
+    from pyrula_stream.http_guard import is_loopback
+
+    if access.auth is None and not is_loopback(host):
+        print(
+            f"warning: serving on {host} without API keys (--allow-unauthenticated): "
+            "anyone who reaches the port may use it",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -17,9 +17,11 @@ from pyrula_stream.errors import (
 if TYPE_CHECKING:
     pass
 from pyrula_stream.cli.common import (
+    access_from,
     bootstrap_from,
     kafka_config_from,
     load_agent,
+    warn_if_open,
 )
 
 
@@ -56,27 +58,38 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``mcp serve``: each agent becomes one MCP tool that runs a turn on Kafka."""
-    from pyrula_stream.mcp.serve import build_mcp_server, serve_http, serve_stdio
+    from pyrula_stream.http_guard import check_bind
+    from pyrula_stream.mcp.serve import MCP_EXPOSES, build_mcp_server, serve_http, serve_stdio
 
+    stdio_only = args.http is None
+    if stdio_only and (args.api_keys or args.allowed_hosts or args.allow_unauthenticated):
+        raise ConfigurationError(
+            "--api-keys, --allowed-hosts and --allow-unauthenticated apply to --http PORT; "
+            "over stdio only the process that started the server can reach it"
+        )
     agents = [load_agent(spec) for spec in args.agents]
+    access = access_from(args)
     server = build_mcp_server(
         agents=agents,
         bootstrap_servers=bootstrap_from(args),
         name=args.name or agents[0].name,
         kafka_config=kafka_config_from(args),
     )
-    if args.http is None:
+    if stdio_only:
         asyncio.run(serve_stdio(server))  # stdout is the protocol: nothing else prints there
     else:
+        check_bind(args.host, access, exposes=MCP_EXPOSES)  # before saying it serves
+        warn_if_open(args.host, access)
         print(f"serving MCP at http://{args.host}:{args.http}/mcp", file=sys.stderr)
-        asyncio.run(serve_http(server, host=args.host, port=args.http))
+        asyncio.run(serve_http(server, host=args.host, port=args.http, access=access))
     return 0
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
     try:
+        from pyrula_stream.http_guard import check_bind
         from pyrula_stream.ui.feed import FeedOptions
-        from pyrula_stream.ui.server import UIOptions, serve_ui
+        from pyrula_stream.ui.server import UIOptions, exposure, serve_ui
     except ImportError as exc:
         raise ConfigurationError(
             f"the web UI needs the ui extra: pip install 'pyrula-stream[ui]' ({exc})"
@@ -88,9 +101,16 @@ def cmd_ui(args: argparse.Namespace) -> int:
         history_s=args.history_minutes * 60,
         kafka_config=kafka_config_from(args),
     )
+    access = access_from(args)
     options = UIOptions(
-        host=args.host, port=args.port, allow_actions=args.allow_actions, max_turns=args.max_turns
+        host=args.host,
+        port=args.port,
+        allow_actions=args.allow_actions,
+        max_turns=args.max_turns,
+        access=access,
     )
+    check_bind(args.host, access, exposes=exposure(options))  # before saying it serves
+    warn_if_open(args.host, access)
     print(f"pyrula-stream ui on http://{args.host}:{args.port}", flush=True)
     # uvicorn shuts down gracefully on Ctrl-C, then raises it again for the caller.
     with contextlib.suppress(KeyboardInterrupt):

@@ -5,7 +5,9 @@ result encoding; a failure is an ``isError`` result). An agent becomes one MCP t
 arguments are the agent body's parameters: a call submits a turn to
 ``<prefix>.<agent>.turns`` and returns the turn's result, so an MCP client (a desktop
 assistant) can call an agent that runs on Kafka. ``serve_stdio`` and ``serve_http`` run
-the server; ``pyrula-stream mcp serve MODULE:AGENT`` does it from a shell.
+the server; ``pyrula-stream mcp serve MODULE:AGENT`` does it from a shell. Over HTTP the
+SDK's DNS-rebinding protection stays on and ``HTTPGuard`` asks for an API key; the key's
+name becomes the ``owner`` in the metadata of the turns a call submits.
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from pyrula_stream.api_keys import OWNER_METADATA
 from pyrula_stream.errors import ConfigurationError, ToolRegistrationError
+from pyrula_stream.http_guard import (
+    NO_KEYS,
+    ASGIApp,
+    HTTPAccess,
+    HTTPGuard,
+    host_names,
+    principal_of,
+)
 from pyrula_stream.tools import (
     KAFKA_APPROVAL_LIMIT,
     InvalidToolArguments,
@@ -30,6 +41,7 @@ from pyrula_stream.tools import (
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
+    from mcp.server.transport_security import TransportSecuritySettings
 
     from pyrula_stream.agent import KafkaAgent
     from pyrula_stream.client import KafkaAgentClient
@@ -44,7 +56,10 @@ class _Resources:
     kafka: dict[str, KafkaAgentClient]  # by topic prefix
 
 
-Call = Callable[[Mapping[str, Any], _Resources], Awaitable[tuple[str, bool]]]
+Call = Callable[[Mapping[str, Any], _Resources, str | None], Awaitable[tuple[str, bool]]]
+"""(arguments, resources, principal: the caller's key name over HTTP with keys) → result."""
+
+MCP_EXPOSES = "run turns of the served agents (spending model budget and running their tools)"
 
 
 @dataclass(frozen=True)
@@ -68,7 +83,9 @@ def _refuse_approval(tool: ToolCallable) -> None:
 def _expose_tool(tool: ToolCallable) -> _Exposed:
     _refuse_approval(tool)
 
-    async def call(arguments: Mapping[str, Any], res: _Resources) -> tuple[str, bool]:
+    async def call(
+        arguments: Mapping[str, Any], res: _Resources, principal: str | None
+    ) -> tuple[str, bool]:
         outcome = await tool.invoke(ToolContext(http=res.http, tool_name=tool.name), arguments)
         return outcome.text, outcome.is_error
 
@@ -86,13 +103,16 @@ def _expose_agent(agent: KafkaAgent, turn_timeout: float | None) -> _Exposed:
     model, schema = derive_arguments(agent.fn, agent.name, schema=None, context_type=AgentContext)
     timeout = turn_timeout if turn_timeout is not None else agent.timeout
 
-    async def call(arguments: Mapping[str, Any], res: _Resources) -> tuple[str, bool]:
+    async def call(
+        arguments: Mapping[str, Any], res: _Resources, principal: str | None
+    ) -> tuple[str, bool]:
         try:
             params = validate_arguments(agent.name, schema, model, arguments)
         except InvalidToolArguments as exc:
             return str(exc), True
         kafka = res.kafka[agent.prefix]
-        handle = await kafka.submit(agent.name, **params)
+        metadata = {OWNER_METADATA: principal} if principal is not None else None
+        handle = await kafka.submit(agent.name, metadata=metadata, **params)
         events: list[Event] = []
 
         async def collect() -> None:
@@ -215,7 +235,12 @@ def _server(
         if entry is None:
             text, is_error = f"unknown tool '{params.name}'; available: {sorted(exposed)}", True
         else:
-            text, is_error = await entry.call(params.arguments or {}, ctx.lifespan_context)
+            request = getattr(ctx, "request", None)  # the HTTP request, over streamable HTTP
+            scope = getattr(request, "scope", None)
+            principal = principal_of(scope) if isinstance(scope, dict) else None
+            text, is_error = await entry.call(
+                params.arguments or {}, ctx.lifespan_context, principal
+            )
         return CallToolResult(content=[TextContent(text=text)], is_error=is_error)
 
     return Server(name, lifespan=lifespan, on_list_tools=list_tools, on_call_tool=call_tool)
@@ -229,9 +254,45 @@ async def serve_stdio(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-async def serve_http(server: Server[Any], *, host: str = "127.0.0.1", port: int = 8000) -> None:
+def _transport_security(host: str, access: HTTPAccess) -> TransportSecuritySettings:
+    """The SDK's own rebinding protection, for the same names ``HTTPGuard`` answers (the
+    SDK turns it on by itself only when bound to a loopback name)."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    names = host_names(host, access.allowed_hosts)
+    if "*" in names:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts: list[str] = []
+    origins: list[str] = []
+    for name in sorted(names):
+        bracketed = f"[{name}]" if ":" in name else name
+        hosts += [bracketed, f"{bracketed}:*"]
+        origins += [f"{s}://{bracketed}{p}" for s in ("http", "https") for p in ("", ":*")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+
+
+def mcp_http_app(
+    server: Server[Any], *, host: str = "127.0.0.1", access: HTTPAccess = NO_KEYS
+) -> ASGIApp:
+    """The streamable-HTTP ASGI app (``/mcp``) behind ``HTTPGuard``. Refuses (raises
+    ``ConfigurationError``) a non-loopback ``host`` without keys unless
+    ``access.allow_unauthenticated``."""
+    guard_settings = _transport_security(host, access)
+    app = server.streamable_http_app(host=host, transport_security=guard_settings)
+    return HTTPGuard(app, access, bind_host=host, exposes=MCP_EXPOSES)
+
+
+async def serve_http(
+    server: Server[Any],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    access: HTTPAccess = NO_KEYS,
+) -> None:
     """Serve streamable HTTP at ``http://HOST:PORT/mcp`` until cancelled."""
     import uvicorn
 
-    app = server.streamable_http_app(host=host)
+    app = mcp_http_app(server, host=host, access=access)
     await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).serve()

@@ -7,6 +7,8 @@ server-sent-events stream of changes, over the shared ``EventFeed``.
 - ``GET /api/turns/AGENT/TURN_ID``: one turn (read by id from Kafka when not held).
 - ``POST /api/turns/AGENT/TURN_ID/cancel|terminate``: only with ``allow_actions``; sent to
   the control topic by ``KafkaAgentClient``, as ``client.cancel``/``terminate`` do.
+
+Every route sits behind ``HTTPGuard`` (Host, Origin, API keys with a login form).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from pyrula_stream.client import KafkaAgentClient
 from pyrula_stream.errors import PyrulaError
+from pyrula_stream.http_guard import NO_KEYS, ASGIApp, HTTPAccess, HTTPGuard
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import UIState
 
@@ -40,12 +43,20 @@ ACTION_HEADER = "x-pyrula-action"  # a custom header: a cross-site form cannot s
 
 @dataclass(frozen=True)
 class UIOptions:
-    """How the UI serves: address, whether write actions are on, and how much it keeps."""
+    """How the UI serves: address, who may use it, whether write actions are on, and how
+    much it keeps. Beyond loopback, ``access`` needs keys (or ``allow_unauthenticated``)."""
 
     host: str = "127.0.0.1"
     port: int = 8088
     allow_actions: bool = False
     max_turns: int = 200
+    access: HTTPAccess = NO_KEYS
+
+
+def exposure(options: UIOptions) -> str:
+    """What a stranger could do with this UI (for the refusal to serve it unguarded)."""
+    exposes = "read every turn's parameters, model output, tool calls and dead letters"
+    return exposes + (", and cancel or terminate any turn" if options.allow_actions else "")
 
 
 class UIApp:
@@ -56,7 +67,7 @@ class UIApp:
         self.state = UIState(max_turns=options.max_turns, max_dead_letters=options.max_turns)
         self.feed = EventFeed(feed_options, self.state)
         self._client: KafkaAgentClient | None = None
-        self.app = Starlette(
+        self.routes = Starlette(
             routes=[
                 Route("/", self.index),
                 Route("/api/live", self.live),
@@ -65,6 +76,13 @@ class UIApp:
                 Mount("/static", StaticFiles(directory=STATIC), name="static"),
             ],
             lifespan=self.lifespan,
+        )
+        self.app: ASGIApp = HTTPGuard(
+            self.routes,
+            options.access,
+            bind_host=options.host,
+            exposes=exposure(options),
+            browser_login=True,
         )
 
     @contextlib.asynccontextmanager
@@ -84,6 +102,7 @@ class UIApp:
     def _config(self) -> dict[str, Any]:
         return {
             "allow_actions": self.options.allow_actions,
+            "signed_in": self.options.access.auth is not None,
             "prefix": self.feed.options.prefix,
             "max_turns": self.options.max_turns,
             "max_dead_letters": self.state.max_dead_letters,
@@ -205,10 +224,14 @@ async def running_ui(feed_options: FeedOptions, options: UIOptions) -> AsyncIter
     """Serve the UI in this event loop (tests, notebooks); yields its URL. ``port=0``
     takes a free port."""
     sock = socket.socket(socket.AF_INET6 if ":" in options.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((options.host, options.port))
-    port = sock.getsockname()[1]
-    server = UIServer(UIApp(feed_options, dataclasses.replace(options, port=port)))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((options.host, options.port))
+        port = sock.getsockname()[1]
+        server = UIServer(UIApp(feed_options, dataclasses.replace(options, port=port)))
+    except BaseException:
+        sock.close()
+        raise
     task = asyncio.create_task(server.serve(sockets=[sock]), name="pyrula-ui")
     try:
         while not server.started:

@@ -79,6 +79,7 @@ function setLive(ok) {
 
 function apply(update) {
   state.config = update.config;
+  document.getElementById("signout").hidden = !state.config.signed_in;
   setLive(true);
   if (update.snapshot) {
     state.turns.clear();
@@ -259,7 +260,7 @@ function renderTurn() {
   const end = t.ended_ms || Math.max(t.last_ms, Date.now());
   const span = Math.max(1, end - start);
   const actions = state.config.allow_actions && t.status === "running"
-    ? `<div class="actions"><button data-action="cancel">Cancel</button><button class="danger" data-action="terminate">Terminate</button></div>`
+    ? `<div class="actions" data-turn="${esc(t.agent)}/${esc(t.turn_id)}"><button data-action="cancel">Cancel</button><button class="danger" data-action="terminate">Terminate</button></div>`
     : "";
   const facts = [
     ["agent", esc(t.agent)],
@@ -279,6 +280,7 @@ function renderTurn() {
       : `<span class="mono">${esc(t.parent.turn_id)}</span>`;
     facts.push(["called by", parent]);
   }
+  const kept = view.querySelector(".turn-head .actions");
   view.innerHTML = `
     <a class="back" href="#/">← turns</a>
     <section class="turn-head">
@@ -297,7 +299,11 @@ function renderTurn() {
       ${t.steps.map((s) => step(s, start, span)).join("")}
       ${outcome(t)}
     </ol>`;
-  for (const b of view.querySelectorAll("[data-action]")) b.addEventListener("click", () => act(t, b.dataset.action));
+  // The same turn's buttons survive a re-render (a busy turn re-renders many times a
+  // second): a button replaced under the pointer would swallow the click.
+  const fresh = view.querySelector(".turn-head .actions");
+  if (kept && fresh && kept.dataset.turn === fresh.dataset.turn) fresh.replaceWith(kept);
+  else for (const b of view.querySelectorAll("[data-action]")) b.addEventListener("click", () => act(t, b.dataset.action));
   const params = view.querySelector("details.params");
   if (params) params.addEventListener("toggle", () => { state.paramsOpen = params.open; });
 }

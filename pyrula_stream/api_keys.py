@@ -1,0 +1,123 @@
+"""API keys for the HTTP faces (web UI, ``mcp serve --http``, the gateway): who a caller is.
+
+A key file holds one ``name=key`` per line (``#`` comments and blank lines allowed). A
+caller proves itself with ``Authorization: Bearer <key>``; its *principal* is the key's
+name, never the key, so a key can be replaced under the same name without changing who
+owns what. Keys are compared in constant time and never appear in a repr, a log line or
+an error message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyrula_stream.errors import ConfigurationError
+
+OWNER_METADATA = "owner"
+"""The turn request's metadata key that names the principal who submitted the turn."""
+
+SINGLE_KEY_NAME = "api-key"
+"""The principal of ``APIKeyAuth("<key>")``: a single string is ``{"api-key": key}``."""
+
+_SESSION_LABEL = b"pyrula-stream browser session v1"
+
+
+class APIKeyAuth:
+    """Named static keys. ``APIKeyAuth({"web": k1, "ops": k2})`` or ``APIKeyAuth(key)``."""
+
+    __slots__ = ("_keys",)
+
+    def __init__(self, keys: Mapping[str, str] | str) -> None:
+        named = {SINGLE_KEY_NAME: keys} if isinstance(keys, str) else dict(keys)
+        if not named:
+            raise ConfigurationError("APIKeyAuth needs at least one key")
+        by_value: dict[str, str] = {}
+        for name, key in named.items():
+            if not isinstance(name, str) or not name.strip() or name != name.strip():
+                raise ConfigurationError(f"API key name {name!r} must be non-empty text")
+            if not isinstance(key, str) or not key or key != key.strip():
+                raise ConfigurationError(
+                    f"API key '{name}' must be non-empty text without surrounding spaces"
+                )
+            if key in by_value:  # one key, two principals: who would the caller be?
+                raise ConfigurationError(
+                    f"API keys '{by_value[key]}' and '{name}' are the same key; give each "
+                    "name its own key"
+                )
+            by_value[key] = name
+        self._keys = {name: key.encode() for name, key in named.items()}
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The principals, sorted (never the keys)."""
+        return tuple(sorted(self._keys))
+
+    def principal(self, presented: str | bytes) -> str | None:
+        """The name of the key ``presented`` is, or ``None``. Every key is compared (in
+        constant time), so the time taken says nothing about which key came close."""
+        token = presented.encode("utf-8", "replace") if isinstance(presented, str) else presented
+        found: str | None = None
+        for name, key in self._keys.items():
+            if hmac.compare_digest(key, token) and found is None:
+                found = name
+        return found
+
+    def session_token(self, principal: str) -> str:
+        """What a browser keeps in its cookie for ``principal``: derived from the key, not
+        the key, and no longer valid once the key is replaced."""
+        key = self._keys[principal]
+        return hmac.new(key, _SESSION_LABEL, hashlib.sha256).hexdigest()
+
+    def session_principal(self, token: str) -> str | None:
+        """The principal whose ``session_token`` is ``token``, or ``None``."""
+        presented = token.encode("ascii", "replace")
+        found: str | None = None
+        for name in self._keys:
+            if hmac.compare_digest(self.session_token(name).encode(), presented) and found is None:
+                found = name
+        return found
+
+    def __repr__(self) -> str:
+        return f"APIKeyAuth(names={list(self.names)!r})"
+
+
+def parse_api_keys(text: str, *, source: str = "the API key file") -> APIKeyAuth:
+    """``name=key`` lines (``#`` comments, blank lines) → ``APIKeyAuth``. An empty file,
+    a line without ``=``, an empty name or key, or a name given twice is refused; the
+    error names the line, never its key."""
+    keys: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, key = line.partition("=")
+        name, key = name.strip(), key.strip()
+        if not sep or not name or not key:
+            raise ConfigurationError(
+                f"{source}, line {number}: expected name=key (a name, '=', then the key)"
+            )
+        if name in keys:
+            raise ConfigurationError(
+                f"{source}, line {number}: the name '{name}' is given twice; each name "
+                "is one principal with one key"
+            )
+        keys[name] = key
+    if not keys:
+        raise ConfigurationError(f"{source} holds no keys: add lines of name=key")
+    try:
+        return APIKeyAuth(keys)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{source}: {exc}") from None
+
+
+def load_api_keys(path: str | Path) -> APIKeyAuth:
+    """Read a key file (see ``parse_api_keys``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise ConfigurationError(f"cannot read the API key file {path}: {reason}") from None
+    return parse_api_keys(text, source=f"API key file {path}")
