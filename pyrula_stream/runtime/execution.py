@@ -20,8 +20,9 @@ from pydantic import ValidationError
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.agent_calls import AgentCalls, inherited_limits
-from pyrula_stream.branch import Branch, branch_of
 from pyrula_stream.context import AgentContext
+from pyrula_stream.durable.branch import Branch, branch_of
+from pyrula_stream.durable.turn import StepData, TurnRuntime
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
 from pyrula_stream.events import RunComplete, RunError, RunStart
 from pyrula_stream.history import TurnRecording
@@ -34,7 +35,6 @@ from pyrula_stream.memory import AgentMemory, MemoryBackend
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.output import OutputSpec
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
-from pyrula_stream.runtime.turn import StepData, TurnRuntime
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.subagents import Park, TurnParked
 from pyrula_stream.threads import is_thread_delete
