@@ -46,9 +46,9 @@ from pyrula_stream.errors import (
     WriteToolBlocked,
 )
 from pyrula_stream.events import Event, EventType
+from pyrula_stream.integrations.mcp_server import build_mcp_server
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.mcp.declaration import MCPServer
-from pyrula_stream.mcp.serve import build_mcp_server
 from pyrula_stream.memory import MemoryBackend, MemoryItem
 from pyrula_stream.mesh import MeshWorker
 from pyrula_stream.retry import RetryPolicy

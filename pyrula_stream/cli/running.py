@@ -56,7 +56,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``mcp serve``: each agent becomes one MCP tool that runs a turn on Kafka."""
-    from pyrula_stream.mcp.serve import build_mcp_server, serve_http, serve_stdio
+    from pyrula_stream.integrations.mcp_server import build_mcp_server, serve_http, serve_stdio
 
     agents = [load_agent(spec) for spec in args.agents]
     server = build_mcp_server(
