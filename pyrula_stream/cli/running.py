@@ -24,8 +24,9 @@ from pyrula_stream.cli.common import (
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from pyrula_stream.mesh import run_worker
     from pyrula_stream.observability import logs, tracing
-    from pyrula_stream.runtime.worker import WorkerOptions, run_worker
+    from pyrula_stream.options import WorkerOptions
 
     logs.configure(logging.INFO if args.verbose else logging.WARNING, args.log_format)
     agents = [load_agent(spec) for spec in args.agent]

@@ -611,42 +611,9 @@ class KafkaWorker:
         return out
 
 
-def run_worker(
-    agent: KafkaAgent | Sequence[KafkaAgent],
-    bootstrap_servers: str,
-    options: WorkerOptions | None = None,
-    *,
-    handle_signals: bool = True,
-) -> None:
-    """Run a worker until SIGTERM/SIGINT (graceful: drain, commit, leave the group).
-
-    Several agents run side by side in this one process (``MeshWorker``).
-    """
-    import signal
-
-    from pyrula_stream.mesh import MeshWorker
-    from pyrula_stream.runtime.collector import tune_for_worker
-
-    async def main() -> None:
-        worker: KafkaWorker | MeshWorker
-        if isinstance(agent, KafkaAgent):
-            worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
-        else:
-            worker = MeshWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
-        if handle_signals:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, worker.stop)
-        tune_for_worker()  # this process is the worker's: its startup objects live on
-        await worker.run()
-
-    asyncio.run(main())
-
-
 __all__: Sequence[str] = [
     "KafkaWorker",
     "PoisonOptions",
     "SessionLost",
     "WorkerOptions",
-    "run_worker",
 ]
