@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyrula_stream.agent import KafkaAgent
-from pyrula_stream.durable.journal import fingerprint
 from pyrula_stream.durable.turn import StepData, TurnRuntime
 from pyrula_stream.errors import (
     AgentDepthExceeded,
@@ -33,7 +32,7 @@ from pyrula_stream.errors import (
 from pyrula_stream.events import SubagentResult, SubagentStart
 from pyrula_stream.limits import AgentLimits, Spend, check_wall_time
 from pyrula_stream.lineage import Lineage
-from pyrula_stream.serde import TurnRequest
+from pyrula_stream.serde import TurnRequest, fingerprint
 from pyrula_stream.subagents import (
     CALL_KIND,
     REPLY_KIND,

@@ -14,11 +14,11 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from pyrula_stream.durable.journal import fingerprint
 from pyrula_stream.durable.turn import StepData, TurnRuntime
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm.base import LLMClient, ToolDefinition
+from pyrula_stream.serde import fingerprint
 
 SUMMARY_REQUEST = (
     "Summarize the conversation so far for your own later use: every fact, name, number, "

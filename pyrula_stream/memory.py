@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from pyrula_stream.durable.journal import fingerprint
 from pyrula_stream.errors import PayloadTooLarge, UserError
 from pyrula_stream.records import OutRecord
+from pyrula_stream.serde import fingerprint
 
 if TYPE_CHECKING:
     from pyrula_stream.durable.turn import StepData, TurnRuntime

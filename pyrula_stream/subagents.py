@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyrula_stream import serde
-from pyrula_stream.durable.journal import PARK, REPLY, REPLY_CURSOR_KEY
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.events import RunComplete, Terminal
 from pyrula_stream.lineage import Lineage
 from pyrula_stream.records import JSON_CONTENT_TYPE, OutRecord, wire_record
-from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.serde import PARK, REPLY, REPLY_CURSOR_KEY, JournalEntry, TurnRequest
 
 CALL_KIND = "agent"
 """Journal kind of a call step (its data: the child's turn id)."""

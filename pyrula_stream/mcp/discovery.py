@@ -12,11 +12,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pyrula_stream.durable.journal import fingerprint
 from pyrula_stream.errors import ConfigurationError, MCPServerUnavailable, ToolRegistrationError
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.mcp.tools import MCPTool, MCPToolListing
 from pyrula_stream.retry import run_with_retry
+from pyrula_stream.serde import fingerprint
 
 if TYPE_CHECKING:
     from mcp.types import Tool
