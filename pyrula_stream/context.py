@@ -27,7 +27,7 @@ from pyrula_stream.events import Status
 from pyrula_stream.limits import check_wall_time
 from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
 from pyrula_stream.loop import ToolLoop, ToolResultBlock
-from pyrula_stream.memory import AgentMemory
+from pyrula_stream.memory_calls import AgentMemory
 from pyrula_stream.serde import fingerprint
 from pyrula_stream.subagents import TurnParked
 from pyrula_stream.threads import ThreadHandle

@@ -31,7 +31,8 @@ from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.mcp.discovery import MCPToolbox
 from pyrula_stream.mcp.pool import MCPPool
-from pyrula_stream.memory import AgentMemory, MemoryBackend
+from pyrula_stream.memory import MemoryBackend
+from pyrula_stream.memory_calls import AgentMemory
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.output import OutputSpec
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
