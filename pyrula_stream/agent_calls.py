@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyrula_stream.agent import KafkaAgent
-from pyrula_stream.durable.turn import StepData, TurnRuntime
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
     AgentDepthExceeded,
     BudgetExceeded,

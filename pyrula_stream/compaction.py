@@ -14,7 +14,8 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from pyrula_stream.durable.turn import StepData, TurnRuntime
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm.base import LLMClient, ToolDefinition

@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent_calls import AgentCalls, refuse_llm_override
-from pyrula_stream.durable.turn import StepData, TurnRuntime
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
     ConcurrentCallIdError,
     ConfigurationError,

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pyrula_stream.agent_tool import AgentTool
 from pyrula_stream.compaction import compacted_history
 from pyrula_stream.durable.journal import model_call_fingerprint
-from pyrula_stream.durable.turn import StepData, TurnRuntime
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
     LLMError,
     LLMProviderUnavailable,

@@ -29,7 +29,7 @@ from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import fingerprint
 
 if TYPE_CHECKING:
-    from pyrula_stream.durable.turn import StepData, TurnRuntime
+    from pyrula_stream.durable.steps import DurableSteps, StepData
 
 __all__ = ["AgentMemory", "RecordFor"]
 
@@ -45,7 +45,7 @@ class AgentMemory:
 
     def __init__(
         self,
-        turn: TurnRuntime,
+        turn: DurableSteps,
         backend: MemoryBackend,
         *,
         record_for: RecordFor | None = None,

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from pyrula_stream.durable.turn import StepData, TurnRuntime
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
     ErrorCode,
     Poison,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pyrula_stream import serde
 from pyrula_stream.durable.journal import TurnJournal
+from pyrula_stream.durable.steps import StepData
 from pyrula_stream.errors import ErrorCode, PyrulaError, TurnCancelled
 from pyrula_stream.events import (
     EventRouting,
@@ -51,8 +52,6 @@ from pyrula_stream.threads import ThreadHandle, closing_writes, thread_records
 
 if TYPE_CHECKING:
     from pyrula_stream.durable.branch import Branch
-
-StepData = dict[str, Any]
 
 
 class TurnOutput(Protocol):

@@ -21,7 +21,7 @@ from pyrula_stream.serde import fingerprint
 if TYPE_CHECKING:
     from mcp.types import Tool
 
-    from pyrula_stream.durable.turn import StepData, TurnRuntime
+    from pyrula_stream.durable.steps import DurableSteps, StepData
     from pyrula_stream.mcp.pool import MCPPool
 
 STEP_KIND = "mcp_tools"
@@ -32,7 +32,7 @@ class MCPToolbox:
 
     def __init__(
         self,
-        turn: TurnRuntime,
+        turn: DurableSteps,
         pool: MCPPool,
         servers: Sequence[MCPServer],
         *,

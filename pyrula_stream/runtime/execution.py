@@ -22,7 +22,8 @@ from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.agent_calls import AgentCalls, inherited_limits
 from pyrula_stream.context import AgentContext
 from pyrula_stream.durable.branch import Branch, branch_of
-from pyrula_stream.durable.turn import StepData, TurnRuntime
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
 from pyrula_stream.events import RunComplete, RunError, RunStart
 from pyrula_stream.history import TurnRecording
