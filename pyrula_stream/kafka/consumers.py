@@ -23,8 +23,6 @@ from pyrula_stream.kafka.offsets import ConsumedRecord, kafka_error, read_to_end
 STATS_INTERVAL_MS = 5000
 """How often librdkafka reports statistics (consumer lag) when a worker exports metrics."""
 
-RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
-
 
 def group_consumer(
     bootstrap_servers: str,
