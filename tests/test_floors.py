@@ -1,5 +1,5 @@
 """Floors: a module imports only modules of its own floor or lower, and no import closes a
-cycle. ``docs/floors.md`` explains the floors to users; ``FLOORS`` below is the one place
+cycle, between modules or between packages. ``docs/floors.md`` explains the floors to users; ``FLOORS`` below is the one place
 that says which module sits on which.
 
 Imports are read with ``ast`` from the source, wherever they stand (module level, inside
@@ -84,6 +84,10 @@ FLOORS: dict[str, int] = {
     # a moved module's old path, re-exported for one release
     "mcp.serve": 9,
 }
+
+SHIMS = {"mcp.serve"}
+"""Old paths kept for one release: faces that sit inside the package they left, so the
+package view below leaves them out."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,30 @@ def test_no_import_closes_a_cycle() -> None:
         ties = [str(edge) for edge in edges if edge.module in members and edge.target in members]
         report.append(f"cycle of {len(component)} modules {component}:\n  " + "\n  ".join(ties))
     assert not report, f"{len(report)} import cycles:\n" + "\n".join(report)
+
+
+def unit_of(module: str) -> str:
+    """The package view: a subpackage counts as one unit, a top-level module as itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_two_packages_import_each_other() -> None:
+    """Counting each package as one unit, no imports go round a loop either: a package
+    whose modules sit on several floors must not tie two others together."""
+    shims = {f"{PACKAGE}.{name}" for name in SHIMS}
+    edges = [
+        Import(unit_of(e.module), e.path, e.line, unit_of(e.target), e.name)
+        for e in all_imports()
+        if e.module not in shims and unit_of(e.module) != unit_of(e.target)
+    ]
+    report = []
+    for component in cycles(edges):
+        members = set(component)
+        ties = sorted(
+            {f"{e.module} -> {e.target}" for e in edges if {e.module, e.target} <= members}
+        )
+        report.append(f"tangle of {len(component)} units {component}:\n  " + "\n  ".join(ties))
+    assert not report, f"{len(report)} package tangles:\n" + "\n".join(report)
 
 
 def test_the_reader_sees_lazy_and_type_only_imports(tmp_path: Path) -> None:
