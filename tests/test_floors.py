@@ -1,6 +1,6 @@
 """Floors: a module imports only modules of its own floor or lower, and no import closes a
-cycle, between modules or between packages. ``docs/floors.md`` explains the floors to users; ``FLOORS`` below is the one place
-that says which module sits on which.
+cycle, between modules or between packages. ``docs/floors.md`` explains the floors to
+users; ``FLOORS`` below is the one place that says which module sits on which.
 
 Imports are read with ``ast`` from the source, wherever they stand (module level, inside
 a function, under ``TYPE_CHECKING``), so a lazy import cannot hide an upward arrow.
