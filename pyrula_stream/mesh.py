@@ -10,20 +10,18 @@ A small deployment runs a whole mesh (a triage agent and the agents it calls) th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Self
 
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.errors import ConfigurationError, UserError
 from pyrula_stream.health import start_health_server
 from pyrula_stream.options import WorkerOptions
+from pyrula_stream.runtime.background import RunsInBackground
 from pyrula_stream.runtime.worker import KafkaWorker
 
 
-class MeshWorker:
+class MeshWorker(RunsInBackground):
     """Runs the workers of ``agents`` in this event loop; same lifecycle as ``KafkaWorker``."""
 
     def __init__(
@@ -93,30 +91,12 @@ class MeshWorker:
         for task in tasks:
             task.result()
 
-    async def __aenter__(self) -> Self:
-        """Start ``run()`` in the background; return once every worker joined its group."""
-        self._task = asyncio.create_task(self.run(), name="mesh")
-        joined: asyncio.Future[Any] = asyncio.ensure_future(
-            asyncio.gather(*(w.wait_joined() for w in self.workers))
-        )
-        pending: list[asyncio.Future[Any]] = [self._task, joined]
-        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        joined.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await joined
-        if self._task.done():
-            self._task.result()
-        return self
+    async def wait_joined(self) -> None:
+        """Return once every worker has joined its group."""
+        await asyncio.gather(*(w.wait_joined() for w in self.workers))
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-        if self._task is not None:
-            await self._task
+    def _task_name(self) -> str:
+        return "mesh"
 
 
 def run_worker(
