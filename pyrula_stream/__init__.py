@@ -5,6 +5,7 @@ group) run the model's tool loop, journal every step to a compacted changelog, a
 the turn's events exactly once to ``<prefix>.<agent>.events``.
 """
 
+from pyrula_stream._version import __version__ as __version__
 from pyrula_stream.agent import (
     AgentTopics,
     KafkaAgent,
@@ -46,9 +47,9 @@ from pyrula_stream.errors import (
     WriteToolBlocked,
 )
 from pyrula_stream.events import Event, EventType
+from pyrula_stream.integrations.mcp_server import build_mcp_server
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.mcp.declaration import MCPServer
-from pyrula_stream.mcp.serve import build_mcp_server
 from pyrula_stream.memory import MemoryBackend, MemoryItem
 from pyrula_stream.mesh import MeshWorker
 from pyrula_stream.retry import RetryPolicy
@@ -56,8 +57,6 @@ from pyrula_stream.runtime.worker import KafkaWorker, PoisonOptions, WorkerOptio
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tools import ToolContext, tool
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AgentContext",

@@ -20,20 +20,19 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
     AgentDepthExceeded,
-    BudgetExceeded,
     ConfigurationError,
     SubAgentError,
     UserError,
     WriteToolBlocked,
 )
 from pyrula_stream.events import SubagentResult, SubagentStart
-from pyrula_stream.limits import AgentLimits, Spend, check_wall_time
+from pyrula_stream.limits import AgentLimits, Spend, check_spent, check_wall_time
 from pyrula_stream.lineage import Lineage
-from pyrula_stream.runtime.journal import fingerprint
-from pyrula_stream.runtime.turn import StepData, TurnRuntime
-from pyrula_stream.serde import TurnRequest
+from pyrula_stream.serde import TurnRequest, fingerprint
 from pyrula_stream.subagents import (
     CALL_KIND,
     REPLY_KIND,
@@ -188,16 +187,7 @@ class AgentCalls:
                     f"agent '{name}' has no topic {prefix}.{name}.turns, so it cannot be "
                     f"called: start its worker once or run 'pyrula-stream topics apply' for it"
                 )
-            if lim.max_total_tokens is not None and spend.billed_tokens >= lim.max_total_tokens:
-                raise BudgetExceeded(
-                    f"max_total_tokens={lim.max_total_tokens} reached before calling '{name}'",
-                    detail={"limit": "max_total_tokens"},
-                )
-            if lim.max_cost_usd is not None and spend.cost_usd >= lim.max_cost_usd:
-                raise BudgetExceeded(
-                    f"max_cost_usd={lim.max_cost_usd} reached before calling '{name}'",
-                    detail={"limit": "max_cost_usd"},
-                )
+            check_spent(lim, spend, before=f"calling '{name}'")
             return {"child_turn_id": child_id, "agent": name, "depth": depth}
 
         def request_record(data: StepData) -> list[Any]:

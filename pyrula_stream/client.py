@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
-from pyrula_stream.branch import branch_metadata, check_from_step
+from pyrula_stream.durable.branch import branch_metadata, check_from_step
 from pyrula_stream.errors import (
     ConfigurationError,
     ErrorCode,

@@ -14,11 +14,12 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm.base import LLMClient, ToolDefinition
-from pyrula_stream.runtime.journal import fingerprint
-from pyrula_stream.runtime.turn import StepData, TurnRuntime
+from pyrula_stream.serde import fingerprint
 
 SUMMARY_REQUEST = (
     "Summarize the conversation so far for your own later use: every fact, name, number, "

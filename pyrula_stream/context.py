@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent_calls import AgentCalls, refuse_llm_override
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
     ConcurrentCallIdError,
     ConfigurationError,
@@ -26,9 +28,8 @@ from pyrula_stream.events import Status
 from pyrula_stream.limits import check_wall_time
 from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
 from pyrula_stream.loop import ToolLoop, ToolResultBlock
-from pyrula_stream.memory import AgentMemory
-from pyrula_stream.runtime.journal import fingerprint
-from pyrula_stream.runtime.turn import StepData, TurnRuntime
+from pyrula_stream.memory_calls import AgentMemory
+from pyrula_stream.serde import fingerprint
 from pyrula_stream.subagents import TurnParked
 from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tool_calls import ToolCall, ToolCalls

@@ -98,6 +98,23 @@ def bill(spend: Spend, response: ModelResponse, limits: AgentLimits, default_mod
         spend.cost_usd += cost_usd(usage, price)
 
 
+def check_spent(limits: AgentLimits, spend: Spend, before: str = "") -> None:
+    """Before anything that spends more (a model call, a sub-agent call): the tokens and
+    cost already spent against their caps. ``before`` names it in the message."""
+    ahead = f" before {before}" if before else ""
+    if limits.max_total_tokens is not None and spend.billed_tokens >= limits.max_total_tokens:
+        raise BudgetExceeded(
+            f"max_total_tokens={limits.max_total_tokens} reached "
+            f"({spend.billed_tokens} used){ahead}",
+            detail={"limit": "max_total_tokens"},
+        )
+    if limits.max_cost_usd is not None and spend.cost_usd >= limits.max_cost_usd:
+        raise BudgetExceeded(
+            f"max_cost_usd={limits.max_cost_usd} reached (${spend.cost_usd:.4f} spent){ahead}",
+            detail={"limit": "max_cost_usd"},
+        )
+
+
 def check_model_budget(
     limits: AgentLimits,
     spend: Spend,
@@ -112,23 +129,13 @@ def check_model_budget(
         raise BudgetExceeded(
             f"max_llm_calls={lim.max_llm_calls} reached", detail={"limit": "max_llm_calls"}
         )
-    if lim.max_total_tokens is not None and spend.billed_tokens >= lim.max_total_tokens:
+    check_spent(lim, spend)
+    if lim.max_cost_usd is not None and price_for(model, lim) is None:
         raise BudgetExceeded(
-            f"max_total_tokens={lim.max_total_tokens} reached ({spend.billed_tokens} used)",
-            detail={"limit": "max_total_tokens"},
+            f"model '{model}' has no price, so max_cost_usd cannot be enforced; "
+            "add it to AgentLimits(prices=...)",
+            detail={"limit": "max_cost_usd", "reason": "unpriced_model"},
         )
-    if lim.max_cost_usd is not None:
-        if price_for(model, lim) is None:
-            raise BudgetExceeded(
-                f"model '{model}' has no price, so max_cost_usd cannot be enforced; "
-                "add it to AgentLimits(prices=...)",
-                detail={"limit": "max_cost_usd", "reason": "unpriced_model"},
-            )
-        if spend.cost_usd >= lim.max_cost_usd:
-            raise BudgetExceeded(
-                f"max_cost_usd={lim.max_cost_usd} reached (${spend.cost_usd:.4f} spent)",
-                detail={"limit": "max_cost_usd"},
-            )
     if lim.context_window is not None:
         from pyrula_stream.llm.tokens import estimate_tokens
 

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent_tool import AgentTool
 from pyrula_stream.compaction import compacted_history
+from pyrula_stream.durable.journal import model_call_fingerprint
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
     LLMError,
     LLMProviderUnavailable,
@@ -39,8 +42,6 @@ from pyrula_stream.llm.base import (
     ToolDefinition,
     ToolUseBlock,
 )
-from pyrula_stream.runtime.journal import model_call_fingerprint
-from pyrula_stream.runtime.turn import StepData, TurnRuntime
 from pyrula_stream.subagents import TurnParked
 from pyrula_stream.tool_calls import MAX_UNKNOWN_NAME, ToolCall, ToolCalls
 from pyrula_stream.tools import InvalidToolArguments, ToolCallable, check_bindable

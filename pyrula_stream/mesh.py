@@ -1,4 +1,5 @@
-"""Several agents in one process: one ``KafkaWorker`` per agent, side by side in one loop.
+"""Several agents in one process: one ``KafkaWorker`` per agent, side by side in one loop;
+``run_worker``, the entry point of a worker process, runs one agent or several.
 
 Each agent keeps its own consumer group and transactional producer (a membership is per
 agent, so a rebalance of one never pauses another); the mesh only starts them together,
@@ -9,20 +10,18 @@ A small deployment runs a whole mesh (a triage agent and the agents it calls) th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Self
 
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.errors import ConfigurationError, UserError
 from pyrula_stream.health import start_health_server
 from pyrula_stream.options import WorkerOptions
+from pyrula_stream.runtime.background import RunsInBackground
 from pyrula_stream.runtime.worker import KafkaWorker
 
 
-class MeshWorker:
+class MeshWorker(RunsInBackground):
     """Runs the workers of ``agents`` in this event loop; same lifecycle as ``KafkaWorker``."""
 
     def __init__(
@@ -92,27 +91,40 @@ class MeshWorker:
         for task in tasks:
             task.result()
 
-    async def __aenter__(self) -> Self:
-        """Start ``run()`` in the background; return once every worker joined its group."""
-        self._task = asyncio.create_task(self.run(), name="mesh")
-        joined: asyncio.Future[Any] = asyncio.ensure_future(
-            asyncio.gather(*(w.wait_joined() for w in self.workers))
-        )
-        pending: list[asyncio.Future[Any]] = [self._task, joined]
-        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        joined.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await joined
-        if self._task.done():
-            self._task.result()
-        return self
+    async def wait_joined(self) -> None:
+        """Return once every worker has joined its group."""
+        await asyncio.gather(*(w.wait_joined() for w in self.workers))
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-        if self._task is not None:
-            await self._task
+    def _task_name(self) -> str:
+        return "mesh"
+
+
+def run_worker(
+    agent: KafkaAgent | Sequence[KafkaAgent],
+    bootstrap_servers: str,
+    options: WorkerOptions | None = None,
+    *,
+    handle_signals: bool = True,
+) -> None:
+    """Run a worker until SIGTERM/SIGINT (graceful: drain, commit, leave the group).
+
+    Several agents run side by side in this one process (``MeshWorker``).
+    """
+    import signal
+
+    from pyrula_stream.runtime.collector import tune_for_worker
+
+    async def main() -> None:
+        worker: KafkaWorker | MeshWorker
+        if isinstance(agent, KafkaAgent):
+            worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
+        else:
+            worker = MeshWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
+        if handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, worker.stop)
+        tune_for_worker()  # this process is the worker's: its startup objects live on
+        await worker.run()
+
+    asyncio.run(main())

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.durable.journal import TurnJournal
+from pyrula_stream.durable.turn import TurnRuntime, TurnTopics
 from pyrula_stream.errors import ConfigurationError, ErrorCode, ReplayInputChanged
 from pyrula_stream.events import Event, EventRouting, decode_event
 from pyrula_stream.history import TurnRecording
@@ -29,8 +31,6 @@ from pyrula_stream.llm.fake import FakeLLM
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord
 from pyrula_stream.runtime.execution import TurnExecutor
-from pyrula_stream.runtime.journal import TurnJournal
-from pyrula_stream.runtime.turn import TurnRuntime, TurnTopics
 from pyrula_stream.serde import JournalEntry, headers_dict
 from pyrula_stream.tool_cache import InProcessCacheStore
 

@@ -9,10 +9,14 @@ are written as JSON instead of Avro for an agent bound with ``event_format="json
 With a Schema Registry (``ValueCodec`` from ``pyrula_stream.kafka.schema_registry``) an
 Avro value is in the Confluent wire format and the header ends in ``;framing=confluent``;
 readers given a codec accept both, so a topic can migrate.
+
+Journal keys, their kinds and the input ``fingerprint`` are wire too: every journal
+written so far depends on their bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from collections.abc import Mapping
@@ -113,6 +117,31 @@ def parse_journal_key(key: str) -> tuple[str, str]:
     """``(turn_id, suffix)``: the suffix is a step index, ``progress`` or ``terminal``."""
     turn_id, _, suffix = key.rpartition("/")
     return turn_id, suffix
+
+
+# The kinds of journal keys that are not step indices.
+PROGRESS = "progress"
+TERMINAL = "terminal"
+IDEMPOTENCY_PREFIX = "idem/"
+PARK = "park"
+"""``turn_id/park``: the turn waits (for sub-agent replies or a time); its journal owns it."""
+REPLY = "reply:"
+"""``turn_id/reply:<child turn id>``: a sub-agent's outcome, journaled with its offset."""
+REPLY_CURSOR_KEY = "cursor/replies"
+"""The partition's read position in the agent's replies topic (same partition number)."""
+
+
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+)
+"""What ``fingerprint`` hashes: ``json.dumps`` with these options (one encoder, not one
+per call); the bytes must never change, or journals written before stop replaying."""
+
+
+def fingerprint(value: Any) -> str:
+    """A short, stable hash of a JSON-able value (sorted keys, compact)."""
+    raw = _CANONICAL.encode(value)
+    return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
 
 
 REGISTRY_FRAMING = ";framing=confluent"

@@ -33,8 +33,7 @@ from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.events import RunComplete, Terminal
 from pyrula_stream.lineage import Lineage
 from pyrula_stream.records import JSON_CONTENT_TYPE, OutRecord, wire_record
-from pyrula_stream.runtime.journal import PARK, REPLY, REPLY_CURSOR_KEY, TurnJournal
-from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.serde import PARK, REPLY, REPLY_CURSOR_KEY, JournalEntry, TurnRequest
 
 CALL_KIND = "agent"
 """Journal kind of a call step (its data: the child's turn id)."""
@@ -145,32 +144,6 @@ def parse_reply(value: bytes | None) -> Reply:
     if not isinstance(data, dict):
         raise MalformedRecordError("reply must be a JSON object")
     return Reply.from_data(data)
-
-
-def calls_made(journal: TurnJournal) -> dict[str, str]:
-    """The child turns a turn's journal says it called: child turn id -> agent name."""
-    journal.materialize()  # a restored turn keeps its steps raw until first needed
-    return {
-        str(entry.data.get("child_turn_id")): str(entry.data.get("agent"))
-        for entry in journal.steps.values()
-        if entry.kind == CALL_KIND and isinstance(entry.data, dict)
-    }
-
-
-def refusal(journal: TurnJournal | None, finished: bool, reply: Reply) -> str | None:
-    """Why ``reply`` must not be taken by its parent (``None``: take it)."""
-    parent = reply.parent_turn_id
-    if journal is None or journal.terminal_ms is not None or finished:
-        return f"turn {parent} is not waiting on this partition (unknown here, or ended)"
-    called = calls_made(journal).get(reply.child_turn_id)
-    if called is None or called != reply.agent:
-        return (
-            f"turn {parent} made no call to agent {reply.agent!r} with child turn "
-            f"{reply.child_turn_id}"
-        )
-    if reply.child_turn_id in journal.replies:
-        return f"child turn {reply.child_turn_id} of turn {parent} was already answered"
-    return None
 
 
 # -- the parent's journal records -------------------------------------------------------------

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
     ErrorCode,
     Poison,
@@ -27,8 +29,7 @@ from pyrula_stream.errors import (
 from pyrula_stream.events import Status, ToolResult, ToolStart
 from pyrula_stream.limits import AgentLimits, check_wall_time
 from pyrula_stream.observability.metrics import UNKNOWN_TOOL
-from pyrula_stream.runtime.journal import fingerprint
-from pyrula_stream.runtime.turn import StepData, TurnRuntime
+from pyrula_stream.serde import fingerprint
 from pyrula_stream.text import truncate_utf8
 from pyrula_stream.tools import (
     InvalidToolArguments,

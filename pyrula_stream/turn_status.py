@@ -18,8 +18,7 @@ from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.group import record_turn_id
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.turn_lookup import TurnLookup
-from pyrula_stream.runtime.journal import PROGRESS, TERMINAL
-from pyrula_stream.serde import decode_journal_entry, parse_journal_key
+from pyrula_stream.serde import PROGRESS, TERMINAL, decode_journal_entry, parse_journal_key
 
 TurnState = Literal["queued", "running", "completed", "failed", "unknown"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyrula_stream.agent import KafkaAgent
-from pyrula_stream.runtime.journal import TurnJournal
+from pyrula_stream.durable.journal import TurnJournal
 
 
 def started_version(journal: TurnJournal) -> tuple[bool, str | None]:

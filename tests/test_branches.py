@@ -21,7 +21,7 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
-from pyrula_stream.branch import branch_metadata
+from pyrula_stream.durable.branch import branch_metadata
 from pyrula_stream.history import load_recording
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text
 from pyrula_stream.replay import replay_turn

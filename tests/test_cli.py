@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pyrula_stream.cli import build_parser
 from pyrula_stream.kafka.local_broker import free_port
 from pyrula_stream.testing import unique_name
 
@@ -298,3 +300,21 @@ def test_submit_to_a_wrong_address_fails_at_its_timeout_with_one_clear_line() ->
     assert "Connection refused" in last_line(result.stderr)
     # librdkafka retries every few tens of milliseconds; the user reads one line about it.
     assert len(result.stderr.splitlines()) <= 2, result.stderr
+
+
+def test_each_cli_module_registers_its_commands() -> None:
+    """The command list is the union of what cluster, running and turns register."""
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(commands.choices) == [
+        *["broker", "topics", "schema", "acls"],
+        *["worker", "mcp", "ui"],
+        *["submit", "status", "tail", "turn", "thread", "replay"],
+    ]
+    args = parser.parse_args(["thread", "delete", "triage", "t-1", "--timeout", "5"])
+    assert (args.agent, args.thread_id, args.timeout, args.prefix) == (
+        "triage",
+        "t-1",
+        5.0,
+        "pyrula",
+    )

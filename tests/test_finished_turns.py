@@ -21,9 +21,9 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.llm.fake import reply_text, reply_tool_call
-from pyrula_stream.runtime.turn import TurnRuntime
 from pyrula_stream.runtime.worker import KafkaWorker
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for

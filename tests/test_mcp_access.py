@@ -26,7 +26,7 @@ from pyrula_stream.api_keys import APIKeyAuth
 from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.http_guard import ASGIApp, HTTPAccess
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.mcp.serve import mcp_http_app
+from pyrula_stream.integrations.mcp_server import mcp_http_app
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.echo import echo
 from tests.mcp_servers.processes import ROOT, sigkill, start_listening

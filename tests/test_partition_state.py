@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyrula_stream import serde
+from pyrula_stream.durable.journal import IdempotencyKeys, PartitionJournal
 from pyrula_stream.kafka.table import SqliteView
-from pyrula_stream.runtime.journal import IdempotencyKeys, PartitionJournal
 from pyrula_stream.runtime.partition import PartitionState
 from pyrula_stream.serde import JournalEntry, TurnRequest
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,17 @@ def test_old_java_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     monkeypatch.setenv("JAVA_HOME", str(fake_home))
     with pytest.raises(BrokerUnavailableError, match=r"Java 17\+ is needed .* found 11"):
         local_broker.check_java()
+
+
+def test_moved_module_keeps_its_documented_path_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``pyrula_stream.mcp.serve`` (the README names it) re-exports the moved server side."""
+    from pyrula_stream.integrations import mcp_server
+
+    monkeypatch.delitem(sys.modules, "pyrula_stream.mcp.serve", raising=False)
+    with pytest.warns(DeprecationWarning, match="integrations.mcp_server"):
+        old = importlib.import_module("pyrula_stream.mcp.serve")
+    assert old.serve_stdio is mcp_server.serve_stdio
+    assert old.serve_http is mcp_server.serve_http
+    assert old.build_mcp_server is pyrula_stream.build_mcp_server

@@ -285,6 +285,33 @@ async def test_a_call_past_max_agent_depth_fails_at_once_and_starts_no_child(
     assert read_topic(kafka_bootstrap_servers, leaf.topics.turns) == []
 
 
+async def test_a_parent_that_spent_its_budget_starts_no_child(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    leaf = refunds_agent()
+
+    @kafka_agent(
+        name=unique_name("spent"),
+        llm=FakeLLM(["a" * 400]),
+        partitions=1,
+        limits=AgentLimits(max_total_tokens=50),
+    )
+    async def spent(ctx: AgentContext) -> Any:
+        await ctx.llm.run([{"role": "user", "content": "go"}])
+        return await ctx.call_agent(leaf, order_id="1", cents=1)
+
+    async with (
+        running_worker(leaf, kafka_bootstrap_servers, QUICK, all_partitions=True),
+        running_worker(spent, kafka_bootstrap_servers, QUICK, all_partitions=True),
+    ):
+        events = await client.run(spent.name, timeout=60)
+    end = events[-1]
+    assert (end.type, end.data["code"]) == ("run:error", "budget_exceeded"), end.data
+    assert "max_total_tokens=50 reached" in end.data["message"]
+    assert f"before calling '{leaf.name}'" in end.data["message"]
+    assert read_topic(kafka_bootstrap_servers, leaf.topics.turns) == []
+
+
 async def test_a_child_that_exceeds_the_budget_left_fails_and_its_usage_counts(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:

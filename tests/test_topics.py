@@ -8,6 +8,8 @@ import pytest
 
 from pyrula_stream import AgentContext, AgentRegistrationError, TopicDriftError, kafka_agent
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+from pyrula_stream.kafka.cache_store import cache_topic_spec
+from pyrula_stream.kafka.memory_store import memory_topic_spec
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name
 
@@ -74,6 +76,17 @@ def test_the_history_topic_comes_only_with_keep_history() -> None:
     assert history.name == f"pyrula.{agent}.history"
     assert history.config["cleanup.policy"] == "delete"
     assert history.partitions == 3
+
+
+def test_the_shared_topics_come_from_their_spec_files() -> None:
+    """The cache and memory topics are read by the same loader as an agent's topics."""
+    cache = cache_topic_spec(prefix="acme", partitions=4)
+    memory = memory_topic_spec(prefix="acme")
+    assert (cache.name, cache.partitions) == ("acme.cache", 4)
+    assert (memory.name, memory.partitions) == ("acme.memory", 3)
+    assert cache.config["cleanup.policy"] == memory.config["cleanup.policy"] == "compact"
+    assert cache.config["delete.retention.ms"] == "3600000"
+    assert memory.config["delete.retention.ms"] == "86400000"
 
 
 async def test_keep_history_as_a_retention_sets_the_history_topics_retention(

@@ -33,9 +33,8 @@ from pyrula_stream.bench.workload import STEP_TEXT, steps_agent
 from pyrula_stream.kafka.consumers import reader_consumer
 from pyrula_stream.kafka.table import PartitionedTable
 from pyrula_stream.records import content_type_header
-from pyrula_stream.runtime.journal import fingerprint
 from pyrula_stream.runtime.restore import restore_journal
-from pyrula_stream.serde import JournalEntry
+from pyrula_stream.serde import JournalEntry, fingerprint
 
 STEPS_PER_TURN = 10
 

@@ -16,10 +16,12 @@ from pyrula_stream.kafka.config import registry_config
 if TYPE_CHECKING:
     pass
 from pyrula_stream.cli.common import (
+    Commands,
     bootstrap_from,
     kafka_config_from,
     load_agent,
     state_file,
+    with_bootstrap,
 )
 
 
@@ -168,3 +170,56 @@ def cmd_schema(args: argparse.Namespace) -> int:
         )
     print(json.dumps(agent.output.json_schema(), indent=2, sort_keys=True))
     return 0
+
+
+def register(sub: Commands[argparse.ArgumentParser]) -> None:
+    """``broker``, ``topics``, ``schema`` and ``acls``."""
+    b = sub.add_parser("broker", help="a local single-node Kafka broker (no Docker)")
+    b.add_argument("action", choices=["start", "stop", "status"])
+    b.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="default: the previous broker's port, else a free one",
+    )
+    b.add_argument(
+        "--fresh", action="store_true", help="start an empty broker (deletes the previous data)"
+    )
+    b.set_defaults(func=cmd_broker)
+
+    t = with_bootstrap(sub.add_parser("topics", help="create an agent's topics, report drift"))
+    t.add_argument("apply", choices=["apply"])
+    t.add_argument("agent", help="AGENT name, or MODULE:AGENT to use its partitions/prefix")
+    t.add_argument("--partitions", type=int, default=6)
+    t.add_argument(
+        "--keep-history", action="store_true", help="also <agent>.history (keep_history=True)"
+    )
+    t.set_defaults(func=cmd_topics)
+
+    sc = sub.add_parser("schema", help="print the JSON Schema of an agent's result")
+    sc.add_argument("agent", help="MODULE:AGENT")
+    sc.set_defaults(func=cmd_schema)
+
+    a = with_bootstrap(sub.add_parser("acls", help="print (and --apply) an agent's least ACLs"))
+    a.add_argument("agent", help="MODULE:AGENT (its prefix and output topics), or AGENT")
+    a.add_argument("--worker-principal", required=True, help="e.g. User:worker")
+    a.add_argument("--client-principal", default=None, help="e.g. User:client")
+    a.add_argument("--apply", action="store_true", help="create them with the admin API")
+    a.add_argument(
+        "--calls",
+        action="append",
+        default=[],
+        metavar="AGENT",
+        help="a sub-agent it calls (write its turns and control topics); repeatable",
+    )
+    a.add_argument(
+        "--called-by",
+        action="append",
+        default=[],
+        metavar="AGENT",
+        help="an agent that calls it as a sub-agent (write that agent's replies); repeatable",
+    )
+    a.add_argument(
+        "--keep-history", action="store_true", help="the agent keeps history (AGENT only)"
+    )
+    a.set_defaults(func=cmd_acls)

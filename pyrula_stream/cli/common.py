@@ -122,6 +122,27 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+Commands = argparse._SubParsersAction
+"""What a ``cli`` module adds its subcommands to, in its ``register(sub)``."""
+
+
+def with_bootstrap(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of every command that talks to a cluster."""
+    p.add_argument(
+        "--bootstrap-servers",
+        help="default: $KAFKA_BOOTSTRAP_SERVERS, "
+        "else the broker `broker start` ran, else 127.0.0.1:9092",
+    )
+    p.add_argument(
+        "--kafka-config",
+        metavar="FILE",
+        help="librdkafka client properties (key=value, # comments) for every client: "
+        "security.protocol, sasl.*, ssl.*, client.id; default: $PYRULA_KAFKA_CONFIG",
+    )
+    p.add_argument("--prefix", default="pyrula")
+    return p
+
+
 def add_access_arguments(p: argparse.ArgumentParser) -> None:
     """``--api-keys``, ``--allowed-hosts`` and ``--allow-unauthenticated``: the same three
     options on every command that serves HTTP."""

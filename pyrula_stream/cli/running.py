@@ -17,17 +17,20 @@ from pyrula_stream.errors import (
 if TYPE_CHECKING:
     pass
 from pyrula_stream.cli.common import (
+    Commands,
     access_from,
     bootstrap_from,
     kafka_config_from,
     load_agent,
     warn_if_open,
+    with_bootstrap,
 )
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from pyrula_stream.mesh import run_worker
     from pyrula_stream.observability import logs, tracing
-    from pyrula_stream.runtime.worker import WorkerOptions, run_worker
+    from pyrula_stream.options import WorkerOptions
 
     logs.configure(logging.INFO if args.verbose else logging.WARNING, args.log_format)
     agents = [load_agent(spec) for spec in args.agent]
@@ -59,7 +62,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``mcp serve``: each agent becomes one MCP tool that runs a turn on Kafka."""
     from pyrula_stream.http_guard import check_bind
-    from pyrula_stream.mcp.serve import MCP_EXPOSES, build_mcp_server, serve_http, serve_stdio
+    from pyrula_stream.integrations.mcp_server import (
+        MCP_EXPOSES,
+        build_mcp_server,
+        serve_http,
+        serve_stdio,
+    )
 
     stdio_only = args.http is None
     if stdio_only and (args.api_keys or args.allowed_hosts or args.allow_unauthenticated):
@@ -116,3 +124,75 @@ def cmd_ui(args: argparse.Namespace) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_ui(feed, options))
     return 0
+
+
+def register(sub: Commands[argparse.ArgumentParser]) -> None:
+    """``worker``, ``mcp serve`` and ``ui``."""
+    w = with_bootstrap(sub.add_parser("worker", help="run an agent's turns"))
+    w.add_argument("agent", nargs="+", help="MODULE:AGENT, one or more (one process runs them all)")
+    w.add_argument("--worker-id", default=None, help="stable id (transactional.id suffix)")
+    w.add_argument(
+        "--processes",
+        default=None,
+        help="N or auto (one per core): supervise N worker processes with ids "
+        "<worker-id>-0..N-1; a child that dies is restarted",
+    )
+    w.add_argument("--max-concurrent-turns", type=int, default=50)
+    w.add_argument(
+        "--health-port", type=int, default=None, help="serve /livez, /readyz and /metrics"
+    )
+    w.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one object per line with agent, turn_id, attempt, partition, worker_id",
+    )
+    w.add_argument("--shutdown-grace", type=float, default=30.0)
+    w.add_argument(
+        "--static-membership",
+        action="store_true",
+        help="use --worker-id as group.instance.id: a restart gets its partitions back at "
+        "once (a worker stopped for good idles them until the session timeout)",
+    )
+    w.add_argument(
+        "--group-protocol",
+        default="classic",
+        choices=["classic", "consumer"],
+        help="consumer = the KIP-848 rebalance protocol (Kafka 4.0+)",
+    )
+    w.add_argument(
+        "--processing-guarantee",
+        default="exactly_once_v2",
+        choices=["exactly_once_v2", "at_least_once"],
+    )
+    w.add_argument(
+        "--serialization",
+        default="avro",
+        choices=["avro", "schema_registry"],
+        help="schema_registry: Confluent wire format via schema.registry.url in --kafka-config",
+    )
+    w.set_defaults(func=cmd_worker)
+
+    m = sub.add_parser("mcp", help="Model Context Protocol")
+    m_sub = m.add_subparsers(dest="mcp_command", required=True)
+    ms = with_bootstrap(
+        m_sub.add_parser("serve", help="expose agents as MCP tools (stdio, or --http PORT)")
+    )
+    ms.add_argument("agents", nargs="+", metavar="MODULE:AGENT")
+    ms.add_argument("--http", type=int, default=None, metavar="PORT", help="streamable HTTP")
+    ms.add_argument("--host", default="127.0.0.1")
+    ms.add_argument("--name", default=None, help="the server's name (default: the first agent)")
+    ms.set_defaults(func=cmd_mcp)
+
+    u = with_bootstrap(sub.add_parser("ui", help="a live web view of turns and the DLQ"))
+    u.add_argument(
+        "--agent", action="append", default=None, help="repeatable; default: every agent found"
+    )
+    u.add_argument("--port", type=int, default=8088)
+    u.add_argument("--host", default="127.0.0.1", help="bind address")
+    u.add_argument(
+        "--allow-actions", action="store_true", help="allow cancel/terminate from the page"
+    )
+    u.add_argument("--history-minutes", type=float, default=60.0, help="how far back to read")
+    u.add_argument("--max-turns", type=int, default=200, help="turns kept per agent")
+    u.set_defaults(func=cmd_ui)

@@ -13,11 +13,14 @@ from typing import TYPE_CHECKING
 
 from pyrula_stream.cli.common import (
     KAFKA_TIMEOUT_S,
+    Commands,
     bootstrap_from,
     format_event,
     kafka_config_from,
     load_agent,
     parse_params,
+    positive_seconds,
+    with_bootstrap,
 )
 from pyrula_stream.errors import (
     UnknownTopicError,
@@ -229,3 +232,68 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return code
 
     return asyncio.run(main())
+
+
+def register(sub: Commands[argparse.ArgumentParser]) -> None:
+    """``submit``, ``status``, ``tail``, ``turn export``, ``thread`` and ``replay``."""
+    s = with_bootstrap(sub.add_parser("submit", help="submit a turn: AGENT key=value ..."))
+    s.add_argument("agent")
+    s.add_argument("params", nargs="*")
+    s.add_argument("--idempotency-key", default=None)
+    s.add_argument("--thread", default=None)
+    s.add_argument("--wait", action="store_true", help="print the turn's events until it ends")
+    s.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=KAFKA_TIMEOUT_S,
+        help="seconds to wait for Kafka, and with --wait for each next event (default 30)",
+    )
+    s.add_argument("--serialization", default="avro", choices=["avro", "schema_registry"])
+    s.set_defaults(func=cmd_submit)
+
+    st = with_bootstrap(sub.add_parser("status", help="where a turn stands, as one JSON line"))
+    st.add_argument("agent")
+    st.add_argument("turn_id")
+    st.add_argument(
+        "--key", default=None, help="the request's key if not its turn id (e.g. the thread id)"
+    )
+    st.add_argument(
+        "--timeout", type=positive_seconds, default=KAFKA_TIMEOUT_S, help="seconds for Kafka"
+    )
+    st.set_defaults(func=cmd_status)
+
+    tl = with_bootstrap(sub.add_parser("tail", help="print an agent's events"))
+    tl.add_argument("agent")
+    tl.add_argument("--turn", default=None)
+    tl.add_argument("--from-beginning", action="store_true")
+    tl.add_argument(
+        "--timeout", type=positive_seconds, default=None, help="stop after this many seconds"
+    )
+    tl.set_defaults(func=cmd_tail)
+
+    tr = sub.add_parser("turn", help="recorded turns (agents with keep_history=True)")
+    turn_sub = tr.add_subparsers(dest="turn_command", required=True)
+    ex = with_bootstrap(turn_sub.add_parser("export", help="write a finished turn as JSON"))
+    ex.add_argument("turn_id")
+    ex.add_argument("--agent", required=True, help="AGENT name, or MODULE:AGENT")
+    ex.set_defaults(func=cmd_turn_export)
+
+    th = sub.add_parser("thread", help="a thread's turns: show or delete")
+    thread_sub = th.add_subparsers(dest="thread_command", required=True)
+    for action, text in (("show", "print its turns as JSON"), ("delete", "tombstone it")):
+        ta = with_bootstrap(thread_sub.add_parser(action, help=text))
+        ta.add_argument("agent")
+        ta.add_argument("thread_id")
+        ta.set_defaults(func=cmd_thread)
+        if action == "delete":
+            ta.add_argument(
+                "--timeout",
+                type=positive_seconds,
+                default=300.0,
+                help="seconds to wait for a worker to run the delete (default 300)",
+            )
+
+    rp = sub.add_parser("replay", help="run today's code against recorded turns, offline")
+    rp.add_argument("agent", help="MODULE:AGENT")
+    rp.add_argument("turns", nargs="+", help="turn files from `turn export` (globs allowed)")
+    rp.set_defaults(func=cmd_replay)

@@ -1,1 +1,1 @@
-"""Glue for stream processors that put agents inside their pipelines (Faust, Quix)."""
+"""Glue for what runs agents from outside: Faust and Quix pipelines, MCP clients."""

@@ -58,6 +58,24 @@ class ApplyReport:
         return "\n".join(lines)
 
 
+def topic_specs(
+    spec_file: str, fill: Mapping[str, str], *, options: Mapping[str, bool] | None = None
+) -> list[TopicSpec]:
+    """The topics of a declarative spec shipped with the package (``topics/<spec_file>``),
+    their ``{fields}`` filled in; a topic marked ``only_with: X`` needs ``options[X]``."""
+    text = resources.files("pyrula_stream").joinpath("topics", spec_file).read_text()
+    chosen = options or {}
+    return [
+        TopicSpec(
+            name=str(t["name"]).format(**fill),
+            partitions=int(str(t["partitions"]).format(**fill)),
+            config={k: str(v).format(**fill) for k, v in (t.get("config") or {}).items()},
+        )
+        for t in yaml.safe_load(text)["topics"]
+        if chosen.get(t.get("only_with") or "", True)
+    ]
+
+
 def agent_topic_specs(
     agent: str,
     *,
@@ -66,22 +84,10 @@ def agent_topic_specs(
     keep_history: bool = False,
     history_retention_ms: int | None = None,
 ) -> list[TopicSpec]:
-    """The agent's topics, read from the declarative spec shipped with the package
-    (``<agent>.history`` only with ``keep_history``, its ``retention.ms`` overridden by
-    ``history_retention_ms``)."""
-    options = {"keep_history": keep_history}
-    text = resources.files("pyrula_stream").joinpath("topics/agent.yaml").read_text()
-    raw = yaml.safe_load(text)
+    """The agent's topics from ``topics/agent.yaml`` (``<agent>.history`` only with
+    ``keep_history``, its ``retention.ms`` overridden by ``history_retention_ms``)."""
     fill = {"prefix": prefix, "agent": agent, "partitions": str(partitions)}
-    specs = [
-        TopicSpec(
-            name=t["name"].format(**fill),
-            partitions=int(str(t["partitions"]).format(**fill)),
-            config={k: str(v).format(**fill) for k, v in (t.get("config") or {}).items()},
-        )
-        for t in raw["topics"]
-        if options.get(t.get("only_with") or "", True)
-    ]
+    specs = topic_specs("agent.yaml", fill, options={"keep_history": keep_history})
     if history_retention_ms is not None:
         for spec in specs:
             if spec.name == f"{prefix}.{agent}.history":

@@ -52,11 +52,9 @@ import math
 import threading
 import uuid
 from collections.abc import Mapping
-from importlib import resources
 from types import TracebackType
 from typing import Any, Literal, Self
 
-import yaml
 from confluent_kafka import KafkaError, KafkaException
 
 from pyrula_stream.cache_table import (
@@ -73,7 +71,13 @@ from pyrula_stream.errors import (
     TopicDriftError,
     UserError,
 )
-from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, apply_topics, broker_answers
+from pyrula_stream.kafka.admin import (
+    DEFAULT_PREFIX,
+    TopicSpec,
+    apply_topics,
+    broker_answers,
+    topic_specs,
+)
 from pyrula_stream.kafka.config import resolve
 from pyrula_stream.kafka.offsets import ConsumedRecord, kafka_error
 from pyrula_stream.kafka.table import DeliveryCallback, GlobalTable, TableWriter
@@ -92,15 +96,9 @@ _State = Literal["new", "starting", "started", "closed"]
 def cache_topic_spec(
     *, prefix: str = DEFAULT_PREFIX, partitions: int = DEFAULT_CACHE_PARTITIONS
 ) -> TopicSpec:
-    """The cache topic, read from the declarative spec shipped with the package."""
-    text = resources.files("pyrula_stream").joinpath("topics/cache.yaml").read_text()
-    raw = yaml.safe_load(text)["topics"][0]
-    fill = {"prefix": prefix, "partitions": str(partitions)}
-    return TopicSpec(
-        name=str(raw["name"]).format(**fill),
-        partitions=int(str(raw["partitions"]).format(**fill)),
-        config={k: str(v).format(**fill) for k, v in (raw.get("config") or {}).items()},
-    )
+    """The cache topic, from ``topics/cache.yaml``."""
+    (spec,) = topic_specs("cache.yaml", {"prefix": prefix, "partitions": str(partitions)})
+    return spec
 
 
 def _settle(done: asyncio.Future[None], failure: BaseException | None) -> None:

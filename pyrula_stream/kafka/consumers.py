@@ -1,4 +1,5 @@
-"""The worker's consumers: the group consumer of turns, journal restore, and control.
+"""Making consumers and reading with them: the group consumer's settings (``TurnConsumer``
+in ``group.py`` drives it), readers of a whole topic or one key, control and replies.
 
 Reading a topic or partition to its end is ``pyrula_stream.kafka.offsets.read_to_end``;
 the two functions here are its shapes for restore and for ``read_topic``.
@@ -22,8 +23,6 @@ from pyrula_stream.kafka.offsets import ConsumedRecord, kafka_error, read_to_end
 
 STATS_INTERVAL_MS = 5000
 """How often librdkafka reports statistics (consumer lag) when a worker exports metrics."""
-
-RebalanceCallback = Callable[[Consumer, list[TopicPartition]], None]
 
 
 def group_consumer(

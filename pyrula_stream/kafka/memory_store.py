@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from confluent_kafka import KafkaError
 
 from pyrula_stream.errors import BrokerUnavailableError
-from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, apply_topics
+from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, apply_topics, topic_specs
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import GlobalTable, TableWriter
 from pyrula_stream.memory import (
@@ -43,15 +41,9 @@ DEFAULT_MEMORY_PARTITIONS = 3
 def memory_topic_spec(
     *, prefix: str = DEFAULT_PREFIX, partitions: int = DEFAULT_MEMORY_PARTITIONS
 ) -> TopicSpec:
-    """The memory topic, read from the declarative spec shipped with the package."""
-    text = resources.files("pyrula_stream").joinpath("topics/memory.yaml").read_text()
-    raw = yaml.safe_load(text)["topics"][0]
-    fill = {"prefix": prefix, "partitions": str(partitions)}
-    return TopicSpec(
-        name=str(raw["name"]).format(**fill),
-        partitions=int(str(raw["partitions"]).format(**fill)),
-        config={k: str(v).format(**fill) for k, v in (raw.get("config") or {}).items()},
-    )
+    """The memory topic, from ``topics/memory.yaml``."""
+    (spec,) = topic_specs("memory.yaml", {"prefix": prefix, "partitions": str(partitions)})
+    return spec
 
 
 class KafkaMemory:

@@ -16,13 +16,13 @@ from pyrula_stream.errors import ConfigurationError, MCPServerUnavailable, ToolR
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.mcp.tools import MCPTool, MCPToolListing
 from pyrula_stream.retry import run_with_retry
-from pyrula_stream.runtime.journal import fingerprint
+from pyrula_stream.serde import fingerprint
 
 if TYPE_CHECKING:
     from mcp.types import Tool
 
+    from pyrula_stream.durable.steps import DurableSteps, StepData
     from pyrula_stream.mcp.pool import MCPPool
-    from pyrula_stream.runtime.turn import StepData, TurnRuntime
 
 STEP_KIND = "mcp_tools"
 
@@ -32,7 +32,7 @@ class MCPToolbox:
 
     def __init__(
         self,
-        turn: TurnRuntime,
+        turn: DurableSteps,
         pool: MCPPool,
         servers: Sequence[MCPServer],
         *,

@@ -26,10 +26,6 @@ def bind(**fields: Any) -> None:
     _context.set({**(_context.get() or {}), **fields})
 
 
-def log_context() -> dict[str, Any]:
-    return dict(_context.get() or {})
-
-
 class ContextFilter(logging.Filter):
     """Copies the bound fields onto each record (``record.agent``, ``record.turn_id``...)."""
 

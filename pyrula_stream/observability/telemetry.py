@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry.trace import INVALID_SPAN, NoOpTracer, Span, SpanKind, Tracer
 
@@ -35,10 +35,21 @@ from pyrula_stream.observability.tracing import (
 from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import JournalEntry, TurnRequest
 
-if TYPE_CHECKING:
-    from pyrula_stream.agent import AgentTopics
-
 log = logging.getLogger(__name__)
+
+
+class TopicNames(Protocol):
+    """The topic names telemetry labels its figures with (``AgentTopics`` has them)."""
+
+    @property
+    def turns(self) -> str: ...
+
+    @property
+    def journal(self) -> str: ...
+
+    @property
+    def dlq(self) -> str: ...
+
 
 REPLAYED = "pyrula.replayed"
 
@@ -327,7 +338,7 @@ class WorkerTelemetry:
         self,
         agent: str,
         *,
-        topics: AgentTopics,
+        topics: TopicNames,
         worker_id: str,
         group_id: str = "",
         enabled: bool = True,

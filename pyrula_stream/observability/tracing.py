@@ -34,7 +34,7 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 def tracer() -> trace.Tracer:
     """The library's tracer from the global provider (a no-op until an SDK is set)."""
-    from pyrula_stream import __version__
+    from pyrula_stream._version import __version__
 
     return trace.get_tracer("pyrula_stream", __version__)
 

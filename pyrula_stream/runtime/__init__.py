@@ -1,2 +1,3 @@
-"""The turn-running spine: the worker, one turn's execution and state, the journal, the
-partition's watermark and queues, group commit, and parked turns."""
+"""The worker and what runs it: the consumer group, scheduling, one turn's execution, the
+partition's watermark and queues, restore, group commit, and parked turns. The step
+kernel it drives (one turn's journal and steps) is ``pyrula_stream.durable``."""

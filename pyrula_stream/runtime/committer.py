@@ -13,10 +13,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.kafka.transactions import Offsets, TransactionAborted
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.records import OutRecord
-from pyrula_stream.runtime.turn import TurnRuntime
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,10 @@ from pydantic import ValidationError
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.agent_calls import AgentCalls, inherited_limits
-from pyrula_stream.branch import Branch, branch_of
 from pyrula_stream.context import AgentContext
+from pyrula_stream.durable.branch import Branch, branch_of
+from pyrula_stream.durable.steps import StepData
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
 from pyrula_stream.events import RunComplete, RunError, RunStart
 from pyrula_stream.history import TurnRecording
@@ -30,11 +32,11 @@ from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.loop import ToolLoop
 from pyrula_stream.mcp.discovery import MCPToolbox
 from pyrula_stream.mcp.pool import MCPPool
-from pyrula_stream.memory import AgentMemory, MemoryBackend
+from pyrula_stream.memory import MemoryBackend
+from pyrula_stream.memory_calls import AgentMemory
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.output import OutputSpec
 from pyrula_stream.records import OutRecord, content_type_header, dead_letter
-from pyrula_stream.runtime.turn import StepData, TurnRuntime
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.subagents import Park, TurnParked
 from pyrula_stream.threads import is_thread_delete

@@ -17,21 +17,48 @@ import time
 from collections.abc import Callable
 
 from pyrula_stream.agent import AgentTopics
+from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.errors import ErrorCode, MalformedRecordError
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.records import dead_letter
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
 from pyrula_stream.subagents import (
+    CALL_KIND,
     Park,
     Reply,
     cursor_record,
     parse_reply,
-    refusal,
     reply_journal_record,
 )
 
 log = logging.getLogger(__name__)
+
+
+def calls_made(journal: TurnJournal) -> dict[str, str]:
+    """The child turns a turn's journal says it called: child turn id -> agent name."""
+    journal.materialize()  # a restored turn keeps its steps raw until first needed
+    return {
+        str(entry.data.get("child_turn_id")): str(entry.data.get("agent"))
+        for entry in journal.steps.values()
+        if entry.kind == CALL_KIND and isinstance(entry.data, dict)
+    }
+
+
+def refusal(journal: TurnJournal | None, finished: bool, reply: Reply) -> str | None:
+    """Why ``reply`` must not be taken by its parent (``None``: take it)."""
+    parent = reply.parent_turn_id
+    if journal is None or journal.terminal_ms is not None or finished:
+        return f"turn {parent} is not waiting on this partition (unknown here, or ended)"
+    called = calls_made(journal).get(reply.child_turn_id)
+    if called is None or called != reply.agent:
+        return (
+            f"turn {parent} made no call to agent {reply.agent!r} with child turn "
+            f"{reply.child_turn_id}"
+        )
+    if reply.child_turn_id in journal.replies:
+        return f"child turn {reply.child_turn_id} of turn {parent} was already answered"
+    return None
 
 
 def _now_ms() -> int:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from pyrula_stream.runtime.journal import TERMINAL, PartitionJournal
-from pyrula_stream.serde import TurnRequest, journal_key
+from pyrula_stream.durable.journal import PartitionJournal
+from pyrula_stream.serde import TERMINAL, TurnRequest, journal_key
 from pyrula_stream.subagents import Park
 from pyrula_stream.threads import PartitionThreads
 

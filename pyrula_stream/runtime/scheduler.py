@@ -21,6 +21,8 @@ from functools import partial
 
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.durable.journal import TurnJournal
+from pyrula_stream.durable.turn import TurnRuntime, TurnTopics
 from pyrula_stream.errors import TurnCancelled
 from pyrula_stream.events import RunError
 from pyrula_stream.observability.telemetry import WorkerTelemetry
@@ -29,10 +31,8 @@ from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import ControlRequest
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
-from pyrula_stream.runtime.journal import TurnJournal
 from pyrula_stream.runtime.parking import ParkedTurns
 from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
-from pyrula_stream.runtime.turn import TurnRuntime, TurnTopics
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.versions import known_versions, missing_version
 

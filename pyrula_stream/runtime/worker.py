@@ -20,8 +20,7 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
 
 import httpx
 
@@ -53,6 +52,7 @@ from pyrula_stream.records import (
     content_type_header,
     dead_letter_source,
 )
+from pyrula_stream.runtime.background import RunsInBackground
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.parking import replies_owner
@@ -79,7 +79,7 @@ EXPIRY_INTERVAL_S = 60.0
 _State = Literal["new", "running", "stopped"]
 
 
-class KafkaWorker:
+class KafkaWorker(RunsInBackground):
     """Runs one agent's turns as a member of the agent's consumer group.
 
     ``await worker.run()`` runs until ``stop()``; or ``async with KafkaWorker(...)`` runs it
@@ -206,25 +206,8 @@ class KafkaWorker:
         """
         self._stop_requested = True
 
-    async def __aenter__(self) -> Self:
-        """Start ``run()`` in the background; return once the worker joined its group."""
-        self._task = asyncio.create_task(self.run(), name=f"worker-{self.agent.name}")
-        joined = asyncio.ensure_future(self._joined.wait())
-        await asyncio.wait({self._task, joined}, return_when=asyncio.FIRST_COMPLETED)
-        joined.cancel()
-        if self._task.done():
-            self._task.result()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-        if self._task is not None:
-            await self._task
+    def _task_name(self) -> str:
+        return f"worker-{self.agent.name}"
 
     async def run(self) -> None:
         """Run until ``stop()``; recreates the clients after a fatal (fenced) error.
@@ -611,42 +594,9 @@ class KafkaWorker:
         return out
 
 
-def run_worker(
-    agent: KafkaAgent | Sequence[KafkaAgent],
-    bootstrap_servers: str,
-    options: WorkerOptions | None = None,
-    *,
-    handle_signals: bool = True,
-) -> None:
-    """Run a worker until SIGTERM/SIGINT (graceful: drain, commit, leave the group).
-
-    Several agents run side by side in this one process (``MeshWorker``).
-    """
-    import signal
-
-    from pyrula_stream.mesh import MeshWorker
-    from pyrula_stream.runtime.collector import tune_for_worker
-
-    async def main() -> None:
-        worker: KafkaWorker | MeshWorker
-        if isinstance(agent, KafkaAgent):
-            worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
-        else:
-            worker = MeshWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
-        if handle_signals:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, worker.stop)
-        tune_for_worker()  # this process is the worker's: its startup objects live on
-        await worker.run()
-
-    asyncio.run(main())
-
-
 __all__: Sequence[str] = [
     "KafkaWorker",
     "PoisonOptions",
     "SessionLost",
     "WorkerOptions",
-    "run_worker",
 ]

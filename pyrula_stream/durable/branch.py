@@ -22,10 +22,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.errors import BranchUnresumable, ConfigurationError, WriteToolBlocked
 from pyrula_stream.history import TurnRecording
 from pyrula_stream.llm.base import LLMClient
-from pyrula_stream.runtime.journal import TurnJournal
 from pyrula_stream.serde import JournalEntry, TurnRequest
 
 BRANCH_OF = "pyrula.branch_of"

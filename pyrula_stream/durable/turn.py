@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pyrula_stream import serde
+from pyrula_stream.durable.journal import TurnJournal
+from pyrula_stream.durable.steps import StepData
 from pyrula_stream.errors import ErrorCode, PyrulaError, TurnCancelled
 from pyrula_stream.events import (
     EventRouting,
@@ -37,15 +39,19 @@ from pyrula_stream.records import (
     tombstone,
     wire_record,
 )
-from pyrula_stream.runtime.journal import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, TurnJournal
-from pyrula_stream.serde import JournalEntry, TurnRequest, TurnResult
+from pyrula_stream.serde import (
+    IDEMPOTENCY_PREFIX,
+    PROGRESS,
+    TERMINAL,
+    JournalEntry,
+    TurnRequest,
+    TurnResult,
+)
 from pyrula_stream.subagents import Park, park_key, reply_key, reply_record
 from pyrula_stream.threads import ThreadHandle, closing_writes, thread_records
 
 if TYPE_CHECKING:
-    from pyrula_stream.branch import Branch
-
-StepData = dict[str, Any]
+    from pyrula_stream.durable.branch import Branch
 
 
 class TurnOutput(Protocol):

@@ -8,8 +8,6 @@ call's input fails the turn with ``replay_input_changed``, naming the step and w
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,36 +17,20 @@ from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import SqliteView
 from pyrula_stream.serde import (
+    IDEMPOTENCY_PREFIX,
+    PARK,
+    PROGRESS,
+    REPLY,
+    REPLY_CURSOR_KEY,
+    TERMINAL,
     JournalEntry,
     decode_journal_entry,
+    fingerprint,
     journal_key,
     parse_journal_key,
 )
 
 log = logging.getLogger(__name__)
-
-PROGRESS = "progress"
-TERMINAL = "terminal"
-IDEMPOTENCY_PREFIX = "idem/"
-PARK = "park"
-"""``turn_id/park``: the turn waits (for sub-agent replies or a time); its journal owns it."""
-REPLY = "reply:"
-"""``turn_id/reply:<child turn id>``: a sub-agent's outcome, journaled with its offset."""
-REPLY_CURSOR_KEY = "cursor/replies"
-"""The partition's read position in the agent's replies topic (same partition number)."""
-
-
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-)
-"""What ``fingerprint`` hashes: ``json.dumps`` with these options (one encoder, not one
-per call); the bytes must never change, or journals written before stop replaying."""
-
-
-def fingerprint(value: Any) -> str:
-    """A short, stable hash of a JSON-able value (sorted keys, compact)."""
-    raw = _CANONICAL.encode(value)
-    return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
 
 
 def model_call_fingerprint(
