@@ -49,6 +49,9 @@ FLOORS: dict[str, int] = {
     "history": 4,
     "memory": 4,
     "mcp.declaration": 4,
+    # who may talk to an HTTP face: keys, Host and Origin checks (the faces use them)
+    "api_keys": 4,
+    "http_guard": 4,
     # the stores built on the Kafka client live in kafka/, its only importer
     "kafka.cache_store": 4,
     "kafka.memory_store": 4,

@@ -25,8 +25,8 @@ from pyrula_stream import AgentContext, ConfigurationError, build_mcp_server, ka
 from pyrula_stream.api_keys import APIKeyAuth
 from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.http_guard import ASGIApp, HTTPAccess
-from pyrula_stream.llm import FakeLLM
 from pyrula_stream.integrations.mcp_server import mcp_http_app
+from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.echo import echo
 from tests.mcp_servers.processes import ROOT, sigkill, start_listening

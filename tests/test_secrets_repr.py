@@ -15,6 +15,7 @@ import inspect
 import logging
 import pkgutil
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -77,9 +78,16 @@ BUILT_IN_A_TURN = {
 OPTIONAL = ("pyrula_stream.integrations.quix",)  # needs the quixstreams extra
 
 
+DEPRECATED = {"pyrula_stream.mcp.serve"}
+"""Old paths that only re-export (and warn): their classes are found where they live."""
+
+
 def _modules() -> Iterator[Any]:
-    for info in pkgutil.walk_packages(pyrula_stream.__path__, "pyrula_stream."):
-        if info.name.endswith("__main__") or info.name in OPTIONAL:
+    with warnings.catch_warnings():  # walk_packages imports the shim package to look inside
+        warnings.filterwarnings("ignore", "pyrula_stream.mcp.serve moved", DeprecationWarning)
+        infos = list(pkgutil.walk_packages(pyrula_stream.__path__, "pyrula_stream."))
+    for info in infos:
+        if info.name.endswith("__main__") or info.name in OPTIONAL or info.name in DEPRECATED:
             continue
         yield importlib.import_module(info.name)
 
@@ -161,6 +169,13 @@ def _anthropic() -> Any:
     return AnthropicLLM("claude-sonnet-4-5", api_key=MARK, base_url=URL)
 
 
+def _http_access() -> Any:
+    from pyrula_stream.api_keys import APIKeyAuth
+    from pyrula_stream.http_guard import HTTPAccess
+
+    return HTTPAccess(auth=APIKeyAuth({"ops": MARK}))
+
+
 def _feed() -> Any:
     from pyrula_stream.ui.feed import FeedOptions
 
@@ -203,6 +218,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "pyrula_stream.kafka.local_broker.BrokerSecurity": _broker_security,
     "pyrula_stream.kafka.local_registry.LocalRegistry": _local_registry,
     "pyrula_stream.tools.ToolContext": lambda: ToolContext(httpx.AsyncClient(), deps=_Deps()),
+    "pyrula_stream.http_guard.HTTPAccess": lambda: _http_access(),
 }
 
 

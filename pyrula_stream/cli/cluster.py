@@ -6,15 +6,7 @@ import argparse
 import json
 import shutil
 import sys
-from typing import TYPE_CHECKING
 
-from pyrula_stream.errors import (
-    ConfigurationError,
-)
-from pyrula_stream.kafka.config import registry_config
-
-if TYPE_CHECKING:
-    pass
 from pyrula_stream.cli.common import (
     Commands,
     bootstrap_from,
@@ -23,6 +15,10 @@ from pyrula_stream.cli.common import (
     state_file,
     with_bootstrap,
 )
+from pyrula_stream.errors import (
+    ConfigurationError,
+)
+from pyrula_stream.kafka.config import registry_config
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -194,6 +190,11 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     t.add_argument(
         "--keep-history", action="store_true", help="also <agent>.history (keep_history=True)"
     )
+    t.add_argument(
+        "--trust-domain",
+        default=None,
+        help="create <prefix>.<domain>.memory/.cache instead of the shared ones (AGENT only)",
+    )
     t.set_defaults(func=cmd_topics)
 
     sc = sub.add_parser("schema", help="print the JSON Schema of an agent's result")
@@ -203,7 +204,14 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     a = with_bootstrap(sub.add_parser("acls", help="print (and --apply) an agent's least ACLs"))
     a.add_argument("agent", help="MODULE:AGENT (its prefix and output topics), or AGENT")
     a.add_argument("--worker-principal", required=True, help="e.g. User:worker")
-    a.add_argument("--client-principal", default=None, help="e.g. User:client")
+    a.add_argument(
+        "--client-principal", default=None, help="submits and reads events, e.g. User:client"
+    )
+    a.add_argument(
+        "--status-principal",
+        default=None,
+        help="reads requests, journal and threads (status, get_thread), e.g. User:status",
+    )
     a.add_argument("--apply", action="store_true", help="create them with the admin API")
     a.add_argument(
         "--calls",
@@ -214,12 +222,25 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     )
     a.add_argument(
         "--called-by",
+        "--callers",
+        dest="called_by",
         action="append",
         default=[],
         metavar="AGENT",
-        help="an agent that calls it as a sub-agent (write that agent's replies); repeatable",
+        help="an agent that may call it as a sub-agent: its worker writes that agent's "
+        "replies topic and no other; repeatable",
     )
     a.add_argument(
         "--keep-history", action="store_true", help="the agent keeps history (AGENT only)"
+    )
+    a.add_argument(
+        "--trust-domain",
+        default=None,
+        help="its memory and tool cache are <prefix>.<domain>.* (AGENT only)",
+    )
+    a.add_argument(
+        "--idempotent-write",
+        action="store_true",
+        help="also grant CLUSTER IDEMPOTENT_WRITE (only brokers before Kafka 3.0 need it)",
     )
     a.set_defaults(func=cmd_acls)

@@ -8,22 +8,19 @@ import contextlib
 import logging
 import socket
 import sys
-from typing import TYPE_CHECKING
 
-from pyrula_stream.errors import (
-    ConfigurationError,
-)
-
-if TYPE_CHECKING:
-    pass
 from pyrula_stream.cli.common import (
     Commands,
     access_from,
+    add_access_arguments,
     bootstrap_from,
     kafka_config_from,
     load_agent,
     warn_if_open,
     with_bootstrap,
+)
+from pyrula_stream.errors import (
+    ConfigurationError,
 )
 
 
@@ -182,6 +179,7 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     ms.add_argument("--http", type=int, default=None, metavar="PORT", help="streamable HTTP")
     ms.add_argument("--host", default="127.0.0.1")
     ms.add_argument("--name", default=None, help="the server's name (default: the first agent)")
+    add_access_arguments(ms)
     ms.set_defaults(func=cmd_mcp)
 
     u = with_bootstrap(sub.add_parser("ui", help="a live web view of turns and the DLQ"))
@@ -195,4 +193,5 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     )
     u.add_argument("--history-minutes", type=float, default=60.0, help="how far back to read")
     u.add_argument("--max-turns", type=int, default=200, help="turns kept per agent")
+    add_access_arguments(u)
     u.set_defaults(func=cmd_ui)
