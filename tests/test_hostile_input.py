@@ -1,0 +1,55 @@
+"""Hostile turn records end in the DLQ with their reason; the worker never dies on one."""
+
+from __future__ import annotations
+
+import json
+
+from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
+from pyrula_stream.kafka.io import RecordProducer
+from pyrula_stream.llm import FakeLLM
+from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+
+PARAMS = [("content-type", b"application/vnd.pyrula.params+json")]
+JSON = [("content-type", b"application/json")]
+
+
+async def test_deeply_nested_and_huge_records_are_dead_lettered_and_worker_carries_on(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Issue 28 item 1: 100k nested brackets made ``json.loads`` raise RecursionError,
+    which passed every ``except`` and killed the worker (and every next owner)."""
+
+    @kafka_agent(name=unique_name("hostile"), llm=FakeLLM(["fine"]), partitions=1)
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    hostile: list[tuple[bytes, list[tuple[str, bytes]]]] = [
+        (b"[" * 100_000 + b"]" * 100_000, PARAMS),
+        (b'{"a":' + b"9" * 5_000 + b"}", PARAMS),  # past Python's int max str digits
+        (b'{"q": "\xff\xfe"}', PARAMS),  # invalid UTF-8
+        (
+            json.dumps({"agent": agent.name, "params": {}, "submitted_ms": "soon"}).encode(),
+            JSON,
+        ),
+        (json.dumps({"agent": agent.name, "params": {}, "metadata": [1]}).encode(), JSON),
+    ]
+    producer = RecordProducer(kafka_bootstrap_servers)
+    async with running_worker(agent, kafka_bootstrap_servers) as worker:
+        for value, headers in hostile:
+            await producer.send(agent.topics.turns, b"k", value, headers)
+        events = await client.run(agent.name, question="still there?", timeout=60)
+        assert events[-1].type == "run:complete"
+        assert not worker.done
+
+        def dead_letters() -> list[tuple[bytes | None, bytes | None, dict[str, str]]]:
+            return read_topic(kafka_bootstrap_servers, agent.topics.dlq)
+
+        await wait_for(lambda: len(dead_letters()) == len(hostile), 30, "every hostile record")
+    producer.close()
+    letters = dead_letters()
+    assert [value for _, value, _ in letters] == [value for value, _ in hostile]
+    reasons = [headers["pyrula.dlq.reason"] for _, _, headers in letters]
+    assert "nested deeper than" in reasons[0]
+    assert "digits" in reasons[1]
+    assert "UTF-8" in reasons[2] or "utf-8" in reasons[2]
+    assert all(headers["pyrula.dlq.code"] == "invalid_request" for _, _, headers in letters)
