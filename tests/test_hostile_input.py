@@ -9,8 +9,9 @@ from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 
-PARAMS = [("content-type", b"application/vnd.pyrula.params+json")]
-JSON = [("content-type", b"application/json")]
+Headers = list[tuple[str, str | bytes | None]]
+PARAMS: Headers = [("content-type", b"application/vnd.pyrula.params+json")]
+JSON: Headers = [("content-type", b"application/json")]
 
 
 async def test_deeply_nested_and_huge_records_are_dead_lettered_and_worker_carries_on(
@@ -23,7 +24,7 @@ async def test_deeply_nested_and_huge_records_are_dead_lettered_and_worker_carri
     async def agent(ctx: AgentContext, question: str) -> str:
         return await ctx.llm.run([{"role": "user", "content": question}])
 
-    hostile: list[tuple[bytes, list[tuple[str, bytes]]]] = [
+    hostile: list[tuple[bytes, Headers]] = [
         (b"[" * 100_000 + b"]" * 100_000, PARAMS),
         (b'{"a":' + b"9" * 5_000 + b"}", PARAMS),  # past Python's int max str digits
         (b'{"q": "\xff\xfe"}', PARAMS),  # invalid UTF-8

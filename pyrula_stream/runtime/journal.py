@@ -24,6 +24,7 @@ from pyrula_stream.serde import (
     journal_key,
     parse_journal_key,
 )
+from pyrula_stream.wire_guard import bad_record_reason
 
 log = logging.getLogger(__name__)
 
@@ -273,12 +274,23 @@ class PartitionJournal:
     turns: dict[str, TurnJournal] = field(default_factory=dict)
     records_read: int = 0
     reply_cursor: int | None = None
+    skipped_records: int = 0
 
     def restore(self, records: Iterable[ConsumedRecord]) -> None:
         """Fold a partition's records, read to its end, in offset order."""
         with self.idempotency.batch():
             for record in records:
-                self.apply(record.key, record.value, record.ts_ms)
+                try:
+                    self.apply(record.key, record.value, record.ts_ms)
+                except Exception as exc:  # anyone with write access may have written it
+                    self.skipped_records += 1
+                    log.error(
+                        "journal record %r (partition %d @%d) unreadable, skipped: %s",
+                        record.key,
+                        record.partition,
+                        record.offset,
+                        bad_record_reason(exc),
+                    )
 
     def expire(self, now_ms: int, ttl_ms: int) -> list[str]:
         """Forget terminal records and keys older than the TTL; return the keys to tombstone."""
@@ -306,7 +318,8 @@ class PartitionJournal:
         self.records_read += 1
         if key == REPLY_CURSOR_KEY:
             data = _entry_data(key, value)
-            self.reply_cursor = int(data["offset"]) if data else None
+            offset = data.get("offset") if data else None
+            self.reply_cursor = offset if isinstance(offset, int) and offset >= 0 else None
             return
         if key.startswith(IDEMPOTENCY_PREFIX):
             self.idempotency.apply(key[len(IDEMPOTENCY_PREFIX) :], value, ts_ms)

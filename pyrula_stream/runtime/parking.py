@@ -16,11 +16,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.records import OutRecord
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
 from pyrula_stream.subagents import Park, Reply, cursor_record, parse_reply, reply_journal_record
+from pyrula_stream.wire_guard import bad_record_reason
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class ParkedTurns:
                 continue
             try:
                 ps.parked[turn_id] = Park.from_data(journal.park)
-            except (KeyError, TypeError, ValueError, MalformedRecordError) as exc:
+            except Exception as exc:  # a journal record we cannot read: leave it parked
                 log.error("park record of %s unreadable, turn left parked: %s", turn_id, exc)
                 continue
             if self._cancelled(turn_id):
@@ -100,10 +101,16 @@ class ParkedTurns:
                 self.resume(partition, turn_id)
 
     def take_reply(
-        self, record: ConsumedRecord, journal_topic: str, committer: GroupCommitter
+        self,
+        record: ConsumedRecord,
+        journal_topic: str,
+        committer: GroupCommitter,
+        dead_letter: Callable[[ConsumedRecord, str], OutRecord],
     ) -> None:
         """A child's outcome: journal it with the replies position in one transaction
-        that also carries the input offsets (a worker that lost the partition is fenced)."""
+        that also carries the input offsets (a worker that lost the partition is fenced).
+        An unreadable reply is dead-lettered (``dead_letter`` builds the record) in that
+        same transaction, so the position moves past it exactly once."""
         p = record.partition
         ps = self._parts.get(p)
         if ps is None:
@@ -112,8 +119,10 @@ class ParkedTurns:
         reply: Reply | None = None
         try:
             reply = parse_reply(record.value)
-        except MalformedRecordError as exc:
-            log.warning("skipping unreadable reply at [%d]@%d: %s", p, record.offset, exc)
+        except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
+            reason = bad_record_reason(exc)
+            log.warning("dead-lettered unreadable reply at [%d]@%d: %s", p, record.offset, reason)
+            records.append(dead_letter(record, reason))
         if reply is not None and self.wants(ps, reply):
             records.append(reply_journal_record(journal_topic, p, reply))
         else:

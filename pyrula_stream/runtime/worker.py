@@ -51,6 +51,7 @@ from pyrula_stream.records import (
     ControlRequest,
     OutRecord,
     content_type_header,
+    dead_letter,
     dead_letter_source,
 )
 from pyrula_stream.runtime.committer import GroupCommitter
@@ -548,12 +549,29 @@ class KafkaWorker:
     def _on_control_record(self, value: bytes | None) -> None:
         control = ControlRequest.parse(value)
         if control is None:
-            log.warning("ignoring unreadable control record: %r", value)
+            # Every worker reads every control partition, so a dead letter here would be
+            # written once per worker and start: skipped, logged and counted instead.
+            self.metrics.skipped_record("control")
+            log.warning("ignoring unreadable control record: %.200r", value)
             return
         self._scheduler.on_control(control)
 
     def _on_reply(self, record: ConsumedRecord) -> None:
-        self._parked.take_reply(record, self.topics.journal, self.committer)
+        self._parked.take_reply(
+            record, self.topics.journal, self.committer, self._dead_letter_reply
+        )
+
+    def _dead_letter_reply(self, record: ConsumedRecord, reason: str) -> OutRecord:
+        return dead_letter(
+            self.topics.dlq,
+            reason,
+            ErrorCode.INVALID_REQUEST,
+            worker=self.worker_id,
+            key=record.key.encode(),
+            value=record.value,
+            headers=[(k, v.encode()) for k, v in record.headers.items()],
+            source=f"{self.topics.replies}[{record.partition}]@{record.offset}",
+        )
 
     # -- turns ----------------------------------------------------------------------------
 
