@@ -93,6 +93,11 @@ class KafkaMemory:
         )
         self._table.start(timeout_s=self._timeout_s)
 
+    @property
+    def skipped_records(self) -> int:
+        """Records of the topic that could not be read and were skipped (logged)."""
+        return self._table.skipped_records
+
     def close(self) -> None:
         self._table.stop()
         if self._writer is not None:
