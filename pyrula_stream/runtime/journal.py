@@ -36,6 +36,8 @@ PARK = "park"
 REPLY = "reply:"
 """``turn_id/reply:<child turn id>``: a sub-agent's outcome, journaled with its offset."""
 REPLY_CURSOR_KEY = "cursor/replies"
+INTAKE_MARK_KEY = "cursor/intake"
+"""The partition's intake mark (``runtime/poison.py``): who reads it, from where."""
 """The partition's read position in the agent's replies topic (same partition number)."""
 
 
@@ -275,6 +277,8 @@ class PartitionJournal:
     records_read: int = 0
     reply_cursor: int | None = None
     skipped_records: int = 0
+    intake_mark: tuple[dict[str, Any], int] | None = None
+    """The intake mark's data and write time (``None``: none, or a tombstone)."""
 
     def restore(self, records: Iterable[ConsumedRecord]) -> None:
         """Fold a partition's records, read to its end, in offset order."""
@@ -316,6 +320,10 @@ class PartitionJournal:
     def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
         """Fold one raw record of this partition's journal (in offset order)."""
         self.records_read += 1
+        if key == INTAKE_MARK_KEY:
+            data = _entry_data(key, value)
+            self.intake_mark = None if data is None else (data, ts_ms)
+            return
         if key == REPLY_CURSOR_KEY:
             data = _entry_data(key, value)
             offset = data.get("offset") if data else None
