@@ -6,12 +6,13 @@ import asyncio
 import json
 from pathlib import Path
 
-from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
+from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.memory_store import KafkaMemory
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.memory import record_key
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire_guard import DecodeLimits
 
 Headers = list[tuple[str, str | bytes | None]]
 PARAMS: Headers = [("content-type", b"application/vnd.pyrula.params+json")]
@@ -114,3 +115,28 @@ async def test_a_memory_reader_skips_unreadable_records_and_keeps_following(
     finally:
         producer.close()
         memory.close()
+
+
+async def test_decode_limits_are_worker_options(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("limits"), llm=FakeLLM(["fine"]), partitions=1)
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    options = WorkerOptions(decode_limits=DecodeLimits(max_bytes=4096, max_depth=3))
+    producer = RecordProducer(kafka_bootstrap_servers)
+    async with running_worker(agent, kafka_bootstrap_servers, options):
+        await producer.send(agent.topics.turns, b"k", b'{"q": [[[["deep"]]]]}', PARAMS)
+        await producer.send(agent.topics.turns, b"k", b'{"q": "' + b"x" * 5000 + b'"}', PARAMS)
+        events = await client.run(agent.name, question="shallow", timeout=60)
+        assert events[-1].type == "run:complete"
+        await wait_for(
+            lambda: len(read_topic(kafka_bootstrap_servers, agent.topics.dlq)) == 2, 30, "DLQ"
+        )
+    producer.close()
+    reasons = [
+        h["pyrula.dlq.reason"] for _, _, h in read_topic(kafka_bootstrap_servers, agent.topics.dlq)
+    ]
+    assert "nested deeper than 3 levels" in reasons[0]
+    assert "over the decode limit of 4096" in reasons[1]
