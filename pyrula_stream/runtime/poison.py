@@ -6,8 +6,8 @@ process writes nothing, so its successor must count. The count lives in the part
 journal, as one *intake mark* (key ``cursor/intake``) that restore reads anyway:
 
 - On assignment the owner commits ``{offset: committed input offset, open: true}``
-  before any turn of the partition starts; a clean handover (revoke, stop) commits
-  ``open: false``. One write per assignment, none per turn.
+  before any turn of the partition starts; a clean handover (revoke, stop) tombstones
+  it. One write per assignment (and one per handover), none per turn.
 - The next owner that finds the mark still open knows the previous process died: it
   charges a crash to the lowest record not committed (adding to the mark's count when
   the committed offset has not moved) and runs *carefully*: the partition's turns start
@@ -203,7 +203,3 @@ class CrashGuard:
         held, self.held = self.held, deque()
         for queued in held:
             self.release(queued)
-
-    def closing_mark(self, offset: int) -> IntakeMark:
-        """The mark of a clean handover: the next owner counts no crash."""
-        return IntakeMark(offset, 0, False, self.worker, int(time.time() * 1000))

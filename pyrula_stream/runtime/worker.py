@@ -56,6 +56,7 @@ from pyrula_stream.records import (
 )
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
+from pyrula_stream.runtime.journal import INTAKE_MARK_KEY
 from pyrula_stream.runtime.parking import replies_owner
 from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
 from pyrula_stream.runtime.poison import CrashGuard, IntakeMark, intake_owner
@@ -499,15 +500,13 @@ class KafkaWorker:
         )
 
     def _closing_marks(self, partitions: set[int]) -> list[OutRecord]:
-        """The intake marks of a clean handover (the next owner counts no crash)."""
-        out = []
-        for p in sorted(partitions):
-            ps = self._parts.get(p)
-            if ps is not None and ps.crash_guard is not None:
-                offset = ps.watermark.committable()
-                mark = ps.crash_guard.closing_mark(-1 if offset is None else offset)
-                out.append(mark.record(self.topics.journal, p))
-        return out
+        """A clean handover tombstones the intake marks: the next owner counts no crash,
+        and compaction keeps nothing of a partition that was left cleanly."""
+        return [
+            self._tombstone(p, INTAKE_MARK_KEY)
+            for p in sorted(partitions)
+            if p in self._parts and self._parts[p].crash_guard is not None
+        ]
 
     def _tombstone(self, partition: int, key: str) -> OutRecord:
         return self._journal_table.tombstone(key, partition, [content_type_header("journal_entry")])
