@@ -418,17 +418,29 @@ def decode_turn_result(payload: bytes, headers: Mapping[str, str]) -> TurnResult
 
 
 def decode_record(
-    record: str, payload: bytes, headers: Mapping[str, str], codec: ValueCodec | None = None
+    record: str,
+    payload: bytes,
+    headers: Mapping[str, str],
+    codec: ValueCodec | None = None,
+    limits: DecodeLimits = DEFAULT_LIMITS,
 ) -> dict[str, Any]:
     """The fields of one record of ``schemas/<record>.avsc``, JSON fields parsed;
     ``codec`` reads registry-framed values."""
     with wire_guard.guarded(record):
-        return _load_json_fields(record, _decode_body(record, payload, headers, codec))
+        return _load_json_fields(
+            record, _decode_body(record, payload, headers, codec, limits), limits
+        )
+
+
+JOURNAL_LIMITS = DecodeLimits(max_depth=512)
+"""Journal entries nest what a turn's params, model messages and tool results hold one
+or two levels deeper, and a worker wrote them: a deeper cap (still far below the
+parser's stack), so no step of ours reads back as unreadable and runs again."""
 
 
 def decode_journal_entry(payload: bytes, headers: Mapping[str, str]) -> JournalEntry:
     """A journal record; any flaw is ``MalformedRecordError``."""
-    body = decode_record("journal_entry", payload, headers)
+    body = decode_record("journal_entry", payload, headers, limits=JOURNAL_LIMITS)
     what = "journal entry"
     for name in ("turn_id", "kind"):
         if not isinstance(body.get(name), str):
