@@ -24,7 +24,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from pyrula_stream.errors import UserError
+from pyrula_stream import wire_guard
+from pyrula_stream.errors import MalformedRecordError, UserError
 
 __all__ = [
     "EXPIRED_HEADER",
@@ -75,13 +76,13 @@ def encode_entry(key: str, value: Any, ttl_s: float) -> tuple[bytes, Entry]:
 
 
 def decode_entry(value: bytes) -> Entry:
-    """The entry one record value holds; ``ValueError`` when it is not ours."""
-    record = json.loads(value)
-    if not isinstance(record, dict) or "v" not in record:
-        raise ValueError('expected a JSON object {"v": ..., "exp": ...}')
+    """The entry one record value holds; ``MalformedRecordError`` when it is not ours."""
+    record = wire_guard.loads_object(value, "cache record")
+    if "v" not in record:
+        raise MalformedRecordError('expected a JSON object {"v": ..., "exp": ...}')
     exp = record.get("exp")
     if isinstance(exp, bool) or not isinstance(exp, int):
-        raise ValueError(f'"exp" must be epoch milliseconds, got {exp!r}')
+        raise MalformedRecordError(f'"exp" must be epoch milliseconds, got {exp!r:.50}')
     return record["v"], exp
 
 

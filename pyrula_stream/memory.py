@@ -13,9 +13,10 @@ import sqlite3
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
-from pyrula_stream.errors import PayloadTooLarge, UserError
+from pyrula_stream import wire_guard
+from pyrula_stream.errors import MalformedRecordError, PayloadTooLarge, UserError
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_VALUE_BYTES",
@@ -45,7 +46,27 @@ class MemoryItem:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> MemoryItem:
-        return cls(**{**raw, "namespace": tuple(raw["namespace"])})
+        """An item from its JSON object; a missing or mistyped field is malformed."""
+        what = "memory item"
+        namespace, key, value = raw.get("namespace"), raw.get("key"), raw.get("value")
+        if not isinstance(namespace, list) or not all(isinstance(p, str) for p in namespace):
+            raise MalformedRecordError(f"{what}: field 'namespace' must be a list of text")
+        if not isinstance(key, str):
+            raise MalformedRecordError(f"{what}: field 'key' must be text")
+        if not isinstance(value, dict):
+            raise MalformedRecordError(f"{what}: field 'value' must be an object")
+        source = raw.get("source", "agent")
+        if source not in ("agent", "user", "system"):
+            raise MalformedRecordError(f"{what}: field 'source' must be agent, user or system")
+        with wire_guard.guarded(what):
+            return cls(
+                namespace=tuple(namespace),
+                key=key,
+                value=value,
+                source=cast(MemorySource, source),
+                written_by_run_id=wire_guard.text_field(raw, "written_by_run_id", what),
+                updated_ms=wire_guard.int_field(raw, "updated_ms", what),
+            )
 
 
 MemoryItems = list[MemoryItem]

@@ -8,11 +8,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pyrula_stream.kafka.config import KafkaSettings, check_serialization, resolve
+from pyrula_stream.wire_guard import DecodeLimits
 
 
 @dataclass(frozen=True)
 class PoisonOptions:
-    """A turn whose attempts make no progress ``max_retries`` times is quarantined."""
+    """A turn whose attempts make no progress ``max_retries`` times is quarantined, and so
+    is a record that was being read when ``max_retries`` worker processes died (counted
+    across processes in the partition's journal; a count older than ``retry_ttl_s``
+    starts again). Quarantined: dead-lettered with code ``poison_quarantine`` and ended
+    with a ``run:error``. See docs/hostile-input.md."""
 
     max_retries: int = 3
     retry_ttl_s: float = 3600.0
@@ -53,6 +58,8 @@ class WorkerOptions:
     ``serialization="schema_registry"`` writes events in the Confluent wire format through
     the registry at ``schema.registry.url`` in ``kafka_config``; turn requests in either
     framing are read whenever a registry is configured.
+    ``decode_limits`` caps what a turn request may hold before it is parsed (size 16 MiB,
+    JSON nesting 128 levels); a request past them is dead-lettered with the reason.
     """
 
     max_concurrent_turns: int = 50
@@ -79,6 +86,7 @@ class WorkerOptions:
     memory_backend: Any = field(default=None, repr=False)  # may hold a store's credentials
     kafka_config: Mapping[str, Any] | None = None
     serialization: Literal["avro", "schema_registry"] = "avro"
+    decode_limits: DecodeLimits = field(default_factory=DecodeLimits)
 
     def __post_init__(self) -> None:
         # Resolved once, so every client sees the same settings, and a repr hides secrets.

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from pyrula_stream import serde
-from pyrula_stream.errors import ErrorCode, PayloadTooLarge
+from pyrula_stream import serde, wire_guard
+from pyrula_stream.errors import ErrorCode, MalformedRecordError, PayloadTooLarge
 
 
 @dataclass(slots=True)
@@ -181,11 +180,13 @@ class ControlRequest:
     def parse(cls, value: bytes | None) -> ControlRequest | None:
         """The request a control record holds, or ``None`` when it is unreadable."""
         try:
-            body: Mapping[str, Any] = json.loads(value or b"")
-            turn_id, action = str(body["turn_id"]), str(body["action"])
-        except (ValueError, KeyError, TypeError):
+            body = wire_guard.loads_object(value, "control record")
+            turn_id, action = body.get("turn_id"), body.get("action")
+            if not isinstance(turn_id, str) or not turn_id or action not in CONTROL_ACTIONS:
+                return None
+            reason = body.get("reason")
+            reason = (reason if isinstance(reason, str) and reason else action)[:500]
+            ts_ms = wire_guard.int_field(body, "ts_ms", "control record")
+        except MalformedRecordError:
             return None
-        if action not in CONTROL_ACTIONS:
-            return None
-        reason = str(body.get("reason") or action)[:500]
-        return cls(turn_id, action, reason, int(body.get("ts_ms") or 0))
+        return cls(turn_id, action, reason, ts_ms)

@@ -27,8 +27,10 @@ from typing import Any, Literal, Protocol
 
 import fastavro
 
+from pyrula_stream import wire_guard
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.lineage import Lineage
+from pyrula_stream.wire_guard import DEFAULT_LIMITS, DecodeLimits
 
 SCHEMA_VERSION = 1
 CONTENT_TYPE_HEADER = "content-type"
@@ -129,6 +131,8 @@ REPLY = "reply:"
 """``turn_id/reply:<child turn id>``: a sub-agent's outcome, journaled with its offset."""
 REPLY_CURSOR_KEY = "cursor/replies"
 """The partition's read position in the agent's replies topic (same partition number)."""
+INTAKE_MARK_KEY = "cursor/intake"
+"""The partition's intake mark (``runtime/poison.py``): who reads it, from where."""
 
 
 _CANONICAL = json.JSONEncoder(
@@ -265,15 +269,17 @@ def _decode_body(
     payload: bytes,
     headers: Mapping[str, str],
     codec: ValueCodec | None = None,
+    limits: DecodeLimits = DEFAULT_LIMITS,
 ) -> dict[str, Any]:
+    if not isinstance(payload, bytes | bytearray):
+        raise MalformedRecordError(f"{record} value is {type(payload).__name__}, not bytes")
+    wire_guard.check_size(payload, f"{record} value", limits)
     ctype = headers.get(CONTENT_TYPE_HEADER, content_type(record))
     if ctype == registry_content_type(record):
-        return (codec or SCHEMALESS).decode(record, payload)
+        with wire_guard.guarded(f"{record} value (registry framed)"):
+            return (codec or SCHEMALESS).decode(record, payload)
     if ctype == JSON_CONTENT_TYPE:
-        try:
-            body = json.loads(payload)
-        except ValueError as exc:
-            raise MalformedRecordError(f"value is not valid JSON: {exc}") from None
+        body = wire_guard.loads(payload, f"{record} value", limits)
         if not isinstance(body, dict):
             raise MalformedRecordError("a JSON value must be an object")
         for name in _JSON_FIELDS[record]:
@@ -292,20 +298,20 @@ def _decode_body(
         decoded = fastavro.schemaless_reader(io.BytesIO(payload), parsed_schema(record), None)
     except Exception as exc:  # fastavro raises many types on corrupt input
         raise MalformedRecordError(
-            f"value does not decode as {record}.avsc: {type(exc).__name__}: {exc}"
+            f"value does not decode as {record}.avsc: {type(exc).__name__}: {exc}"[:500]
         ) from None
     if not isinstance(decoded, dict):
         raise MalformedRecordError(f"value of {record} is not a record")
     return decoded
 
 
-def _load_json_fields(record: str, body: dict[str, Any]) -> dict[str, Any]:
+def _load_json_fields(
+    record: str, body: dict[str, Any], limits: DecodeLimits = DEFAULT_LIMITS
+) -> dict[str, Any]:
     for name in _JSON_FIELDS[record]:
         raw = body.get(name, "{}")
-        try:
-            body[name] = json.loads(raw) if isinstance(raw, str) else raw
-        except ValueError as exc:
-            raise MalformedRecordError(f"field {name!r} is not valid JSON: {exc}") from None
+        if isinstance(raw, str):
+            body[name] = wire_guard.loads(raw, f"field {name!r}", limits)
         if not isinstance(body[name], dict):
             raise MalformedRecordError(f"field {name!r} must be a JSON object")
     return body
@@ -318,39 +324,74 @@ def decode_turn_request(
     *,
     default_turn_id: str | None = None,
     default_agent: str | None = None,
+    limits: DecodeLimits = DEFAULT_LIMITS,
 ) -> TurnRequest:
     """A turn request; ``turn_id`` and ``agent`` may be left out when defaults are given
     (the consumer derives them from the record's topic, partition and offset). ``codec``
-    reads registry-framed values (``None``: only schemaless Avro and JSON)."""
+    reads registry-framed values (``None``: only schemaless Avro and JSON). Whatever the
+    bytes hold, the only error is ``MalformedRecordError``."""
+    with wire_guard.guarded("turn request"):
+        return _turn_request(payload, headers, codec, default_turn_id, default_agent, limits)
+
+
+def _turn_request(
+    payload: bytes | None,
+    headers: Mapping[str, str],
+    codec: ValueCodec | None,
+    default_turn_id: str | None,
+    default_agent: str | None,
+    limits: DecodeLimits,
+) -> TurnRequest:
     if not payload:
         raise MalformedRecordError("turn request has an empty value")
     if headers.get(CONTENT_TYPE_HEADER) == PARAMS_CONTENT_TYPE:
-        body: dict[str, Any] = {"params": _json_object(payload, "a bare params value")}
+        wire_guard.check_size(payload, "a bare params value", limits)
+        body: dict[str, Any] = {"params": _json_object(payload, "a bare params value", limits)}
     else:
         body = _load_json_fields(
-            "turn_request", _decode_body("turn_request", payload, headers, codec)
+            "turn_request", _decode_body("turn_request", payload, headers, codec, limits), limits
         )
     reply = tuple(
         (k[len(REPLY_HEADER_PREFIX) :], v)
         for k, v in headers.items()
         if k.startswith(REPLY_HEADER_PREFIX) and len(k) > len(REPLY_HEADER_PREFIX)
     )
+    what = "turn request"
+    metadata = wire_guard.dict_field(body, "metadata", what)
     try:
         return TurnRequest(
-            turn_id=str(body.get("turn_id") or _required(default_turn_id, "turn_id")),
-            agent=str(body.get("agent") or _required(default_agent, "agent")),
+            turn_id=_id_field(body, "turn_id", default_turn_id),
+            agent=_id_field(body, "agent", default_agent),
             params=body["params"],
-            metadata=body.get("metadata") or {},
-            thread_id=body.get("thread_id"),
-            idempotency_key=body.get("idempotency_key"),
-            submitted_ms=int(body.get("submitted_ms") or 0),
+            metadata=metadata,
+            thread_id=wire_guard.text_field(body, "thread_id", what) or None,
+            idempotency_key=wire_guard.text_field(body, "idempotency_key", what) or None,
+            submitted_ms=_ms_field(body.get("submitted_ms")),
             lineage=Lineage.from_headers(headers),
             correlation_id=headers.get(CORRELATION_HEADER)
-            or _text_or_none((body.get("metadata") or {}).get("correlation_id")),
+            or _text_or_none(metadata.get("correlation_id")),
             reply_headers=reply,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedRecordError(f"turn request is missing or has a bad field: {exc}") from None
+
+
+def _id_field(body: dict[str, Any], name: str, default: str | None) -> str:
+    value = body.get(name)
+    if not value:
+        return _required(default, name)
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        raise MalformedRecordError(f"turn request: field {name!r} must be text")
+    return str(value)
+
+
+def _ms_field(value: Any) -> int:
+    """Milliseconds: an integer, or its digits as text (older producers sent text)."""
+    if not value:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise MalformedRecordError("turn request: field 'submitted_ms' must be an integer")
+    return int(value)
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -363,45 +404,86 @@ def _required(default: str | None, name: str) -> str:
     return default
 
 
-def _json_object(payload: bytes, what: str) -> dict[str, Any]:
-    try:
-        body = json.loads(payload)
-    except ValueError as exc:
-        raise MalformedRecordError(f"{what} is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise MalformedRecordError(f"{what} must be a JSON object")
-    return body
+def _json_object(
+    payload: bytes, what: str, limits: DecodeLimits = DEFAULT_LIMITS
+) -> dict[str, Any]:
+    return wire_guard.loads_object(payload, what, limits)
 
 
 def decode_turn_result_value(payload: bytes) -> TurnResult:
     """A results record without its headers (a stream processor's deserializer): JSON
     when it is a JSON object, else Avro. An Avro result starts with the length of
     ``turn_id`` as a zigzag varint, never the byte ``{`` (a negative length)."""
+    if not isinstance(payload, bytes | bytearray):
+        raise MalformedRecordError(f"result value is {type(payload).__name__}, not bytes")
     ctype = JSON_CONTENT_TYPE if payload[:1] == b"{" else content_type("turn_result")
     return decode_turn_result(payload, {CONTENT_TYPE_HEADER: ctype})
 
 
+_RESULT_TEXT = ("turn_id", "agent", "status")
+_RESULT_OPTIONAL_TEXT = ("error_code", "error_message", "thread_id", "correlation_id")
+_RESULT_INTS = ("attempt", "started_ms", "finished_ms", "duration_ms")
+
+
 def decode_turn_result(payload: bytes, headers: Mapping[str, str]) -> TurnResult:
     """A results record, Avro or JSON (its ``content-type`` header says which)."""
-    body = _load_json_fields("turn_result", _decode_body("turn_result", payload, headers))
-    raw = body.get("result")
-    try:
-        body["result"] = None if raw is None else json.loads(raw)
-        return TurnResult(**body)
-    except (TypeError, ValueError) as exc:
-        raise MalformedRecordError(f"result record has a bad field: {exc}") from None
+    with wire_guard.guarded("result record"):
+        body = _load_json_fields("turn_result", _decode_body("turn_result", payload, headers))
+        raw = body.get("result")
+        body["result"] = None if raw is None else wire_guard.loads(raw, "field 'result'")
+        what = "result record"
+        for name in _RESULT_TEXT:
+            if not isinstance(body.get(name), str):
+                raise MalformedRecordError(f"{what}: field {name!r} must be text")
+        for name in _RESULT_OPTIONAL_TEXT:
+            wire_guard.text_field(body, name, what)
+        for name in _RESULT_INTS:
+            wire_guard.int_field(body, name, what)
+        cost = body.get("cost_usd", 0.0)
+        if isinstance(cost, bool) or not isinstance(cost, int | float):
+            raise MalformedRecordError(f"{what}: field 'cost_usd' must be a number")
+        try:
+            return TurnResult(**body)
+        except (TypeError, ValueError) as exc:
+            raise MalformedRecordError(f"result record has a bad field: {exc}") from None
 
 
 def decode_record(
-    record: str, payload: bytes, headers: Mapping[str, str], codec: ValueCodec | None = None
+    record: str,
+    payload: bytes,
+    headers: Mapping[str, str],
+    codec: ValueCodec | None = None,
+    limits: DecodeLimits = DEFAULT_LIMITS,
 ) -> dict[str, Any]:
     """The fields of one record of ``schemas/<record>.avsc``, JSON fields parsed;
     ``codec`` reads registry-framed values."""
-    return _load_json_fields(record, _decode_body(record, payload, headers, codec))
+    with wire_guard.guarded(record):
+        return _load_json_fields(
+            record, _decode_body(record, payload, headers, codec, limits), limits
+        )
+
+
+JOURNAL_LIMITS = DecodeLimits(max_depth=512)
+"""Journal entries nest what a turn's params, model messages and tool results hold one
+or two levels deeper, and a worker wrote them: a deeper cap (still far below the
+parser's stack), so no step of ours reads back as unreadable and runs again."""
 
 
 def decode_journal_entry(payload: bytes, headers: Mapping[str, str]) -> JournalEntry:
-    return JournalEntry(**decode_record("journal_entry", payload, headers))
+    """A journal record; any flaw is ``MalformedRecordError``."""
+    body = decode_record("journal_entry", payload, headers, limits=JOURNAL_LIMITS)
+    what = "journal entry"
+    for name in ("turn_id", "kind"):
+        if not isinstance(body.get(name), str):
+            raise MalformedRecordError(f"{what}: field {name!r} must be text")
+    for name in ("name", "input_hash"):
+        wire_guard.text_field(body, name, what)
+    if not isinstance(body.get("step"), int) or isinstance(body.get("step"), bool):
+        raise MalformedRecordError(f"{what}: field 'step' must be an integer")
+    for name in ("attempt", "ts_ms"):
+        wire_guard.int_field(body, name, what)
+    with wire_guard.guarded(what):
+        return JournalEntry(**body)
 
 
 RawHeaders = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None

@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pyrula_stream import serde
+from pyrula_stream import serde, wire_guard
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.events import RunComplete, Terminal
 from pyrula_stream.lineage import Lineage
@@ -92,19 +92,23 @@ class Reply:
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> Reply:
-        try:
-            return cls(
-                parent_turn_id=str(data["parent_turn_id"]),
-                child_turn_id=str(data["child_turn_id"]),
-                agent=str(data["agent"]),
-                status=str(data["status"]),
-                result=data.get("result"),
-                code=data.get("code"),
-                message=data.get("message"),
-                usage=data.get("usage") or {},
-            )
-        except (KeyError, TypeError) as exc:
-            raise MalformedRecordError(f"reply is missing a field: {exc}") from None
+        """A reply from its JSON object; a missing or mistyped field is malformed."""
+        what = "reply"
+        for name in ("parent_turn_id", "child_turn_id", "agent", "status"):
+            if name not in data:
+                raise MalformedRecordError(f"reply is missing a field: {name!r}")
+            if not isinstance(data[name], str):
+                raise MalformedRecordError(f"reply: field {name!r} must be text")
+        return cls(
+            parent_turn_id=data["parent_turn_id"],
+            child_turn_id=data["child_turn_id"],
+            agent=data["agent"],
+            status=data["status"],
+            result=data.get("result"),
+            code=wire_guard.text_field(data, "code", what),
+            message=wire_guard.text_field(data, "message", what),
+            usage=wire_guard.dict_field(data, "usage", what),
+        )
 
 
 def reply_record(request: TurnRequest, terminal: Terminal, usage: dict[str, Any]) -> OutRecord:
@@ -135,15 +139,12 @@ def reply_record(request: TurnRequest, terminal: Terminal, usage: dict[str, Any]
 
 
 def parse_reply(value: bytes | None) -> Reply:
+    """A reply record's value; whatever it holds, the only error is
+    ``MalformedRecordError``."""
     if not value:
         raise MalformedRecordError("reply has an empty value")
-    try:
-        data = json.loads(value)
-    except (ValueError, RecursionError) as exc:
-        raise MalformedRecordError(f"reply is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise MalformedRecordError("reply must be a JSON object")
-    return Reply.from_data(data)
+    data = wire_guard.loads_object(value, "reply")
+    return wire_guard.decode("reply", lambda: Reply.from_data(data))
 
 
 # -- the parent's journal records -------------------------------------------------------------

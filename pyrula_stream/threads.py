@@ -17,14 +17,18 @@ queued after it starts empty.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyrula_stream import wire_guard
 from pyrula_stream.errors import MalformedRecordError, PayloadTooLarge
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.records import JSON_CONTENT_TYPE, OutRecord
 from pyrula_stream.serde import TurnRequest
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "THREAD_DELETE",
@@ -87,13 +91,29 @@ class ThreadTurn:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ThreadTurn:
+        """A thread turn from its JSON object; a missing or mistyped field is malformed."""
+        what = "thread turn"
+        if not isinstance(raw, Mapping):
+            raise MalformedRecordError(f"{what} must be a JSON object")
+        n, turn_id, messages = raw.get("n"), raw.get("turn_id"), raw.get("messages")
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise MalformedRecordError(f"{what}: field 'n' must be an integer")
+        if not isinstance(turn_id, str):
+            raise MalformedRecordError(f"{what}: field 'turn_id' must be text")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise MalformedRecordError(f"{what}: field 'messages' must be a list of objects")
+        base = raw.get("base")
+        if base is not None and not (
+            isinstance(base, list) and all(isinstance(m, dict) for m in base)
+        ):
+            raise MalformedRecordError(f"{what}: field 'base' must be a list of objects")
         return cls(
-            int(raw["n"]),
-            str(raw["turn_id"]),
-            list(raw["messages"]),
-            dict(raw.get("outcome") or {}),
-            int(raw.get("ts_ms") or 0),
-            raw.get("base"),
+            n,
+            turn_id,
+            list(messages),
+            wire_guard.dict_field(dict(raw), "outcome", what),
+            wire_guard.int_field(dict(raw), "ts_ms", what),
+            base,
         )
 
 
@@ -123,28 +143,50 @@ class PartitionThreads:
     turns: dict[str, dict[int, ThreadTurn]] = field(default_factory=dict)
     heads: dict[str, int] = field(default_factory=dict)
 
+    skipped_records: int = 0
+
     def restore(self, records: Iterable[ConsumedRecord]) -> int:
-        """Fold a partition's records in; returns how many were read."""
+        """Fold a partition's records in; returns how many were read. A record that
+        cannot be read is skipped with a warning and counted in ``skipped_records``."""
         count = 0
         for record in records:
             count += 1
-            self.apply(record.key or "", record.value)
+            try:
+                self.apply(record.key or "", record.value)
+            except MalformedRecordError as exc:
+                self.skipped_records += 1
+                log.warning(
+                    "skipping unreadable thread record %r (partition %d @%d): %s",
+                    record.key,
+                    record.partition,
+                    record.offset,
+                    exc,
+                )
         return count
 
     def apply(self, key: str, value: bytes | None) -> None:
+        """Fold one record (``None``: a tombstone); ``MalformedRecordError`` if unreadable."""
+        with wire_guard.guarded(f"thread record {key!r:.100}"):
+            self._apply(key, value)
+
+    def _apply(self, key: str, value: bytes | None) -> None:
         thread_id, tail = split_key(key)
         if tail == HEAD:
             if value is None:
                 self.heads.pop(thread_id, None)
                 self.turns.pop(thread_id, None)
             else:
-                self.heads[thread_id] = int(json.loads(value)["next"])
+                head = wire_guard.loads_object(value, "thread head")
+                self.heads[thread_id] = wire_guard.int_field(head, "next", "thread head", 1)
             return
+        if not tail.isdigit():
+            raise MalformedRecordError(f"thread record key {key!r:.100} has no turn number")
         n = int(tail)
         if value is None:
             self.turns.get(thread_id, {}).pop(n, None)
         else:
-            self.turns.setdefault(thread_id, {})[n] = ThreadTurn.from_json(json.loads(value))
+            turn = ThreadTurn.from_json(wire_guard.loads_object(value, "thread turn"))
+            self.turns.setdefault(thread_id, {})[n] = turn
 
     def handle(self, thread_id: str) -> ThreadHandle:
         turns = self.turns.get(thread_id, {})

@@ -10,11 +10,13 @@ name so two tools cannot read or clobber each other's entries by accident.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
+
+from pyrula_stream import wire_guard
+from pyrula_stream.errors import MalformedRecordError
 
 __all__ = [
     "CacheProxy",
@@ -161,8 +163,8 @@ async def read_cached_result(store: CacheStore, key: str) -> tuple[Any, str] | N
         return None
     text: str = entry["text"]
     try:
-        value = text if entry.get("is_str") else json.loads(text)
-    except ValueError:
+        value = text if entry.get("is_str") else wire_guard.loads(text, "cached tool result")
+    except MalformedRecordError:
         return None
     return value, text
 

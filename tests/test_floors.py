@@ -29,6 +29,7 @@ FLOORS: dict[str, int] = {
     "records": 2,
     "events": 2,
     "lineage": 2,
+    "wire_guard": 2,
     "subagents": 2,
     # 3 the outside world
     "kafka": 3,

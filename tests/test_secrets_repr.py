@@ -70,6 +70,8 @@ NOT_CONFIG = {
     "pyrula_stream.ui.model.DeadLetter",
     # The chaos verifier's tally of what the journal holds (``llm``: model-call times).
     "pyrula_stream.chaos.verify.JournalView",
+    # A partition's crash count; its ``options`` are the poison retry policy (two numbers).
+    "pyrula_stream.runtime.poison.CrashGuard",
 }
 BUILT_IN_A_TURN = {
     # Only the worker builds it: checked from inside a real turn, below.

@@ -18,6 +18,7 @@ from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import SqliteView
 from pyrula_stream.serde import (
     IDEMPOTENCY_PREFIX,
+    INTAKE_MARK_KEY,
     PARK,
     PROGRESS,
     REPLY,
@@ -29,6 +30,7 @@ from pyrula_stream.serde import (
     journal_key,
     parse_journal_key,
 )
+from pyrula_stream.wire_guard import bad_record_reason
 
 log = logging.getLogger(__name__)
 
@@ -255,12 +257,25 @@ class PartitionJournal:
     turns: dict[str, TurnJournal] = field(default_factory=dict)
     records_read: int = 0
     reply_cursor: int | None = None
+    skipped_records: int = 0
+    intake_mark: tuple[dict[str, Any], int] | None = None
+    """The intake mark's data and write time (``None``: none, or a tombstone)."""
 
     def restore(self, records: Iterable[ConsumedRecord]) -> None:
         """Fold a partition's records, read to its end, in offset order."""
         with self.idempotency.batch():
             for record in records:
-                self.apply(record.key, record.value, record.ts_ms)
+                try:
+                    self.apply(record.key, record.value, record.ts_ms)
+                except Exception as exc:  # anyone with write access may have written it
+                    self.skipped_records += 1
+                    log.error(
+                        "journal record %r (partition %d @%d) unreadable, skipped: %s",
+                        record.key,
+                        record.partition,
+                        record.offset,
+                        bad_record_reason(exc),
+                    )
 
     def expire(self, now_ms: int, ttl_ms: int) -> list[str]:
         """Forget terminal records and keys older than the TTL; return the keys to tombstone."""
@@ -286,9 +301,14 @@ class PartitionJournal:
     def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
         """Fold one raw record of this partition's journal (in offset order)."""
         self.records_read += 1
+        if key == INTAKE_MARK_KEY:
+            data = _entry_data(key, value)
+            self.intake_mark = None if data is None else (data, ts_ms)
+            return
         if key == REPLY_CURSOR_KEY:
             data = _entry_data(key, value)
-            self.reply_cursor = int(data["offset"]) if data else None
+            offset = data.get("offset") if data else None
+            self.reply_cursor = offset if isinstance(offset, int) and offset >= 0 else None
             return
         if key.startswith(IDEMPOTENCY_PREFIX):
             self.idempotency.apply(key[len(IDEMPOTENCY_PREFIX) :], value, ts_ms)

@@ -67,6 +67,7 @@ from pyrula_stream.cache_table import (
 from pyrula_stream.errors import (
     BrokerUnavailableError,
     ConfigurationError,
+    MalformedRecordError,
     PayloadTooLarge,
     TopicDriftError,
     UserError,
@@ -447,7 +448,7 @@ class KafkaCacheStore:
             return
         try:
             entry = None if record.value is None else decode_entry(record.value)
-        except ValueError as exc:
+        except MalformedRecordError as exc:
             logger.warning(
                 "skipped a malformed record for %r in %s: %s", record.key, self.topic, exc
             )

@@ -25,6 +25,7 @@ from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.observability.tracing import carrier_from_headers
 from pyrula_stream.records import SourceRecord
 from pyrula_stream.serde import TurnRequest, ValueCodec, decode_turn_request, headers_dict
+from pyrula_stream.wire_guard import DEFAULT_LIMITS, DecodeLimits, bad_record_reason
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +95,12 @@ class TurnConsumer:
         on_lag: LagHook | None = None,
         kafka_config: Mapping[str, Any] | None = None,
         codec: ValueCodec | None = None,
+        limits: DecodeLimits = DEFAULT_LIMITS,
     ) -> None:
         self.topic = topic
         self.agent = agent
         self._codec = codec
+        self._limits = limits
         # Only what a denial message names (never a secret).
         self._who = {
             "bootstrap.servers": bootstrap_servers,
@@ -177,14 +180,15 @@ class TurnConsumer:
     def _intake(self, msg: Any) -> Intake:
         partition, offset = msg.partition(), msg.offset()
         raw_headers = [(k, v or b"") for k, v in (msg.headers() or [])]
-        headers = headers_dict(raw_headers)
         try:
+            headers = headers_dict(raw_headers)
             request = decode_turn_request(
                 msg.value(),
                 headers,
                 self._codec,
                 default_turn_id=record_turn_id(msg.topic(), partition, offset),
                 default_agent=self.agent,
+                limits=self._limits,
             )
             key = msg.key()
             if key:
@@ -195,12 +199,13 @@ class TurnConsumer:
                 )
             if request.lineage is not None:
                 self._check_placement(request, key, partition)
-        except MalformedRecordError as exc:
+            trace = carrier_from_headers(headers)
+        except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
             source = SourceRecord(
                 msg.topic(), partition, offset, msg.key(), msg.value(), raw_headers
             )
-            return BadRecord(partition, offset, str(exc), source)
-        return TurnRecord(partition, offset, request, carrier_from_headers(headers))
+            return BadRecord(partition, offset, bad_record_reason(exc), source)
+        return TurnRecord(partition, offset, request, trace)
 
     def _check_placement(self, request: TurnRequest, key: bytes | None, partition: int) -> None:
         """A sub-agent request sits where its caller put it: keyed by its turn id, on that

@@ -9,7 +9,6 @@ record each, idempotently, and wait for the broker.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,7 +16,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from pyrula_stream.errors import BrokerUnavailableError
+from pyrula_stream import wire_guard
+from pyrula_stream.errors import BrokerUnavailableError, MalformedRecordError
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, apply_topics, topic_specs
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import GlobalTable, TableWriter
@@ -85,6 +85,11 @@ class KafkaMemory:
         )
         self._table.start(timeout_s=self._timeout_s)
 
+    @property
+    def skipped_records(self) -> int:
+        """Records of the topic that could not be read and were skipped (logged)."""
+        return self._table.skipped_records
+
     def close(self) -> None:
         self._table.stop()
         if self._writer is not None:
@@ -99,12 +104,10 @@ class KafkaMemory:
         return rec
 
     def _apply(self, record: ConsumedRecord) -> None:
-        try:
-            namespace, key = json.loads(record.key)
-        except (ValueError, TypeError):
-            return  # not ours: ignored like any foreign record
-        item = None if record.value is None else MemoryItem.from_json(json.loads(record.value))
-        self.view.apply(tuple(namespace), key, item)
+        """Fold one record; the table reader skips (and counts) one that is not readable."""
+        decoded = decode_memory_record(record.key, record.value)
+        if decoded is not None:
+            self.view.apply(*decoded)
 
     # -- MemoryBackend --------------------------------------------------------------------
 
@@ -171,3 +174,27 @@ class KafkaMemory:
                 f"writing {record.key.decode()} to {self.topic} failed: "
                 f"{failure[0].str() if failure else 'no answer'}"
             )
+
+
+def decode_memory_record(
+    key: str, value: bytes | None
+) -> tuple[tuple[str, ...], str, MemoryItem | None] | None:
+    """``(namespace, key, item or None for a tombstone)`` of one memory record; ``None``
+    for a key that is not ours; ``MalformedRecordError`` for a value that is unreadable."""
+    what = f"memory record {key!r:.100}"
+    try:
+        parsed = wire_guard.loads(key, f"{what} key")
+    except MalformedRecordError:
+        return None  # not ours: ignored like any foreign record
+    if not (
+        isinstance(parsed, list)
+        and len(parsed) == 2
+        and isinstance(parsed[0], list)
+        and all(isinstance(part, str) for part in parsed[0])
+        and isinstance(parsed[1], str)
+    ):
+        return None
+    namespace, name = parsed
+    if value is None:
+        return tuple(namespace), name, None
+    return tuple(namespace), name, MemoryItem.from_json(wire_guard.loads_object(value, what))

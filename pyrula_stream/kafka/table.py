@@ -39,6 +39,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from pyrula_stream.kafka.config import new_consumer, new_producer, producer_config, reader_config
 from pyrula_stream.kafka.offsets import ConsumedRecord, read_to_end, to_record
 from pyrula_stream.records import OutRecord
+from pyrula_stream.wire_guard import bad_record_reason
 
 __all__ = ["DeliveryCallback", "GlobalTable", "PartitionedTable", "SqliteView", "TableWriter"]
 
@@ -174,6 +175,7 @@ class GlobalTable:
         self._kafka_config = kafka_config
         self._group_id = group_id
         self.failure: BaseException | None = None
+        self.skipped_records = 0
         self._apply = apply
         self._tick = tick
         self._tick_interval_s = tick_interval_s
@@ -194,7 +196,7 @@ class GlobalTable:
         for record in read_to_end(consumer, self.topic, timeout_s=timeout_s, keep_assigned=True):
             if self._stop.is_set():
                 return
-            self._apply(record)
+            self._apply_guarded(record)
         self._thread = threading.Thread(
             target=self._follow, name=f"{self.client_id}-follow", daemon=True
         )
@@ -242,7 +244,22 @@ class GlobalTable:
                 raise KafkaException(err)
             logger.warning("reading %s: %s", self.topic, err.str())
             return
-        self._apply(to_record(msg))
+        self._apply_guarded(to_record(msg))
+
+    def _apply_guarded(self, record: ConsumedRecord) -> None:
+        """Fold one record; one that cannot be read is skipped, logged and counted in
+        ``skipped_records``, never the end of the reader (anyone may write the topic)."""
+        try:
+            self._apply(record)
+        except Exception as exc:
+            self.skipped_records += 1
+            logger.warning(
+                "skipping unreadable record %s[%d]@%d: %s",
+                self.topic,
+                record.partition,
+                record.offset,
+                bad_record_reason(exc),
+            )
 
 
 class TableWriter:

@@ -6,14 +6,14 @@ exceptions; everything that must behave the same across providers lives here.
 
 from __future__ import annotations
 
-import json
 import os
 from abc import abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from pyrula_stream.errors import ConfigurationError, ErrorCode, LLMError
+from pyrula_stream import wire_guard
+from pyrula_stream.errors import ConfigurationError, ErrorCode, LLMError, MalformedRecordError
 from pyrula_stream.llm._retry import ProviderFailure, ProviderRetryPolicy, stream_with_retries
 from pyrula_stream.llm._secrets import redact, safe_url
 from pyrula_stream.llm.base import (
@@ -181,12 +181,12 @@ class SDKAdapter(LLMClient):
     def _parse_tool_input(self, name: str, raw: str, *, cut_short: bool) -> dict[str, Any] | None:
         """Tool arguments from streamed JSON; ``None`` if the reply was cut by max_tokens."""
         try:
-            parsed = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError:
+            parsed = wire_guard.loads(raw, f"arguments for tool '{name}'") if raw.strip() else {}
+        except MalformedRecordError as exc:
             if cut_short:
                 return None
             raise LLMError(
-                f"{self.provider} sent invalid JSON arguments for tool '{name}'"
+                f"{self.provider} sent invalid JSON arguments for tool '{name}': {exc}"
             ) from None
         if not isinstance(parsed, dict):
             raise LLMError(f"{self.provider} sent non-object arguments for tool '{name}'")

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyrula_stream import wire_guard
 from pyrula_stream.errors import ErrorCode, TurnFailure
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.tools import (
@@ -100,6 +101,20 @@ def reply_text(result: CallToolResult) -> str:
     return "\n".join(parts)
 
 
+def checked_reply(result: CallToolResult, tool: str) -> _Reply:
+    """A server's answer held to the limits of any outside value: a result nested past
+    ``DecodeLimits.max_depth`` (or one that cannot be encoded) is ``MalformedRecordError``,
+    which the call reports as a failed tool call, and never reaches the journal."""
+    what = f"result of MCP tool '{tool}'"
+    with wire_guard.guarded(what):
+        value = result.structured_content
+        text = reply_text(result)
+        wire_guard.check_size(text, what, wire_guard.DEFAULT_LIMITS)
+        if value is not None:
+            wire_guard.check_depth(canonical_json(value), what, wire_guard.DEFAULT_LIMITS)
+        return _Reply(value if value is not None else text, text, bool(result.is_error))
+
+
 class MCPTool(ToolCallable):
     """A discovered MCP tool bound to the worker's connection to its server."""
 
@@ -140,9 +155,7 @@ class MCPTool(ToolCallable):
         key = ctx.idempotency_key if isinstance(ctx, ToolContext) else None
         meta = {IDEMPOTENCY_META_KEY: key} if key is not None else None
         result = await self.connection.call_tool(self.listing.tool, arguments, meta=meta)
-        value = result.structured_content
-        text = reply_text(result)
-        return _Reply(value if value is not None else text, text, result.is_error)
+        return checked_reply(result, self.name)
 
     async def __call__(self, ctx: Any, /, *, id: str | None = None, **kwargs: Any) -> Any:
         """A direct call: durable with an agent context; with a hand-built one it just runs

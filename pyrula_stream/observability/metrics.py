@@ -140,6 +140,12 @@ class WorkerMetrics:
             ["agent", "reason"],
             registry=r,
         )
+        self.skipped_records = Counter(
+            "pyrula_skipped_records",
+            "Unreadable records skipped (not dead-lettered), by where they were read.",
+            ["agent", "source"],
+            registry=r,
+        )
         self.restore_duration = Histogram(
             "pyrula_restore_duration_seconds",
             "Time to read one journal partition when it is assigned.",
@@ -252,6 +258,9 @@ class WorkerMetrics:
 
     def dead_lettered(self, reason: str) -> None:
         self.dead_letters.labels(self.agent, reason).inc()
+
+    def skipped_record(self, source: str) -> None:
+        self.skipped_records.labels(self.agent, source).inc()
 
     def restored(self, seconds: float, records: int) -> None:
         self.restore_duration.labels(self.agent).observe(seconds)

@@ -42,6 +42,10 @@ class CommitStats:
     seconds: float = 0.0
 
 
+ABORT_RETRY_S = 0.1
+"""After an abort, how soon records that someone waits for are committed again."""
+
+
 class GroupCommitter:
     """Buffers turn records and commits them in batches, one batch in flight at a time.
 
@@ -190,6 +194,11 @@ class GroupCommitter:
                 if t in batch.turns and not fut.done():
                     fut.cancel()
             self._on_abort(set(batch.turns))
+            if self._pending.waiters:
+                # Someone waits for kept records (an intake mark before a partition's
+                # first turn): retry soon even if nothing else wakes the loop.
+                await asyncio.sleep(ABORT_RETRY_S)
+                self._wake.set()
             return False
         except BaseException as exc:
             observed.failed(exc)

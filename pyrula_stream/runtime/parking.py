@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.durable.journal import TurnJournal
-from pyrula_stream.errors import ErrorCode, MalformedRecordError
+from pyrula_stream.errors import ErrorCode
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.records import dead_letter
 from pyrula_stream.runtime.committer import GroupCommitter
@@ -31,6 +31,7 @@ from pyrula_stream.subagents import (
     parse_reply,
     reply_journal_record,
 )
+from pyrula_stream.wire_guard import bad_record_reason
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class ParkedTurns:
                 continue
             try:
                 ps.parked[turn_id] = Park.from_data(journal.park)
-            except (KeyError, TypeError, ValueError, MalformedRecordError) as exc:
+            except Exception as exc:  # a journal record we cannot read: leave it parked
                 log.error("park record of %s unreadable, turn left parked: %s", turn_id, exc)
                 continue
             if self._cancelled(turn_id):
@@ -155,8 +156,8 @@ class ParkedTurns:
                 reply.parent_turn_id in ps.finished,
                 reply,
             )
-        except MalformedRecordError as exc:
-            why = str(exc)
+        except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
+            why = bad_record_reason(exc)
         if why is None and reply is not None:
             records.append(reply_journal_record(topics.journal, p, reply))
         else:

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from pyrula_stream.durable.journal import PartitionJournal
+from pyrula_stream.runtime.poison import CrashGuard
 from pyrula_stream.serde import TERMINAL, TurnRequest, journal_key
 from pyrula_stream.subagents import Park
 from pyrula_stream.threads import PartitionThreads
@@ -56,6 +57,8 @@ class QueuedTurn:
     request: TurnRequest
     duplicate_of: str | None = None
     trace: dict[str, str] | None = None
+    quarantine: str | None = None
+    """Set when the record crashed ``max_retries`` processes: dead-letter, do not run."""
 
 
 @dataclass
@@ -84,6 +87,8 @@ class PartitionState:
     parked: dict[str, Park] = field(default_factory=dict)
     """Turns only the journal holds now, waiting for replies or a time."""
     resuming: set[str] = field(default_factory=set)
+    crash_guard: CrashGuard | None = None
+    """Counts crashes of the previous owners (``runtime/poison.py``)."""
 
     def is_finished(self, request: TurnRequest) -> bool:
         """Whether this turn already ended: its re-read request is a no-op."""

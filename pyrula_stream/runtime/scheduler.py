@@ -101,6 +101,17 @@ class TurnScheduler:
         """Start the turn now if a slot is free, else queue it for the next free slot."""
         if self._stopping():
             return  # not started, not committed: the next owner of the partition runs it
+        ps = self._parts.get(partition)
+        guard = ps.crash_guard if ps is not None and queued.offset >= 0 else None
+        if ps is not None and guard is not None:
+            decision = guard.admit(queued)
+            if decision == "hold":
+                return
+            if decision == "quarantine":
+                queued.quarantine = (
+                    f"the record at {self.agent.topics.turns}[{partition}]@{queued.offset} "
+                    f"was being read when {guard.options.max_retries} worker processes died"
+                )
         if len(self._running) >= self.options.max_concurrent_turns:
             self._waiting.append((partition, queued))
         else:
@@ -186,6 +197,8 @@ class TurnScheduler:
         try:
             if queued.duplicate_of is not None:
                 await executor.finish_duplicate(runtime, queued.duplicate_of)
+            elif queued.quarantine is not None:
+                await executor.quarantine(runtime, queued.quarantine)
             else:
                 await executor.execute(runtime)
         except asyncio.CancelledError:
@@ -230,6 +243,8 @@ class TurnScheduler:
             return
         ps.watermark.done(queued.offset)
         self._committer().offsets_changed()
+        if ps.crash_guard is not None:
+            ps.crash_guard.ended(queued.offset, ps.watermark.committable())
         nxt = ps.dequeue(queued.request.key)
         if nxt is not None:
             self.admit(ps.partition, nxt)

@@ -87,6 +87,7 @@ async def open_session(
         on_lag=telemetry.on_lag,
         kafka_config=settings,
         codec=codec,
+        limits=options.decode_limits,
     )
     # Readers never join their group, but a secured cluster wants DESCRIBE on it.
     readers = reader_group_id(agent.prefix, agent.name)

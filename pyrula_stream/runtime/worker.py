@@ -57,6 +57,7 @@ from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.parking import replies_owner
 from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
+from pyrula_stream.runtime.poison import CrashGuard, IntakeMark, intake_owner
 from pyrula_stream.runtime.restore import restore_partition
 from pyrula_stream.runtime.scheduler import TurnScheduler
 from pyrula_stream.runtime.session import GroupSession, SessionLost, open_session
@@ -66,6 +67,7 @@ from pyrula_stream.runtime.startup import (
     shared_stores,
     wait_for_broker,
 )
+from pyrula_stream.serde import INTAKE_MARK_KEY
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 
 log = logging.getLogger(__name__)
@@ -391,8 +393,9 @@ class KafkaWorker(RunsInBackground):
     async def _drop_all_turns(self, *, flush: bool = False) -> None:
         ids = await self._scheduler.stop_all()
         if self._session is not None:
-            self.committer.purge(ids)
-            if flush:
+            self.committer.purge(ids | {intake_owner(p) for p in self._parts})
+            if flush and self._stop_requested:  # a clean stop, not a session that failed
+                self.committer.add_records(self._closing_marks(set(self._parts)))
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.committer.flush(), self.options.cancel_timeout)
         self._parts.clear()
@@ -451,16 +454,48 @@ class KafkaWorker(RunsInBackground):
                 expired += state.committed(state.restored_committed)
             if expired:
                 self.committer.add_records([self._tombstone(p, key) for key in expired])
+            state.crash_guard = self._crash_guard(p, state)
         assert self._session is not None
         self._session.replies.assign({p: s.journal.reply_cursor for p, s in restored.items()})
         for p in restored:
             self._parked.rearm(p)
+
+    def _crash_guard(self, p: int, state: PartitionState) -> CrashGuard:
+        """Count a crash of the previous owner and commit this owner's intake mark before
+        any turn of the partition starts (``runtime/poison.py``)."""
+        stored = state.journal.intake_mark
+        mark = IntakeMark.from_entry(*stored) if stored is not None else None
+        return CrashGuard.restored(
+            p,
+            mark,
+            -1 if state.restored_committed is None else state.restored_committed,
+            state.restored_end,
+            options=self.options.poison,
+            worker=self.worker_id,
+            write_mark=partial(self._write_mark, p),
+            release=partial(self._scheduler.admit, p),
+        )
+
+    def _write_mark(self, p: int, mark: IntakeMark) -> asyncio.Future[None]:
+        return self.committer.durable_records(
+            intake_owner(p), [mark.record(self.topics.journal, p)]
+        )
+
+    def _closing_marks(self, partitions: set[int]) -> list[OutRecord]:
+        """A clean handover tombstones the intake marks: the next owner counts no crash,
+        and compaction keeps nothing of a partition that was left cleanly."""
+        return [
+            self._tombstone(p, INTAKE_MARK_KEY)
+            for p in sorted(partitions)
+            if p in self._parts and self._parts[p].crash_guard is not None
+        ]
 
     def _tombstone(self, partition: int, key: str) -> OutRecord:
         return self._journal_table.tombstone(key, partition, [content_type_header("journal_entry")])
 
     async def _revoke(self, partitions: set[int]) -> None:
         """Stop the partitions' turns and let a commit in flight end before they move on."""
+        closing = self._closing_marks(partitions)
         for p in partitions:  # first, so nothing starts or restarts on them from now on
             self._parts.pop(p, None)
         if self._session is not None:
@@ -471,7 +506,10 @@ class KafkaWorker(RunsInBackground):
         # Buffered replies of these partitions are the new owner's to take now (purged
         # again after the commit in flight: an abort puts its replies back).
         replies = {replies_owner(p) for p in partitions}
-        self.committer.purge(set(lost) | replies)
+        marks = {intake_owner(p) for p in partitions}
+        self.committer.purge(set(lost) | replies | marks)
+        if closing:
+            await self._commit_closing(closing)
         if self.options.processing_guarantee == "exactly_once_v2":
             try:
                 await asyncio.wait_for(self.committer.wait_idle(), REVOKE_COMMIT_WAIT_S)
@@ -481,8 +519,20 @@ class KafkaWorker(RunsInBackground):
                     REVOKE_COMMIT_WAIT_S,
                     sorted(partitions),
                 )
-        self.committer.purge(replies)
+        self.committer.purge(replies | marks)
         self.committer.forget_offsets({(self.topics.turns, p) for p in partitions})
+
+    async def _commit_closing(self, records: list[OutRecord]) -> None:
+        """Commit the clean-handover marks before the partitions move on; a handover that
+        cannot commit them only makes the next owner count a crash if nothing progressed."""
+        try:
+            await asyncio.wait_for(
+                self.committer.durable_records("pyrula.closing", records),
+                self.options.cancel_timeout,
+            )
+        except (TimeoutError, asyncio.CancelledError, ProducerFenced):
+            self.committer.purge({"pyrula.closing"})
+            log.warning("the intake marks of a clean handover did not commit in time")
 
     # -- records --------------------------------------------------------------------------
 
@@ -531,7 +581,10 @@ class KafkaWorker(RunsInBackground):
     def _on_control_record(self, value: bytes | None) -> None:
         control = ControlRequest.parse(value)
         if control is None:
-            log.warning("ignoring unreadable control record: %r", value)
+            # Every worker reads every control partition, so a dead letter here would be
+            # written once per worker and start: skipped, logged and counted instead.
+            self.metrics.skipped_record("control")
+            log.warning("ignoring unreadable control record: %.200r", value)
             return
         self._scheduler.on_control(control)
 

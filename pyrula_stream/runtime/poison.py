@@ -1,0 +1,204 @@
+"""Crash quarantine: a record that kills worker processes goes to the DLQ, not round again.
+
+Decoding cannot kill a worker any more, but a record may still make a process die in a
+way nobody foresaw (a native crash, ``os._exit`` in a tool, the OOM killer). A dying
+process writes nothing, so its successor must count. The count lives in the partition's
+journal, as one *intake mark* (key ``cursor/intake``) that restore reads anyway:
+
+- On assignment the owner commits ``{offset: committed input offset, open: true}``
+  before any turn of the partition starts; a clean handover (revoke, stop) tombstones
+  it. One write per assignment (and one per handover), none per turn.
+- The next owner that finds the mark still open knows the previous process died: it
+  charges a crash to the lowest record not committed (adding to the mark's count when
+  the committed offset has not moved) and runs *carefully*: the partition's turns start
+  one at a time, each after a mark at its own offset is durable, until the records the
+  dead process could have read are behind it. A crash in that mode names
+  its record exactly; an innocent record, by finishing, moves the count on at zero.
+- Once a record has ``max_retries`` crashes counted (within ``retry_ttl_s`` of the last
+  one) it is quarantined: dead-lettered with code ``poison_quarantine`` and ended with a
+  ``run:error``, without running.
+
+Within one process a turn that keeps failing without progress is counted by its own
+attempts in its journal, the other half of ``PoisonOptions``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyrula_stream import serde
+from pyrula_stream.options import PoisonOptions
+from pyrula_stream.records import OutRecord, wire_record
+from pyrula_stream.serde import INTAKE_MARK_KEY, JournalEntry
+
+log = logging.getLogger(__name__)
+
+
+def intake_owner(partition: int) -> str:
+    """The committer owner of a partition's intake marks (purged when it is revoked)."""
+    return f"{INTAKE_MARK_KEY}/{partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeMark:
+    """Who owns a partition's intake, from which committed offset, after how many crashes."""
+
+    offset: int
+    crashes: int = 0
+    open: bool = True
+    worker: str = ""
+    ts_ms: int = 0
+
+    def record(self, journal_topic: str, partition: int) -> OutRecord:
+        data = {
+            "offset": self.offset,
+            "crashes": self.crashes,
+            "open": self.open,
+            "worker": self.worker,
+        }
+        entry = JournalEntry("", -1, "intake_mark", data=data, ts_ms=self.ts_ms)
+        return wire_record(
+            journal_topic,
+            INTAKE_MARK_KEY.encode(),
+            serde.encode("journal_entry", entry),
+            "journal_entry",
+            partition=partition,
+        )
+
+    @classmethod
+    def from_entry(cls, data: dict[str, Any] | None, ts_ms: int) -> IntakeMark | None:
+        """The mark a restored journal held (``None``: none, or unreadable)."""
+        if not data:
+            return None
+        offset, crashes, is_open = data.get("offset"), data.get("crashes"), data.get("open")
+        if not (isinstance(offset, int) and isinstance(crashes, int) and isinstance(is_open, bool)):
+            return None
+        return cls(offset, crashes, is_open, str(data.get("worker") or ""), ts_ms)
+
+
+MarkWriter = Callable[[IntakeMark], "asyncio.Future[None]"]
+Admit = Callable[[Any], None]
+
+
+@dataclass
+class CrashGuard:
+    """One partition's crash bookkeeping between its restore and its revoke.
+
+    ``admit`` decides per new turn; held turns are handed back to ``release`` (the
+    scheduler's admit) once a mark is durable or the careful turn in flight ended.
+    """
+
+    partition: int
+    committed: int
+    crashes: int
+    careful_until: int
+    options: PoisonOptions
+    write_mark: MarkWriter
+    release: Admit
+    worker: str
+    careful: bool = False
+    marked_at: int = -1
+    in_flight: int | None = None
+    gate: asyncio.Future[None] | None = None
+    held: deque[Any] = field(default_factory=deque)
+
+    @classmethod
+    def restored(
+        cls,
+        partition: int,
+        mark: IntakeMark | None,
+        committed: int,
+        restored_end: int,
+        *,
+        options: PoisonOptions,
+        worker: str,
+        write_mark: MarkWriter,
+        release: Admit,
+    ) -> CrashGuard:
+        """Read the mark the previous owner left and commit this owner's own."""
+        now_ms = int(time.time() * 1000)
+        crashes = 0
+        if mark is not None and mark.open:
+            # Same offset: the crash hit the record the mark named. Progress since: the
+            # crash is charged to the lowest record left, which then runs alone (and an
+            # innocent one, by finishing, hands the count on at zero).
+            same = mark.offset == committed
+            fresh = now_ms - mark.ts_ms <= options.retry_ttl_s * 1000
+            crashes = (mark.crashes if same and fresh else 0) + 1
+            log.warning(
+                "partition %d: the previous owner (%s) died with input offset %d in progress "
+                "(crash %d of %d before quarantine); running its turns one at a time",
+                partition,
+                mark.worker or "unknown",
+                committed,
+                crashes,
+                options.max_retries,
+            )
+        guard = cls(
+            partition,
+            committed,
+            crashes,
+            restored_end,
+            options,
+            write_mark,
+            release,
+            worker,
+            careful=crashes > 0,
+        )
+        guard._mark(committed, crashes)
+        return guard
+
+    @property
+    def quarantine_due(self) -> bool:
+        return self.crashes >= self.options.max_retries
+
+    def _mark(self, offset: int, crashes: int) -> None:
+        mark = IntakeMark(offset, crashes, True, self.worker, int(time.time() * 1000))
+        self.marked_at = offset
+        gate = self.gate = self.write_mark(mark)
+        gate.add_done_callback(lambda _: self._release_held())
+
+    def admit(self, queued: Any) -> str:
+        """``"run"``, ``"hold"`` (kept until a mark is durable or the careful turn ends)
+        or ``"quarantine"`` for one turn read from the partition, about to start."""
+        if self.gate is not None and not self.gate.done():
+            self.held.append(queued)
+            return "hold"
+        if not self.careful:
+            return "run"
+        if self.in_flight is not None:
+            self.held.append(queued)
+            return "hold"
+        at = queued.offset
+        if at != self.marked_at:
+            self.crashes = 0  # a new suspect: its own count starts now
+            self.held.append(queued)
+            self._mark(at, 0)
+            return "hold"
+        self.in_flight = queued.offset
+        if self.quarantine_due:
+            self.crashes = 0
+            return "quarantine"
+        return "run"
+
+    def ended(self, offset: int, committable: int | None) -> None:
+        """A turn of this partition ended (or parked): the next careful turn may start."""
+        if self.in_flight != offset:
+            return
+        self.in_flight = None
+        if committable is not None and committable >= self.careful_until:
+            self.careful = False
+        self._release_held()
+
+    def _release_held(self) -> None:
+        if self.gate is not None and self.gate.cancelled():
+            return  # revoked: the partition's turns are the next owner's
+        held, self.held = self.held, deque()
+        for queued in held:
+            self.release(queued)
