@@ -83,6 +83,7 @@ class ErrorCode(StrEnum):
     STREAM_CARRY_MISSING = "stream_carry_missing"
     INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
     AGENT_DEPTH_EXCEEDED = "agent_depth_exceeded"
+    RECORD_UNDELIVERABLE = "record_undeliverable"
 
 
 class PyrulaError(Exception):

@@ -53,6 +53,9 @@ class WorkerOptions:
     ``serialization="schema_registry"`` writes events in the Confluent wire format through
     the registry at ``schema.registry.url`` in ``kafka_config``; turn requests in either
     framing are read whenever a registry is configured.
+    ``max_delivery_attempts``: a record the broker keeps refusing aborts each transaction
+    it rides; after this many commits in a row its turn ends with ``record_undeliverable``
+    (a record of no turn goes to the DLQ instead), so the partition moves on.
     """
 
     max_concurrent_turns: int = 50
@@ -79,6 +82,7 @@ class WorkerOptions:
     memory_backend: Any = None
     kafka_config: Mapping[str, Any] | None = None
     serialization: Literal["avro", "schema_registry"] = "avro"
+    max_delivery_attempts: int = 5
 
     def __post_init__(self) -> None:
         # Resolved once, so every client sees the same settings, and a repr hides secrets.

@@ -14,6 +14,8 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -36,8 +38,49 @@ TRANSACTION_CALL_TIMEOUT_S = 15.0
 10 s transaction timeout, after which the broker aborts the transaction anyway."""
 
 
+@dataclass(frozen=True, slots=True)
+class FailedDelivery:
+    """One record of a batch that the broker did not take, from its delivery report."""
+
+    index: int
+    """Its position in the batch written (the committer maps it back to its owner)."""
+    topic: str
+    partition: int
+    code: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.topic} [{self.partition}]: {self.code} ({self.reason})"
+
+
+def describe_failures(failed: Sequence[FailedDelivery], limit: int = 5) -> str:
+    """``topic [partition]: CODE (reason)`` for the first ``limit`` records, for a log."""
+    shown = "; ".join(str(f) for f in failed[:limit])
+    more = len(failed) - limit
+    return shown + (f"; and {more} more" if more > 0 else "")
+
+
+REPLACE_AFTER = frozenset(
+    {
+        KafkaError._INCONSISTENT,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError._MSG_TIMED_OUT,
+    }
+)
+"""Abort causes after which the producer is replaced even with no delivery report read."""
+
+
 class TransactionAborted(Exception):
-    """The batch was aborted; none of its records or offsets are visible."""
+    """The batch was aborted; none of its records or offsets are visible.
+
+    ``failed`` names the records whose delivery failed (empty when the abort had another
+    cause, such as a broker that did not answer in time).
+    """
+
+    def __init__(self, message: str, failed: Sequence[FailedDelivery] = ()) -> None:
+        super().__init__(message)
+        self.failed = tuple(failed)
 
 
 class ProducerFenced(Exception):
@@ -74,7 +117,7 @@ class BatchWriter:
         )
         self._conf = conf
         self._producer = new_producer(conf)
-        self._delivery_errors: list[str] = []
+        self._failed: list[FailedDelivery] = []
         self.stuck = False
         """A call into this producer never returned; ``close`` must not wait on it."""
 
@@ -110,20 +153,31 @@ class BatchWriter:
             self._write_then_commit(records, offsets, consumer)
 
     def _produce_all(self, records: Sequence[OutRecord]) -> None:
-        for rec in records:
+        self._failed.clear()
+        for index, rec in enumerate(records):
             kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value, "headers": rec.headers}
             if rec.partition is not None:
                 kwargs["partition"] = rec.partition
+            on_delivery = partial(self._on_delivery, index)
             while True:
                 try:
-                    self._producer.produce(rec.topic, on_delivery=self._on_delivery, **kwargs)
+                    self._producer.produce(rec.topic, on_delivery=on_delivery, **kwargs)
                     break
                 except BufferError:
                     self._producer.poll(0.05)
 
-    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+    def _on_delivery(self, index: int, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            self._delivery_errors.append(f"{msg.topic()}: {err.str()}")
+            partition = msg.partition()
+            self._failed.append(
+                FailedDelivery(
+                    index,
+                    str(msg.topic()),
+                    -1 if partition is None else int(partition),
+                    str(err.name()),
+                    str(err.str()),
+                )
+            )
 
     def _write_transaction(
         self, records: Sequence[OutRecord], offsets: Offsets, group_metadata: Any
@@ -190,12 +244,25 @@ class BatchWriter:
         if err is not None and not err.fatal() and (err.txn_requires_abort() or err.retriable()):
             # Retriable here means the broker did not answer in time (a restart, an
             # outage): abort rather than wait, and rerun the turns from their journal.
-            log.warning("transaction must abort (%s); rebuilding affected turns", err.str())
+            self._producer.poll(0)  # serves delivery reports not yet served
+            failed = sorted(self._failed, key=lambda f: f.index)
+            if failed:
+                log.warning(
+                    "transaction must abort (%s); rebuilding affected turns; "
+                    "%d record(s) failed delivery: %s",
+                    err.str(),
+                    len(failed),
+                    describe_failures(failed),
+                )
+            else:
+                log.warning("transaction must abort (%s); rebuilding affected turns", err.str())
             try:
                 self._producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S)
             except KafkaException as abort_exc:
                 raise ProducerFenced(f"abort failed: {abort_exc}") from exc
-            raise TransactionAborted(err.str()) from exc
+            if failed or err.code() in REPLACE_AFTER:
+                self._replace_producer(failed[0] if failed else err.name())
+            raise TransactionAborted(err.str(), failed) from exc
         if err is not None and (
             err.fatal()
             or err.code()
@@ -204,16 +271,37 @@ class BatchWriter:
             raise ProducerFenced(err.str()) from exc
         raise ProducerFenced(f"unexpected transactional error: {exc}") from exc
 
+    def _replace_producer(self, cause: object) -> None:
+        """A new producer with our transactional id in place of one whose records failed.
+
+        After a failed delivery librdkafka must bump the producer's epoch before its
+        sequence numbers line up again; reused at once, the next transaction aborts too
+        (``OUT_OF_ORDER_SEQUENCE_NUMBER``), and a producer whose partition state went
+        stale (a broker restarted under it) can fail the same record every transaction.
+        ``init_transactions`` on a new one fences the old one and starts clean.
+        """
+        fresh = new_producer(self._conf)
+        try:
+            fresh.init_transactions(TRANSACTION_CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            raise ProducerFenced(f"no new producer after a failed delivery: {exc}") from None
+        self._producer = fresh
+        log.warning("replaced the transactional producer after a failed delivery (%s)", cause)
+
     def _write_then_commit(
         self, records: Sequence[OutRecord], offsets: Offsets, consumer: Consumer
     ) -> None:
-        self._delivery_errors.clear()
         self._produce_all(records)
         remaining = self._producer.flush(60)
-        if remaining or self._delivery_errors:
-            raise TransactionAborted(
-                f"{remaining} records undelivered; errors: {self._delivery_errors[:3]}"
+        if remaining or self._failed:
+            failed = sorted(self._failed, key=lambda f: f.index)
+            log.warning(
+                "batch not committed: %d record(s) undelivered, %d failed delivery: %s",
+                remaining,
+                len(failed),
+                describe_failures(failed) or "-",
             )
+            raise TransactionAborted(f"{remaining} records undelivered", failed)
         if offsets:
             try:
                 consumer.commit(

@@ -52,6 +52,7 @@ from pyrula_stream.records import (
     OutRecord,
     content_type_header,
     dead_letter_source,
+    undeliverable_letter,
 )
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
@@ -351,6 +352,9 @@ class KafkaWorker:
             interval_s=self.options.commit_interval_s,
             telemetry=self.telemetry,
             on_committed=self._on_committed,
+            on_undeliverable=self._scheduler.end_undeliverable,
+            dead_letter=partial(undeliverable_letter, self.topics.dlq, worker=self.worker_id),
+            max_delivery_attempts=self.options.max_delivery_attempts,
         )
         session = self._session = await open_session(
             self.agent,
