@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from pyrula_stream.kafka.admin import broker_answers
 from pyrula_stream.kafka.config import (
     authorization_error,
     is_authorization_failure,
     new_producer,
     producer_config,
 )
+from pyrula_stream.kafka.deadline import CallAbandoned, call_with_deadline
 from pyrula_stream.kafka.offsets import kafka_error
 from pyrula_stream.records import OutRecord
 
@@ -66,9 +67,14 @@ REPLACE_AFTER = frozenset(
         KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
         KafkaError.UNKNOWN_PRODUCER_ID,
         KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
     }
 )
 """Abort causes after which the producer is replaced even with no delivery report read."""
+
+
+ANSWER_TIMEOUT_S = 1.0
+"""How long the metadata request that tells a stalled call from a slow one may take."""
 
 
 class TransactionAborted(Exception):
@@ -116,6 +122,7 @@ class BatchWriter:
             compression_type="lz4",
         )
         self._conf = conf
+        self._kafka_config = kafka_config
         self._producer = new_producer(conf)
         self._failed: list[FailedDelivery] = []
         self.stuck = False
@@ -194,50 +201,57 @@ class BatchWriter:
             self._handle(exc)
 
     def _send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
-        """``send_offsets_to_transaction`` with a timeout that holds.
-
-        librdkafka ignores this call's timeout when the group coordinator goes away (a
-        broker restart): it blocks for good (librdkafka issues #5456, #5511). The call runs
-        in a thread of its own; when it has not returned in time, this producer is given up
-        as fenced, and the worker's next producer, with the same transactional id, aborts
-        the open transaction. The stuck thread is left behind (a daemon, one per outage).
-        """
-        outcome: list[BaseException | None] = []
-        done = threading.Event()
-
-        def call() -> None:
-            try:
-                self._producer.send_offsets_to_transaction(
-                    positions, group_metadata, TRANSACTION_CALL_TIMEOUT_S
-                )
-                outcome.append(None)
-            except BaseException as exc:
-                outcome.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=call, name="pyrula-send-offsets", daemon=True).start()
-        if not done.wait(TRANSACTION_CALL_TIMEOUT_S + 5):
-            self.stuck = True
-            raise ProducerFenced(
-                f"send_offsets_to_transaction did not return within "
-                f"{TRANSACTION_CALL_TIMEOUT_S + 5:g}s (the group coordinator went away); "
-                "starting a new producer"
-            )
-        if outcome and outcome[0] is not None:
-            raise outcome[0]
+        producer = self._producer
+        self._bounded(
+            lambda: producer.send_offsets_to_transaction(
+                positions, group_metadata, TRANSACTION_CALL_TIMEOUT_S
+            ),
+            "send_offsets_to_transaction",
+        )
 
     def _commit_with_retry(self) -> None:
+        """Commit, retrying retriable errors for at most ``TRANSACTION_CALL_TIMEOUT_S``
+        (each said in the log); past that the caller aborts and replaces the producer."""
+        producer = self._producer
+        deadline = time.monotonic() + TRANSACTION_CALL_TIMEOUT_S
         for attempt in range(10):
             try:
-                self._producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S)
+                self._bounded(
+                    lambda: producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S),
+                    "commit_transaction",
+                )
                 return
             except KafkaException as exc:
                 err = kafka_error(exc)
-                if err is not None and err.retriable() and not err.txn_requires_abort():
+                if (
+                    err is not None
+                    and err.retriable()
+                    and not err.txn_requires_abort()
+                    and time.monotonic() < deadline
+                ):
+                    log.warning("commit_transaction failed (%s); retrying", err.str())
                     time.sleep(min(1.0, 0.05 * 2**attempt))
                     continue
                 raise
+
+    def _bounded(self, call: Callable[[], None], what: str) -> None:
+        """A transactional call with a deadline that holds, given up a second after Kafka
+        answers again when an outage stalled it (``kafka/deadline.py``). A call given up
+        leaves this producer stuck in it: it counts as fenced, and the worker's next
+        producer, with the same transactional id, aborts the open transaction.
+        """
+        try:
+            call_with_deadline(
+                call, what, timeout_s=TRANSACTION_CALL_TIMEOUT_S + 5, answers=self._answers
+            )
+        except CallAbandoned as exc:
+            self.stuck = True
+            raise ProducerFenced(f"{exc}; starting a new producer") from None
+
+    def _answers(self) -> bool:
+        return broker_answers(
+            str(self._conf["bootstrap.servers"]), ANSWER_TIMEOUT_S, kafka_config=self._kafka_config
+        )
 
     def _handle(self, exc: KafkaException) -> None:
         err = kafka_error(exc)
@@ -256,8 +270,12 @@ class BatchWriter:
                 )
             else:
                 log.warning("transaction must abort (%s); rebuilding affected turns", err.str())
+            producer = self._producer
             try:
-                self._producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S)
+                self._bounded(
+                    lambda: producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S),
+                    "abort_transaction",
+                )
             except KafkaException as abort_exc:
                 raise ProducerFenced(f"abort failed: {abort_exc}") from exc
             if failed or err.code() in REPLACE_AFTER:

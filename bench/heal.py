@@ -1,0 +1,118 @@
+"""How long a worker takes to commit turns again after its broker stops answering for a
+while (a blackhole: connections stay open, nothing comes back) and then answers again.
+
+The broker JVM is frozen with SIGSTOP for ``--outage`` seconds while a client keeps
+submitting turns, then thawed with SIGCONT. Reported: seconds from the thaw until a turn
+submitted at the thaw has its ``run:complete`` (a fresh client, so the figure is the
+worker's recovery plus one turn), and what the worker logged about its producer.
+
+    .venv/bin/python bench/heal.py --outage 5 10 15
+    .venv/bin/python bench/heal.py --code /tmp/base   # another checkout's worker code
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.kafka.local_broker import LocalBroker, free_port, start_local_broker
+from pyrula_stream.testing import agent_topics_ready, unique_name
+
+ROOT = Path(__file__).parent.parent
+
+
+async def _load(client: KafkaAgentClient, agent: str, stop: asyncio.Event) -> None:
+    """Turns submitted back to back, so a transaction is in flight when the broker stops."""
+    while not stop.is_set():
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.submit(agent, text="load"), 5)
+        await asyncio.sleep(0.05)
+
+
+async def _measure(bootstrap: str, broker: LocalBroker, agent: str, outage_s: float) -> float:
+    async with KafkaAgentClient(bootstrap, timeout=60) as client:
+        await client.run(agent, text="warm up", timeout=120)
+        stop = asyncio.Event()
+        load = asyncio.create_task(_load(client, agent, stop))
+        await asyncio.sleep(3)
+        os.killpg(broker.pid, signal.SIGSTOP)
+        await asyncio.sleep(outage_s)
+        os.killpg(broker.pid, signal.SIGCONT)
+        healed = time.monotonic()
+        stop.set()
+    async with KafkaAgentClient(bootstrap, timeout=120) as fresh:
+        events = await fresh.run(agent, text="after the outage", timeout=300)
+    took = time.monotonic() - healed
+    load.cancel()
+    with contextlib.suppress(BaseException):
+        await load
+    assert events[-1].type == "run:complete", events[-1]
+    return took
+
+
+def run_one(code: Path, outage_s: float) -> dict[str, object]:
+    agent = unique_name("heal")
+    with tempfile.TemporaryDirectory(prefix="pyrula-heal-") as tmp:
+        port, health = free_port(), free_port()
+        broker = start_local_broker(data_dir=Path(tmp) / "kafka", port=port)
+        log_path = Path(tmp) / "worker.log"
+        with open(log_path, "wb") as log_file:
+            worker = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "pyrula_stream.cli"),
+                    *("worker", "tests.agents.echo:echo"),
+                    *("--bootstrap-servers", broker.bootstrap_servers),
+                    *("--health-port", str(health), "--worker-id", "heal-1"),
+                ],
+                cwd=code,
+                env={**os.environ, "PYTHONPATH": str(code), "ECHO_AGENT_NAME": agent},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            asyncio.run(agent_topics_ready(broker.bootstrap_servers, agent))
+            took = asyncio.run(_measure(broker.bootstrap_servers, broker, agent, outage_s))
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(60)
+            finally:
+                worker.kill()
+                broker.stop()
+        log = log_path.read_text()
+    return {
+        "outage_s": outage_s,
+        "heal_to_turn_complete_s": round(took, 1),
+        "producer_replaced": log.count("dropping turns and rejoining"),
+        "gave_up_after_heal": log.count("after Kafka answered again"),
+        "gave_up_at_timeout": log.count("did not return within"),
+        "worker_said": [
+            line.split(" ", 3)[-1][:200]
+            for line in log.splitlines()
+            if any(w in line for w in ("pyrula_stream.runtime", "pyrula_stream.kafka"))
+        ][:8],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--outage", type=float, nargs="+", default=[5.0, 10.0, 15.0])
+    parser.add_argument("--code", type=Path, default=ROOT, help="checkout whose worker runs")
+    args = parser.parse_args()
+    for outage in args.outage:
+        print(json.dumps({"code": str(args.code), **run_one(args.code, outage)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
