@@ -1,10 +1,18 @@
-"""How long a worker takes to commit turns again after its broker stops answering for a
-while (a blackhole: connections stay open, nothing comes back) and then answers again.
+"""How long a worker takes to commit turns again after a network partition between it
+and its broker heals.
 
-The broker JVM is frozen with SIGSTOP for ``--outage`` seconds while a client keeps
-submitting turns, then thawed with SIGCONT. Reported: seconds from the thaw until a turn
-submitted at the thaw has its ``run:complete`` (a fresh client, so the figure is the
-worker's recovery plus one turn), and what the worker logged about its producer.
+Every client reaches the broker through a TCP proxy here (``chaos.partition``; the broker
+advertises the proxy's port). For ``--outage`` seconds, while a client keeps submitting turns, the
+partition is one of (``--mode``):
+
+- ``cut``: the proxy drops every open connection and holds new ones without an answer
+  (a partition that resets connections, like a restarting broker or a failing switch);
+- ``freeze``: the broker JVM is stopped with SIGSTOP (connections stay open, nothing
+  answers: a blackhole), then continued with SIGCONT.
+
+Reported: seconds from the heal until a turn submitted at the heal has its
+``run:complete`` (a fresh client, so the figure is the worker's recovery plus one turn),
+and what the worker logged about its producer.
 
     .venv/bin/python bench/heal.py --outage 5 10 15
     .venv/bin/python bench/heal.py --code /tmp/base   # another checkout's worker code
@@ -24,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pyrula_stream.chaos.partition import PartitionProxy
 from pyrula_stream.client import KafkaAgentClient
 from pyrula_stream.kafka.local_broker import LocalBroker, free_port, start_local_broker
 from pyrula_stream.testing import agent_topics_ready, unique_name
@@ -39,15 +48,28 @@ async def _load(client: KafkaAgentClient, agent: str, stop: asyncio.Event) -> No
         await asyncio.sleep(0.05)
 
 
-async def _measure(bootstrap: str, broker: LocalBroker, agent: str, outage_s: float) -> float:
+async def _measure(
+    bootstrap: str,
+    broker: LocalBroker,
+    proxy: PartitionProxy,
+    agent: str,
+    outage_s: float,
+    mode: str,
+) -> float:
     async with KafkaAgentClient(bootstrap, timeout=60) as client:
         await client.run(agent, text="warm up", timeout=120)
         stop = asyncio.Event()
         load = asyncio.create_task(_load(client, agent, stop))
         await asyncio.sleep(3)
-        os.killpg(broker.pid, signal.SIGSTOP)
+        if mode == "cut":
+            proxy.cut()
+        else:
+            os.killpg(broker.pid, signal.SIGSTOP)
         await asyncio.sleep(outage_s)
-        os.killpg(broker.pid, signal.SIGCONT)
+        if mode == "cut":
+            proxy.heal()
+        else:
+            os.killpg(broker.pid, signal.SIGCONT)
         healed = time.monotonic()
         stop.set()
     async with KafkaAgentClient(bootstrap, timeout=120) as fresh:
@@ -60,18 +82,22 @@ async def _measure(bootstrap: str, broker: LocalBroker, agent: str, outage_s: fl
     return took
 
 
-def run_one(code: Path, outage_s: float) -> dict[str, object]:
+def run_one(code: Path, outage_s: float, mode: str) -> dict[str, object]:
     agent = unique_name("heal")
     with tempfile.TemporaryDirectory(prefix="pyrula-heal-") as tmp:
         port, health = free_port(), free_port()
-        broker = start_local_broker(data_dir=Path(tmp) / "kafka", port=port)
+        proxy = PartitionProxy(free_port(), port)
+        broker = start_local_broker(
+            data_dir=Path(tmp) / "kafka", port=port, advertised_port=proxy.port
+        )
+        bootstrap = proxy.bootstrap_servers
         log_path = Path(tmp) / "worker.log"
         with open(log_path, "wb") as log_file:
             worker = subprocess.Popen(
                 [
                     *(sys.executable, "-m", "pyrula_stream.cli"),
                     *("worker", "tests.agents.echo:echo"),
-                    *("--bootstrap-servers", broker.bootstrap_servers),
+                    *("--bootstrap-servers", bootstrap),
                     *("--health-port", str(health), "--worker-id", "heal-1"),
                 ],
                 cwd=code,
@@ -80,8 +106,8 @@ def run_one(code: Path, outage_s: float) -> dict[str, object]:
                 stderr=subprocess.STDOUT,
             )
         try:
-            asyncio.run(agent_topics_ready(broker.bootstrap_servers, agent))
-            took = asyncio.run(_measure(broker.bootstrap_servers, broker, agent, outage_s))
+            asyncio.run(agent_topics_ready(bootstrap, agent))
+            took = asyncio.run(_measure(bootstrap, broker, proxy, agent, outage_s, mode))
         finally:
             worker.send_signal(signal.SIGTERM)
             try:
@@ -89,11 +115,14 @@ def run_one(code: Path, outage_s: float) -> dict[str, object]:
             finally:
                 worker.kill()
                 broker.stop()
+                proxy.close()
         log = log_path.read_text()
     return {
+        "mode": mode,
         "outage_s": outage_s,
         "heal_to_turn_complete_s": round(took, 1),
-        "producer_replaced": log.count("dropping turns and rejoining"),
+        "session_restarts": log.count("dropping turns and rejoining"),
+        "producer_replaced_in_place": log.count("replaced the transactional producer"),
         "gave_up_after_heal": log.count("after Kafka answered again"),
         "gave_up_at_timeout": log.count("did not return within"),
         "worker_said": [
@@ -107,10 +136,12 @@ def run_one(code: Path, outage_s: float) -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--outage", type=float, nargs="+", default=[5.0, 10.0, 15.0])
+    parser.add_argument("--mode", choices=["cut", "freeze"], default="cut")
     parser.add_argument("--code", type=Path, default=ROOT, help="checkout whose worker runs")
     args = parser.parse_args()
     for outage in args.outage:
-        print(json.dumps({"code": str(args.code), **run_one(args.code, outage)}), flush=True)
+        result = run_one(args.code, outage, args.mode)
+        print(json.dumps({"code": str(args.code), **result}), flush=True)
     return 0
 
 
