@@ -18,6 +18,7 @@ from confluent_kafka.admin import (
 )
 
 from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.transactions import BatchWriter, FailedDelivery, TransactionAborted
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.records import OutRecord
@@ -100,3 +101,30 @@ async def test_a_turn_whose_record_keeps_failing_ends_and_its_partition_moves_on
     assert f"{agent.topics.events} [0]: MSG_SIZE_TOO_LARGE" in refused[-1].data["message"]
     assert after[-1].type == "run:complete"
     assert aborts == 3
+
+
+async def test_a_dead_letter_the_dlq_refuses_is_dropped_and_the_partition_moves_on(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    @kafka_agent(name=unique_name("refusedlq"), llm=FakeLLM(["fine"]), partitions=1)
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "hello"}])
+
+    caplog.set_level(logging.ERROR, logger="pyrula_stream.runtime.committer")
+    producer = RecordProducer(kafka_bootstrap_servers)
+    options = WorkerOptions(max_delivery_attempts=3)
+    async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+        _limit_record_size(kafka_bootstrap_servers, agent.topics.dlq)
+        # Unreadable, so it is dead-lettered as received: too large for the DLQ.
+        await producer.send(agent.topics.turns, b"k", os.urandom(4 * LIMIT))
+        events = await client.run(agent.name, timeout=120)
+        aborts = worker.committer.stats.aborts
+    producer.close()
+    assert events[-1].type == "run:complete"
+    assert aborts == 3
+    assert read_topic(kafka_bootstrap_servers, agent.topics.dlq) == []
+    dropped = [r for r in caplog.records if r.name == "pyrula_stream.runtime.committer"]
+    assert [r.getMessage() for r in dropped] == [
+        f"dropped a record of no turn for {agent.topics.dlq}: 3 commits in a row failed to "
+        f"deliver this record to {agent.topics.dlq} (partition None)"
+    ]

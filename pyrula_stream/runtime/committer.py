@@ -206,9 +206,11 @@ class GroupCommitter:
         if batch.empty() and not changed:
             return False
         records = [r for _, r in batch.records]
-        for turn in batch.turns.values():
+        owners = [owner for owner, _ in batch.records]  # who wrote each, for a failure
+        for turn_id, turn in batch.turns.items():
             if not turn.finished:
                 records.append(turn.progress_record())
+                owners.append(turn_id)
         seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
         self._idle.clear()
         started = time.monotonic()
@@ -218,7 +220,7 @@ class GroupCommitter:
         except TransactionAborted as aborted:
             self.stats.aborts += 1
             observed.aborted()
-            given_up = self._count_failures(batch, records, aborted.failed)
+            given_up = self._count_failures(batch, owners, aborted.failed)
             # Records of no turn (dead letters, housekeeping) ride the next commit;
             # turn records are rebuilt by rerunning their turns from the journal.
             orphans: list[tuple[str | None, OutRecord]] = []
@@ -270,29 +272,28 @@ class GroupCommitter:
     # -- records the broker refuses ---------------------------------------------------------
 
     def _count_failures(
-        self, batch: _Batch, records: list[OutRecord], failed: tuple[FailedDelivery, ...]
+        self, batch: _Batch, owners: list[str | None], failed: tuple[FailedDelivery, ...]
     ) -> dict[str, str]:
         """Count a strike for each owner of a failed record and set the backoff; the turns
-        that reached ``max_delivery_attempts``, each with what failed (to end them)."""
+        that reached ``max_delivery_attempts``, each with what failed (to end them).
+
+        ``owners`` names the writer of each record of the batch as it was written (a turn
+        id; a record of no turn is counted on itself, by identity, as it rides on as is).
+        """
         own = blamed(failed)
         if not own:
             return {}
-        owners: dict[str | None, list[FailedDelivery]] = {}
-        progress_owners = [t for t, turn in batch.turns.items() if not turn.finished]
+        by_turn: dict[str, list[FailedDelivery]] = {}
         for f in own:
-            if f.index < len(batch.records):
-                owner, record = batch.records[f.index]
-                if owner not in batch.turns:  # a record of no turn: counted on itself
-                    _, n = self._record_strikes.get(id(record), (record, 0))
-                    self._record_strikes[id(record)] = (record, n + 1)
-                    continue
-            else:
-                owner = progress_owners[f.index - len(batch.records)]
-            owners.setdefault(owner, []).append(f)
+            owner = owners[f.index] if 0 <= f.index < len(owners) else None
+            if owner is not None and owner in batch.turns:
+                by_turn.setdefault(owner, []).append(f)
+            elif f.index < len(batch.records):
+                record = batch.records[f.index][1]
+                _, n = self._record_strikes.get(id(record), (record, 0))
+                self._record_strikes[id(record)] = (record, n + 1)
         given_up: dict[str, str] = {}
-        for owner, failures in owners.items():
-            if owner is None:
-                continue
+        for owner, failures in by_turn.items():
             strikes = self._turn_strikes[owner] = self._turn_strikes.get(owner, 0) + 1
             if strikes >= self._max_attempts and self._on_undeliverable is not None:
                 self._turn_strikes.pop(owner, None)
