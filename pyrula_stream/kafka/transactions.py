@@ -4,7 +4,10 @@ brokers without transactions, an idempotent producer followed by an offset commi
 librdkafka's error classes decide what happens next: retriable errors are retried here,
 ``txn_requires_abort`` aborts and raises ``TransactionAborted`` (the caller rebuilds the
 affected turns from the journal), fatal errors raise ``ProducerFenced`` (the caller drops
-its partitions, recreates the producer and rejoins).
+its partitions, recreates the producer and rejoins). An abort names every record whose
+delivery failed (``FailedDelivery``) and, after one, replaces the producer in place: its
+sequence state is spent. Every blocking transactional call has a deadline that holds and
+ends early once an outage that stalled it is over (``kafka/deadline.py``).
 """
 
 from __future__ import annotations
