@@ -76,7 +76,7 @@ REPLACE_AFTER = frozenset(
 """Abort causes after which the producer is replaced even with no delivery report read."""
 
 
-ANSWER_TIMEOUT_S = 1.0
+ANSWER_TIMEOUT_S = 2.0
 """How long the metadata request that tells a stalled call from a slow one may take."""
 
 
