@@ -72,8 +72,14 @@ async def _measure(
             os.killpg(broker.pid, signal.SIGCONT)
         healed = time.monotonic()
         stop.set()
-    async with KafkaAgentClient(bootstrap, timeout=120) as fresh:
-        events = await fresh.run(agent, text="after the outage", timeout=300)
+    for attempt in range(5):  # a client's own first reads can fail right after a heal
+        try:
+            async with KafkaAgentClient(bootstrap, timeout=120) as fresh:
+                events = await fresh.run(agent, text="after the outage", timeout=300)
+            break
+        except Exception as exc:
+            print(f"client attempt {attempt + 1} failed: {exc!r}", file=sys.stderr)
+            await asyncio.sleep(0.2)
     took = time.monotonic() - healed
     load.cancel()
     with contextlib.suppress(BaseException):
