@@ -85,6 +85,7 @@ class ErrorCode(StrEnum):
     AGENT_DEPTH_EXCEEDED = "agent_depth_exceeded"
     UNSOLICITED_REPLY = "unsolicited_reply"
     """A DLQ code: a reply that answers no call its parent's journal holds."""
+    RECORD_UNDELIVERABLE = "record_undeliverable"
 
 
 class PyrulaError(Exception):

@@ -60,6 +60,9 @@ class WorkerOptions:
     framing are read whenever a registry is configured.
     ``decode_limits`` caps what a turn request may hold before it is parsed (size 16 MiB,
     JSON nesting 128 levels); a request past them is dead-lettered with the reason.
+    ``max_delivery_attempts``: a record the broker keeps refusing aborts each transaction
+    it rides; after this many commits in a row its turn ends with ``record_undeliverable``
+    (a record of no turn goes to the DLQ instead), so the partition moves on.
     """
 
     max_concurrent_turns: int = 50
@@ -87,6 +90,7 @@ class WorkerOptions:
     kafka_config: Mapping[str, Any] | None = None
     serialization: Literal["avro", "schema_registry"] = "avro"
     decode_limits: DecodeLimits = field(default_factory=DecodeLimits)
+    max_delivery_attempts: int = 5
 
     def __post_init__(self) -> None:
         # Resolved once, so every client sees the same settings, and a repr hides secrets.

@@ -153,6 +153,25 @@ def dead_letter_source(
     )
 
 
+def undeliverable_letter(
+    dlq_topic: str, record: OutRecord, reason: str, *, worker: str
+) -> OutRecord | None:
+    """The dead letter of a record the broker keeps refusing: its key and headers, not its
+    value (often why it was refused); ``None`` for a record that is a dead letter itself."""
+    if record.topic == dlq_topic:
+        return None
+    return dead_letter(
+        dlq_topic,
+        reason,
+        ErrorCode.RECORD_UNDELIVERABLE,
+        worker=worker,
+        key=record.key,
+        value=None,
+        headers=record.headers,
+        source=f"{record.topic}/{record.partition}",
+    )
+
+
 CONTROL_ACTIONS = ("cancel", "terminate")
 
 

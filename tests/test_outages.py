@@ -1,5 +1,5 @@
-"""Kafka that is missing, down, or restarted: clear errors within a timeout, a few log
-lines instead of one per librdkafka retry, and a worker that waits and carries on."""
+"""Kafka that is missing, down, restarted or cut off: clear errors within a timeout, a few
+log lines instead of one per librdkafka retry, and a worker that waits and carries on."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from pyrula_stream import AgentContext, ToolContext, kafka_agent, tool
+from pyrula_stream.chaos.partition import PartitionProxy
 from pyrula_stream.client import KafkaAgentClient
 from pyrula_stream.errors import BrokerUnavailableError, UnknownTopicError
 from pyrula_stream.kafka.io import PartitionReader
 from pyrula_stream.kafka.local_broker import LocalBroker, free_port, start_local_broker
-from pyrula_stream.testing import unique_name
+from pyrula_stream.llm import FakeLLM, reply_tool_call
+from pyrula_stream.testing import running_worker, unique_name
 
 ROOT = Path(__file__).parent.parent
 
@@ -163,3 +166,56 @@ def test_worker_waits_for_kafka_and_carries_on_after_a_broker_restart(
     assert f"Kafka broker {bootstrap} is unreachable (Connection refused)" in log
     assert f"Kafka broker {bootstrap} is reachable again after" in log
     assert "Connect to ipv4#" not in log, log  # no raw line per librdkafka retry
+
+
+# -- a network partition between the worker and its broker, healed -----------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+async def test_a_turn_committing_into_a_network_partition_completes_after_it_heals(
+    tmp_path: Path,
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def hold(ctx: ToolContext) -> str:
+        """Returns when the test says, so its step commits while the network is cut."""
+        started.set()
+        await release.wait()
+        return "held"
+
+    @kafka_agent(
+        name=unique_name("partition"),
+        llm=FakeLLM([reply_tool_call("hold"), "after the partition"]),
+        tools=[hold],
+        partitions=1,
+    )
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "go"}])
+
+    port = free_port()
+    proxy = PartitionProxy(free_port(), port)
+    broker = start_local_broker(data_dir=tmp_path / "kafka", port=port, advertised_port=proxy.port)
+    bootstrap = proxy.bootstrap_servers
+    try:
+        async with running_worker(agent, bootstrap) as worker:
+            async with KafkaAgentClient(bootstrap, timeout=60) as client:
+                handle = await client.submit(agent.name)
+            await asyncio.wait_for(started.wait(), 60)
+            proxy.cut()
+            release.set()  # the tool's step commits into the partition
+            await asyncio.sleep(8)
+            proxy.heal()
+            async with KafkaAgentClient(bootstrap, timeout=60) as client:
+                held = [e async for e in client.stream(agent.name, handle.turn_id)]
+                after = await client.run(agent.name, timeout=120)
+            assert not worker.done
+    finally:
+        broker.stop()
+        proxy.close()
+    assert held[-1].type == "run:complete"
+    assert held[-1].data["result"] == "after the partition"
+    assert after[-1].type == "run:complete"
+    tool_results = [e for e in held if e.type == "tool:result"]
+    assert len(tool_results) == 1, tool_results  # committed once, never twice

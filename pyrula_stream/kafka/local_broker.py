@@ -161,14 +161,18 @@ def _previous_ports(props: Path) -> tuple[int, int] | None:
 
 
 def _server_properties(
-    data_dir: Path, port: int, controller_port: int, security: BrokerSecurity | None = None
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    security: BrokerSecurity | None = None,
+    advertised_port: int | None = None,
 ) -> str:
     listener = "SASL_SSL" if security else "PLAINTEXT"
     return f"""process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
 listeners={listener}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners={listener}://127.0.0.1:{port}
+advertised.listeners={listener}://127.0.0.1:{advertised_port or port}
 controller.listener.names=CONTROLLER
 listener.security.protocol.map={listener}:{listener},CONTROLLER:PLAINTEXT
 inter.broker.listener.name={listener}
@@ -385,6 +389,7 @@ def start_local_broker(
     die_with_parent: bool = True,
     heap: str = "768m",
     scram_users: Mapping[str, str] | None = None,
+    advertised_port: int | None = None,
 ) -> LocalBroker:
     """Start a single-node KRaft broker; return once it answers.
 
@@ -394,6 +399,8 @@ def start_local_broker(
     and a super user ``admin`` are created at format time, a certificate for 127.0.0.1 is
     made now, and KRaft's ``StandardAuthorizer`` denies whatever no ACL allows (a secured
     broker always starts from a new ``data_dir``: its passwords are not kept).
+    ``advertised_port`` sends clients to another port than the one it listens on (a
+    proxy in front of it, as the chaos harness's ``PartitionProxy``).
     """
     java = check_java()
     libs = fetch_jars()
@@ -415,7 +422,7 @@ def start_local_broker(
         keystore, ca = _make_certificate(java, data, store_password)
         passwords = {**scram_users, SUPER_USER: uuid.uuid4().hex}
         security = BrokerSecurity(str(ca), str(keystore), passwords, store_password)
-    props.write_text(_server_properties(data, port, controller_port, security))
+    props.write_text(_server_properties(data, port, controller_port, security, advertised_port))
     log_file = data / "broker.log"
     (data / "log4j2.properties").write_text(_LOG4J.format(log=log_file))
     classpath = f"{libs}/*"

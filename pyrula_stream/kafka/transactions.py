@@ -4,26 +4,32 @@ brokers without transactions, an idempotent producer followed by an offset commi
 librdkafka's error classes decide what happens next: retriable errors are retried here,
 ``txn_requires_abort`` aborts and raises ``TransactionAborted`` (the caller rebuilds the
 affected turns from the journal), fatal errors raise ``ProducerFenced`` (the caller drops
-its partitions, recreates the producer and rejoins).
+its partitions, recreates the producer and rejoins). An abort names every record whose
+delivery failed (``FailedDelivery``) and, after one, replaces the producer in place: its
+sequence state is spent. Every blocking transactional call has a deadline that holds and
+ends early once an outage that stalled it is over (``kafka/deadline.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from pyrula_stream.kafka.admin import broker_answers
 from pyrula_stream.kafka.config import (
     authorization_error,
     is_authorization_failure,
     new_producer,
     producer_config,
 )
+from pyrula_stream.kafka.deadline import CallAbandoned, call_with_deadline
 from pyrula_stream.kafka.offsets import kafka_error
 from pyrula_stream.records import OutRecord
 
@@ -36,8 +42,54 @@ TRANSACTION_CALL_TIMEOUT_S = 15.0
 10 s transaction timeout, after which the broker aborts the transaction anyway."""
 
 
+@dataclass(frozen=True, slots=True)
+class FailedDelivery:
+    """One record of a batch that the broker did not take, from its delivery report."""
+
+    index: int
+    """Its position in the batch written (the committer maps it back to its owner)."""
+    topic: str
+    partition: int
+    code: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.topic} [{self.partition}]: {self.code} ({self.reason})"
+
+
+def describe_failures(failed: Sequence[FailedDelivery], limit: int = 5) -> str:
+    """``topic [partition]: CODE (reason)`` for the first ``limit`` records, for a log."""
+    shown = "; ".join(str(f) for f in failed[:limit])
+    more = len(failed) - limit
+    return shown + (f"; and {more} more" if more > 0 else "")
+
+
+REPLACE_AFTER = frozenset(
+    {
+        KafkaError._INCONSISTENT,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+    }
+)
+"""Abort causes after which the producer is replaced even with no delivery report read."""
+
+
+ANSWER_TIMEOUT_S = 2.0
+"""How long the metadata request that tells a stalled call from a slow one may take."""
+
+
 class TransactionAborted(Exception):
-    """The batch was aborted; none of its records or offsets are visible."""
+    """The batch was aborted; none of its records or offsets are visible.
+
+    ``failed`` names the records whose delivery failed (empty when the abort had another
+    cause, such as a broker that did not answer in time).
+    """
+
+    def __init__(self, message: str, failed: Sequence[FailedDelivery] = ()) -> None:
+        super().__init__(message)
+        self.failed = tuple(failed)
 
 
 class ProducerFenced(Exception):
@@ -73,8 +125,9 @@ class BatchWriter:
             compression_type="lz4",
         )
         self._conf = conf
+        self._kafka_config = kafka_config
         self._producer = new_producer(conf)
-        self._delivery_errors: list[str] = []
+        self._failed: list[FailedDelivery] = []
         self.stuck = False
         """A call into this producer never returned; ``close`` must not wait on it."""
 
@@ -110,20 +163,31 @@ class BatchWriter:
             self._write_then_commit(records, offsets, consumer)
 
     def _produce_all(self, records: Sequence[OutRecord]) -> None:
-        for rec in records:
+        self._failed.clear()
+        for index, rec in enumerate(records):
             kwargs: dict[str, Any] = {"key": rec.key, "value": rec.value, "headers": rec.headers}
             if rec.partition is not None:
                 kwargs["partition"] = rec.partition
+            on_delivery = partial(self._on_delivery, index)
             while True:
                 try:
-                    self._producer.produce(rec.topic, on_delivery=self._on_delivery, **kwargs)
+                    self._producer.produce(rec.topic, on_delivery=on_delivery, **kwargs)
                     break
                 except BufferError:
                     self._producer.poll(0.05)
 
-    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+    def _on_delivery(self, index: int, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            self._delivery_errors.append(f"{msg.topic()}: {err.str()}")
+            partition = msg.partition()
+            self._failed.append(
+                FailedDelivery(
+                    index,
+                    str(msg.topic()),
+                    -1 if partition is None else int(partition),
+                    str(err.name()),
+                    str(err.str()),
+                )
+            )
 
     def _write_transaction(
         self, records: Sequence[OutRecord], offsets: Offsets, group_metadata: Any
@@ -140,62 +204,86 @@ class BatchWriter:
             self._handle(exc)
 
     def _send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
-        """``send_offsets_to_transaction`` with a timeout that holds.
-
-        librdkafka ignores this call's timeout when the group coordinator goes away (a
-        broker restart): it blocks for good (librdkafka issues #5456, #5511). The call runs
-        in a thread of its own; when it has not returned in time, this producer is given up
-        as fenced, and the worker's next producer, with the same transactional id, aborts
-        the open transaction. The stuck thread is left behind (a daemon, one per outage).
-        """
-        outcome: list[BaseException | None] = []
-        done = threading.Event()
-
-        def call() -> None:
-            try:
-                self._producer.send_offsets_to_transaction(
-                    positions, group_metadata, TRANSACTION_CALL_TIMEOUT_S
-                )
-                outcome.append(None)
-            except BaseException as exc:
-                outcome.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=call, name="pyrula-send-offsets", daemon=True).start()
-        if not done.wait(TRANSACTION_CALL_TIMEOUT_S + 5):
-            self.stuck = True
-            raise ProducerFenced(
-                f"send_offsets_to_transaction did not return within "
-                f"{TRANSACTION_CALL_TIMEOUT_S + 5:g}s (the group coordinator went away); "
-                "starting a new producer"
-            )
-        if outcome and outcome[0] is not None:
-            raise outcome[0]
+        producer = self._producer
+        self._bounded(
+            lambda: producer.send_offsets_to_transaction(
+                positions, group_metadata, TRANSACTION_CALL_TIMEOUT_S
+            ),
+            "send_offsets_to_transaction",
+        )
 
     def _commit_with_retry(self) -> None:
+        """Commit, retrying retriable errors for at most ``TRANSACTION_CALL_TIMEOUT_S``
+        (each said in the log); past that the caller aborts and replaces the producer."""
+        producer = self._producer
+        deadline = time.monotonic() + TRANSACTION_CALL_TIMEOUT_S
         for attempt in range(10):
             try:
-                self._producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S)
+                self._bounded(
+                    lambda: producer.commit_transaction(TRANSACTION_CALL_TIMEOUT_S),
+                    "commit_transaction",
+                )
                 return
             except KafkaException as exc:
                 err = kafka_error(exc)
-                if err is not None and err.retriable() and not err.txn_requires_abort():
+                if (
+                    err is not None
+                    and err.retriable()
+                    and not err.txn_requires_abort()
+                    and time.monotonic() < deadline
+                ):
+                    log.warning("commit_transaction failed (%s); retrying", err.str())
                     time.sleep(min(1.0, 0.05 * 2**attempt))
                     continue
                 raise
+
+    def _bounded(self, call: Callable[[], None], what: str) -> None:
+        """A transactional call with a deadline that holds, given up a second after Kafka
+        answers again when an outage stalled it (``kafka/deadline.py``). A call given up
+        leaves this producer stuck in it: it counts as fenced, and the worker's next
+        producer, with the same transactional id, aborts the open transaction.
+        """
+        try:
+            call_with_deadline(
+                call, what, timeout_s=TRANSACTION_CALL_TIMEOUT_S + 5, answers=self._answers
+            )
+        except CallAbandoned as exc:
+            self.stuck = True
+            raise ProducerFenced(f"{exc}; starting a new producer") from None
+
+    def _answers(self) -> bool:
+        return broker_answers(
+            str(self._conf["bootstrap.servers"]), ANSWER_TIMEOUT_S, kafka_config=self._kafka_config
+        )
 
     def _handle(self, exc: KafkaException) -> None:
         err = kafka_error(exc)
         if err is not None and not err.fatal() and (err.txn_requires_abort() or err.retriable()):
             # Retriable here means the broker did not answer in time (a restart, an
             # outage): abort rather than wait, and rerun the turns from their journal.
-            log.warning("transaction must abort (%s); rebuilding affected turns", err.str())
+            self._producer.poll(0)  # serves delivery reports not yet served
+            failed = sorted(self._failed, key=lambda f: f.index)
+            if failed:
+                log.warning(
+                    "transaction must abort (%s); rebuilding affected turns; "
+                    "%d record(s) failed delivery: %s",
+                    err.str(),
+                    len(failed),
+                    describe_failures(failed),
+                )
+            else:
+                log.warning("transaction must abort (%s); rebuilding affected turns", err.str())
+            producer = self._producer
             try:
-                self._producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S)
+                self._bounded(
+                    lambda: producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S),
+                    "abort_transaction",
+                )
             except KafkaException as abort_exc:
                 raise ProducerFenced(f"abort failed: {abort_exc}") from exc
-            raise TransactionAborted(err.str()) from exc
+            if failed or err.code() in REPLACE_AFTER:
+                self._replace_producer(failed[0] if failed else err.name())
+            raise TransactionAborted(err.str(), failed) from exc
         if err is not None and (
             err.fatal()
             or err.code()
@@ -204,16 +292,37 @@ class BatchWriter:
             raise ProducerFenced(err.str()) from exc
         raise ProducerFenced(f"unexpected transactional error: {exc}") from exc
 
+    def _replace_producer(self, cause: object) -> None:
+        """A new producer with our transactional id in place of one whose records failed.
+
+        After a failed delivery librdkafka must bump the producer's epoch before its
+        sequence numbers line up again; reused at once, the next transaction aborts too
+        (``OUT_OF_ORDER_SEQUENCE_NUMBER``), and a producer whose partition state went
+        stale (a broker restarted under it) can fail the same record every transaction.
+        ``init_transactions`` on a new one fences the old one and starts clean.
+        """
+        fresh = new_producer(self._conf)
+        try:
+            fresh.init_transactions(TRANSACTION_CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            raise ProducerFenced(f"no new producer after a failed delivery: {exc}") from None
+        self._producer = fresh
+        log.warning("replaced the transactional producer after a failed delivery (%s)", cause)
+
     def _write_then_commit(
         self, records: Sequence[OutRecord], offsets: Offsets, consumer: Consumer
     ) -> None:
-        self._delivery_errors.clear()
         self._produce_all(records)
         remaining = self._producer.flush(60)
-        if remaining or self._delivery_errors:
-            raise TransactionAborted(
-                f"{remaining} records undelivered; errors: {self._delivery_errors[:3]}"
+        if remaining or self._failed:
+            failed = sorted(self._failed, key=lambda f: f.index)
+            log.warning(
+                "batch not committed: %d record(s) undelivered, %d failed delivery: %s",
+                remaining,
+                len(failed),
+                describe_failures(failed) or "-",
             )
+            raise TransactionAborted(f"{remaining} records undelivered", failed)
         if offsets:
             try:
                 consumer.commit(

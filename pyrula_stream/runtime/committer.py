@@ -3,6 +3,12 @@
 With no commit in flight a step commits at once, so latency stays near one commit; under
 load many turns share each transaction, so throughput grows with load. Each commit holds
 the records, the progress record of every turn it touches, and the input offsets.
+
+A record the broker refuses (its delivery failed) aborts its whole transaction. Such a
+record is bounded: the next commit waits a backoff that doubles with each failure, and a
+turn whose records failed ``max_delivery_attempts`` commits in a row is ended with
+``record_undeliverable`` instead of being rerun; a record of no turn is replaced by a dead
+letter that names it. Either way the partition moves on.
 """
 
 from __future__ import annotations
@@ -14,13 +20,28 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pyrula_stream.durable.turn import TurnRuntime
-from pyrula_stream.kafka.transactions import Offsets, TransactionAborted
+from pyrula_stream.kafka.transactions import (
+    FailedDelivery,
+    Offsets,
+    TransactionAborted,
+    describe_failures,
+)
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.records import OutRecord
 
 log = logging.getLogger(__name__)
 
 WriteBatch = Callable[[list[OutRecord], Offsets], Awaitable[None]]
+
+DELIVERY_BACKOFF_S = (0.2, 5.0)
+"""First and longest pause before the commit after one whose records failed delivery."""
+
+NOT_THE_RECORD = frozenset(
+    {"_PURGE_QUEUE", "_PURGE_INFLIGHT", "_MSG_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT"}
+)
+"""Delivery errors that say nothing against the record itself: dropped because another
+record of the batch failed, or not sent in time (a broker away: waiting is right, and the
+producer is replaced after each, so a stale one cannot keep failing them)."""
 
 
 @dataclass
@@ -32,6 +53,12 @@ class _Batch:
 
     def empty(self) -> bool:
         return not self.records and not self.waiters
+
+
+def blamed(failed: tuple[FailedDelivery, ...]) -> list[FailedDelivery]:
+    """The failures that are the record's own: the broker refused it, or it names a topic
+    or partition that is not there."""
+    return [f for f in failed if f.code not in NOT_THE_RECORD]
 
 
 @dataclass
@@ -62,8 +89,19 @@ class GroupCommitter:
         interval_s: float = 0.0,
         telemetry: WorkerTelemetry,
         on_committed: Callable[[Offsets], None] | None = None,
+        on_undeliverable: Callable[[str, str], None] | None = None,
+        dead_letter: Callable[[OutRecord, str], OutRecord | None] | None = None,
+        max_delivery_attempts: int = 5,
     ) -> None:
         self._write = write
+        self._on_undeliverable = on_undeliverable
+        self._dead_letter = dead_letter
+        self._max_attempts = max(1, max_delivery_attempts)
+        self._turn_strikes: dict[str, int] = {}
+        """Commits in a row in which a record of the turn failed delivery."""
+        self._record_strikes: dict[int, tuple[OutRecord, int]] = {}
+        """The same for records of no turn, by identity (they ride the next commit as is)."""
+        self._backoff_s = 0.0
         self._telemetry = telemetry
         self._on_committed = on_committed
         self._offsets = offsets
@@ -152,6 +190,9 @@ class GroupCommitter:
             self._wake.clear()
             if self._interval_s:
                 await asyncio.sleep(max(0.0, last + self._interval_s - time.monotonic()))
+            if self._backoff_s:
+                await asyncio.sleep(self._backoff_s)
+                self._backoff_s = 0.0
             if await self._commit_pending():
                 last = time.monotonic()
 
@@ -169,21 +210,28 @@ class GroupCommitter:
         if batch.empty() and not changed:
             return False
         records = [r for _, r in batch.records]
-        for turn in batch.turns.values():
+        owners = [owner for owner, _ in batch.records]  # who wrote each, for a failure
+        for turn_id, turn in batch.turns.items():
             if not turn.finished:
                 records.append(turn.progress_record())
+                owners.append(turn_id)
         seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
         self._idle.clear()
         started = time.monotonic()
         observed = self._telemetry.commit((t.telemetry for t in batch.turns.values()), records)
         try:
             await self._write(records, changed)
-        except TransactionAborted:
+        except TransactionAborted as aborted:
             self.stats.aborts += 1
             observed.aborted()
+            given_up = self._count_failures(batch, owners, aborted.failed)
             # Records of no turn (dead letters, housekeeping) ride the next commit;
             # turn records are rebuilt by rerunning their turns from the journal.
-            orphans = [(t, r) for t, r in batch.records if t not in batch.turns]
+            orphans: list[tuple[str | None, OutRecord]] = []
+            for t, r in batch.records:
+                letter = self._replacement(r) if t not in batch.turns else None
+                if letter is not None:
+                    orphans.append((t, letter))
             # What the aborted turns buffered since belongs to an attempt that restarts.
             self.purge(set(batch.turns))
             self._pending.records[:0] = orphans
@@ -193,7 +241,10 @@ class GroupCommitter:
             for t, fut in batch.waiters:
                 if t in batch.turns and not fut.done():
                     fut.cancel()
-            self._on_abort(set(batch.turns))
+            self._on_abort(set(batch.turns) - set(given_up))
+            for turn_id, reason in given_up.items():
+                assert self._on_undeliverable is not None
+                self._on_undeliverable(turn_id, reason)
             if self._pending.waiters:
                 # Someone waits for kept records (an intake mark before a partition's
                 # first turn): retry soon even if nothing else wakes the loop.
@@ -209,6 +260,11 @@ class GroupCommitter:
         finally:
             self._idle.set()
             observed.end()
+        for t, turn in batch.turns.items():
+            if turn.finished:  # a turn's records may fail in a later commit than these
+                self._turn_strikes.pop(t, None)
+        for _, r in batch.records:
+            self._record_strikes.pop(id(r), None)
         self.stats.commits += 1
         self.stats.records += len(records)
         self.stats.seconds += time.monotonic() - started
@@ -221,3 +277,67 @@ class GroupCommitter:
             if not fut.done():
                 fut.set_result(None)
         return True
+
+    # -- records the broker refuses ---------------------------------------------------------
+
+    def _count_failures(
+        self, batch: _Batch, owners: list[str | None], failed: tuple[FailedDelivery, ...]
+    ) -> dict[str, str]:
+        """Count a strike for each owner of a failed record and set the backoff; the turns
+        that reached ``max_delivery_attempts``, each with what failed (to end them).
+
+        ``owners`` names the writer of each record of the batch as it was written (a turn
+        id; a record of no turn is counted on itself, by identity, as it rides on as is).
+        """
+        own = blamed(failed)
+        if not own:
+            return {}
+        by_turn: dict[str, list[FailedDelivery]] = {}
+        for f in own:
+            owner = owners[f.index] if 0 <= f.index < len(owners) else None
+            if owner is not None and owner in batch.turns:
+                by_turn.setdefault(owner, []).append(f)
+            elif f.index < len(batch.records):
+                record = batch.records[f.index][1]
+                _, n = self._record_strikes.get(id(record), (record, 0))
+                self._record_strikes[id(record)] = (record, n + 1)
+        given_up: dict[str, str] = {}
+        for owner, failures in by_turn.items():
+            strikes = self._turn_strikes[owner] = self._turn_strikes.get(owner, 0) + 1
+            if strikes >= self._max_attempts and self._on_undeliverable is not None:
+                self._turn_strikes.pop(owner, None)
+                given_up[owner] = (
+                    f"{strikes} commits in a row failed to deliver a record of the turn: "
+                    f"{describe_failures(failures)}"
+                )
+        worst = max(
+            [1, *self._turn_strikes.values(), *(n for _, n in self._record_strikes.values())]
+        )
+        first, longest = DELIVERY_BACKOFF_S
+        self._backoff_s = min(longest, first * 2 ** (worst - 1))
+        log.warning(
+            "%d record(s) failed delivery (%s); next commit in %.1fs%s",
+            len(own),
+            describe_failures(own),
+            self._backoff_s,
+            f"; ending turns {sorted(given_up)} with record_undeliverable" if given_up else "",
+        )
+        return given_up
+
+    def _replacement(self, record: OutRecord) -> OutRecord | None:
+        """A record of no turn that failed ``max_delivery_attempts`` commits is replaced by
+        its dead letter (``None``: dropped, when it is itself one); else kept as it is."""
+        entry = self._record_strikes.get(id(record))
+        if entry is None or entry[1] < self._max_attempts:
+            return record
+        del self._record_strikes[id(record)]
+        reason = (
+            f"{entry[1]} commits in a row failed to deliver this record to "
+            f"{record.topic} (partition {record.partition})"
+        )
+        letter = self._dead_letter(record, reason) if self._dead_letter is not None else None
+        if letter is None:
+            log.error("dropped a record of no turn for %s: %s", record.topic, reason)
+        else:
+            log.error("dead-lettered a record of no turn for %s: %s", record.topic, reason)
+        return letter

@@ -23,7 +23,7 @@ from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.turn import TurnRuntime, TurnTopics
-from pyrula_stream.errors import TurnCancelled
+from pyrula_stream.errors import ErrorCode, TurnCancelled, TurnFailure
 from pyrula_stream.events import RunError
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.observability.tracing import TraceCarrier
@@ -82,6 +82,8 @@ class TurnScheduler:
         self._running: dict[str, RunningTurn] = {}
         self._waiting: list[tuple[int, QueuedTurn]] = []
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._undeliverable: dict[str, str] = {}
+        """Turns being ended because their records keep failing delivery, with why."""
         self.parked = ParkedTurns(parts, self.admit, self._cancels.__contains__)
 
     @property
@@ -290,27 +292,72 @@ class TurnScheduler:
         return ids
 
     def restart_aborted(self, turn_ids: set[str]) -> None:
-        """A transaction aborted: restart its turns from what is durably journaled."""
+        """A transaction aborted: restart its turns from what is durably journaled (a turn
+        being ended as undeliverable tries its ending again)."""
         for turn_id in turn_ids:
-            running = self._running.get(turn_id)
-            if running is None:
-                continue
+            self._rerun(turn_id, self._undeliverable.get(turn_id))
+
+    def end_undeliverable(self, turn_id: str, reason: str) -> None:
+        """The turn's records failed delivery commit after commit: end it with
+        ``record_undeliverable`` instead of rerunning it. When even its ending cannot be
+        delivered, it is dropped (its input offset moves on) with an error in the log."""
+        running = self._running.get(turn_id)
+        if running is None:
+            return
+        if turn_id in self._undeliverable:
+            log.error(
+                "turn %s dropped: not even its ending could be delivered (%s)", turn_id, reason
+            )
             running.task.cancel()
-            if running.partition not in self._parts:  # revoked meanwhile: not ours to rerun
-                del self._running[turn_id]
-                continue
-            old = running.runtime
-            journal = TurnJournal(
-                turn_id,
-                steps=dict(old.journal.steps),
-                progress=old.journal.progress,
-                replies=old.journal.replies,
-                park=old.journal.park,
-            )
-            self._parts[running.partition].journal.turns[turn_id] = journal
-            queued = QueuedTurn(running.offset, old.request)
-            runtime = self._new_runtime(
-                running.partition, old.request, journal, old.telemetry.trace, running.offset
-            )
-            runtime.restart_from(old)
+            del self._running[turn_id]
+            self._undeliverable.pop(turn_id, None)
+            ps = self._parts.get(running.partition)
+            if ps is not None:
+                self._release(ps, QueuedTurn(running.offset, running.runtime.request))
+            return
+        log.error("turn %s ends with record_undeliverable: %s", turn_id, reason)
+        self._undeliverable[turn_id] = reason
+        self._rerun(turn_id, reason)
+
+    def _rerun(self, turn_id: str, undeliverable: str | None) -> None:
+        running = self._running.get(turn_id)
+        if running is None:
+            return
+        running.task.cancel()
+        if running.partition not in self._parts:  # revoked meanwhile: not ours to rerun
+            del self._running[turn_id]
+            self._undeliverable.pop(turn_id, None)
+            return
+        old = running.runtime
+        journal = TurnJournal(
+            turn_id,
+            steps=dict(old.journal.steps),
+            progress=old.journal.progress,
+            replies=old.journal.replies,
+            park=old.journal.park,
+        )
+        self._parts[running.partition].journal.turns[turn_id] = journal
+        queued = QueuedTurn(running.offset, old.request)
+        runtime = self._new_runtime(
+            running.partition, old.request, journal, old.telemetry.trace, running.offset
+        )
+        runtime.restart_from(old)
+        if undeliverable is None:
             self._spawn(runtime, queued, running.partition)
+        else:
+            self._spawn_ending(runtime, queued, running.partition, undeliverable)
+
+    def _spawn_ending(
+        self, runtime: TurnRuntime, queued: QueuedTurn, partition: int, reason: str
+    ) -> None:
+        async def end() -> None:
+            failure = TurnFailure(
+                f"the turn's records could not be delivered: {reason}",
+                code=ErrorCode.RECORD_UNDELIVERABLE,
+            )
+            await runtime.finish(RunError.of(failure))
+            self._undeliverable.pop(runtime.turn_id, None)
+            self._finished(runtime, queued)
+
+        task = asyncio.create_task(end(), name=f"{runtime.turn_id}-undeliverable")
+        self._running[runtime.turn_id] = RunningTurn(runtime, task, partition, queued.offset)

@@ -51,6 +51,7 @@ from pyrula_stream.records import (
     OutRecord,
     content_type_header,
     dead_letter_source,
+    undeliverable_letter,
 )
 from pyrula_stream.runtime.background import RunsInBackground
 from pyrula_stream.runtime.committer import GroupCommitter
@@ -336,6 +337,9 @@ class KafkaWorker(RunsInBackground):
             interval_s=self.options.commit_interval_s,
             telemetry=self.telemetry,
             on_committed=self._on_committed,
+            on_undeliverable=self._scheduler.end_undeliverable,
+            dead_letter=partial(undeliverable_letter, self.topics.dlq, worker=self.worker_id),
+            max_delivery_attempts=self.options.max_delivery_attempts,
         )
         session = self._session = await open_session(
             self.agent,

@@ -1,0 +1,130 @@
+"""Records the broker refuses: the log names them, the producer is replaced, and a record
+that keeps failing ends its turn (or goes to the DLQ) so its partition moves on."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.kafka.io import RecordProducer
+from pyrula_stream.kafka.transactions import BatchWriter, FailedDelivery, TransactionAborted
+from pyrula_stream.llm import FakeLLM
+from pyrula_stream.records import OutRecord
+from pyrula_stream.testing import read_topic, running_worker, unique_name
+
+LIMIT = 2_000
+"""``max.message.bytes`` of the topics here: a random (incompressible) 8 KB value fails."""
+
+
+def _limit_record_size(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry(
+        "max.message.bytes", str(LIMIT), incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+
+
+def _new_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(timeout=30)
+
+
+def test_a_refused_record_is_named_and_the_next_batch_commits(
+    kafka_bootstrap_servers: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    small, other = unique_name("small"), unique_name("other")
+    _new_topic(kafka_bootstrap_servers, small)
+    _new_topic(kafka_bootstrap_servers, other)
+    _limit_record_size(kafka_bootstrap_servers, small)
+    writer = BatchWriter(kafka_bootstrap_servers, transactional_id=unique_name("refused"))
+    writer.start()
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "unused"})
+    caplog.set_level(logging.WARNING, logger="pyrula_stream.kafka.transactions")
+    try:
+        with pytest.raises(TransactionAborted) as aborted:
+            writer.write(
+                [
+                    OutRecord(other, b"k", b"lost with its batch", []),
+                    OutRecord(small, b"k", os.urandom(4 * LIMIT), []),
+                ],
+                {},
+                consumer,
+                None,
+            )
+        # The next batch commits at once: the producer that failed is not reused (reused,
+        # its next transaction aborts too, with OUT_OF_ORDER_SEQUENCE_NUMBER).
+        writer.write([OutRecord(small, b"k", b"fits", [])], {}, consumer, None)
+    finally:
+        writer.close()
+        consumer.close()
+    assert aborted.value.failed == (
+        FailedDelivery(1, small, 0, "MSG_SIZE_TOO_LARGE", "Broker: Message size too large"),
+    )
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(
+        f"1 record(s) failed delivery: {small} [0]: MSG_SIZE_TOO_LARGE" in line for line in lines
+    ), lines
+    assert [v for _, v, _ in read_topic(kafka_bootstrap_servers, small)] == [b"fits"]
+    assert read_topic(kafka_bootstrap_servers, other) == []
+
+
+async def test_a_turn_whose_record_keeps_failing_ends_and_its_partition_moves_on(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("refused"), llm=FakeLLM(["unused"]), partitions=1)
+    async def agent(ctx: AgentContext, size: int) -> str:
+        return os.urandom(size).hex()
+
+    options = WorkerOptions(max_delivery_attempts=3)
+    async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+        _limit_record_size(kafka_bootstrap_servers, agent.topics.events)
+        refused = await client.run(agent.name, size=4 * LIMIT, timeout=120)
+        after = await client.run(agent.name, size=10, timeout=60)
+        aborts = worker.committer.stats.aborts
+    assert refused[-1].type == "run:error"
+    assert refused[-1].data["code"] == "record_undeliverable"
+    assert f"{agent.topics.events} [0]: MSG_SIZE_TOO_LARGE" in refused[-1].data["message"]
+    assert after[-1].type == "run:complete"
+    assert aborts == 3
+
+
+async def test_a_dead_letter_the_dlq_refuses_is_dropped_and_the_partition_moves_on(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    @kafka_agent(name=unique_name("refusedlq"), llm=FakeLLM(["fine"]), partitions=1)
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "hello"}])
+
+    caplog.set_level(logging.ERROR, logger="pyrula_stream.runtime.committer")
+    producer = RecordProducer(kafka_bootstrap_servers)
+    options = WorkerOptions(max_delivery_attempts=3)
+    async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+        _limit_record_size(kafka_bootstrap_servers, agent.topics.dlq)
+        # Unreadable, so it is dead-lettered as received: too large for the DLQ.
+        await producer.send(agent.topics.turns, b"k", os.urandom(4 * LIMIT))
+        events = await client.run(agent.name, timeout=120)
+        aborts = worker.committer.stats.aborts
+    producer.close()
+    assert events[-1].type == "run:complete"
+    assert aborts == 3
+    assert read_topic(kafka_bootstrap_servers, agent.topics.dlq) == []
+    dropped = [r for r in caplog.records if r.name == "pyrula_stream.runtime.committer"]
+    assert [r.getMessage() for r in dropped] == [
+        f"dropped a record of no turn for {agent.topics.dlq}: 3 commits in a row failed to "
+        f"deliver this record to {agent.topics.dlq} (partition None)"
+    ]
