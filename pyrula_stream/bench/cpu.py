@@ -14,6 +14,8 @@ cores is measured, not guessed.
 the answering model call); ``cpu_ms_per_step`` is ``(CPU of a 20-step turn - CPU of a
 1-step turn) / 19``, ``cpu_ms_per_step_200_steps`` the same for 200-step turns, and
 ``step_cost_growth`` their ratio: 1.0 when a step costs the same however long the turn.
+Both long runs should have as many turns (``--cpu-step-turns``, ``--cpu-long-turns``):
+with fewer turns in flight each commit carries fewer steps, and a step costs more.
 Each worker process is tuned as ``pyrula-stream worker`` tunes its own (``tune_for_worker``).
 """
 

@@ -60,7 +60,8 @@ class BenchConfig:
     latency_model_s: float = 0.2
     cpu_turns: int = 5000
     cpu_step_turns: int = 250
-    cpu_long_turns: int = 25
+    cpu_long_turns: int = 250
+    """As many as the 20-step turns: as many turns in flight, so commits batch alike."""
     cpu_rounds: int = 3
     in_flight: int = 2000
     in_flight_model_s: float = 1.0
@@ -91,7 +92,7 @@ class BenchConfig:
             "latency_rate": 10.0,
             "cpu_turns": 30,
             "cpu_step_turns": 5,
-            "cpu_long_turns": 1,
+            "cpu_long_turns": 5,
             "cpu_rounds": 1,
             "in_flight": 20,
             "in_flight_waves": 1,
