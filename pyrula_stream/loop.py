@@ -412,14 +412,18 @@ class ToolLoop:
                 data["status"] != "ok",
             )
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(j, c)) for j, c in enumerate(calls)]
-        except BaseExceptionGroup as failed:
-            raise _first_error(failed) from None
+        if len(calls) == 1:  # nothing to run beside it: no task, no group
+            results = [await one(0, calls[0])]
+        else:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(one(j, c)) for j, c in enumerate(calls)]
+            except BaseExceptionGroup as failed:
+                raise _first_error(failed) from None
+            results = [t.result() for t in tasks]
         if parked:  # after the batch's other calls ended and were journaled
             raise TurnParked(tuple(parked))
-        return [t.result() for t in tasks]
+        return results
 
     async def _agent_tool(
         self,
