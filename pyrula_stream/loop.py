@@ -366,7 +366,8 @@ class ToolLoop:
     async def dispatch(
         self, response: ModelResponse, calls: list[ToolUseBlock], offered: list[ToolCallable]
     ) -> list[ToolResultBlock]:
-        """Run one response's tool calls concurrently; results in the order the model asked.
+        """Run one response's tool calls concurrently (a lone call inline); results in the
+        order the model asked.
 
         If one call fails the turn (``Poison``, a result that cannot be encoded or is too
         large), the others are cancelled and awaited before the error goes on, so none of
