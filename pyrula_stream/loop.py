@@ -42,6 +42,7 @@ from pyrula_stream.llm.base import (
     ToolDefinition,
     ToolUseBlock,
 )
+from pyrula_stream.serde import RunningFingerprint
 from pyrula_stream.subagents import TurnParked
 from pyrula_stream.tool_calls import MAX_UNKNOWN_NAME, ToolCall, ToolCalls
 from pyrula_stream.tools import InvalidToolArguments, ToolCallable, check_bindable
@@ -197,8 +198,11 @@ class ToolLoop:
                 [self._definition(t) for t in offered],
             )
         added += new_input
+        running = RunningFingerprint()  # the conversation only grows: hash each message once
         while True:
-            response = await self.model_call(earlier + conversation, offered, system)
+            response = await self.model_call(
+                earlier + conversation, offered, system, running=running
+            )
             conversation.append(response.as_message())
             added.append(response.as_message())
             for block in response.content:
@@ -228,7 +232,12 @@ class ToolLoop:
     # -- model calls ----------------------------------------------------------------------
 
     async def model_call(
-        self, messages: list[dict[str, Any]], offered: list[ToolCallable], system: str | None
+        self,
+        messages: list[dict[str, Any]],
+        offered: list[ToolCallable],
+        system: str | None,
+        *,
+        running: RunningFingerprint | None = None,
     ) -> ModelResponse:
         turn = self.turn
         if turn.branch is not None and turn.branch.system is not None:
@@ -246,6 +255,7 @@ class ToolLoop:
             None
             if self.output_format is None
             else {"name": self.output_format.name, "schema": self.output_format.schema},
+            running=running,
         )
 
         live_response: list[ModelResponse] = []
@@ -356,7 +366,8 @@ class ToolLoop:
     async def dispatch(
         self, response: ModelResponse, calls: list[ToolUseBlock], offered: list[ToolCallable]
     ) -> list[ToolResultBlock]:
-        """Run one response's tool calls concurrently; results in the order the model asked.
+        """Run one response's tool calls concurrently (a lone call inline); results in the
+        order the model asked.
 
         If one call fails the turn (``Poison``, a result that cannot be encoded or is too
         large), the others are cancelled and awaited before the error goes on, so none of
@@ -402,14 +413,18 @@ class ToolLoop:
                 data["status"] != "ok",
             )
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(j, c)) for j, c in enumerate(calls)]
-        except BaseExceptionGroup as failed:
-            raise _first_error(failed) from None
+        if len(calls) == 1:  # nothing to run beside it: no task, no group
+            results = [await one(0, calls[0])]
+        else:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(one(j, c)) for j, c in enumerate(calls)]
+            except BaseExceptionGroup as failed:
+                raise _first_error(failed) from None
+            results = [t.result() for t in tasks]
         if parked:  # after the batch's other calls ended and were journaled
             raise TurnParked(tuple(parked))
-        return [t.result() for t in tasks]
+        return results
 
     async def _agent_tool(
         self,

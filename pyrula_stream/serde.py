@@ -148,6 +148,37 @@ def fingerprint(value: Any) -> str:
     return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
 
 
+class RunningFingerprint:
+    """``fingerprint(items)`` of a list that grows between calls, each item encoded once.
+
+    A tool loop hashes its whole conversation before every model call; re-encoding it made
+    a turn's CPU grow with the square of its length. The canonical JSON of a list is ``[``,
+    the items' encodings joined by ``,``, then ``]``, so a running hash over those bytes
+    gives the same fingerprint as ``fingerprint`` (journals recorded either way replay).
+    The items already hashed are taken as they were when hashed: a list that is not the
+    last one extended starts the hash over.
+    """
+
+    __slots__ = ("_hash", "_items")
+
+    def __init__(self) -> None:
+        self._hash = hashlib.blake2b(b"[", digest_size=8)
+        self._items: list[Any] = []
+
+    def of(self, items: list[Any]) -> str:
+        """The fingerprint of ``items``; only the items after the last call's are encoded."""
+        if len(items) < len(self._items) or items[: len(self._items)] != self._items:
+            self._hash = hashlib.blake2b(b"[", digest_size=8)
+            self._items = []
+        for item in items[len(self._items) :]:
+            raw = _CANONICAL.encode(item).encode()  # first, so a failure leaves no half
+            self._hash.update(b"," + raw if self._items else raw)
+            self._items.append(item)
+        whole = self._hash.copy()
+        whole.update(b"]")
+        return whole.hexdigest()
+
+
 REGISTRY_FRAMING = ";framing=confluent"
 
 

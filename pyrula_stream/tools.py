@@ -216,7 +216,13 @@ class ToolSpec:
     is_async: bool
 
     def definition(self) -> ToolDefinition:
-        # A copy, so a provider adapter that edits the schema cannot change the spec.
+        """What the model sees, built once per spec: every turn offering the tool shares it
+        (a deep copy of the schema per turn was a cost of every turn)."""
+        return self._definition
+
+    @functools.cached_property
+    def _definition(self) -> ToolDefinition:
+        # A copy: what providers are handed is never the spec's own schema (none edits it).
         return ToolDefinition(self.name, self.description, copy.deepcopy(self.input_schema))
 
     @property

@@ -45,7 +45,12 @@ NUMBER_KEYS = (
     "turns_per_s_20_steps",
     "broker_share_of_cores_2_processes",
 )
-SIGNED_KEYS = ("overhead_over_floor_p50_ms", "overhead_over_floor_p99_ms", "cpu_ms_per_step")
+SIGNED_KEYS = (
+    "overhead_over_floor_p50_ms",
+    "overhead_over_floor_p99_ms",
+    "cpu_ms_per_step",
+    "cpu_ms_per_step_200_steps",
+)
 """Differences of two measured figures: on a tiny run either side can be the larger."""
 
 
@@ -105,7 +110,9 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         (1, 1),
         (2, 1),
         (1, 20),
+        (1, 200),
     ]
+    assert "step_cost_growth" in figures  # None only when the 20-step figure is not > 0
     assert results["cpu"]["broker_measured"] is True  # the suite's broker runs here
     assert len(results["latency"]["floor_latencies_ms"]) == results["latency"]["turns"]
     assert Path(results["plot"]).stat().st_size > 0

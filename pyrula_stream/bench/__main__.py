@@ -42,6 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--in-flight", type=int, help="turns in flight (default 2000)")
     p.add_argument("--cpu-turns", type=int, help="one-step turns per cpu run (default 5000)")
     p.add_argument("--cpu-step-turns", type=int, help="20-step turns of the cpu phase (250)")
+    p.add_argument("--cpu-long-turns", type=int, help="200-step turns of the cpu phase (250)")
     p.add_argument("--cpu-rounds", type=int, help="1 vs 2 process rounds, A B A B (default 3)")
     p.add_argument("--soak-turns", type=int, help="turns of the soak (default 200000)")
     p.add_argument("--soak-warmup", type=int, help="warm-up turns before it (default 5000)")
@@ -69,6 +70,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "in_flight",
         "cpu_turns",
         "cpu_step_turns",
+        "cpu_long_turns",
         "cpu_rounds",
         "soak_turns",
         "soak_warmup",

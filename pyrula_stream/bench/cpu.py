@@ -12,7 +12,11 @@ cores is measured, not guessed.
 
 ``cpu_ms_per_turn`` is the one-tool turn (one step: a model call and a tool call, then
 the answering model call); ``cpu_ms_per_step`` is ``(CPU of a 20-step turn - CPU of a
-1-step turn) / 19``.
+1-step turn) / 19``, ``cpu_ms_per_step_200_steps`` the same for 200-step turns, and
+``step_cost_growth`` their ratio: 1.0 when a step costs the same however long the turn.
+Both long runs should have as many turns (``--cpu-step-turns``, ``--cpu-long-turns``):
+with fewer turns in flight each commit carries fewer steps, and a step costs more.
+Each worker process is tuned as ``pyrula-stream worker`` tunes its own (``tune_for_worker``).
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ from pyrula_stream.bench.harness import agent_topics, create_topics, drop_topics
 from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
 from pyrula_stream.bench.stats import median
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.runtime.collector import tune_for_worker
 from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import running_worker, wait_for
 
 STEPS = 20
+LONG_STEPS = 200
+"""The long turns of the step-cost growth: per-step CPU at 200 steps / at 20."""
 
 
 def _worker_process(
@@ -50,6 +57,7 @@ def _worker_process(
 
     async def main() -> None:
         options = WorkerOptions(max_concurrent_turns=concurrency)
+        tune_for_worker()  # as run_worker does: the bench measures what a user runs
         async with running_worker(agent, bootstrap, options, wait_assigned=False) as worker:
             while not stop.is_set() and not worker.done:
                 owned.value = worker.assigned_partitions
@@ -214,10 +222,11 @@ async def run_cpu(
     concurrency: int,
     rounds: int = 1,
     warmup: int = 50,
+    long_turns: int = 0,
 ) -> dict[str, Any]:
     """One process then two (one-tool turns), ``rounds`` times (A B A B ..., so drift on a
     busy machine hits both alike; the figures are medians), then one process of 20-step
-    turns."""
+    turns and (``long_turns`` > 0) one of 200-step turns."""
     broker = broker_pid(bootstrap)
     cores = os.cpu_count() or 1
     common = {"warmup": warmup, "partitions": partitions, "concurrency": concurrency}
@@ -244,22 +253,50 @@ async def run_cpu(
         cores=cores,
         **common,
     )
+    long = None
+    if long_turns > 0:
+        long = await _measure(
+            bootstrap,
+            processes=1,
+            steps=LONG_STEPS,
+            turns=long_turns,
+            broker=broker,
+            cores=cores,
+            warmup=max(1, warmup // LONG_STEPS),
+            partitions=partitions,
+            concurrency=concurrency,
+        )
+    one_step = [r for r in runs if r["steps_per_turn"] == 1]
     runs.append(many)
 
     def med(key: str, processes: int) -> Any:
-        values = [r[key] for r in runs[:-1] if r["processes"] == processes]
+        values = [r[key] for r in one_step if r["processes"] == processes]
         return None if None in values else round(median(values), 3)
 
     cpu_one = med("cpu_ms_per_turn", 1)
+
+    def per_step(run: dict[str, Any]) -> float:
+        return float((run["cpu_ms_per_turn"] - cpu_one) / (run["steps_per_turn"] - 1))
+
+    step_20 = per_step(many)
+    step_200 = None if long is None else per_step(long)
+    if long is not None:
+        runs.append(long)
     return {
         "cpu_ms_per_turn": cpu_one,
-        "cpu_ms_per_step": round((many["cpu_ms_per_turn"] - cpu_one) / (STEPS - 1), 3),
+        "cpu_ms_per_step": round(step_20, 3),
+        "cpu_ms_per_step_200_steps": None if step_200 is None else round(step_200, 3),
+        "step_cost_growth": None
+        if step_200 is None or step_20 <= 0
+        else round(step_200 / step_20, 3),
         "steps": STEPS,
+        "long_steps": LONG_STEPS,
         "rounds": rounds,
         "turns_per_s_1_process": med("turns_per_s", 1),
         "turns_per_s_2_processes": med("turns_per_s", 2),
         "turns_per_s_1_step": med("turns_per_s", 1),
         f"turns_per_s_{STEPS}_steps": many["turns_per_s"],
+        f"turns_per_s_{LONG_STEPS}_steps": None if long is None else long["turns_per_s"],
         "cpu_ms_per_turn_2_processes": med("cpu_ms_per_turn", 2),
         "broker_measured": broker is not None,
         "broker_cores_used_1_process": med("broker_cores_used", 1),

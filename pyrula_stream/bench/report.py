@@ -57,6 +57,8 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "overhead_over_floor_p99_ms": lat.get("overhead_over_floor_p99_ms"),
         "cpu_ms_per_turn": cpu.get("cpu_ms_per_turn"),
         "cpu_ms_per_step": cpu.get("cpu_ms_per_step"),
+        "cpu_ms_per_step_200_steps": cpu.get("cpu_ms_per_step_200_steps"),
+        "step_cost_growth": cpu.get("step_cost_growth"),
         "turns_per_s_1_process": cpu.get("turns_per_s_1_process"),
         "turns_per_s_2_processes": cpu.get("turns_per_s_2_processes"),
         "turns_per_s_20_steps": cpu.get("turns_per_s_20_steps"),
@@ -175,6 +177,17 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 f"  CPU per step, ({cpu['steps']} steps - 1 step) / {cpu['steps'] - 1} (ms)",
                 _fmt(cpu["cpu_ms_per_step"], 3),
                 "<= 0.1",
+            ),
+            (
+                f"  CPU per step at {cpu.get('long_steps', '-')} steps (ms)",
+                _fmt(cpu.get("cpu_ms_per_step_200_steps"), 3),
+                "",
+            ),
+            (
+                f"  step cost growth, per-step CPU at {cpu.get('long_steps', '-')} / "
+                f"at {cpu['steps']} steps",
+                _fmt(cpu.get("step_cost_growth"), 2),
+                "<= 1.3",
             ),
             (
                 f"  turns/s at 1 / {cpu['steps']} steps per turn",

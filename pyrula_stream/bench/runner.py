@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrula_stream.bench.concurrency import run_in_subprocess
-from pyrula_stream.bench.cpu import STEPS, run_cpu
+from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, run_cpu
 from pyrula_stream.bench.floor import run_floor, run_floor_latency
 from pyrula_stream.bench.framework import run_framework
 from pyrula_stream.bench.harness import machine, unique
@@ -60,6 +60,8 @@ class BenchConfig:
     latency_model_s: float = 0.2
     cpu_turns: int = 5000
     cpu_step_turns: int = 250
+    cpu_long_turns: int = 250
+    """As many as the 20-step turns: as many turns in flight, so commits batch alike."""
     cpu_rounds: int = 3
     in_flight: int = 2000
     in_flight_model_s: float = 1.0
@@ -90,6 +92,7 @@ class BenchConfig:
             "latency_rate": 10.0,
             "cpu_turns": 30,
             "cpu_step_turns": 5,
+            "cpu_long_turns": 5,
             "cpu_rounds": 1,
             "in_flight": 20,
             "in_flight_waves": 1,
@@ -260,12 +263,14 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
         progress(
             f"cpu: {config.cpu_turns} turns on 1 then 2 worker processes "
             f"x {config.cpu_rounds} rounds, "
-            f"{config.cpu_step_turns} turns of {STEPS} steps (fresh processes)"
+            f"{config.cpu_step_turns} turns of {STEPS} steps, "
+            f"{config.cpu_long_turns} of {LONG_STEPS} (fresh processes)"
         )
         results["cpu"] = await run_cpu(
             bootstrap,
             turns=config.cpu_turns,
             step_turns=config.cpu_step_turns,
+            long_turns=config.cpu_long_turns,
             rounds=config.cpu_rounds,
             partitions=config.partitions,
             concurrency=config.framework_concurrency,

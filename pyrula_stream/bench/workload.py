@@ -5,15 +5,32 @@ tool, and a second model call that answers; ``steps=20`` makes it twenty model-a
 steps before the answer (what the CPU phase prices per step). The N-step turn makes
 exactly N ``ctx.step`` calls with a fixed ~100-byte result each, so the journal's growth
 per step can be read off.
+
+The one-tool and N-step turns are answered by ``ScriptModel``: the scripted replies of
+``FakeLLM`` at a constant cost per call. ``FakeLLM`` encodes the whole conversation on
+every call to fill in its usage, which in a 200-step turn is most of the worker's CPU and
+grows with the turn's length; the bench measures the framework, not the stand-in model.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from pyrula_stream import AgentContext, ToolContext, kafka_agent, tool
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.bench.harness import PREFIX
+from pyrula_stream.limits import DEFAULT_MAX_LLM_CALLS, AgentLimits
+from pyrula_stream.llm.base import (
+    LLMClient,
+    ModelResponse,
+    StreamItem,
+    TextBlock,
+    TextDelta,
+    ToolDefinition,
+    Usage,
+)
 from pyrula_stream.llm.fake import FakeLLM, reply_text, reply_tool_call
 
 QUESTION = {"question": "Where is order 1234? It was due on Monday."}
@@ -27,19 +44,57 @@ async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
     return {"order_id": order_id, "status": "shipped", "carrier": "DHL", "eta": "Thursday"}
 
 
+class ScriptModel(LLMClient):
+    """The n-th reply for a conversation of ``1 + 2n`` messages (the question, then a
+    response and a tool result per step); the last one repeats. Constant work per call:
+    the reply is picked by the conversation's length and its usage is fixed."""
+
+    provider = "fake"
+
+    def __init__(self, replies: Sequence[ModelResponse], *, latency_s: float = 0.0) -> None:
+        self.model = "fake"
+        self.latency_s = latency_s
+        usage = Usage(input_tokens=100, output_tokens=20)
+        self._replies = [
+            r.model_copy(update={"usage": usage, "model": self.model}) for r in replies
+        ]
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[ToolDefinition] | None = None,
+        system: str | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        response = self._replies[min((len(messages) - 1) // 2, len(self._replies) - 1)]
+        for block in response.content:
+            if isinstance(block, TextBlock):
+                yield TextDelta(block.text)
+        yield response
+
+
 def tool_turn_agent(name: str, *, latency_s: float, partitions: int, steps: int = 1) -> KafkaAgent:
     """``steps`` times a model call asking for ``lookup_order`` and the tool, then one model
     call answering (a step: one model call and one tool call; the default is the one-tool
     turn)."""
-    llm = FakeLLM(
+    llm = ScriptModel(
         [
             *(reply_tool_call("lookup_order", order_id=str(1234 + i)) for i in range(steps)),
             reply_text("Order 1234 shipped with DHL and should arrive on Thursday."),
         ],
         latency_s=latency_s,
     )
+    limits = AgentLimits(max_llm_calls=max(DEFAULT_MAX_LLM_CALLS, steps + 1))
 
-    @kafka_agent(name=name, prefix=PREFIX, llm=llm, tools=[lookup_order], partitions=partitions)
+    @kafka_agent(
+        name=name,
+        prefix=PREFIX,
+        llm=llm,
+        tools=[lookup_order],
+        partitions=partitions,
+        limits=limits,
+    )
     async def support(ctx: AgentContext, question: str) -> str:
         return await ctx.llm.run([{"role": "user", "content": question}], system=SYSTEM)
 

@@ -25,6 +25,7 @@ from pyrula_stream.serde import (
     REPLY_CURSOR_KEY,
     TERMINAL,
     JournalEntry,
+    RunningFingerprint,
     decode_journal_entry,
     fingerprint,
     journal_key,
@@ -40,10 +41,15 @@ def model_call_fingerprint(
     system: str | None,
     tools: list[dict[str, Any]],
     output: dict[str, Any] | None = None,
+    *,
+    running: RunningFingerprint | None = None,
 ) -> str:
     """``system.tools.messages.count[.output]``: each part hashed alone so a mismatch can be
-    named; the output part (name and schema) only when one goes to the provider natively."""
-    parts = [fingerprint(system or ""), fingerprint(tools), fingerprint(messages)]
+    named; the output part (name and schema) only when one goes to the provider natively.
+    ``running``: the tool loop's hash of its growing conversation (the same part, each
+    message encoded once instead of on every call)."""
+    messages_part = fingerprint(messages) if running is None else running.of(messages)
+    parts = [fingerprint(system or ""), fingerprint(tools), messages_part]
     parts.append(str(len(messages)))
     if output is not None:
         parts.append(fingerprint(output))
