@@ -188,7 +188,7 @@ async def test_a_reply_naming_the_right_child_but_another_agent_is_refused(
     reasons = [headers["pyrula.dlq.reason"] for _, _, headers in dead_letters()]
     assert len(reasons) == 2, reasons
     assert f"made no call to agent 'someone-else' with child turn {child}" in reasons[0]
-    assert "reply is not JSON" in reasons[1]
+    assert "reply cannot be read: JSONDecodeError" in reasons[1]
 
 
 async def _events(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
