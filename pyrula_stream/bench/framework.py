@@ -96,20 +96,27 @@ def capture_turns(
 ) -> tuple[list[TurnRecords], dict[str, float]]:
     """Group the journal and events records by turn; also what one turn wrote on average."""
     by_turn: dict[str, TurnRecords] = defaultdict(list)
-    totals: dict[str, float] = defaultdict(float)
+    sizes: dict[str, list[tuple[str, int, bool]]] = defaultdict(list)
     for kind, topic in (("journal", journal), ("events", events)):
         for _, key, value, headers in read_records(bootstrap, topic, partitions):
             turn_id = key.split("/", 1)[0]
             hdrs: Headers = [(k, v.encode()) for k, v in headers.items()]
             by_turn[turn_id].append((kind, key.encode(), value, hdrs))
             size = len(key) + len(value or b"") + sum(len(k) + len(v) for k, v in headers.items())
+            sizes[turn_id].append((kind, size, value is None))
+    # Partition-level journal records (``cursor/...``: the intake mark, the replies
+    # position) belong to no turn: a group without events is not a turn's template.
+    turn_ids = [t for t, records in by_turn.items() if any(r[0] == "events" for r in records)]
+    totals: dict[str, float] = defaultdict(float)
+    for turn_id in turn_ids:
+        for kind, size, tombstone in sizes[turn_id]:
             totals[f"{kind}_records"] += 1
             totals[f"{kind}_bytes"] += size
-            if value is None:
+            if tombstone:
                 totals[f"{kind}_tombstones"] += 1
-    n = max(1, len(by_turn))
+    n = max(1, len(turn_ids))
     per_turn = {f"{k}_per_turn": round(v / n, 2) for k, v in sorted(totals.items())}
-    return list(by_turn.values()), per_turn
+    return [by_turn[t] for t in turn_ids], per_turn
 
 
 def _start_profiler() -> Any:
