@@ -33,7 +33,7 @@ class Native(LLMClient):
         system: str | None = None,
         output_format: OutputFormat | None = None,
     ) -> AsyncIterator[StreamItem]:
-        raise NotImplementedError
+        return  # only its signature is read: it is never streamed
         yield
 
 
@@ -42,7 +42,7 @@ async def _plain(
     tools: list[ToolDefinition] | None = None,
     system: str | None = None,
 ) -> AsyncIterator[StreamItem]:
-    raise NotImplementedError
+    return  # only its signature is read: it is never streamed
     yield
 
 
