@@ -129,16 +129,24 @@ class TurnConsumer:
     def subscribe(self, on_assign: PartitionsHook, on_revoke: PartitionsHook) -> None:
         """Join the group; the hooks run on the polling thread during a rebalance.
 
-        A partition assigned while fetching is paused starts paused, so the pause holds.
+        Each hook first reads the group metadata anew: a cooperative rebalance has
+        already moved the group to its next generation when a hook runs, so a commit the
+        hook waits for (an intake mark, a clean handover) fails with ILLEGAL_GENERATION
+        on the metadata of the poll before, and would keep failing until the hook gave
+        up. Read on the polling thread, where it answers at once (from any other thread
+        it blocks until the hook returns). A partition assigned while fetching is paused
+        starts paused, so the pause holds.
         """
 
         def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self._metadata = consumer.consumer_group_metadata()
             self._assigned |= {tp.partition for tp in partitions}
             on_assign([tp.partition for tp in partitions])
             if self._paused and partitions:
                 consumer.pause(partitions)
 
         def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self._metadata = consumer.consumer_group_metadata()
             self._assigned -= {tp.partition for tp in partitions}
             for tp in partitions:
                 self._committed.pop(tp.partition, None)
@@ -157,8 +165,6 @@ class TurnConsumer:
         """
         first = self._consumer.poll(FIRST_RECORD_WAIT_S)
         msgs = [] if first is None else [first, *self._consumer.consume(MAX_BATCH - 1, 0)]
-        # Read here, never inside a rebalance callback: there it blocks until the
-        # rebalance ends, and the revoke waits for the commit that needs it.
         self._metadata = self._consumer.consumer_group_metadata()
         out: list[Intake] = []
         for msg in msgs:
@@ -281,7 +287,8 @@ class TurnConsumer:
 
     @property
     def group_metadata(self) -> Any:
-        """The group generation as of the last poll: what transactions commit offsets with."""
+        """The group generation as of the last poll or rebalance hook: what transactions
+        commit offsets with."""
         return self._metadata
 
     @property
