@@ -63,3 +63,22 @@ def test_a_call_that_never_returns_is_given_up_at_its_timeout() -> None:
     never = threading.Event()
     with pytest.raises(CallAbandoned, match=r"did not return within 0\.5s"):
         call_with_deadline(never.wait, "send_offsets", timeout_s=0.5, answers=lambda: False)
+
+
+def test_calls_reuse_a_thread_but_never_one_left_blocked_by_a_call_given_up() -> None:
+    first, second = (
+        call_with_deadline(threading.get_ident, "commit", timeout_s=5, answers=lambda: True)
+        for _ in range(2)
+    )
+    assert first == second  # no new thread per call
+    never = threading.Event()
+    with pytest.raises(CallAbandoned):
+        call_with_deadline(
+            lambda: (threading.get_ident(), never.wait()),
+            "send_offsets",
+            timeout_s=0.3,
+            answers=lambda: False,
+        )
+    after = call_with_deadline(threading.get_ident, "commit", timeout_s=5, answers=lambda: True)
+    assert after != first  # the blocked thread is not handed the next call
+    never.set()

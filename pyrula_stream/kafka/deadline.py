@@ -9,12 +9,14 @@ thread of its own while the caller watches: past ``watch_after_s`` it asks the c
 with a short metadata request, whether it answers. A call still pending ``heal_grace_s``
 after the cluster answers again, having not answered before, is given up at once (the
 request it waits on was lost with the outage); any call is given up at ``timeout_s``. The
-thread of a call given up is left behind (a daemon, one per outage).
+thread of a call given up is left behind (a daemon, one per outage); the others are kept
+and reused, since starting a thread per call cost ~70 µs of CPU, twice per commit.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +37,43 @@ class CallAbandoned(Exception):
     """The call did not return in time; its thread is still blocked inside librdkafka."""
 
 
+Job = tuple[Callable[[], object], list[tuple[bool, object]], threading.Event]
+
+
+class _Caller:
+    """A daemon thread that runs one call at a time, handed to it through a queue."""
+
+    def __init__(self, name: str) -> None:
+        self.jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            call, outcome, done = self.jobs.get()
+            try:
+                outcome.append((True, call()))
+            except BaseException as exc:
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+
+_idle: list[_Caller] = []
+_idle_lock = threading.Lock()
+
+
+def _take_caller() -> _Caller:
+    with _idle_lock:
+        if _idle:
+            return _idle.pop()
+    return _Caller("pyrula-kafka-call")
+
+
+def _give_back(caller: _Caller) -> None:
+    with _idle_lock:
+        _idle.append(caller)
+
+
 def call_with_deadline(
     call: Callable[[], T],
     what: str,
@@ -51,16 +90,8 @@ def call_with_deadline(
     """
     outcome: list[tuple[bool, object]] = []
     done = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome.append((True, call()))
-        except BaseException as exc:
-            outcome.append((False, exc))
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name=f"pyrula-{what}", daemon=True).start()
+    caller = _take_caller()
+    caller.jobs.put((call, outcome, done))
     started = time.monotonic()
     outage_at: float | None = None
     healed_at: float | None = None
@@ -88,6 +119,7 @@ def call_with_deadline(
             )
         elif done.wait(1.0):  # it answers: the call is slow, not stuck; look again later
             break
+    _give_back(caller)  # only a caller whose call returned: an abandoned one stays blocked
     ok, value = outcome[0]
     if not ok:
         assert isinstance(value, BaseException)
