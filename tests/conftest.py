@@ -13,6 +13,8 @@ from pyrula_stream import KafkaAgentClient
 if TYPE_CHECKING:  # the SDK is the `otel` extra: absent from the lowest-versions venv
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from pyrula_stream.kafka.local_cluster import LocalCluster
+
 
 @pytest.fixture
 async def client(kafka_bootstrap_servers: str) -> AsyncIterator[KafkaAgentClient]:
@@ -60,3 +62,17 @@ def spans(_sdk_spans: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
     finally:
         _WATCHED["spans"] = False
         _sdk_spans.clear()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[LocalCluster]:
+    """A local cluster of three brokers and a controller, started once per session and
+    only when a test (marked ``cluster``) asks for it."""
+    from pyrula_stream.kafka.local_cluster import start_local_cluster
+
+    cluster = start_local_cluster(3)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+

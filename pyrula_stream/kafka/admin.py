@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
 
@@ -20,7 +20,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     NewTopic,
 )
 
-from pyrula_stream.errors import BrokerUnavailableError
+from pyrula_stream.errors import BrokerUnavailableError, ConfigurationError
 from pyrula_stream.kafka.config import (
     authorization_error,
     client_config,
@@ -39,6 +39,28 @@ class TopicSpec:
     name: str
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
+    replicas: int | None = None
+    """Copies of each partition; ``None``: ``min(3, brokers)`` of the cluster applied to
+    (``cluster_replicas``), and ``min.insync.replicas`` one less unless the config says."""
+
+
+def cluster_replicas(brokers: int) -> int:
+    """The default replication of the project's topics on a cluster of ``brokers``."""
+    return min(3, max(1, brokers))
+
+
+def with_replication(spec: TopicSpec, brokers: int) -> tuple[int, dict[str, str]]:
+    """The replication factor and config a spec gets on a cluster of ``brokers``; a spec
+    asking for more copies than there are brokers is refused, naming both."""
+    replicas = spec.replicas or cluster_replicas(brokers)
+    if replicas > brokers:
+        raise ConfigurationError(
+            f"topic {spec.name} asks for {replicas} replicas but the cluster has "
+            f"{brokers} broker(s): lower its replicas or add brokers"
+        )
+    config = dict(spec.config)
+    config.setdefault("min.insync.replicas", str(max(1, replicas - 1)))
+    return replicas, config
 
 
 @dataclass
@@ -70,6 +92,7 @@ def topic_specs(
             name=str(t["name"]).format(**fill),
             partitions=int(str(t["partitions"]).format(**fill)),
             config={k: str(v).format(**fill) for k, v in (t.get("config") or {}).items()},
+            replicas=int(t["replicas"]) if t.get("replicas") is not None else None,
         )
         for t in yaml.safe_load(text)["topics"]
         if chosen.get(t.get("only_with") or "", True)
@@ -187,7 +210,7 @@ def apply_topics(
     admin = admin_client(bootstrap_servers, kafka_config)
     conf = client_config(bootstrap_servers, kafka_config)
     try:
-        existing = cluster_metadata(admin, timeout_s).topics
+        metadata = cluster_metadata(admin, timeout_s)
     except KafkaException as exc:
         err = kafka_error(exc)
         if err is not None and err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
@@ -199,11 +222,18 @@ def apply_topics(
             ) from None
         raise
     report = ApplyReport()
+    existing, brokers = metadata.topics, len(metadata.brokers) or 1
+    replication = {s.name: with_replication(s, brokers) for s in specs}
     missing = [s for s in specs if s.name not in existing]
     if missing:
         futures = admin.create_topics(
             [
-                NewTopic(s.name, s.partitions, replication_factor=-1, config=s.config)
+                NewTopic(
+                    s.name,
+                    s.partitions,
+                    replication_factor=replication[s.name][0],
+                    config=replication[s.name][1],
+                )
                 for s in missing
             ],
             operation_timeout=timeout_s,
@@ -232,8 +262,15 @@ def apply_topics(
                 report.drift.append(
                     f"{spec.name}: partitions is {actual_parts}, spec says {spec.partitions}"
                 )
+            copies = {len(p.replicas) for p in existing[spec.name].partitions.values()} or {1}
+            if spec.replicas is not None and copies != {spec.replicas}:
+                report.drift.append(
+                    f"{spec.name}: replicas is {sorted(copies)}, spec says {spec.replicas}"
+                )
             actual = actual_configs[spec.name]
-            for key, want in spec.config.items():
+            # An existing topic is held to the in-sync minimum of the copies it has.
+            wanted = with_replication(replace(spec, replicas=max(copies)), max(copies))[1]
+            for key, want in wanted.items():
                 have = actual.get(key)
                 if have != want:
                     report.drift.append(f"{spec.name}: {key} is {have!r}, spec says {want!r}")

@@ -160,13 +160,14 @@ def _previous_ports(props: Path) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def _server_properties(
+def server_properties(
     data_dir: Path,
     port: int,
     controller_port: int,
     security: BrokerSecurity | None = None,
     advertised_port: int | None = None,
 ) -> str:
+    """The single node: a combined broker and controller."""
     listener = "SASL_SSL" if security else "PLAINTEXT"
     return f"""process.roles=broker,controller
 node.id=1
@@ -177,16 +178,23 @@ controller.listener.names=CONTROLLER
 listener.security.protocol.map={listener}:{listener},CONTROLLER:PLAINTEXT
 inter.broker.listener.name={listener}
 {_security_properties(security) if security else ""}
-log.dirs={data_dir / "log"}
+{node_defaults(data_dir, replicas=1)}"""
+
+
+def node_defaults(data_dir: Path, *, replicas: int) -> str:
+    """What every node of ours sets: its log directory, no topics made on the fly, and
+    internal topics with ``replicas`` copies (in-sync minimum one less)."""
+    min_isr = max(1, replicas - 1)
+    return f"""log.dirs={data_dir / "log"}
 num.partitions=1
 auto.create.topics.enable=false
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor={replicas}
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor={replicas}
+transaction.state.log.min.isr={min_isr}
 transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor={replicas}
+share.coordinator.state.topic.min.isr={min_isr}
 group.initial.rebalance.delay.ms=0
 log.cleaner.backoff.ms=100
 log.cleaner.threads=1
@@ -355,10 +363,47 @@ def wait_until_ready(
     )
 
 
-def _format_storage(jvm: list[str], props: Path, security: BrokerSecurity | None) -> None:
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def jvm_command(java: str, libs: Path, heap: str, data: Path) -> list[str]:
+    """The JVM that runs one node: small heap, serial GC, logs in its data directory."""
+    log_file = data / "broker.log"
+    (data / "log4j2.properties").write_text(_LOG4J.format(log=log_file))
+    return [
+        java,
+        f"-Xmx{heap}",
+        "-Xms128m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        f"-Dlog4j2.configurationFile={data / 'log4j2.properties'}",
+        "-cp",
+        f"{libs}/*",
+    ]
+
+
+def launch_node(jvm: list[str], data: Path, die_with_parent: bool) -> subprocess.Popen[bytes]:
+    """Start the node whose ``server.properties`` is in ``data`` (output to broker.out)."""
+    with open(data / "broker.out", "ab") as out:
+        return subprocess.Popen(
+            [*jvm, "kafka.Kafka", str(data / "server.properties")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if die_with_parent else os.setsid,
+        )
+
+
+def format_storage(
+    jvm: list[str],
+    props: Path,
+    security: BrokerSecurity | None = None,
+    cluster_id: str | None = None,
+) -> None:
     """A new cluster's storage; a secured one gets its SCRAM users now (KRaft has no other
-    way before the first start)."""
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    way before the first start). The nodes of one cluster share its ``cluster_id``."""
+    cluster_id = cluster_id or new_cluster_id()
     scram = [
         arg
         for name, password in (security.passwords.items() if security else ())
@@ -422,32 +467,13 @@ def start_local_broker(
         keystore, ca = _make_certificate(java, data, store_password)
         passwords = {**scram_users, SUPER_USER: uuid.uuid4().hex}
         security = BrokerSecurity(str(ca), str(keystore), passwords, store_password)
-    props.write_text(_server_properties(data, port, controller_port, security, advertised_port))
-    log_file = data / "broker.log"
-    (data / "log4j2.properties").write_text(_LOG4J.format(log=log_file))
-    classpath = f"{libs}/*"
-    jvm = [
-        java,
-        f"-Xmx{heap}",
-        "-Xms128m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        f"-Dlog4j2.configurationFile={data / 'log4j2.properties'}",
-        "-cp",
-        classpath,
-    ]
+    props.write_text(server_properties(data, port, controller_port, security, advertised_port))
+    jvm = jvm_command(java, libs, heap, data)
     if previous is None:
-        _format_storage(jvm, props, security)
-    with open(data / "broker.out", "ab") as out:
-        proc = subprocess.Popen(
-            [*jvm, "kafka.Kafka", str(props)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent if die_with_parent else os.setsid,
-        )
+        format_storage(jvm, props, security)
+    proc = launch_node(jvm, data, die_with_parent)
     broker = LocalBroker(
-        f"127.0.0.1:{port}", proc.pid, str(data), str(log_file), owns, proc, security
+        f"127.0.0.1:{port}", proc.pid, str(data), str(data / "broker.log"), owns, proc, security
     )
     try:
         wait_until_ready(broker.bootstrap_servers, kafka_config=broker.admin_settings())

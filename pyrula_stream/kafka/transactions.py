@@ -64,6 +64,35 @@ def describe_failures(failed: Sequence[FailedDelivery], limit: int = 5) -> str:
     return shown + (f"; and {more} more" if more > 0 else "")
 
 
+def replica_shortfall(client: Any, failed: Sequence[FailedDelivery], timeout_s: float) -> str:
+    """Why records time out when brokers are down: the partitions among ``failed`` whose
+    in-sync replicas fell below their replicas, from a short metadata request (empty
+    when none did, or the cluster did not answer). librdkafka retries a write refused with
+    ``NOT_ENOUGH_REPLICAS`` until the record times out, and reports only the timeout."""
+    out: list[str] = []
+    for topic in sorted({f.topic for f in failed}):
+        try:
+            meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException:
+            return ""
+        if meta is None:
+            continue
+        partitions = sorted({f.partition for f in failed if f.topic == topic})
+        for p in partitions:
+            part = meta.partitions.get(p)
+            if part is not None and len(part.isrs) < len(part.replicas):
+                out.append(
+                    f"{topic} [{p}] has {len(part.isrs)} of {len(part.replicas)} replicas in sync"
+                )
+    if not out:
+        return ""
+    return (
+        "; ".join(out)
+        + ": brokers are down, and writes below min.insync.replicas are refused "
+        "(NOT_ENOUGH_REPLICAS) until enough of them return"
+    )
+
+
 REPLACE_AFTER = frozenset(
     {
         KafkaError._INCONSISTENT,
@@ -263,7 +292,11 @@ class BatchWriter:
             # outage): abort rather than wait, and rerun the turns from their journal.
             self._producer.poll(0)  # serves delivery reports not yet served
             failed = sorted(self._failed, key=lambda f: f.index)
-            if failed:
+            timed_out = [f for f in failed if f.code == "_MSG_TIMED_OUT"]
+            shortfall = replica_shortfall(self._producer, timed_out, ANSWER_TIMEOUT_S)
+            if shortfall:
+                log.warning("transaction must abort; rebuilding affected turns: %s", shortfall)
+            elif failed:
                 log.warning(
                     "transaction must abort (%s); rebuilding affected turns; "
                     "%d record(s) failed delivery: %s",

@@ -1,0 +1,103 @@
+"""On a three-broker cluster (replication 3, ``min.insync.replicas`` 2), a turn whose
+commit meets two brokers down is refused with ``NOT_ENOUGH_REPLICAS``; once one broker
+returns it completes once: nothing lost, nothing doubled, and the worker says what is
+happening in a few clear lines, not a line per retry."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, WorkerOptions, kafka_agent
+from pyrula_stream import tool as tool_
+from pyrula_stream.kafka.local_cluster import LocalCluster
+from pyrula_stream.llm import FakeLLM
+from pyrula_stream.llm.fake import reply_tool_call
+from pyrula_stream.testing import running_worker, unique_name, wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def replication(bootstrap: str, topic: str) -> tuple[list[int], str]:
+    """A topic's replica count per partition and its ``min.insync.replicas``."""
+    from confluent_kafka.admin import ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    meta = admin.list_topics(topic, timeout=10).topics[topic]
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    config = admin.describe_configs([res])[res].result(timeout=10)
+    return [len(p.replicas) for p in meta.partitions.values()], config["min.insync.replicas"].value
+
+
+def isr_of(bootstrap: str, topic: str) -> list[list[int]]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    meta = admin.list_topics(topic, timeout=10).topics[topic]
+    return [list(p.isrs) for p in meta.partitions.values()]
+
+
+async def test_a_commit_refused_for_want_of_replicas_completes_once_a_broker_returns(
+    kafka_cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = asyncio.Event()
+
+    @tool_
+    async def hold(ctx: ToolContext) -> str:
+        """Waits until two brokers are down."""
+        await gate.wait()
+        return "held"
+
+    @kafka_agent(
+        name=unique_name("replicas"),
+        llm=FakeLLM([reply_tool_call("hold"), "done"]),
+        tools=[hold],
+        partitions=1,
+    )
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "go"}])
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    async with (
+        KafkaAgentClient(bootstrap) as client,
+        running_worker(agent, bootstrap, WorkerOptions(shutdown_grace=0.2)) as worker,
+    ):
+        # The project's topics take the cluster's replication: 3 copies, 2 in sync.
+        assert replication(bootstrap, agent.topics.journal) == ([3], "2")
+        handle = await client.submit(agent.name)
+        await wait_for(lambda: worker.running_turns == 1, 60, "the turn is running")
+        down = [n for n in kafka_cluster.running()][:2]
+        for node in down:
+            await asyncio.to_thread(kafka_cluster.kill, node)
+        survivor = kafka_cluster.running()[0]
+        await wait_for(
+            lambda: isr_of(bootstrap, agent.topics.journal) == [[survivor]],
+            60,
+            "the in-sync replicas shrank to the one broker left",
+        )
+        caplog.clear()
+        gate.set()
+        # Commits are refused meanwhile (NOT_ENOUGH_REPLICAS) until their records time out.
+        await wait_for(
+            lambda: any("replicas in sync" in r.getMessage() for r in caplog.records),
+            90,
+            "the worker said why its commit failed",
+        )
+        started = time.monotonic()
+        await asyncio.to_thread(kafka_cluster.restart, down[0])
+        events = [e async for e in client.stream(agent.name, handle.turn_id)]
+        waited = time.monotonic() - started
+        refused_lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    try:
+        types = [e.type for e in events]
+        assert types.count("run:complete") == 1 and types[-1] == "run:complete"
+        assert [e.seq for e in events] == list(range(len(events)))
+        aborts = [r.getMessage() for r in refused_lines if r.name.endswith(".transactions")]
+        said = "\n".join(aborts)
+        assert "NOT_ENOUGH_REPLICAS" in said and "replicas in sync" in said, said
+        assert len(aborts) <= 5, said  # a line per transaction given up, not one per retry
+        assert waited < 120
+    finally:
+        await asyncio.to_thread(kafka_cluster.restart, down[1])
