@@ -75,4 +75,3 @@ def kafka_cluster() -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
-

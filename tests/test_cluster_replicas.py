@@ -24,7 +24,7 @@ pytestmark = pytest.mark.cluster
 
 def replication(bootstrap: str, topic: str) -> tuple[list[int], str]:
     """A topic's replica count per partition and its ``min.insync.replicas``."""
-    from confluent_kafka.admin import ConfigResource
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     meta = admin.list_topics(topic, timeout=10).topics[topic]
