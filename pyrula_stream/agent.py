@@ -48,7 +48,12 @@ def registered_agents() -> list[KafkaAgent]:
 
 @dataclass(frozen=True)
 class AgentTopics:
-    """The names of one agent's topics."""
+    """The names of one agent's topics.
+
+    Two of them hold "history" of different kinds: ``history`` is recorded turns (one
+    record a finished turn, with ``keep_history``), ``threads`` is a thread's messages
+    (what a later turn of the thread sends the model).
+    """
 
     turns: str
     events: str
@@ -56,9 +61,11 @@ class AgentTopics:
     control: str
     dlq: str
     history: str
+    """Recorded turns: a finished turn's request, steps and outcome (``keep_history``)."""
     replies: str
     results: str
     threads: str
+    """Thread messages: the conversation a thread's next turn continues."""
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
@@ -80,7 +87,7 @@ VersionBehavior = Literal["pinned", "auto_upgrade"]
 
 
 def _history_retention_ms(agent_name: str, keep_history: bool | timedelta) -> int | None:
-    """The history topic's retention a ``timedelta`` sets (``None``: the spec's)."""
+    """The retention of the recorded-turns topic a ``timedelta`` sets (``None``: the spec's)."""
     if isinstance(keep_history, timedelta) and keep_history.total_seconds() >= 1:
         return int(keep_history.total_seconds() * 1000)
     if isinstance(keep_history, bool):
