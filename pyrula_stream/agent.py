@@ -48,7 +48,12 @@ def registered_agents() -> list[KafkaAgent]:
 
 @dataclass(frozen=True)
 class AgentTopics:
-    """The names of one agent's topics."""
+    """The names of one agent's topics.
+
+    Two of them hold "history" of different kinds: ``history`` is recorded turns (one
+    record a finished turn, with ``keep_history``), ``threads`` is a thread's messages
+    (what a later turn of the thread sends the model).
+    """
 
     turns: str
     events: str
@@ -56,9 +61,11 @@ class AgentTopics:
     control: str
     dlq: str
     history: str
+    """Recorded turns: a finished turn's request, steps and outcome (``keep_history``)."""
     replies: str
     results: str
     threads: str
+    """Thread messages: the conversation a thread's next turn continues."""
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
@@ -80,7 +87,7 @@ VersionBehavior = Literal["pinned", "auto_upgrade"]
 
 
 def _history_retention_ms(agent_name: str, keep_history: bool | timedelta) -> int | None:
-    """The history topic's retention a ``timedelta`` sets (``None``: the spec's)."""
+    """The retention of the recorded-turns topic a ``timedelta`` sets (``None``: the spec's)."""
     if isinstance(keep_history, timedelta) and keep_history.total_seconds() >= 1:
         return int(keep_history.total_seconds() * 1000)
     if isinstance(keep_history, bool):
@@ -199,83 +206,9 @@ def kafka_agent(
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
+        """Build the agent, then refuse it by ``_BIND_CHECKS`` (``keep_history`` is
+        checked while building: it becomes the history topic's retention)."""
         agent_name = name or fn.__name__
-        if not _AGENT_NAME.match(agent_name):
-            raise AgentRegistrationError(
-                f"agent name {agent_name!r} must match [a-zA-Z0-9_-]{{1,100}}: it names topics"
-            )
-        if not inspect.iscoroutinefunction(fn):
-            raise AgentRegistrationError(f"agent '{agent_name}' must be an async def")
-        for t in tools:
-            if not isinstance(t, ToolCallable):
-                raise ToolRegistrationError(
-                    f"agent '{agent_name}': {t!r} is not a @tool; decorate it with @tool"
-                )
-            check_bindable(t, agent_name=agent_name)
-        for server in mcp_servers:
-            if not isinstance(server, MCPServer):
-                raise ToolRegistrationError(
-                    f"agent '{agent_name}': {server!r} is not an MCPServer; declare it as "
-                    "MCPServer(name, url=...) or MCPServer(name, command=[...])"
-                )
-            if server.requires_approval:
-                raise ToolRegistrationError(
-                    f"agent '{agent_name}': MCP server '{server.name}' sets requires_approval, "
-                    "but a Kafka consumer cannot wait for a person's approval"
-                )
-        history_retention_ms = _history_retention_ms(agent_name, keep_history)
-        servers = [s.name for s in mcp_servers]
-        if len(set(servers)) != len(servers):
-            raise ToolRegistrationError(f"agent '{agent_name}': MCP server names repeat: {servers}")
-        names = [t.name for t in tools]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ToolRegistrationError(f"agent '{agent_name}': tool names repeat: {dupes}")
-        if partitions < 1:
-            raise AgentRegistrationError(f"agent '{agent_name}': partitions must be >= 1")
-        if max_thread_turns < 0:
-            raise AgentRegistrationError(
-                f"agent '{agent_name}': max_thread_turns must be >= 0 (0 keeps every turn), "
-                f"got {max_thread_turns}"
-            )
-        behavior = version_behavior or ("pinned" if version else "auto_upgrade")
-        if behavior not in ("pinned", "auto_upgrade"):
-            raise AgentRegistrationError(
-                f"agent '{agent_name}': version_behavior must be 'pinned' or 'auto_upgrade', "
-                f"got {behavior!r}"
-            )
-        older = dict(versions or {})
-        if older and version is None:
-            raise AgentRegistrationError(
-                f"agent '{agent_name}': versions= needs version= (the version of this body)"
-            )
-        if version is not None and version in older:
-            raise AgentRegistrationError(
-                f"agent '{agent_name}': version {version!r} is this body; versions= lists "
-                "only older bodies"
-            )
-        for v, body in older.items():
-            if not inspect.iscoroutinefunction(body):
-                raise AgentRegistrationError(
-                    f"agent '{agent_name}': versions[{v!r}] must be an async def"
-                )
-        unknown = sorted(set(output_topics or {}) - ROUTABLE)
-        if unknown:
-            raise AgentRegistrationError(
-                f"agent '{agent_name}': output_topics keys {unknown} are not routable; use "
-                f"event types, '*' or '{RESULTS}'"
-            )
-        if event_format not in ("avro", "json"):
-            raise AgentRegistrationError(
-                f"agent '{agent_name}': event_format must be 'avro' or 'json', not {event_format!r}"
-            )
-        if output_retries < 0:
-            raise AgentRegistrationError(f"agent '{agent_name}': output_retries must be >= 0")
-        if trust_domain is not None and not _AGENT_NAME.match(trust_domain):
-            raise AgentRegistrationError(
-                f"agent '{agent_name}': trust_domain {trust_domain!r} must match "
-                "[a-zA-Z0-9_-]{1,100}: it names the domain's memory and cache topics"
-            )
         agent = KafkaAgent(
             name=agent_name,
             fn=fn,
@@ -289,25 +222,163 @@ def kafka_agent(
             timeout=timeout,
             mcp_servers=tuple(mcp_servers),
             keep_history=bool(keep_history),
-            history_retention_ms=history_retention_ms,
+            history_retention_ms=_history_retention_ms(agent_name, keep_history),
             max_thread_turns=max_thread_turns,
             version=version,
-            version_behavior=behavior,
-            versions=older,
+            version_behavior=version_behavior or ("pinned" if version else "auto_upgrade"),
+            versions=dict(versions or {}),
             output_type=output_type,
             output_retries=output_retries,
             event_format=event_format,
             trust_domain=trust_domain,
         )
-        try:
-            agent.output  # noqa: B018 (builds the validator now: a bad type fails at import)
-        except PydanticUserError as exc:
-            raise AgentRegistrationError(
-                f"agent '{agent_name}': output_type {output_type!r} is not a type pydantic "
-                f"can validate: {exc}"
-            ) from None
+        for check in _BIND_CHECKS:
+            check(agent)
         _REGISTERED.pop((prefix, agent_name), None)
         _REGISTERED[(prefix, agent_name)] = agent
         return agent
 
     return bind
+
+
+# -- the refusals at bind time: one check a rule, run in order by ``kafka_agent`` ---------
+
+
+def _refuse(agent: KafkaAgent, why: str) -> AgentRegistrationError:
+    return AgentRegistrationError(f"agent '{agent.name}': {why}")
+
+
+def _check_name(agent: KafkaAgent) -> None:
+    """The name is part of every topic name, so it must be a valid topic-name piece."""
+    if not _AGENT_NAME.match(agent.name):
+        raise AgentRegistrationError(
+            f"agent name {agent.name!r} must match [a-zA-Z0-9_-]{{1,100}}: it names topics"
+        )
+
+
+def _check_body(agent: KafkaAgent) -> None:
+    """The worker awaits the body between durable steps: a plain function would block."""
+    if not inspect.iscoroutinefunction(agent.fn):
+        raise AgentRegistrationError(f"agent '{agent.name}' must be an async def")
+
+
+def _check_tools(agent: KafkaAgent) -> None:
+    """Only a ``@tool`` carries the schema and the effect the journal needs, and a tool
+    that needs a person's approval cannot run in a consumer that must keep polling."""
+    for t in agent.tools:
+        if not isinstance(t, ToolCallable):
+            raise ToolRegistrationError(
+                f"agent '{agent.name}': {t!r} is not a @tool; decorate it with @tool"
+            )
+        check_bindable(t, agent_name=agent.name)
+
+
+def _check_mcp_servers(agent: KafkaAgent) -> None:
+    """An MCP server must be declared (the worker connects to it) and, like a tool,
+    cannot wait for a person's approval."""
+    for server in agent.mcp_servers:
+        if not isinstance(server, MCPServer):
+            raise ToolRegistrationError(
+                f"agent '{agent.name}': {server!r} is not an MCPServer; declare it as "
+                "MCPServer(name, url=...) or MCPServer(name, command=[...])"
+            )
+        if server.requires_approval:
+            raise ToolRegistrationError(
+                f"agent '{agent.name}': MCP server '{server.name}' sets requires_approval, "
+                "but a Kafka consumer cannot wait for a person's approval"
+            )
+
+
+def _check_unique_names(agent: KafkaAgent) -> None:
+    """The model calls tools by name and the journal keys MCP calls by server: a name
+    used twice would make a recorded call ambiguous on replay."""
+    servers = [s.name for s in agent.mcp_servers]
+    if len(set(servers)) != len(servers):
+        raise ToolRegistrationError(f"agent '{agent.name}': MCP server names repeat: {servers}")
+    names = [t.name for t in agent.tools]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ToolRegistrationError(f"agent '{agent.name}': tool names repeat: {dupes}")
+
+
+def _check_topic_settings(agent: KafkaAgent) -> None:
+    """Partitions and the thread cap become topic settings: refuse values Kafka would
+    refuse later, or that mean nothing (a negative number of kept turns)."""
+    if agent.partitions < 1:
+        raise _refuse(agent, "partitions must be >= 1")
+    if agent.max_thread_turns < 0:
+        raise _refuse(
+            agent,
+            f"max_thread_turns must be >= 0 (0 keeps every turn), got {agent.max_thread_turns}",
+        )
+
+
+def _check_versions(agent: KafkaAgent) -> None:
+    """A pinned turn is resumed by the body it started on, so the older bodies must be
+    named against this one, must not include it, and must be awaitable like it."""
+    if agent.version_behavior not in ("pinned", "auto_upgrade"):
+        raise _refuse(
+            agent,
+            f"version_behavior must be 'pinned' or 'auto_upgrade', got {agent.version_behavior!r}",
+        )
+    if agent.versions and agent.version is None:
+        raise _refuse(agent, "versions= needs version= (the version of this body)")
+    if agent.version is not None and agent.version in agent.versions:
+        raise _refuse(
+            agent, f"version {agent.version!r} is this body; versions= lists only older bodies"
+        )
+    for v, body in agent.versions.items():
+        if not inspect.iscoroutinefunction(body):
+            raise _refuse(agent, f"versions[{v!r}] must be an async def")
+
+
+def _check_outputs(agent: KafkaAgent) -> None:
+    """Where events go and how they are written is fixed per agent: an unroutable key or
+    an unknown format would drop records silently later."""
+    unknown = sorted(set(agent.output_topics) - ROUTABLE)
+    if unknown:
+        raise _refuse(
+            agent,
+            f"output_topics keys {unknown} are not routable; use event types, '*' or '{RESULTS}'",
+        )
+    if agent.event_format not in ("avro", "json"):
+        raise _refuse(agent, f"event_format must be 'avro' or 'json', not {agent.event_format!r}")
+    if agent.output_retries < 0:
+        raise _refuse(agent, "output_retries must be >= 0")
+
+
+def _check_trust_domain(agent: KafkaAgent) -> None:
+    """The trust domain names the memory and cache topics the agent shares."""
+    if agent.trust_domain is not None and not _AGENT_NAME.match(agent.trust_domain):
+        raise _refuse(
+            agent,
+            f"trust_domain {agent.trust_domain!r} must match [a-zA-Z0-9_-]{{1,100}}: it names "
+            "the domain's memory and cache topics",
+        )
+
+
+def _check_output_type(agent: KafkaAgent) -> None:
+    """The result validator is built now, so a type pydantic cannot validate fails at
+    import rather than at a turn's end."""
+    try:
+        agent.output  # noqa: B018 (builds the validator)
+    except PydanticUserError as exc:
+        raise _refuse(
+            agent,
+            f"output_type {agent.output_type!r} is not a type pydantic can validate: {exc}",
+        ) from None
+
+
+_BIND_CHECKS: tuple[Callable[[KafkaAgent], None], ...] = (
+    _check_name,
+    _check_body,
+    _check_tools,
+    _check_mcp_servers,
+    _check_unique_names,
+    _check_topic_settings,
+    _check_versions,
+    _check_outputs,
+    _check_trust_domain,
+    _check_output_type,
+)
+"""What ``@kafka_agent`` refuses, in the order it asks."""

@@ -30,7 +30,13 @@ from pyrula_stream.errors import (
     WriteToolBlocked,
 )
 from pyrula_stream.events import SubagentResult, SubagentStart
-from pyrula_stream.limits import AgentLimits, Spend, check_spent, check_wall_time
+from pyrula_stream.limits import (
+    AgentLimits,
+    Spend,
+    budget_left,
+    check_spent,
+    check_wall_time,
+)
 from pyrula_stream.lineage import Lineage
 from pyrula_stream.serde import TurnRequest, fingerprint
 from pyrula_stream.subagents import (
@@ -166,8 +172,6 @@ class AgentCalls:
         max_depth = _tightest(self.limits.max_agent_depth, parent.max_depth if parent else None)
         input_hash = fingerprint([call_key, params])
         child_id = child_turn_id(turn.turn_id, call_key, input_hash)
-        spend = turn.spend
-        lim = self.limits
 
         async def live() -> StepData:
             if turn.branch is not None:  # the original's child, or refused (see branch.py)
@@ -175,44 +179,13 @@ class AgentCalls:
                     return dict(turn.branch.agent_result(CALL_KIND, step, name, input_hash))
                 except WriteToolBlocked as exc:
                     raise turn.refuse(exc) from None
-            if max_depth is not None and depth > max_depth:
-                raise AgentDepthExceeded(
-                    f"call to '{name}' would run at depth {depth}, past max_agent_depth="
-                    f"{max_depth}; no child turn was started",
-                    detail={"limit": "max_agent_depth", "depth": depth},
-                )
-            check_wall_time(lim, turn.started_ms)
-            if not await self._topic_exists(f"{prefix}.{name}.turns"):
-                raise ConfigurationError(
-                    f"agent '{name}' has no topic {prefix}.{name}.turns, so it cannot be "
-                    f"called: start its worker once or run 'pyrula-stream topics apply' for it"
-                )
-            check_spent(lim, spend, before=f"calling '{name}'")
+            await self._check_call(name, prefix, depth, max_depth)
             return {"child_turn_id": child_id, "agent": name, "depth": depth}
 
         def request_record(data: StepData) -> list[Any]:
             if turn.branch is not None:  # a branch never starts a child turn
                 return []
-            trace = turn.telemetry.event_trace() or {}
-            lineage = Lineage(
-                root_turn_id=parent.root_turn_id if parent else turn.turn_id,
-                parent_turn_id=turn.turn_id,
-                parent_agent=turn.agent,
-                parent_prefix=self._prefix,
-                parent_partition=turn.topics.partition,
-                call_key=call_key,
-                depth=depth,
-                max_depth=max_depth,
-                tokens_left=None
-                if lim.max_total_tokens is None
-                else max(0, lim.max_total_tokens - spend.billed_tokens),
-                cost_left_usd=None
-                if lim.max_cost_usd is None
-                else max(0.0, lim.max_cost_usd - spend.cost_usd),
-                # The child's worker continues this turn's trace from the headers.
-                traceparent=trace.get("traceparent"),
-                tracestate=trace.get("tracestate"),
-            )
+            lineage = self._child_lineage(call_key, depth, max_depth)
             request = TurnRequest(
                 turn_id=child_id,
                 agent=name,
@@ -239,6 +212,45 @@ class AgentCalls:
         if turn.branch is None:  # a branch's child is the original's, not its to cancel
             turn.children[str(data["child_turn_id"])] = f"{prefix}.{name}.control"
         return name, str(data["child_turn_id"])
+
+    async def _check_call(self, name: str, prefix: str, depth: int, max_depth: int | None) -> None:
+        """Before a live call starts a child: depth, wall time, the child's topic, and the
+        tokens and cost already spent (the checks a model call makes, ``limits.py``'s)."""
+        if max_depth is not None and depth > max_depth:
+            raise AgentDepthExceeded(
+                f"call to '{name}' would run at depth {depth}, past max_agent_depth="
+                f"{max_depth}; no child turn was started",
+                detail={"limit": "max_agent_depth", "depth": depth},
+            )
+        check_wall_time(self.limits, self._turn.started_ms)
+        if not await self._topic_exists(f"{prefix}.{name}.turns"):
+            raise ConfigurationError(
+                f"agent '{name}' has no topic {prefix}.{name}.turns, so it cannot be "
+                f"called: start its worker once or run 'pyrula-stream topics apply' for it"
+            )
+        check_spent(self.limits, self._turn.spend, before=f"calling '{name}'")
+
+    def _child_lineage(self, call_key: str, depth: int, max_depth: int | None) -> Lineage:
+        """Where the child comes from, the budget it inherits and the trace it continues."""
+        turn = self._turn
+        parent = turn.request.lineage
+        tokens_left, cost_left = budget_left(self.limits, turn.spend)
+        trace = turn.telemetry.event_trace() or {}
+        return Lineage(
+            root_turn_id=parent.root_turn_id if parent else turn.turn_id,
+            parent_turn_id=turn.turn_id,
+            parent_agent=turn.agent,
+            parent_prefix=self._prefix,
+            parent_partition=turn.topics.partition,
+            call_key=call_key,
+            depth=depth,
+            max_depth=max_depth,
+            tokens_left=tokens_left,
+            cost_left_usd=cost_left,
+            # The child's worker continues this turn's trace from the headers.
+            traceparent=trace.get("traceparent"),
+            tracestate=trace.get("tracestate"),
+        )
 
     async def take(self, child: tuple[str, str], *, step: int | None = None) -> Reply:
         """The reply step: the child's outcome, or park until its reply arrives."""

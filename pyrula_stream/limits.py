@@ -115,6 +115,17 @@ def check_spent(limits: AgentLimits, spend: Spend, before: str = "") -> None:
         )
 
 
+def budget_left(limits: AgentLimits, spend: Spend) -> tuple[int | None, float | None]:
+    """The tokens and cost still under their caps (``None`` where there is no cap): what
+    a sub-agent call hands its child, so the child's spend counts against the parent's."""
+    tokens = limits.max_total_tokens
+    cost = limits.max_cost_usd
+    return (
+        None if tokens is None else max(0, tokens - spend.billed_tokens),
+        None if cost is None else max(0.0, cost - spend.cost_usd),
+    )
+
+
 def check_model_budget(
     limits: AgentLimits,
     spend: Spend,

@@ -47,7 +47,6 @@ class MeshWorker(RunsInBackground):
         self.workers = [
             KafkaWorker(a, bootstrap_servers=bootstrap_servers, options=per_agent) for a in agents
         ]
-        self._task: asyncio.Task[None] | None = None
         self._started = False
 
     @property

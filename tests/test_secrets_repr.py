@@ -113,7 +113,9 @@ def _config_classes() -> dict[str, type]:
     for module in _modules():
         for name, obj in vars(module).items():
             defined_here = inspect.isclass(obj) and obj.__module__ == module.__name__
-            if defined_here and not name.startswith("_") and dataclasses.is_dataclass(obj):
+            # An abstract base (``SDKAdapter``) has no instances: its subclasses are built.
+            buildable = defined_here and not inspect.isabstract(obj)
+            if buildable and not name.startswith("_") and dataclasses.is_dataclass(obj):
                 found[f"{module.__name__}.{name}"] = obj
     return {
         path: cls

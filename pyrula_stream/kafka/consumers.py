@@ -1,5 +1,9 @@
-"""Making consumers and reading with them: the group consumer's settings (``TurnConsumer``
-in ``group.py`` drives it), readers of a whole topic or one key, control and replies.
+"""Consumer factories and the short-lived readers: how every consumer is configured, and
+the reads that are not group membership (a whole topic, one key, control and replies).
+
+The worker's membership of its group (assign/revoke hooks, decoding polled turn requests,
+fencing) is ``group.py``'s ``TurnConsumer``; this module only builds the consumer it uses
+(``group_consumer``).
 
 Reading a topic or partition to its end is ``pyrula_stream.kafka.offsets.read_to_end``;
 the two functions here are its shapes for restore and for ``read_topic``.

@@ -1,10 +1,11 @@
-"""The worker's group consumer of turn requests, behind one class.
+"""The worker's membership of its agent's consumer group, behind one class.
 
 ``TurnConsumer`` subscribes to the turns topic with assign/revoke hooks that receive
 partition numbers, and ``poll`` returns what the worker acts on: decoded turn requests,
 or bad records (with the bytes and the reason) for the dead-letter topic. The worker
 never sees a raw Kafka message. Pausing, resuming and the group metadata that fences a
-worker which lost its partitions (EOS v2) live here too.
+worker which lost its partitions (EOS v2) live here too. How a consumer is configured,
+and the reads outside the group, are ``consumers.py``'s.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ import os
 from abc import abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from dataclasses import InitVar, dataclass, field
+from typing import Any, ClassVar
 
 from pyrula_stream import wire_guard
 from pyrula_stream.errors import ConfigurationError, ErrorCode, LLMError, MalformedRecordError
@@ -29,55 +30,51 @@ from pyrula_stream.llm.ratelimit import RateLimiter
 from pyrula_stream.llm.tokens import estimate_tokens
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class SDKAdapter(LLMClient):
-    """Base for adapters built on an official provider SDK."""
+    """Base for adapters built on an official provider SDK.
 
-    provider: str = ""
-    api_key_env: str = ""
+    The settings every provider takes are declared once, here, as dataclass fields: a
+    provider class adds its own fields and the generated constructor keeps one keyword
+    signature, ``Provider(model, *, streaming_mode=..., ..., <provider keywords>)``.
+    ``api_key`` is an init-only value: it is kept privately and never shown.
+    """
+
+    provider = ""
+    api_key_env: ClassVar[str] = ""
     """The environment variable the SDK reads the key from when none is passed."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        streaming_mode: StreamingMode = StreamingMode.SAFE,
-        max_buffer_bytes: int = 5 * 1024 * 1024,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        max_tokens: int = 8192,
-        temperature: float | None = None,
-        llm_call_timeout: float | None = None,
-        rate_limit: LLMRate | None = None,
-        backoff_base_s: float = 0.5,
-        max_retry_wait_s: float = 60.0,
-        structured_output: bool = True,
-    ) -> None:
-        if not model:
+    model: str = field(kw_only=False)
+    streaming_mode: StreamingMode = StreamingMode.SAFE
+    max_buffer_bytes: int = 5 * 1024 * 1024
+    max_retries: int = DEFAULT_MAX_RETRIES
+    api_key: InitVar[str | None] = None
+    base_url: str | None = None
+    max_tokens: int = 8192
+    temperature: float | None = None
+    llm_call_timeout: float | None = None
+    rate_limit: LLMRate | None = None
+    backoff_base_s: float = 0.5
+    max_retry_wait_s: float = 60.0
+    structured_output: bool = True
+
+    def __post_init__(self, api_key: str | None) -> None:
+        if not self.model:
             raise ConfigurationError(f"{type(self).__name__} needs a model id")
-        if max_retries < 0 or max_tokens <= 0 or max_buffer_bytes <= 0:
+        if self.max_retries < 0 or self.max_tokens <= 0 or self.max_buffer_bytes <= 0:
             raise ConfigurationError(
                 "max_retries must be >= 0, max_tokens and max_buffer_bytes > 0"
             )
-        if llm_call_timeout is not None and llm_call_timeout <= 0:
+        if self.llm_call_timeout is not None and self.llm_call_timeout <= 0:
             raise ConfigurationError("llm_call_timeout must be positive")
-        self.model = model
-        self.streaming_mode = StreamingMode(streaming_mode)
-        self.max_buffer_bytes = max_buffer_bytes
-        self.max_retries = max_retries
-        self.base_url = base_url
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.llm_call_timeout = llm_call_timeout
-        self.rate_limit = rate_limit
+        self.streaming_mode = StreamingMode(self.streaming_mode)
         self.retry_policy = ProviderRetryPolicy(
-            max_retries=max_retries,
-            backoff_base_s=backoff_base_s,
-            max_retry_after_s=max_retry_wait_s,
+            max_retries=self.max_retries,
+            backoff_base_s=self.backoff_base_s,
+            max_retry_after_s=self.max_retry_wait_s,
         )
-        self.structured_output = structured_output
         self._api_key = api_key
-        self._limiter = RateLimiter(rate_limit) if rate_limit is not None else None
+        self._limiter = RateLimiter(self.rate_limit) if self.rate_limit is not None else None
 
     def accepts_keyword(self, name: str) -> bool:
         """``output_format`` only with ``structured_output`` on: a model without the

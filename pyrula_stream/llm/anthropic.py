@@ -16,11 +16,8 @@ from pyrula_stream.errors import ConfigurationError, ProviderStreamTruncated
 from pyrula_stream.llm._adapter import SDKAdapter
 from pyrula_stream.llm._retry import FailureKind, ProviderFailure, parse_retry_after
 from pyrula_stream.llm.base import (
-    DEFAULT_MAX_RETRIES,
-    LLMRate,
     ModelResponse,
     OutputFormat,
-    StreamingMode,
     StreamItem,
     TextBlock,
     TextDelta,
@@ -119,9 +116,11 @@ class _MessageState:
         self.usage = self.usage.model_copy(update=update)
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class AnthropicLLM(SDKAdapter):
     """Anthropic Messages API adapter.
 
+    Takes the settings every adapter takes (see ``SDKAdapter``) and two of its own:
     ``prompt_caching`` marks the system prompt and the tool definitions as cache
     breakpoints (``cache_ttl`` "5m" or "1h"). ``llm_call_timeout`` is the per-request
     timeout in seconds. ``backoff_base_s`` and ``max_retry_wait_s`` tune our retries.
@@ -133,45 +132,16 @@ class AnthropicLLM(SDKAdapter):
     provider = "anthropic"
     api_key_env = "ANTHROPIC_API_KEY"
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        streaming_mode: StreamingMode = StreamingMode.SAFE,
-        max_buffer_bytes: int = 5 * 1024 * 1024,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        max_tokens: int = 8192,
-        temperature: float | None = None,
-        prompt_caching: bool = True,
-        cache_ttl: str = "5m",
-        llm_call_timeout: float | None = None,
-        rate_limit: LLMRate | None = None,
-        backoff_base_s: float = 0.5,
-        max_retry_wait_s: float = 60.0,
-        structured_output: bool = True,
-    ) -> None:
+    prompt_caching: bool = True
+    cache_ttl: str = "5m"
+
+    def __post_init__(self, api_key: str | None) -> None:
         _import_sdk()
-        if cache_ttl not in CACHE_TTLS:
-            raise ConfigurationError(f"cache_ttl must be one of {CACHE_TTLS}, got {cache_ttl!r}")
-        super().__init__(
-            model,
-            streaming_mode=streaming_mode,
-            max_buffer_bytes=max_buffer_bytes,
-            max_retries=max_retries,
-            api_key=api_key,
-            base_url=base_url,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            llm_call_timeout=llm_call_timeout,
-            rate_limit=rate_limit,
-            backoff_base_s=backoff_base_s,
-            max_retry_wait_s=max_retry_wait_s,
-            structured_output=structured_output,
-        )
-        self.prompt_caching = prompt_caching
-        self.cache_ttl = cache_ttl
+        if self.cache_ttl not in CACHE_TTLS:
+            raise ConfigurationError(
+                f"cache_ttl must be one of {CACHE_TTLS}, got {self.cache_ttl!r}"
+            )
+        super().__post_init__(api_key)
         self._client: AsyncAnthropic | None = None
 
     def _sdk_client(self) -> AsyncAnthropic:

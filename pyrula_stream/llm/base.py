@@ -115,9 +115,6 @@ class ModelResponse(BaseModel):
         return {"role": "assistant", "content": [b.model_dump() for b in self.content]}
 
 
-CompletionResult = ModelResponse
-
-
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     """A piece of text while the model is still writing (display only, not journaled)."""

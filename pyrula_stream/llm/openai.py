@@ -24,11 +24,8 @@ from pyrula_stream.llm._openai_convert import (
 )
 from pyrula_stream.llm._retry import FailureKind, ProviderFailure, parse_retry_after
 from pyrula_stream.llm.base import (
-    DEFAULT_MAX_RETRIES,
-    LLMRate,
     ModelResponse,
     OutputFormat,
-    StreamingMode,
     StreamItem,
     TextBlock,
     TextDelta,
@@ -122,11 +119,14 @@ class _CompletionState:
         return piece
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class OpenAILLM(SDKAdapter):
     """OpenAI Chat Completions adapter (also for OpenAI-compatible servers via ``base_url``).
 
-    Optional sampling parameters are sent only when set. ``max_tokens`` is sent as
-    ``max_completion_tokens``. ``llm_call_timeout`` is the per-request timeout in seconds.
+    Beside the settings every adapter takes (see ``SDKAdapter``) it takes the sampling
+    keywords ``top_p``, ``seed`` and ``parallel_tool_calls``, sent only when set.
+    ``max_tokens`` is sent as ``max_completion_tokens``. ``llm_call_timeout`` is the
+    per-request timeout in seconds.
     ``structured_output=False`` keeps an ``output_type``'s schema out of
     ``response_format`` (for models or compatible servers without ``json_schema``).
     The API key is never part of ``repr``, ``describe`` or any raised message.
@@ -135,45 +135,13 @@ class OpenAILLM(SDKAdapter):
     provider = "openai"
     api_key_env = "OPENAI_API_KEY"
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        streaming_mode: StreamingMode = StreamingMode.SAFE,
-        max_buffer_bytes: int = 5 * 1024 * 1024,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        max_tokens: int = 8192,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        parallel_tool_calls: bool | None = None,
-        llm_call_timeout: float | None = None,
-        rate_limit: LLMRate | None = None,
-        backoff_base_s: float = 0.5,
-        max_retry_wait_s: float = 60.0,
-        structured_output: bool = True,
-    ) -> None:
+    top_p: float | None = None
+    seed: int | None = None
+    parallel_tool_calls: bool | None = None
+
+    def __post_init__(self, api_key: str | None) -> None:
         _import_sdk()
-        super().__init__(
-            model,
-            streaming_mode=streaming_mode,
-            max_buffer_bytes=max_buffer_bytes,
-            max_retries=max_retries,
-            api_key=api_key,
-            base_url=base_url,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            llm_call_timeout=llm_call_timeout,
-            rate_limit=rate_limit,
-            backoff_base_s=backoff_base_s,
-            max_retry_wait_s=max_retry_wait_s,
-            structured_output=structured_output,
-        )
-        self.top_p = top_p
-        self.seed = seed
-        self.parallel_tool_calls = parallel_tool_calls
+        super().__post_init__(api_key)
         self._client: AsyncOpenAI | None = None
 
     def _sdk_client(self) -> AsyncOpenAI:
