@@ -6,6 +6,7 @@ import argparse
 import json
 import shutil
 import sys
+from pathlib import Path
 
 from pyrula_stream.cli.common import (
     Commands,
@@ -32,6 +33,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
         start_local_broker,
     )
 
+    if args.brokers > 1 or (args.action != "start" and cluster_state_file().exists()):
+        return cmd_local_cluster(args)
     path = state_file()
     current = LocalBroker(**json.loads(path.read_text())) if path.exists() else None
     running = current is not None and current.is_running()
@@ -79,6 +82,53 @@ def cmd_broker(args: argparse.Namespace) -> int:
         f"at {current.bootstrap_servers}"
     )
     return 0 if answers else 1
+
+
+def cluster_state_file() -> Path:
+    from pyrula_stream.kafka.local_broker import cache_root
+
+    return cache_root() / "cluster.json"
+
+
+def cmd_local_cluster(args: argparse.Namespace) -> int:
+    """``broker start --brokers N``: a local cluster of N brokers and a controller, kept
+    across ``stop``/``start`` as the single broker is (``kafka/local_cluster.py``)."""
+    from pyrula_stream.kafka.admin import broker_answers
+    from pyrula_stream.kafka.local_broker import cache_root
+    from pyrula_stream.kafka.local_cluster import LocalCluster, start_local_cluster
+
+    path = cluster_state_file()
+    current = LocalCluster.from_json(path.read_text()) if path.exists() else None
+    if args.action == "start":
+        if current is not None and current.running():
+            if args.fresh:
+                raise ConfigurationError(
+                    "a local cluster is running: run `pyrula-stream broker stop` before "
+                    "`broker start --fresh`"
+                )
+            print(f"already running (brokers {current.running()})")
+            print(current.bootstrap_servers)
+            return 0
+        data_dir = cache_root() / "cluster-data"
+        if args.fresh:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        cluster = start_local_cluster(args.brokers, data_dir=data_dir, die_with_parent=False)
+        cluster.owns_data_dir = False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(cluster.to_json())
+        print(f"Kafka cluster of {args.brokers} brokers started; data: {data_dir}")
+        print(cluster.bootstrap_servers)
+        return 0
+    assert current is not None
+    if args.action == "stop":
+        current.halt()
+        print(f"stopped; its data stays in {current.data_dir} for the next `broker start`")
+        path.unlink()
+        return 0
+    for i, node in enumerate(current.brokers, start=1):
+        up = node.is_running() and broker_answers(node.bootstrap_servers, kafka_config={})
+        print(f"broker {i} {'running' if up else 'down'} at {node.bootstrap_servers}")
+    return 0 if current.running() else 1
 
 
 def agent_from(args: argparse.Namespace) -> tuple[str, str, set[str], bool, str | None]:
@@ -180,6 +230,12 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     )
     b.add_argument(
         "--fresh", action="store_true", help="start an empty broker (deletes the previous data)"
+    )
+    b.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="start a local cluster of this many brokers (and one controller)",
     )
     b.set_defaults(func=cmd_broker)
 

@@ -114,6 +114,22 @@ class LocalCluster:
         if self.owns_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    def halt(self) -> None:
+        """Stop every node and keep the data: the next start brings the cluster back."""
+        for node in [*self.brokers, self.controller]:
+            node.halt(signal.SIGTERM)
+
+    @classmethod
+    def from_json(cls, text: str) -> LocalCluster:
+        """The cluster a ``to_json`` described (its processes may have ended since)."""
+        data = json.loads(text)
+        return cls(
+            [LocalBroker(**node) for node in data["brokers"]],
+            LocalBroker(**data["controller"]),
+            data["data_dir"],
+            owns_data_dir=False,
+        )
+
     def to_json(self) -> str:
         return json.dumps(
             {

@@ -87,8 +87,7 @@ def replica_shortfall(client: Any, failed: Sequence[FailedDelivery], timeout_s: 
     if not out:
         return ""
     return (
-        "; ".join(out)
-        + ": brokers are down, and writes below min.insync.replicas are refused "
+        "; ".join(out) + ": brokers are down, and writes below min.insync.replicas are refused "
         "(NOT_ENOUGH_REPLICAS) until enough of them return"
     )
 
