@@ -77,6 +77,8 @@ class Monkey(threading.Thread):
         self.lock = lock
         self.replies = replies
         self.kills: list[KillRecord] = []
+        self.found_dead: list[str] = []
+        """Victims that had exited on their own before the kill (crashes, not kills)."""
         self.started = time.monotonic()
         self._halt = threading.Event()
 
@@ -172,6 +174,10 @@ class Monkey(threading.Thread):
     def _kill_and_restart(self, worker: Worker, kind: str, detail: str) -> None:
         with self.lock:
             pid = worker.pid or -1
+            if worker.proc is not None and not worker.alive():
+                at = time.monotonic() - self.started
+                code = worker.proc.returncode
+                self.found_dead.append(f"t={at:.1f}s {worker.worker_id} pid {pid} exited {code}")
             worker.kill()
             at = time.monotonic() - self.started
             self.kills.append(
