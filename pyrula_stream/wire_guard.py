@@ -100,7 +100,12 @@ def loads(
     check_size(data, what, limits)
     check_depth(data, what, limits)
     with guarded(what):
-        return json.loads(data)
+        # Strict UTF-8 first (a BOM allowed, as before): ``json.loads`` of bytes decodes
+        # with "surrogatepass", so an encoded surrogate (ED A0 80) would become a string
+        # that no encoder writes back.
+        raw = isinstance(data, bytes | bytearray)
+        text = bytes(data).decode("utf-8-sig") if raw else data
+        return json.loads(text)
 
 
 def loads_object(

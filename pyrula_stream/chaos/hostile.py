@@ -276,9 +276,9 @@ def _forged_lineage(ctx: Context, rng: random.Random, rec: HostileRecord) -> Non
     headers = lineage.headers()
     choice = rng.randrange(5)
     if choice == 0:
-        keep = rng.sample(headers, rng.randint(1, len(headers) - 1))
-        if ("pyrula-parent-turn-id", lineage.parent_turn_id.encode()) not in keep:
-            keep.append(("pyrula-parent-turn-id", lineage.parent_turn_id.encode()))
+        parent = ("pyrula-parent-turn-id", lineage.parent_turn_id.encode())
+        others = [h for h in headers if h != parent]
+        keep = [parent, *rng.sample(others, rng.randrange(len(others)))]
         rec.variant, headers = "partial", keep
     elif choice == 1:
         name = rng.choice(["pyrula-depth", "pyrula-parent-partition", "pyrula-max-depth"])
