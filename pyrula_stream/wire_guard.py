@@ -103,8 +103,7 @@ def loads(
         # Strict UTF-8 first (a BOM allowed, as before): ``json.loads`` of bytes decodes
         # with "surrogatepass", so an encoded surrogate (ED A0 80) would become a string
         # that no encoder writes back.
-        raw = isinstance(data, bytes | bytearray)
-        text = bytes(data).decode("utf-8-sig") if raw else data
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8-sig")
         return json.loads(text)
 
 
