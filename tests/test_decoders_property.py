@@ -349,6 +349,16 @@ def test_an_encoded_surrogate_is_not_utf8() -> None:
     assert wire_guard.loads(b'\xef\xbb\xbf{"q": 1}', "value") == {"q": 1}  # a BOM, as before
 
 
+def test_a_lone_surrogate_escape_is_refused_and_a_pair_is_text() -> None:
+    """Valid JSON, but no encoder writes it back: a request holding ``"\\ud800"`` was
+    accepted, and encoding it into an event or the journal raised UnicodeEncodeError."""
+    for text in (b'{"q": "\\ud800"}', b'{"\\uDC00": 1}', b'[["a\\udfffb"]]'):
+        with pytest.raises(MalformedRecordError, match="lone surrogate"):
+            wire_guard.loads(text, "value")
+    assert wire_guard.loads(b'{"q": "\\ud83d\\ude00"}', "value") == {"q": "\U0001f600"}
+    assert wire_guard.loads(b'{"q": "\\\\ud800"}', "value") == {"q": "\\ud800"}  # text
+
+
 def test_partial_lineage_is_malformed_even_when_its_numbers_are_there() -> None:
     """Without an agent or prefix header a reply went to ``None.<agent>.replies``."""
     full = Lineage("r", "p", "triage", "pyrula", 0, "agent:x#0", 1).as_dict()

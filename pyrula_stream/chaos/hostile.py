@@ -200,7 +200,12 @@ def _huge_number(ctx: Context, rng: random.Random) -> tuple[str, bytes, Headers]
 
 def _invalid_utf8(ctx: Context, rng: random.Random) -> tuple[str, bytes, Headers]:
     bad = rng.choice(_BAD_UTF8) * rng.randint(1, 4)
-    choice = rng.randrange(4)
+    choice = rng.randrange(5)
+    if choice == 4:  # valid JSON, but a surrogate with no pair is no text either
+        escape = rng.choice([b"\\ud800", b"\\uDFFF", b"\\udc00x"])
+        name = rng.choice(["thread_id", "idempotency_key", "turn_id"])
+        value = _turn_bytes(ctx, name, b'"' + escape + b'"')
+        return f"json {name} with a lone surrogate", value, _JSON
     if choice == 0:
         return "bare params", b'{"n": 0, "s": "a' + bad + b'"}', _PARAMS
     if choice == 1:
@@ -356,6 +361,8 @@ def _hostile_reply(ctx: Context, rng: random.Random, rec: HostileRecord) -> None
     elif choice == 2:
         bad = rng.choice(_BAD_UTF8)
         rec.variant = "invalid utf-8"
+        if rng.random() < 0.3:
+            bad, rec.variant = b"\\ud800", "lone surrogate"
         rec.value = json.dumps(good).encode().replace(b'"completed"', b'"c' + bad + b'"')
     elif choice == 3:
         name = rng.choice(["parent_turn_id", "child_turn_id", "agent", "status"])
