@@ -75,6 +75,7 @@ EXPLAIN = {
     "forged_replies_taken": "forged replies a parent took (--hostile)",
     "hostile_headers_lost": "dead letters of hostile records without their chaos-hostile tag",
     "hostile_dlq_doubled": "hostile records dead-lettered more than once",
+    "control_skips_uncounted": "workers whose skipped-control count is below the unreadable sent",
 }
 
 

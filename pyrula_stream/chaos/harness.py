@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -212,6 +213,16 @@ def _broker(cfg: ChaosConfig, run_dir: Path) -> Iterator[tuple[str, OwnBroker | 
             yield bootstrap, None
 
 
+def _control_skips(worker: Worker, agent: str) -> int:
+    """The worker's ``pyrula_skipped_records`` for control records (-1: unreadable)."""
+    try:
+        url = f"http://127.0.0.1:{worker.health_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return hostile_check.control_skips(resp.read().decode(), agent)
+    except (OSError, ValueError):
+        return -1
+
+
 def _wait_ready(workers: list[Worker], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not all(w.ready() for w in workers):
@@ -242,6 +253,8 @@ class _Run:
         self.lock = threading.Lock()
         self.say = cfg.log
         self.hostile: HostileSender | None = None
+        self.control_skips: dict[str, int] = {}
+        """Each worker's count of skipped control records once the hostile ones settled."""
 
     def finished(self, monitor: EventMonitor) -> bool:
         return len(self.submitted) == self.cfg.turns and set(self.submitted) <= monitor.finished
@@ -326,15 +339,16 @@ class _Run:
             )
             left = hostile_check.pending(sender.sent, outcomes)
             if not left and not sender.is_alive():
-                return
+                break
             if time.monotonic() > deadline:
                 self.say(
                     f"  {len(left)} hostile records without their outcome after "
-                    f"{self.cfg.hostile_settle_s}s, e.g. {left[0].describe()}"
+                    f"{self.cfg.hostile_settle_s}s, e.g. {left[0].describe() if left else ''}"
                 )
-                return
+                break
             self._restart_crashed(workers, time.monotonic() - t0)
             time.sleep(1.0)
+        self.control_skips = {w.worker_id: _control_skips(w, self.agent) for w in workers}
 
     def _restart_crashed(self, workers: list[Worker], at: float) -> None:
         """A worker that exited without being killed by us is a finding; restart it."""
@@ -379,6 +393,7 @@ class _Run:
         if self.hostile is not None:
             logs = sorted(self.run_dir.glob("worker-*.log"))
             hostile_check.check_hostile(self.hostile.sent, dlq, events, journal, logs, f)
+            hostile_check.check_control_counts(self.hostile.sent, self.control_skips, f)
             for error in self.hostile.errors[:3]:
                 f.add("hostile_not_in_dlq", 0, example=f"not sent: {error}")
         if self.cfg.subagents:

@@ -44,6 +44,30 @@ def control_log_markers(logs: Iterable[Path]) -> set[str]:
     return found
 
 
+def control_skips(metrics: str, agent: str) -> int:
+    """``pyrula_skipped_records_total{agent, source="control"}`` in a worker's /metrics."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if (
+            line.startswith("pyrula_skipped_records_total{")
+            and f'agent="{agent}"' in line
+            and 'source="control"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def check_control_counts(sent: list[HostileRecord], skips: dict[str, int], f: Findings) -> None:
+    """Every worker reads every control record from the start (again after each restart),
+    so each one's skip counter is at least the number of unreadable control records."""
+    unreadable = sum(1 for rec in sent if rec.expect == "skipped" and rec.delivered)
+    f.counts["control_skips_counted"] = skips
+    f.zero("control_skips_uncounted")
+    for worker, n in sorted(skips.items()):
+        if n < unreadable:
+            f.add("control_skips_uncounted", example=f"{worker}: {n} < {unreadable}")
+
+
 class Outcomes:
     """The dead letters of a run, indexed the ways hostile records are looked up."""
 
