@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
+from confluent_kafka import KafkaException
 
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
@@ -499,16 +500,19 @@ class HostileSender(threading.Thread):
 
         kwargs: dict[str, Any] = {"partition": rec.partition} if rec.partition is not None else {}
         headers: list[tuple[str, str | bytes | None]] = [*rec.headers]
-        self._producer.produce(
-            rec.topic,
-            key=rec.key,
-            value=rec.value,
-            headers=headers,
-            on_delivery=delivered,
-            **kwargs,
-        )
+        self.sent.append(rec)  # an unsent record counts as one without its outcome
+        try:
+            self._producer.produce(
+                rec.topic,
+                key=rec.key,
+                value=rec.value,
+                headers=headers,
+                on_delivery=delivered,
+                **kwargs,
+            )
+        except (KafkaException, BufferError) as exc:
+            self.errors.append(f"{rec.describe()}: {exc}")
         self._producer.poll(0)
-        self.sent.append(rec)
 
     def stop(self) -> None:
         self._halt.set()
