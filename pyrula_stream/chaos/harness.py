@@ -348,7 +348,16 @@ class _Run:
                 break
             self._restart_crashed(workers, time.monotonic() - t0)
             time.sleep(1.0)
-        self.control_skips = {w.worker_id: _control_skips(w, self.agent) for w in workers}
+        # A worker restarted late counts the control records once it has read them again.
+        unreadable = sum(1 for rec in sender.sent if rec.expect == "skipped")
+        deadline = time.monotonic() + 30.0
+        while True:
+            self.control_skips = {w.worker_id: _control_skips(w, self.agent) for w in workers}
+            if min(self.control_skips.values(), default=0) >= unreadable:
+                return
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.5)
 
     def _restart_crashed(self, workers: list[Worker], at: float) -> None:
         """A worker that exited without being killed by us is a finding; restart it."""

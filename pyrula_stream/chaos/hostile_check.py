@@ -64,7 +64,9 @@ def check_control_counts(sent: list[HostileRecord], skips: dict[str, int], f: Fi
     f.counts["control_skips_counted"] = skips
     f.zero("control_skips_uncounted")
     for worker, n in sorted(skips.items()):
-        if n < unreadable:
+        if n < 0:
+            f.add("control_skips_uncounted", example=f"{worker}: its /metrics did not answer")
+        elif n < unreadable:
             f.add("control_skips_uncounted", example=f"{worker}: {n} < {unreadable}")
 
 
