@@ -76,6 +76,7 @@ EXPLAIN = {
     "hostile_headers_lost": "dead letters of hostile records without their chaos-hostile tag",
     "hostile_dlq_doubled": "hostile records dead-lettered more than once",
     "control_skips_uncounted": "workers whose skipped-control count is below the unreadable sent",
+    "control_skips_unread": "workers whose /metrics did not answer (a mesh serves none)",
 }
 
 

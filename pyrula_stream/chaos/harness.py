@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrula_stream.agent import AgentTopics
-from pyrula_stream.chaos import hostile_check, verify
+from pyrula_stream.chaos import hostile, hostile_check, verify
 from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, OwnBroker
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
@@ -353,8 +353,9 @@ class _Run:
         deadline = time.monotonic() + 30.0
         while True:
             self.control_skips = {w.worker_id: _control_skips(w, self.agent) for w in workers}
-            if min(self.control_skips.values(), default=0) >= unreadable:
-                return
+            counts = self.control_skips.values()
+            if min(counts, default=0) >= unreadable or all(n < 0 for n in counts):
+                return  # all counted, or no worker serves /metrics (a mesh)
             if time.monotonic() > deadline:
                 return
             time.sleep(0.5)
@@ -412,7 +413,12 @@ class _Run:
                 read_topic(self.bootstrap, self.topics.events),
                 read_topic(self.bootstrap, child.turns),
                 read_topic(self.bootstrap, child.events),
-                read_topic(self.bootstrap, self.topics.replies),
+                # Hostile replies are checked by hostile_check, not counted as children's.
+                [
+                    r
+                    for r in read_topic(self.bootstrap, self.topics.replies)
+                    if hostile.KIND_HEADER not in r.headers
+                ],
                 f,
             )
         return f

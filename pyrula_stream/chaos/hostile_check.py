@@ -62,10 +62,10 @@ def check_control_counts(sent: list[HostileRecord], skips: dict[str, int], f: Fi
     so each one's skip counter is at least the number of unreadable control records."""
     unreadable = sum(1 for rec in sent if rec.expect == "skipped" and rec.delivered)
     f.counts["control_skips_counted"] = skips
-    f.zero("control_skips_uncounted")
+    f.zero("control_skips_uncounted", "control_skips_unread")
     for worker, n in sorted(skips.items()):
-        if n < 0:
-            f.add("control_skips_uncounted", example=f"{worker}: its /metrics did not answer")
+        if n < 0:  # e.g. a worker of several agents (a mesh) serves no /metrics
+            f.add("control_skips_unread", example=f"{worker}: its /metrics did not answer")
         elif n < unreadable:
             f.add("control_skips_uncounted", example=f"{worker}: {n} < {unreadable}")
 
@@ -118,6 +118,7 @@ def check_hostile(
     f.zero("hostile_dlq_doubled")
     outcomes = Outcomes(dlq, control_log_markers(logs))
     event_turns: set[str] = set()
+    ended: set[str] = set()
     taken_children: set[str] = set()
     for ev in events:
         if ev.value is None:
@@ -127,6 +128,8 @@ def check_hostile(
         except MalformedRecordError:
             continue
         event_turns.add(event.turn_id)
+        if event.is_terminal:
+            ended.add(event.turn_id)
         if event.type == EventType.SUBAGENT_RESULT:
             taken_children.add(str(event.data.get("child_turn_id")))
     for entry in journal:
@@ -138,7 +141,10 @@ def check_hostile(
     for rec in sent:
         kinds[rec.kind] += 1
         if not outcomes.seen(rec) or (rec.expect == "ignored" and rec.turn_id in event_turns):
-            f.add("hostile_not_in_dlq", example=f"{rec.describe()}: {rec.expect} not seen")
+            why = f"{rec.describe()}: {rec.expect} not seen"
+            if rec.expect == "reply_dlq":
+                why += f" (turn {rec.turn_id} {'ended' if rec.turn_id in ended else 'never ended'})"
+            f.add("hostile_not_in_dlq", example=why)
         letters = outcomes.letters(rec)
         if len(letters) > 1:
             f.add("hostile_dlq_doubled", len(letters) - 1, example=rec.describe())

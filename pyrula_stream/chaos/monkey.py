@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyrula_stream.chaos.hostile import KIND_HEADER
 from pyrula_stream.chaos.processes import Worker
 from pyrula_stream.kafka.io import PartitionReader
 
@@ -149,7 +150,7 @@ class Monkey(threading.Thread):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not self._halt.is_set() and not self.all_done():
             for _, value, headers, partition, offset in watch.poll(0.05):
-                if value is not None:
+                if value is not None and KIND_HEADER not in headers:  # a child's, not forged
                     child = headers.get("pyrula-child-turn-id", "?")
                     return f"reply of child {child} at replies[{partition}]@{offset}"
         return ""
