@@ -29,6 +29,18 @@ _FIELDS = {
     "traceparent": "traceparent",
     "tracestate": "tracestate",
 }
+_REQUIRED = frozenset(
+    (
+        "root_turn_id",
+        "parent_turn_id",
+        "parent_agent",
+        "parent_prefix",
+        "parent_partition",
+        "call_key",
+        "depth",
+    )
+)
+"""Without any of these a reply has nowhere to go (``str(None)`` is no agent's name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +82,12 @@ class Lineage:
         lineage is a malformed request (its reply would have nowhere to go)."""
         if _FIELDS["parent_turn_id"] not in headers:
             return None
+        missing = [h for name, h in _FIELDS.items() if name in _REQUIRED and not headers.get(h)]
+        if missing:
+            raise MalformedRecordError(
+                f"sub-agent request lacks lineage headers {missing}: call_agent sets them; "
+                "a producer sends every pyrula-* lineage header or none"
+            )
         try:
             raw = {name: headers.get(h) for name, h in _FIELDS.items()}
             return cls(

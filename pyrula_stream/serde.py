@@ -408,8 +408,10 @@ def _turn_request(
 
 
 def _id_field(body: dict[str, Any], name: str, default: str | None) -> str:
+    """Text (or an integer); absent, null or "" take ``default``. ``[]``, ``{}`` or
+    ``false`` are wrong types, not absent values."""
     value = body.get(name)
-    if not value:
+    if value is None or value == "":
         return _required(default, name)
     if not isinstance(value, str | int) or isinstance(value, bool):
         raise MalformedRecordError(f"turn request: field {name!r} must be text")
@@ -418,7 +420,7 @@ def _id_field(body: dict[str, Any], name: str, default: str | None) -> str:
 
 def _ms_field(value: Any) -> int:
     """Milliseconds: an integer, or its digits as text (older producers sent text)."""
-    if not value:
+    if value is None or value == "":
         return 0
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise MalformedRecordError("turn request: field 'submitted_ms' must be an integer")

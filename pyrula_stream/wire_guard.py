@@ -100,7 +100,40 @@ def loads(
     check_size(data, what, limits)
     check_depth(data, what, limits)
     with guarded(what):
-        return json.loads(data)
+        # Strict UTF-8 first (a BOM allowed, as before): ``json.loads`` of bytes decodes
+        # with "surrogatepass", so an encoded surrogate (ED A0 80) would become a string
+        # that no encoder writes back.
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8-sig")
+        value = json.loads(text)
+    if _SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogates(value, what)
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a surrogate (D800 to DFFF): only these leave one in parsed JSON."""
+
+
+def _refuse_lone_surrogates(value: Any, what: str) -> None:
+    """A lone surrogate (the escape of D800 without its pair) is valid JSON but no text:
+    encoding it back, in an event or the journal, raises ``UnicodeEncodeError`` long
+    after the decode."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise MalformedRecordError(
+                    f"{what} holds a lone surrogate (\\u{ord(item[exc.start]):04x}), "
+                    "which is not text"
+                ) from None
 
 
 def loads_object(

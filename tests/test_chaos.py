@@ -7,18 +7,23 @@ harness with 20 turns, 2 workers and 2 kills (one right after a tool's side effe
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pyrula_stream import serde
-from pyrula_stream.chaos import verify
+from pyrula_stream.chaos import hostile, hostile_check, verify
 from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, run_chaos
 from pyrula_stream.chaos.model_server import answer_for
+from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.events import Event
+from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.lineage import Lineage
+from pyrula_stream.records import ControlRequest
 from pyrula_stream.serde import JournalEntry
+from pyrula_stream.subagents import CHILD_TURN_HEADER, parse_reply
 
 
 @pytest.mark.slow
@@ -239,3 +244,108 @@ def test_thread_checks_count_missing_doubled_and_out_of_order() -> None:
     good = [_thread_record("t1", 1, a, 0), _thread_record("t1", 2, b, 1)]
     verify.check_threads({"t1": [a, b]}, events, good, clean)
     assert clean.counts["thread_turns_missing"] == clean.counts["thread_turns_doubled"] == 0
+
+
+# -- --hostile ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_chaos_small_hostile_run_dead_letters_every_hostile_record(
+    kafka_bootstrap_servers: str, tmp_path: Path
+) -> None:
+    """Issue 28's proof, small: every kind of hostile record among valid turns and a kill."""
+    pytest.importorskip("openai")
+    result = run_chaos(
+        ChaosConfig(
+            turns=10,
+            workers=2,
+            kills=1,
+            seed=20261201,
+            bootstrap_servers=kafka_bootstrap_servers,
+            rate=8.0,
+            timeout_s=90.0,
+            run_dir=str(tmp_path / "chaos"),
+            hostile=len(hostile.KINDS) * 2,
+        )
+    )
+    c = result.counts
+    assert c["hostile_records"] == 20 and set(c["hostile_kinds"]) == set(hostile.KINDS)
+    extra = ("hostile_headers_lost", "control_skips_uncounted", "failed_turns")
+    for key in (*GATE_KEYS, *hostile_check.HOSTILE_KEYS, *extra):
+        assert c[key] == 0, (key, result.examples.get(key), c)
+    assert c["hostile_dead_letters"] >= 16  # the 4 control records are not dead-lettered
+    assert all(n >= 2 for n in c["control_skips_counted"].values()), c["control_skips_counted"]
+    assert result.ok
+
+
+def _decoded_outcome(ctx: hostile.Context, rec: hostile.HostileRecord) -> str:
+    """What the worker's own decoders make of a generated record (no broker)."""
+    headers = serde.headers_dict(rec.headers)
+    if rec.topic == ctx.topics.control:
+        return "ignored" if ControlRequest.parse(rec.value) is not None else "skipped"
+    try:
+        if rec.topic == ctx.topics.replies:
+            parse_reply(rec.value)
+            return "dlq"  # readable, but for no call the parent made: refused
+        request = serde.decode_turn_request(
+            rec.value, headers, default_turn_id="t", default_agent=ctx.agent
+        )
+    except MalformedRecordError:
+        return "dlq"
+    if request.agent != ctx.agent or request.lineage is None:
+        return "dlq" if request.agent != ctx.agent else "runs"
+    placed = rec.partition if rec.partition is not None else partition_for(rec.key, 6)
+    misplaced = rec.key != request.turn_id.encode() or request.thread_id is not None
+    return "dlq" if misplaced or placed != partition_for(rec.key, 6) else "reply_dlq"
+
+
+def test_generated_hostile_records_meet_the_outcome_they_are_checked_for() -> None:
+    """The generator's promises hold for the decoders a worker runs: a record meant for the
+    DLQ is unreadable (or misplaced), a forged child is readable and well placed, an
+    unreadable control record is unreadable and shows its marker where the log cuts."""
+    ctx = hostile.Context("chaosx", 6, "tag", parents=lambda: ["a" * 32, "b" * 32])
+    rng = random.Random(7)
+    wrong: list[str] = []
+    for i, kind in enumerate(hostile.kinds_for(300, rng)):
+        rec = hostile.generate(ctx, rng, i, kind)
+        if _decoded_outcome(ctx, rec) != rec.expect:
+            wrong.append(rec.describe())
+        if rec.expect == "skipped" and rec.marker not in repr(rec.value)[:200]:
+            wrong.append(f"{rec.describe()}: marker past the log's 200 characters")
+        assert (hostile.KIND_HEADER, kind.encode()) in rec.headers
+    assert not wrong, wrong[:5]
+
+
+def _dlq_letter(source: str, kind: str, offset: int) -> verify.Record:
+    headers = {
+        "pyrula.dlq.source": source,
+        "pyrula.dlq.reason": "unreadable",
+        "pyrula.dlq.code": "invalid_request",
+        f"pyrula.original.{hostile.KIND_HEADER}": kind,
+    }
+    return verify.Record(0, offset, "k", b"v", headers, 0)
+
+
+def test_hostile_checks_count_missing_letters_and_taken_forged_replies(tmp_path: Path) -> None:
+    ctx = hostile.Context("chaosx", 6, "tag", parents=lambda: ["p" * 32])
+    rng = random.Random(3)
+    deep, lost, reply, control = (
+        hostile.generate(ctx, rng, i, kind)
+        for i, kind in enumerate(
+            ["deep_nesting", "huge_number", "forged_reply", "control_unreadable"]
+        )
+    )
+    for n, rec in enumerate((deep, lost, reply, control)):
+        rec.delivered = (0, n)
+    child = dict(reply.headers)[CHILD_TURN_HEADER].decode()
+    taken = _event_record("p" * 32, 0, "subagent:result", 0, child=child)
+    log = tmp_path / "worker-1.log"
+    log.write_text(f"W {hostile_check.SKIPPED_LINE}: {control.value!r}\n")
+    f = verify.Findings()
+    dlq = [_dlq_letter(deep.source, "deep_nesting", 0), _dlq_letter(deep.source, "x", 1)]
+    hostile_check.check_hostile([deep, lost, reply, control], dlq, [taken], [], [log], f)
+    assert f.counts["hostile_not_in_dlq"] == 2  # the huge number and the reply: no letter
+    assert f.counts["forged_replies_taken"] == 1
+    assert f.counts["hostile_dlq_doubled"] == 1
+    assert f.counts["hostile_headers_lost"] == 0  # the first letter carries the tag

@@ -310,3 +310,59 @@ def test_deep_nesting_reason_names_the_cap() -> None:
     # Brackets inside strings are text, not nesting.
     assert wire_guard.loads(json.dumps({"s": "[" * 1000}), "value") == {"s": "[" * 1000}
     assert wire_guard.json_depth(b'[[{"a": "]]]]"}]]') == 3
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"turn_id": []},
+        {"turn_id": {}},
+        {"turn_id": False},
+        {"agent": []},
+        {"agent": False},
+        {"submitted_ms": []},
+        {"submitted_ms": {}},
+        {"submitted_ms": False},
+    ],
+)
+def test_an_empty_value_of_a_wrong_type_is_not_an_absent_field(field: dict[str, Any]) -> None:
+    """``make chaos ARGS=--hostile`` found ``turn_id: []`` taken as "no turn id"."""
+    body = json.dumps({"agent": "a", "params": {"n": 1}, **field}).encode()
+    with pytest.raises(MalformedRecordError, match="must be"):
+        serde.decode_turn_request(
+            body, {"content-type": "application/json"}, default_turn_id="t", default_agent="a"
+        )
+
+
+def test_absent_null_and_empty_text_fields_still_take_their_defaults() -> None:
+    body = json.dumps({"turn_id": "", "agent": None, "params": {}, "submitted_ms": ""})
+    request = serde.decode_turn_request(
+        body.encode(), {"content-type": "application/json"}, default_turn_id="t", default_agent="a"
+    )
+    assert (request.turn_id, request.agent, request.submitted_ms) == ("t", "a", 0)
+
+
+def test_an_encoded_surrogate_is_not_utf8() -> None:
+    """``json.loads`` of bytes decodes with "surrogatepass": ED A0 80 became "\\ud800"."""
+    with pytest.raises(MalformedRecordError, match="UTF-8"):
+        wire_guard.loads(b'{"q": "\xed\xa0\x80"}', "value")
+    assert wire_guard.loads(b'\xef\xbb\xbf{"q": 1}', "value") == {"q": 1}  # a BOM, as before
+
+
+def test_a_lone_surrogate_escape_is_refused_and_a_pair_is_text() -> None:
+    """Valid JSON, but no encoder writes it back: a request holding ``"\\ud800"`` was
+    accepted, and encoding it into an event or the journal raised UnicodeEncodeError."""
+    for text in (b'{"q": "\\ud800"}', b'{"\\uDC00": 1}', b'[["a\\udfffb"]]'):
+        with pytest.raises(MalformedRecordError, match="lone surrogate"):
+            wire_guard.loads(text, "value")
+    assert wire_guard.loads(b'{"q": "\\ud83d\\ude00"}', "value") == {"q": "\U0001f600"}
+    assert wire_guard.loads(b'{"q": "\\\\ud800"}', "value") == {"q": "\\ud800"}  # text
+
+
+def test_partial_lineage_is_malformed_even_when_its_numbers_are_there() -> None:
+    """Without an agent or prefix header a reply went to ``None.<agent>.replies``."""
+    full = Lineage("r", "p", "triage", "pyrula", 0, "agent:x#0", 1).as_dict()
+    for name in ("pyrula-root-turn-id", "pyrula-parent-agent", "pyrula-parent-prefix"):
+        with pytest.raises(MalformedRecordError, match="lacks lineage headers"):
+            Lineage.from_headers({k: v for k, v in full.items() if k != name})
+    assert Lineage.from_headers(full) is not None

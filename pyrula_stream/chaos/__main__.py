@@ -1,9 +1,10 @@
-"""``python -m pyrula_stream.chaos --turns N --workers W --kills K [--seed S]``.
+"""``python -m pyrula_stream.chaos --turns N --workers W --kills K [--seed S] [--hostile]``.
 
 Starts a local Kafka broker unless ``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS``
 names one, runs the experiment, prints a summary and, as the last line, one JSON object.
 Exit code 0 when ``lost``, ``duplicate_terminal``, ``duplicate_events``,
-``repeated_llm_after_journal`` and ``duplicate_effects`` are all 0, else 1.
+``repeated_llm_after_journal`` and ``duplicate_effects`` are all 0 (with ``--hostile``
+also ``worker_crashes``, ``hostile_not_in_dlq`` and ``forged_replies_taken``), else 1.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pyrula_stream.chaos.harness import (
     ChaosResult,
     run_chaos,
 )
+from pyrula_stream.chaos.hostile_check import HOSTILE_KEYS
 from pyrula_stream.chaos.verify import SUBAGENT_KEYS
 from pyrula_stream.errors import PyrulaError
 
@@ -69,6 +71,12 @@ EXPLAIN = {
     "thread_turns_missing": "completed turns missing from their thread (--threads)",
     "thread_turns_doubled": "turns recorded more than once in their thread (--threads)",
     "thread_turns_out_of_order": "threads whose turns are not in submission order",
+    "hostile_not_in_dlq": "hostile records without their documented outcome (--hostile)",
+    "forged_replies_taken": "forged replies a parent took (--hostile)",
+    "hostile_headers_lost": "dead letters of hostile records without their chaos-hostile tag",
+    "hostile_dlq_doubled": "hostile records dead-lettered more than once",
+    "control_skips_uncounted": "workers whose skipped-control count is below the unreadable sent",
+    "control_skips_unread": "workers whose /metrics did not answer (a mesh serves none)",
 }
 
 
@@ -96,6 +104,7 @@ def summary(result: ChaosResult) -> str:
     for key, text in EXPLAIN.items():
         n = c.get(key, 0)
         gated = key in GATE_KEYS or key in SUBAGENT_KEYS or key in THREAD_GATE_KEYS
+        gated = gated or (key in HOSTILE_KEYS and "hostile_not_in_dlq" in c)
         mark = "FAIL" if gated and n else ("note" if n else " ok ")
         lines.append(f"[{mark}] {key:<28} {n:>5}  {text}")
         for example in result.examples.get(key, [])[:3]:
@@ -112,7 +121,11 @@ def summary(result: ChaosResult) -> str:
         lines += [f"  {n:>4} {text}" for n, text in result.worker_log[:12]]
     if c.get("run_dir"):
         lines.append(f"run files kept in {c['run_dir']}")
+    if c.get("hostile_kinds"):
+        lines.append(f"hostile records by kind: {c['hostile_kinds']}")
     failed = [k for k in GATE_KEYS if c.get(k, 1)] + [k for k in SUBAGENT_KEYS if c.get(k, 0)]
+    if "hostile_not_in_dlq" in c:
+        failed += [k for k in HOSTILE_KEYS if c.get(k, 1)]
     lines.append("PASS" if result.ok else "FAIL: " + ", ".join(failed))
     return "\n".join(lines)
 
@@ -160,6 +173,18 @@ def main(argv: list[str] | None = None) -> int:
         help="spread the turns over threads of --turns-per-thread turns and check each thread",
     )
     p.add_argument("--turns-per-thread", type=int, default=5)
+    p.add_argument(
+        "--hostile",
+        action="store_true",
+        help="also send generated hostile records (turns, replies, control) among the turns "
+        "and gate worker_crashes, hostile_not_in_dlq and forged_replies_taken",
+    )
+    p.add_argument(
+        "--hostile-records",
+        type=int,
+        default=None,
+        help="how many hostile records (default: half of --turns, at least 20)",
+    )
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
@@ -167,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--turns and --workers must be >= 1, --kills and --broker-restarts >= 0")
     if args.rate <= 0:
         p.error("--rate must be > 0")
+    if args.hostile_records is not None and (args.hostile_records < 1 or not args.hostile):
+        p.error("--hostile-records needs --hostile and must be >= 1")
     logging.basicConfig(level=logging.WARNING)
 
     def on_term(signum: int, frame: Any) -> None:
@@ -189,6 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         run_dir=args.run_dir,
         keep_run_dir=args.keep,
         subagents=args.subagents,
+        hostile=(
+            (args.hostile_records if args.hostile_records is not None else max(20, args.turns // 2))
+            if args.hostile
+            else 0
+        ),
         log=lambda text: print(text, flush=True),
     )
     try:

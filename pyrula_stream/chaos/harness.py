@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrula_stream.agent import AgentTopics
-from pyrula_stream.chaos import verify
+from pyrula_stream.chaos import hostile, hostile_check, verify
 from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, OwnBroker
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
@@ -37,6 +38,7 @@ from pyrula_stream.chaos.effects import (
     PARTITIONS_ENV,
     SUBAGENTS_ENV,
 )
+from pyrula_stream.chaos.hostile import Context, HostileSender
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
 from pyrula_stream.chaos.processes import AGENT_SPEC, CHILD_SPEC, ModelServer, Worker, child_env
 from pyrula_stream.client import KafkaAgentClient
@@ -85,6 +87,10 @@ class ChaosConfig:
     log: Callable[[str], None] = print
     subagents: bool = False
     """Each turn also calls two children on a second agent (both agents in every worker)."""
+    hostile: int = 0
+    """``--hostile``: this many generated hostile records go out among the valid turns."""
+    hostile_settle_s: float = 60.0
+    """How long to wait, after the last valid turn, for the hostile records' outcomes."""
 
 
 @dataclass
@@ -99,6 +105,8 @@ class ChaosResult:
     @property
     def ok(self) -> bool:
         gated = GATE_KEYS + (THREAD_GATE_KEYS if "thread_turns_missing" in self.counts else ())
+        if "hostile_not_in_dlq" in self.counts:
+            gated += hostile_check.HOSTILE_KEYS
         subagents_ok = all(self.counts.get(k, 0) == 0 for k in verify.SUBAGENT_KEYS)
         return subagents_ok and all(self.counts.get(k, 1) == 0 for k in gated)
 
@@ -205,6 +213,16 @@ def _broker(cfg: ChaosConfig, run_dir: Path) -> Iterator[tuple[str, OwnBroker | 
             yield bootstrap, None
 
 
+def _control_skips(worker: Worker, agent: str) -> int:
+    """The worker's ``pyrula_skipped_records`` for control records (-1: unreadable)."""
+    try:
+        url = f"http://127.0.0.1:{worker.health_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return hostile_check.control_skips(resp.read().decode(), agent)
+    except (OSError, ValueError):
+        return -1
+
+
 def _wait_ready(workers: list[Worker], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not all(w.ready() for w in workers):
@@ -234,6 +252,9 @@ class _Run:
         self.stop_codes: dict[str, int | None] = {}
         self.lock = threading.Lock()
         self.say = cfg.log
+        self.hostile: HostileSender | None = None
+        self.control_skips: dict[str, int] = {}
+        """Each worker's count of skipped control records once the hostile ones settled."""
 
     def finished(self, monitor: EventMonitor) -> bool:
         return len(self.submitted) == self.cfg.turns and set(self.submitted) <= monitor.finished
@@ -271,6 +292,8 @@ class _Run:
         if restarter is not None:
             restarter.start()
         sub.start()
+        if self.hostile is not None:
+            self.hostile.start()
         last_note, deadline = 0.0, None
         while not self.finished(monitor):
             now = time.monotonic()
@@ -288,16 +311,54 @@ class _Run:
             self._restart_crashed(workers, now - t0)
             if now - last_note >= 5:
                 last_note = now
+                hostile = f", hostile {len(self.hostile.sent)}" if self.hostile else ""
                 self.say(
                     f"  t={now - t0:6.1f}s submitted {len(self.submitted)}/{cfg.turns}, "
-                    f"finished {len(monitor.finished)}, kills {len(monkey.kills)}"
+                    f"finished {len(monitor.finished)}, kills {len(monkey.kills)}{hostile}"
                 )
             time.sleep(0.1)
         monkey.stop()
         if restarter is not None:
             restarter.wait_idle()  # the workers stop, and the topics are read, with a broker
         sub.join(5)
+        self._settle_hostile(workers, t0)
         return t0
+
+    def _settle_hostile(self, workers: list[Worker], t0: float) -> None:
+        """Wait until every hostile record's outcome shows (dead letter, log line), or
+        ``hostile_settle_s``; crashed workers are still counted and restarted."""
+        sender = self.hostile
+        if sender is None:
+            return
+        sender.join(self.cfg.hostile_settle_s)
+        deadline = time.monotonic() + self.cfg.hostile_settle_s
+        while True:
+            outcomes = hostile_check.Outcomes(
+                read_topic(self.bootstrap, self.topics.dlq),
+                hostile_check.control_log_markers(self.run_dir.glob("worker-*.log")),
+            )
+            left = hostile_check.pending(sender.sent, outcomes)
+            if not left and not sender.is_alive():
+                break
+            if time.monotonic() > deadline:
+                self.say(
+                    f"  {len(left)} hostile records without their outcome after "
+                    f"{self.cfg.hostile_settle_s}s, e.g. {left[0].describe() if left else ''}"
+                )
+                break
+            self._restart_crashed(workers, time.monotonic() - t0)
+            time.sleep(1.0)
+        # A worker restarted late counts the control records once it has read them again.
+        unreadable = sum(1 for rec in sender.sent if rec.expect == "skipped")
+        deadline = time.monotonic() + 30.0
+        while True:
+            self.control_skips = {w.worker_id: _control_skips(w, self.agent) for w in workers}
+            counts = self.control_skips.values()
+            if min(counts, default=0) >= unreadable or all(n < 0 for n in counts):
+                return  # all counted, or no worker serves /metrics (a mesh)
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.5)
 
     def _restart_crashed(self, workers: list[Worker], at: float) -> None:
         """A worker that exited without being killed by us is a finding; restart it."""
@@ -337,7 +398,14 @@ class _Run:
         view = verify.check_journal(ids, journal, f)
         verify.check_model_calls(ids, verify.read_jsonl(str(self.calls)), view, f)
         verify.check_effects(ids, str(self.effects), view, f)
-        f.counts["dead_letters"] = len(read_topic(self.bootstrap, self.topics.dlq))
+        dlq = read_topic(self.bootstrap, self.topics.dlq)
+        f.counts["dead_letters"] = len(dlq)
+        if self.hostile is not None:
+            logs = sorted(self.run_dir.glob("worker-*.log"))
+            hostile_check.check_hostile(self.hostile.sent, dlq, events, journal, logs, f)
+            hostile_check.check_control_counts(self.hostile.sent, self.control_skips, f)
+            for error in self.hostile.errors[:3]:
+                f.add("hostile_not_in_dlq", 0, example=f"not sent: {error}")
         if self.cfg.subagents:
             child = AgentTopics.for_agent(f"{self.agent}-child", DEFAULT_PREFIX)
             verify.check_subagents(
@@ -345,7 +413,12 @@ class _Run:
                 read_topic(self.bootstrap, self.topics.events),
                 read_topic(self.bootstrap, child.turns),
                 read_topic(self.bootstrap, child.events),
-                read_topic(self.bootstrap, self.topics.replies),
+                # Hostile replies are checked by hostile_check, not counted as children's.
+                [
+                    r
+                    for r in read_topic(self.bootstrap, self.topics.replies)
+                    if hostile.KIND_HEADER not in r.headers
+                ],
                 f,
             )
         return f
@@ -420,6 +493,14 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             monitor = EventMonitor(bootstrap, run.topics.events, cfg.partitions)
             monitor.start()
             mon = monitor
+            if cfg.hostile:
+                run.hostile = HostileSender(
+                    bootstrap,
+                    Context(agent, cfg.partitions, agent.removeprefix("chaos"), run.submitted.copy),
+                    cfg.hostile,
+                    max(cfg.turns / cfg.rate, 2.0),
+                    random.Random(f"{seed}-hostile"),
+                )
             plan = kill_plan(
                 cfg.kills, max(cfg.turns / cfg.rate, 2.0), rng, after_reply=cfg.subagents
             )
@@ -485,7 +566,8 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             "seconds": round(time.monotonic() - started, 1),
         }
     )
-    for crash in run.crashes[:5]:
+    f.counts["worker_crashes"] += len(monkey.found_dead) if monkey is not None else 0
+    for crash in [*run.crashes, *(monkey.found_dead if monkey is not None else [])][:5]:
         f.examples["worker_crashes"].append(crash)
     if restarter is not None and restarter.error is not None:
         raise RuntimeError(f"restarting the broker failed: {restarter.error!r}")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyrula_stream.chaos.hostile import KIND_HEADER
 from pyrula_stream.chaos.processes import Worker
 from pyrula_stream.kafka.io import PartitionReader
 
@@ -77,6 +78,8 @@ class Monkey(threading.Thread):
         self.lock = lock
         self.replies = replies
         self.kills: list[KillRecord] = []
+        self.found_dead: list[str] = []
+        """Victims that had exited on their own before the kill (crashes, not kills)."""
         self.started = time.monotonic()
         self._halt = threading.Event()
 
@@ -147,7 +150,7 @@ class Monkey(threading.Thread):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not self._halt.is_set() and not self.all_done():
             for _, value, headers, partition, offset in watch.poll(0.05):
-                if value is not None:
+                if value is not None and KIND_HEADER not in headers:  # a child's, not forged
                     child = headers.get("pyrula-child-turn-id", "?")
                     return f"reply of child {child} at replies[{partition}]@{offset}"
         return ""
@@ -172,6 +175,10 @@ class Monkey(threading.Thread):
     def _kill_and_restart(self, worker: Worker, kind: str, detail: str) -> None:
         with self.lock:
             pid = worker.pid or -1
+            if worker.proc is not None and not worker.alive():
+                at = time.monotonic() - self.started
+                code = worker.proc.returncode
+                self.found_dead.append(f"t={at:.1f}s {worker.worker_id} pid {pid} exited {code}")
             worker.kill()
             at = time.monotonic() - self.started
             self.kills.append(

@@ -1,0 +1,163 @@
+"""What became of each hostile record of a ``--hostile`` run, read from the outside.
+
+``hostile_not_in_dlq``: records whose documented outcome (``hostile.EXPECT``) is not seen:
+a ``dlq`` record with no dead letter naming its place and a reason, a ``forged_child``
+whose reply was not dead-lettered by the parent it names, a ``control_unreadable`` record
+no worker logged as skipped, a ``control_unknown_turn`` whose turn shows up in the events.
+``forged_replies_taken``: forged replies (and forged children's replies) a parent took: a
+``subagent:result`` event or a ``reply:`` journal entry for their child id, or their
+marker in the parent agent's events or journal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from pyrula_stream.chaos.hostile import KIND_HEADER, REPLY_KINDS, HostileRecord
+from pyrula_stream.chaos.verify import Findings, Record
+from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.events import EventType, decode_event
+from pyrula_stream.serde import REPLY
+from pyrula_stream.subagents import CHILD_TURN_HEADER
+
+HOSTILE_KEYS = ("worker_crashes", "hostile_not_in_dlq", "forged_replies_taken")
+"""Gated in a ``--hostile`` run."""
+SKIPPED_LINE = "ignoring unreadable control record"
+_ORIGINAL = "pyrula.original."
+
+
+def control_log_markers(logs: Iterable[Path]) -> set[str]:
+    """The markers of the control records the workers logged as skipped."""
+    found: set[str] = set()
+    pattern = re.compile(r"chaos-hostile-[0-9a-z]+-\d+")
+    for path in logs:
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            if SKIPPED_LINE in line:
+                found.update(pattern.findall(line))
+    return found
+
+
+def control_skips(metrics: str, agent: str) -> int:
+    """``pyrula_skipped_records_total{agent, source="control"}`` in a worker's /metrics."""
+    total = 0.0
+    for line in metrics.splitlines():
+        if (
+            line.startswith("pyrula_skipped_records_total{")
+            and f'agent="{agent}"' in line
+            and 'source="control"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def check_control_counts(sent: list[HostileRecord], skips: dict[str, int], f: Findings) -> None:
+    """Every worker reads every control record from the start (again after each restart),
+    so each one's skip counter is at least the number of unreadable control records."""
+    unreadable = sum(1 for rec in sent if rec.expect == "skipped" and rec.delivered)
+    f.counts["control_skips_counted"] = skips
+    f.zero("control_skips_uncounted", "control_skips_unread")
+    for worker, n in sorted(skips.items()):
+        if n < 0:  # e.g. a worker of several agents (a mesh) serves no /metrics
+            f.add("control_skips_unread", example=f"{worker}: its /metrics did not answer")
+        elif n < unreadable:
+            f.add("control_skips_uncounted", example=f"{worker}: {n} < {unreadable}")
+
+
+class Outcomes:
+    """The dead letters of a run, indexed the ways hostile records are looked up."""
+
+    def __init__(self, dlq: list[Record], markers: set[str]) -> None:
+        self.by_source: dict[str, list[Record]] = {}
+        self.by_child: dict[str, list[Record]] = {}
+        for rec in dlq:
+            source = rec.headers.get("pyrula.dlq.source")
+            if source:
+                self.by_source.setdefault(source, []).append(rec)
+            child = rec.headers.get(_ORIGINAL + CHILD_TURN_HEADER)
+            if child and rec.headers.get("pyrula.dlq.code") == "unsolicited_reply":
+                self.by_child.setdefault(child, []).append(rec)
+        self.markers = markers
+
+    def letters(self, rec: HostileRecord) -> list[Record]:
+        if rec.expect == "reply_dlq":
+            return self.by_child.get(rec.turn_id or "", [])
+        return self.by_source.get(rec.source, [])
+
+    def seen(self, rec: HostileRecord) -> bool:
+        """The record's documented outcome is visible (``ignored`` is checked later)."""
+        if rec.delivered is None:
+            return False
+        if rec.expect in ("dlq", "reply_dlq"):
+            return any(r.headers.get("pyrula.dlq.reason") for r in self.letters(rec))
+        if rec.expect == "skipped":
+            return rec.marker in self.markers
+        return True
+
+
+def pending(sent: list[HostileRecord], outcomes: Outcomes) -> list[HostileRecord]:
+    """Records whose outcome is not visible yet (what the harness waits for)."""
+    return [rec for rec in sent if not outcomes.seen(rec)]
+
+
+def check_hostile(
+    sent: list[HostileRecord],
+    dlq: list[Record],
+    events: list[Record],
+    journal: list[Record],
+    logs: Iterable[Path],
+    f: Findings,
+) -> None:
+    f.zero("hostile_not_in_dlq", "forged_replies_taken", "hostile_headers_lost")
+    f.zero("hostile_dlq_doubled")
+    outcomes = Outcomes(dlq, control_log_markers(logs))
+    event_turns: set[str] = set()
+    ended: set[str] = set()
+    taken_children: set[str] = set()
+    for ev in events:
+        if ev.value is None:
+            continue
+        try:
+            event = decode_event(ev.value, ev.headers)
+        except MalformedRecordError:
+            continue
+        event_turns.add(event.turn_id)
+        if event.is_terminal:
+            ended.add(event.turn_id)
+        if event.type == EventType.SUBAGENT_RESULT:
+            taken_children.add(str(event.data.get("child_turn_id")))
+    for entry in journal:
+        _, _, suffix = entry.key.rpartition("/")
+        if suffix.startswith(REPLY) and entry.value is not None:
+            taken_children.add(suffix[len(REPLY) :])
+    texts = b"\n".join(r.value for r in (*events, *journal) if r.value is not None)
+    kinds: Counter[str] = Counter()
+    for rec in sent:
+        kinds[rec.kind] += 1
+        if not outcomes.seen(rec) or (rec.expect == "ignored" and rec.turn_id in event_turns):
+            why = f"{rec.describe()}: {rec.expect} not seen"
+            if rec.expect == "reply_dlq":
+                why += f" (turn {rec.turn_id} {'ended' if rec.turn_id in ended else 'never ended'})"
+            f.add("hostile_not_in_dlq", example=why)
+        letters = outcomes.letters(rec)
+        if len(letters) > 1:
+            f.add("hostile_dlq_doubled", len(letters) - 1, example=rec.describe())
+        if rec.expect == "dlq" and letters:
+            tag = letters[0].headers.get(_ORIGINAL + KIND_HEADER)
+            if tag != rec.kind:
+                f.add("hostile_headers_lost", example=f"{rec.describe()}: tag {tag!r}")
+        if rec.kind in REPLY_KINDS or rec.kind == "forged_child":
+            child = rec.turn_id or dict(rec.headers).get(CHILD_TURN_HEADER, b"").decode()
+            if (child and child in taken_children) or rec.marker.encode() in texts:
+                f.add("forged_replies_taken", example=f"{rec.describe()}: child {child}")
+    f.counts["hostile_records"] = len(sent)
+    f.counts["hostile_kinds"] = dict(sorted(kinds.items()))
+    f.counts["hostile_dead_letters"] = sum(
+        len(outcomes.letters(r)) for r in sent if r.expect in ("dlq", "reply_dlq")
+    )
