@@ -101,3 +101,35 @@ async def test_a_commit_refused_for_want_of_replicas_completes_once_a_broker_ret
         assert waited < 120
     finally:
         await asyncio.to_thread(kafka_cluster.restart, down[1])
+
+
+async def test_topics_apply_warns_of_cluster_settings_that_weaken_exactly_once(
+    kafka_cluster: LocalCluster,
+) -> None:
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    from pyrula_stream.kafka.admin import weak_exactly_once
+
+    bootstrap = kafka_cluster.bootstrap_servers
+    assert await asyncio.to_thread(weak_exactly_once, bootstrap) == []  # 3 copies, 2 in sync
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def unclean(op: AlterConfigOpType) -> None:
+        """Unclean leader election on (SET true) or back to the default (DELETE), per broker."""
+        entry = ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=op)
+        for node in kafka_cluster.running():  # one broker resource per call
+            resource = ConfigResource(
+                ConfigResource.Type.BROKER, str(node), incremental_configs=[entry]
+            )
+            admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+    await asyncio.to_thread(unclean, AlterConfigOpType.SET)
+    try:
+        said = await asyncio.to_thread(weak_exactly_once, bootstrap)
+        assert any("unclean.leader.election.enable is true" in line for line in said), said
+    finally:
+        await asyncio.to_thread(unclean, AlterConfigOpType.DELETE)

@@ -144,7 +144,7 @@ def agent_from(args: argparse.Namespace) -> tuple[str, str, set[str], bool, str 
 
 def cmd_topics(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.acls import shared_prefix
-    from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+    from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics, weak_exactly_once
     from pyrula_stream.kafka.cache_store import cache_topic_spec
     from pyrula_stream.kafka.memory_store import memory_topic_spec
 
@@ -169,6 +169,8 @@ def cmd_topics(args: argparse.Namespace) -> int:
     settings = kafka_config_from(args)
     report = apply_topics(bootstrap_from(args), specs, kafka_config=settings)
     print(report.describe())
+    for weakness in weak_exactly_once(bootstrap_from(args), kafka_config=settings):
+        print(f"WARNING exactly-once is weaker than it looks: {weakness}", file=sys.stderr)
     if not report.ok:
         print("topics differ from the spec; nothing was changed", file=sys.stderr)
         return 2

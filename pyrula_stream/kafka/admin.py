@@ -280,6 +280,43 @@ def apply_topics(
     return report
 
 
+def weak_exactly_once(
+    bootstrap_servers: str,
+    timeout_s: float = 10.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """What in the cluster's own settings makes exactly-once weaker than it looks: a
+    transaction state log or offsets topic with fewer copies than the cluster could give
+    them, a transaction log committing on one copy, unclean leader election. A denied
+    or unanswered ``DESCRIBE_CONFIGS`` gives nothing to say."""
+    admin = admin_client(bootstrap_servers, kafka_config)
+    metadata = cluster_metadata(admin, timeout_s)
+    brokers = sorted(metadata.brokers)
+    if not brokers:
+        return []
+    resource = ConfigResource(ConfigResource.Type.BROKER, str(brokers[0]))
+    try:
+        entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result()
+    except KafkaException:
+        return []
+    value = {k: v.value for k, v in entries.items()}
+    want = cluster_replicas(len(brokers))
+    out: list[str] = []
+    for key in ("transaction.state.log.replication.factor", "offsets.topic.replication.factor"):
+        have = int(value.get(key) or want)
+        if have < want:
+            out.append(f"{key} is {have} on a cluster of {len(brokers)} brokers (want {want})")
+    min_isr = int(value.get("transaction.state.log.min.isr") or 1)
+    if want > 1 and min_isr < 2:
+        out.append(
+            f"transaction.state.log.min.isr is {min_isr}: a commit may rest on one copy (want 2)"
+        )
+    if value.get("unclean.leader.election.enable") == "true":
+        out.append("unclean.leader.election.enable is true: a failover can drop committed records")
+    return out
+
+
 def _describe_configs(
     admin: AdminClient, names: list[str], timeout_s: float, conf: Mapping[str, Any]
 ) -> dict[str, dict[str, str]]:
