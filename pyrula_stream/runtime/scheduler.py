@@ -84,11 +84,16 @@ class TurnScheduler:
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._undeliverable: dict[str, str] = {}
         """Turns being ended because their records keep failing delivery, with why."""
-        self.parked = ParkedTurns(parts, self.admit, self._cancels.__contains__)
+        self.parked = ParkedTurns(parts, self.admit, self._cancels.__contains__, self.runtime_of)
 
     @property
     def running_count(self) -> int:
         return len(self._running)
+
+    def runtime_of(self, turn_id: str) -> TurnRuntime | None:
+        """The turn's runtime if it has a task here now."""
+        running = self._running.get(turn_id)
+        return running.runtime if running is not None else None
 
     def is_active(self, turn_id: str) -> bool:
         """Whether the turn has a task here now."""
