@@ -117,7 +117,7 @@ class TurnScheduler:
             if decision == "quarantine":
                 queued.quarantine = (
                     f"the record at {self.agent.topics.turns}[{partition}]@{queued.offset} "
-                    f"was being read when {guard.options.max_retries} worker processes died"
+                    f"was running alone when {guard.options.max_retries} worker processes died"
                 )
         if len(self._running) >= self.options.max_concurrent_turns:
             self._waiting.append((partition, queued))
