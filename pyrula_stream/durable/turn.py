@@ -273,7 +273,7 @@ class TurnRuntime:
         self._committing[index] = future
 
     def committing_steps(self) -> list[tuple[JournalEntry, asyncio.Future[None]]]:
-        """Steps this attempt wrote whose commit this process has not heard back on yet,
+        """Steps this attempt wrote whose commit outcome this turn has not recorded yet,
         each with its commit's future. What another process does once the commit is
         durable (a child's reply to a call) can arrive before that future resolves, so
         such a record waits for it rather than judging by ``journal.steps`` alone."""

@@ -74,8 +74,9 @@ def refusal(journal: TurnJournal | None, finished: bool, reply: Reply) -> str | 
 
 def call_committing(runtime: TurnRuntime | None, reply: Reply) -> asyncio.Future[None] | None:
     """The commit of the call ``reply`` answers when the running parent wrote that call
-    and this process does not know yet whether it committed (``None``: nothing to wait
-    for, the journal alone decides)."""
+    and has not recorded its outcome yet (``None``: nothing to wait for, the journal
+    alone decides). The future may be done already with the step's confirmation still
+    scheduled: waiting on it then lets that run first."""
     if runtime is None:
         return None
     for entry, commit in runtime.committing_steps():
@@ -84,7 +85,6 @@ def call_committing(runtime: TurnRuntime | None, reply: Reply) -> asyncio.Future
             entry.kind == CALL_KIND
             and isinstance(data, dict)
             and data.get("child_turn_id") == reply.child_turn_id
-            and not commit.done()
         ):
             return commit
     return None
