@@ -113,8 +113,9 @@ class ParkedTurns:
         self._admit = admit
         self._cancelled = cancelled
         self._running = running
-        self._deciding: dict[int, asyncio.Future[None]] = {}
-        """Per partition, the last reply still waiting for its call's commit."""
+        self._deciding: dict[int, tuple[PartitionState, asyncio.Future[None]]] = {}
+        """Per partition, the last reply still waiting for its call's commit (with the
+        partition state it was read for: a reassigned partition does not wait on it)."""
 
     @property
     def count(self) -> int:
@@ -181,12 +182,13 @@ class ParkedTurns:
         if ps is None:
             return
         decide = partial(self._decide, ps, record, topics, worker_id, committer)
-        ahead = self._deciding.get(p)
+        earlier = self._deciding.get(p)
+        ahead = earlier[1] if earlier is not None and earlier[0] is ps else None
         if ahead is None and self._call_commit(record) is None:
             decide()
             return
         waiting = asyncio.ensure_future(self._decide_later(ps, record, ahead, decide))
-        self._deciding[p] = waiting
+        self._deciding[p] = (ps, waiting)
         waiting.add_done_callback(partial(self._decided, p))
 
     def _call_commit(self, record: ConsumedRecord) -> asyncio.Future[None] | None:
@@ -213,7 +215,8 @@ class ParkedTurns:
             decide()
 
     def _decided(self, partition: int, done: asyncio.Future[None]) -> None:
-        if self._deciding.get(partition) is done:
+        last = self._deciding.get(partition)
+        if last is not None and last[1] is done:
             del self._deciding[partition]
         if not done.cancelled() and done.exception() is not None:
             log.error("a reply of partition %d was not decided: %r", partition, done.exception())
