@@ -109,8 +109,10 @@ class TurnScheduler:
         if self._stopping():
             return  # not started, not committed: the next owner of the partition runs it
         ps = self._parts.get(partition)
-        guard = ps.crash_guard if ps is not None and queued.offset >= 0 else None
-        if ps is not None and guard is not None:
+        if ps is None:
+            return  # revoked (a held turn released by its mark's commit): not ours to run
+        guard = ps.crash_guard if queued.offset >= 0 else None
+        if guard is not None:
             decision = guard.admit(queued)
             if decision == "hold":
                 return
