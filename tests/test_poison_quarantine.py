@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from pyrula_stream import KafkaAgentClient, PoisonOptions
-from pyrula_stream.runtime.poison import CrashGuard, IntakeMark
+from pyrula_stream.runtime.poison import PROCESS, CrashGuard, IntakeMark
 from pyrula_stream.testing import agent_topics_ready, read_topic, unique_name, wait_for
 
 ROOT = Path(__file__).parent.parent
@@ -117,3 +117,21 @@ def test_an_intake_mark_keeps_its_careful_flag_and_an_old_mark_reads_as_not_care
     assert IntakeMark.from_entry(data, 5) == careful
     del data["careful"]  # written before marks said whether they were careful
     assert IntakeMark.from_entry(data, 5) == IntakeMark(3, 1, True, "w", 5, careful=False)
+
+
+def test_a_mark_this_process_left_open_is_no_crash() -> None:
+    """A session that failed leaves its mark open; the same process, assigned the
+    partition again, knows nobody died: it keeps the mark's mode and count."""
+    options = PoisonOptions(max_retries=3, retry_ttl_s=60.0)
+    now_ms = int(time.time() * 1000)
+    own = IntakeMark(7, crashes=2, ts_ms=now_ms, careful=True, process=PROCESS)
+    assert CrashGuard.after(own, 7, options) == (True, 2)
+    assert CrashGuard.after(IntakeMark(7, 0, ts_ms=now_ms, process=PROCESS), 7, options) == (
+        False,
+        0,
+    )
+    dead = IntakeMark(7, crashes=2, ts_ms=now_ms, careful=True, process="another process")
+    assert CrashGuard.after(dead, 7, options) == (True, 3)
+    assert CrashGuard.after(IntakeMark(7, 2, ts_ms=now_ms), 7, options) == (True, 0)
+    assert CrashGuard.after(IntakeMark(7, 2, open=False), 7, options) == (False, 0)
+    assert CrashGuard.after(None, 7, options) == (False, 0)

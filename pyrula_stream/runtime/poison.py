@@ -22,6 +22,8 @@ journal, as one *intake mark* (key ``cursor/intake``) that restore reads anyway:
   code ``poison_quarantine`` and ended with a ``run:error``, without running. A record
   that kills every process that runs it is thus quarantined by the ``max_retries + 2``-th
   owner: the first death switches to careful mode, the next ``max_retries`` are counted.
+- Marks name the process that wrote them: a process that finds its own mark open (its
+  session failed, or a handover could not commit) knows nobody died and charges nothing.
 
 Within one process a turn that keeps failing without progress is counted by its own
 attempts in its journal, the other half of ``PoisonOptions``.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +46,11 @@ from pyrula_stream.records import OutRecord, wire_record
 from pyrula_stream.serde import INTAKE_MARK_KEY, JournalEntry
 
 log = logging.getLogger(__name__)
+
+
+PROCESS = uuid.uuid4().hex
+"""This process, in the marks it writes: a mark it finds open again was left by a
+session that failed or a handover that could not commit, not by a death."""
 
 
 def intake_owner(partition: int) -> str:
@@ -61,6 +69,7 @@ class IntakeMark:
     ts_ms: int = 0
     careful: bool = False
     """Written in careful mode: the record at ``offset`` runs alone once this is durable."""
+    process: str = ""
 
     def record(self, journal_topic: str, partition: int) -> OutRecord:
         data = {
@@ -69,6 +78,7 @@ class IntakeMark:
             "open": self.open,
             "worker": self.worker,
             "careful": self.careful,
+            "process": self.process,
         }
         entry = JournalEntry("", -1, "intake_mark", data=data, ts_ms=self.ts_ms)
         return wire_record(
@@ -88,7 +98,8 @@ class IntakeMark:
         if not (isinstance(offset, int) and isinstance(crashes, int) and isinstance(is_open, bool)):
             return None
         careful = data.get("careful") is True  # a mark from before this field: not careful
-        return cls(offset, crashes, is_open, str(data.get("worker") or ""), ts_ms, careful)
+        process = str(data.get("process") or "")
+        return cls(offset, crashes, is_open, str(data.get("worker") or ""), ts_ms, careful, process)
 
 
 MarkWriter = Callable[[IntakeMark], "asyncio.Future[None]"]
@@ -131,10 +142,8 @@ class CrashGuard:
         release: Admit,
     ) -> CrashGuard:
         """Read the mark the previous owner left and commit this owner's own."""
-        crashes = 0
-        died = mark is not None and mark.open
-        if mark is not None and mark.open:
-            crashes = cls._charged(mark, committed, options)
+        careful, crashes = cls.after(mark, committed, options)
+        if mark is not None and mark.open and mark.process != PROCESS:
             who = mark.worker or "unknown"
             if crashes:
                 log.warning(
@@ -164,10 +173,25 @@ class CrashGuard:
             write_mark,
             release,
             worker,
-            careful=died,
+            careful=careful,
         )
         guard._mark(committed, crashes)
         return guard
+
+    @classmethod
+    def after(
+        cls, mark: IntakeMark | None, committed: int, options: PoisonOptions
+    ) -> tuple[bool, int]:
+        """Whether the new owner runs carefully, and the crashes of the record at
+        ``committed``, given the mark the previous owner left."""
+        if mark is None or not mark.open:
+            return False, 0  # a first assignment or a clean handover
+        if mark.process == PROCESS:
+            # Left open by this very process (its session failed): nobody died. Keep
+            # the mark's mode and count, add nothing.
+            same = mark.careful and mark.offset == committed
+            return mark.careful, mark.crashes if same else 0
+        return True, cls._charged(mark, committed, options)
 
     @staticmethod
     def _charged(mark: IntakeMark, committed: int, options: PoisonOptions) -> int:
@@ -186,7 +210,7 @@ class CrashGuard:
 
     def _mark(self, offset: int, crashes: int) -> None:
         now_ms = int(time.time() * 1000)
-        mark = IntakeMark(offset, crashes, True, self.worker, now_ms, self.careful)
+        mark = IntakeMark(offset, crashes, True, self.worker, now_ms, self.careful, PROCESS)
         self.marked_at = offset
         gate = self.gate = self.write_mark(mark)
         gate.add_done_callback(lambda _: self._release_held())
