@@ -2,7 +2,9 @@
 
 A supervised worker whose tool calls ``os._exit`` on a marker: no decoder can guard
 against that, so the next owners count the crashes from the partition's journal and the
-record ends in the DLQ with ``poison_quarantine``, while later records complete.
+record ends in the DLQ with ``poison_quarantine``, while later records complete. Only a
+death while the record ran alone (careful mode) is counted: a death with many turns in
+flight, or from outside, only makes the next owner careful.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import asyncio
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
-from pyrula_stream import KafkaAgentClient
+from pyrula_stream import KafkaAgentClient, PoisonOptions
+from pyrula_stream.runtime.poison import PROCESS, CrashGuard, IntakeMark
 from pyrula_stream.testing import agent_topics_ready, read_topic, unique_name, wait_for
 
 ROOT = Path(__file__).parent.parent
@@ -78,11 +82,56 @@ async def test_a_record_that_kills_workers_is_quarantined_and_the_partition_move
         (letter,) = letters()
         assert letter["pyrula.dlq.code"] == "poison_quarantine"
         assert "3 worker processes died" in letter["pyrula.dlq.reason"], letter
-        # The first process and one per counted crash; the fourth reads it quarantined.
-        assert len(STARTED.findall("".join(lines))) == 4, "".join(lines)
+        # The first process (its death only makes the next one careful), one per counted
+        # crash, and the fifth, which reads the record quarantined.
+        assert len(STARTED.findall("".join(lines))) == 5, "".join(lines)
         again = await client.run(agent, text="fine again", timeout=120)
         assert again[-1].type == "run:complete"
     finally:
         supervisor.terminate()
         await asyncio.wait_for(supervisor.wait(), 90)
         await collector
+
+
+def test_only_a_death_in_careful_mode_at_the_named_record_is_charged() -> None:
+    options = PoisonOptions(max_retries=3, retry_ttl_s=60.0)
+    now_ms = int(time.time() * 1000)
+
+    def charged(mark: IntakeMark, committed: int = 7) -> int:
+        return CrashGuard._charged(mark, committed, options)
+
+    # Many turns ran (not careful): no record is to blame, however often it happens.
+    assert charged(IntakeMark(7, crashes=2, ts_ms=now_ms)) == 0
+    # The record ran alone under a careful mark: one more on the mark's count.
+    assert charged(IntakeMark(7, crashes=0, ts_ms=now_ms, careful=True)) == 1
+    assert charged(IntakeMark(7, crashes=2, ts_ms=now_ms, careful=True)) == 3
+    # The careful mark names a record that has been committed since: nobody was running.
+    assert charged(IntakeMark(6, crashes=2, ts_ms=now_ms, careful=True)) == 0
+    # A count older than retry_ttl_s starts again.
+    assert charged(IntakeMark(7, crashes=2, ts_ms=now_ms - 120_000, careful=True)) == 1
+
+
+def test_an_intake_mark_keeps_its_careful_flag_and_an_old_mark_reads_as_not_careful() -> None:
+    careful = IntakeMark(3, crashes=1, worker="w", ts_ms=5, careful=True)
+    data = {"offset": 3, "crashes": 1, "open": True, "worker": "w", "careful": True}
+    assert IntakeMark.from_entry(data, 5) == careful
+    del data["careful"]  # written before marks said whether they were careful
+    assert IntakeMark.from_entry(data, 5) == IntakeMark(3, 1, True, "w", 5, careful=False)
+
+
+def test_a_mark_this_process_left_open_is_no_crash() -> None:
+    """A session that failed leaves its mark open; the same process, assigned the
+    partition again, knows nobody died: it keeps the mark's mode and count."""
+    options = PoisonOptions(max_retries=3, retry_ttl_s=60.0)
+    now_ms = int(time.time() * 1000)
+    own = IntakeMark(7, crashes=2, ts_ms=now_ms, careful=True, process=PROCESS)
+    assert CrashGuard.after(own, 7, options) == (True, 2)
+    assert CrashGuard.after(IntakeMark(7, 0, ts_ms=now_ms, process=PROCESS), 7, options) == (
+        False,
+        0,
+    )
+    dead = IntakeMark(7, crashes=2, ts_ms=now_ms, careful=True, process="another process")
+    assert CrashGuard.after(dead, 7, options) == (True, 3)
+    assert CrashGuard.after(IntakeMark(7, 2, ts_ms=now_ms), 7, options) == (True, 0)
+    assert CrashGuard.after(IntakeMark(7, 2, open=False), 7, options) == (False, 0)
+    assert CrashGuard.after(None, 7, options) == (False, 0)

@@ -112,6 +112,7 @@ class TurnRuntime:
     events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _written: dict[int, JournalEntry] = field(default_factory=dict)
+    _committing: dict[int, asyncio.Future[None]] = field(default_factory=dict)
     _step: int = 0
     _stalled: int = 0
 
@@ -262,12 +263,21 @@ class TurnRuntime:
         future = asyncio.ensure_future(committed)
 
         def confirm(done: asyncio.Future[None]) -> None:
+            self._committing.pop(index, None)
             if not done.cancelled() and done.exception() is None:
                 self.journal.steps[index] = entry
 
         future.add_done_callback(confirm)
         self._unconfirmed.append(future)
         self._written[index] = entry
+        self._committing[index] = future
+
+    def committing_steps(self) -> list[tuple[JournalEntry, asyncio.Future[None]]]:
+        """Steps this attempt wrote whose commit outcome this turn has not recorded yet,
+        each with its commit's future. What another process does once the commit is
+        durable (a child's reply to a call) can arrive before that future resolves, so
+        such a record waits for it rather than judging by ``journal.steps`` alone."""
+        return [(self._written[i], f) for i, f in self._committing.items()]
 
     async def barrier(self) -> None:
         """Wait until every step this attempt journaled so far is committed.

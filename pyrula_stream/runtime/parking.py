@@ -7,6 +7,14 @@ every parked turn of the partition from the restored journal (its timers live in
 worker's event loop, rebuilt at each assignment from the journal, so a timer survives
 crashes and rebalances). A turn resumes by replay when the last reply it waits for is
 journaled, when its time comes, or when it is cancelled.
+
+A reply is taken only for a call its parent's journal holds. A running parent counts a
+call step as journaled once this process hears that its commit succeeded, but the child
+can read its request, run and reply as soon as the broker has the commit, before then.
+A reply to a call whose commit is still in flight here therefore waits for that commit
+(and the partition's later replies wait behind it, so the read position stays in order):
+if it committed the reply is taken, if it aborted the reply was not genuine (an aborted
+transaction aborts the child's request too) and is dead-lettered.
 """
 
 from __future__ import annotations
@@ -15,9 +23,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.durable.journal import TurnJournal
+from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ErrorCode
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.records import dead_letter
@@ -62,6 +72,24 @@ def refusal(journal: TurnJournal | None, finished: bool, reply: Reply) -> str | 
     return None
 
 
+def call_committing(runtime: TurnRuntime | None, reply: Reply) -> asyncio.Future[None] | None:
+    """The commit of the call ``reply`` answers when the running parent wrote that call
+    and has not recorded its outcome yet (``None``: nothing to wait for, the journal
+    alone decides). The future may be done already with the step's confirmation still
+    scheduled: waiting on it then lets that run first."""
+    if runtime is None:
+        return None
+    for entry, commit in runtime.committing_steps():
+        data = entry.data
+        if (
+            entry.kind == CALL_KIND
+            and isinstance(data, dict)
+            and data.get("child_turn_id") == reply.child_turn_id
+        ):
+            return commit
+    return None
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -79,10 +107,15 @@ class ParkedTurns:
         parts: dict[int, PartitionState],
         admit: Callable[[int, QueuedTurn], None],
         cancelled: Callable[[str], bool],
+        running: Callable[[str], TurnRuntime | None],
     ) -> None:
         self._parts = parts
         self._admit = admit
         self._cancelled = cancelled
+        self._running = running
+        self._deciding: dict[int, tuple[PartitionState, asyncio.Future[None]]] = {}
+        """Per partition, the last reply still waiting for its call's commit (with the
+        partition state it was read for: a reassigned partition does not wait on it)."""
 
     @property
     def count(self) -> int:
@@ -142,11 +175,62 @@ class ParkedTurns:
         """A child's outcome: journal it with the replies position in one transaction
         that also carries the input offsets (a worker that lost the partition is fenced).
         A record that is not the reply to a call the parent made and still waits for is
-        dead-lettered in that transaction instead, with the reason."""
+        dead-lettered in that transaction instead, with the reason. A reply to a call
+        whose commit is still in flight here is decided once that commit is (in order)."""
         p = record.partition
         ps = self._parts.get(p)
         if ps is None:
             return
+        decide = partial(self._decide, ps, record, topics, worker_id, committer)
+        earlier = self._deciding.get(p)
+        ahead = earlier[1] if earlier is not None and earlier[0] is ps else None
+        if ahead is None and self._call_commit(record) is None:
+            decide()
+            return
+        waiting = asyncio.ensure_future(self._decide_later(ps, record, ahead, decide))
+        self._deciding[p] = (ps, waiting)
+        waiting.add_done_callback(partial(self._decided, p))
+
+    def _call_commit(self, record: ConsumedRecord) -> asyncio.Future[None] | None:
+        try:
+            reply = parse_reply(record.value)
+        except Exception:  # an unreadable reply is refused without waiting, by _decide
+            return None
+        return call_committing(self._running(reply.parent_turn_id), reply)
+
+    async def _decide_later(
+        self,
+        ps: PartitionState,
+        record: ConsumedRecord,
+        ahead: asyncio.Future[None] | None,
+        decide: Callable[[], None],
+    ) -> None:
+        if ahead is not None:  # an earlier reply of the partition decides first
+            await asyncio.wait([ahead])
+        commit = self._call_commit(record)
+        if commit is not None:
+            log.debug("reply at offset %d waits for the commit of its call", record.offset)
+            await asyncio.wait([commit])
+        if self._parts.get(record.partition) is ps:  # else revoked: the new owner reads it
+            decide()
+
+    def _decided(self, partition: int, done: asyncio.Future[None]) -> None:
+        last = self._deciding.get(partition)
+        if last is not None and last[1] is done:
+            del self._deciding[partition]
+        if not done.cancelled() and done.exception() is not None:
+            log.error("a reply of partition %d was not decided: %r", partition, done.exception())
+
+    def _decide(
+        self,
+        ps: PartitionState,
+        record: ConsumedRecord,
+        topics: AgentTopics,
+        worker_id: str,
+        committer: GroupCommitter,
+    ) -> None:
+        """Take the reply or dead-letter it, with the replies position, in the next commit."""
+        p = record.partition
         records = [cursor_record(topics.journal, p, record.offset + 1)]
         reply: Reply | None = None
         try:

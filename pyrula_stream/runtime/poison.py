@@ -8,15 +8,22 @@ journal, as one *intake mark* (key ``cursor/intake``) that restore reads anyway:
 - On assignment the owner commits ``{offset: committed input offset, open: true}``
   before any turn of the partition starts; a clean handover (revoke, stop) tombstones
   it. One write per assignment (and one per handover), none per turn.
-- The next owner that finds the mark still open knows the previous process died: it
-  charges a crash to the lowest record not committed (adding to the mark's count when
-  the committed offset has not moved) and runs *carefully*: the partition's turns start
-  one at a time, each after a mark at its own offset is durable, until the records the
-  dead process could have read are behind it. A crash in that mode names
-  its record exactly; an innocent record, by finishing, moves the count on at zero.
-- Once a record has ``max_retries`` crashes counted (within ``retry_ttl_s`` of the last
-  one) it is quarantined: dead-lettered with code ``poison_quarantine`` and ended with a
-  ``run:error``, without running.
+- The next owner that finds the mark still open knows the previous process died, but
+  not why: with many turns running, any of them, or something outside (a SIGKILL of
+  every worker, the OOM killer), may have killed it. So it charges nothing yet and runs
+  *carefully*: the partition's turns start one at a time, each after a mark at its own
+  offset (saying ``careful``) is durable, until the records the dead process could have
+  read are behind it.
+- Only a death in that mode is charged: when the open mark is a careful one and still
+  names the lowest record not committed, that record was the one new turn running, and
+  it gets a crash (added to the mark's count, within ``retry_ttl_s`` of it). An
+  innocent record, by finishing, moves the count on at zero to the next.
+- Once a record has ``max_retries`` crashes charged it is quarantined: dead-lettered with
+  code ``poison_quarantine`` and ended with a ``run:error``, without running. A record
+  that kills every process that runs it is thus quarantined by the ``max_retries + 2``-th
+  owner: the first death switches to careful mode, the next ``max_retries`` are counted.
+- Marks name the process that wrote them: a process that finds its own mark open (its
+  session failed, or a handover could not commit) knows nobody died and charges nothing.
 
 Within one process a turn that keeps failing without progress is counted by its own
 attempts in its journal, the other half of ``PoisonOptions``.
@@ -27,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +46,11 @@ from pyrula_stream.records import OutRecord, wire_record
 from pyrula_stream.serde import INTAKE_MARK_KEY, JournalEntry
 
 log = logging.getLogger(__name__)
+
+
+PROCESS = uuid.uuid4().hex
+"""This process, in the marks it writes: a mark it finds open again was left by a
+session that failed or a handover that could not commit, not by a death."""
 
 
 def intake_owner(partition: int) -> str:
@@ -54,6 +67,9 @@ class IntakeMark:
     open: bool = True
     worker: str = ""
     ts_ms: int = 0
+    careful: bool = False
+    """Written in careful mode: the record at ``offset`` runs alone once this is durable."""
+    process: str = ""
 
     def record(self, journal_topic: str, partition: int) -> OutRecord:
         data = {
@@ -61,6 +77,8 @@ class IntakeMark:
             "crashes": self.crashes,
             "open": self.open,
             "worker": self.worker,
+            "careful": self.careful,
+            "process": self.process,
         }
         entry = JournalEntry("", -1, "intake_mark", data=data, ts_ms=self.ts_ms)
         return wire_record(
@@ -79,7 +97,9 @@ class IntakeMark:
         offset, crashes, is_open = data.get("offset"), data.get("crashes"), data.get("open")
         if not (isinstance(offset, int) and isinstance(crashes, int) and isinstance(is_open, bool)):
             return None
-        return cls(offset, crashes, is_open, str(data.get("worker") or ""), ts_ms)
+        careful = data.get("careful") is True  # a mark from before this field: not careful
+        process = str(data.get("process") or "")
+        return cls(offset, crashes, is_open, str(data.get("worker") or ""), ts_ms, careful, process)
 
 
 MarkWriter = Callable[[IntakeMark], "asyncio.Future[None]"]
@@ -122,24 +142,28 @@ class CrashGuard:
         release: Admit,
     ) -> CrashGuard:
         """Read the mark the previous owner left and commit this owner's own."""
-        now_ms = int(time.time() * 1000)
-        crashes = 0
-        if mark is not None and mark.open:
-            # Same offset: the crash hit the record the mark named. Progress since: the
-            # crash is charged to the lowest record left, which then runs alone (and an
-            # innocent one, by finishing, hands the count on at zero).
-            same = mark.offset == committed
-            fresh = now_ms - mark.ts_ms <= options.retry_ttl_s * 1000
-            crashes = (mark.crashes if same and fresh else 0) + 1
-            log.warning(
-                "partition %d: the previous owner (%s) died with input offset %d in progress "
-                "(crash %d of %d before quarantine); running its turns one at a time",
-                partition,
-                mark.worker or "unknown",
-                committed,
-                crashes,
-                options.max_retries,
-            )
+        careful, crashes = cls.after(mark, committed, options)
+        if mark is not None and mark.open and mark.process != PROCESS:
+            who = mark.worker or "unknown"
+            if crashes:
+                log.warning(
+                    "partition %d: the previous owner (%s) died running input offset %d "
+                    "alone (crash %d of %d before quarantine); running its turns one at a time",
+                    partition,
+                    who,
+                    committed,
+                    crashes,
+                    options.max_retries,
+                )
+            else:
+                log.warning(
+                    "partition %d: the previous owner (%s) died with input offset %d and "
+                    "maybe others in progress; no record is charged, running its turns one "
+                    "at a time",
+                    partition,
+                    who,
+                    committed,
+                )
         guard = cls(
             partition,
             committed,
@@ -149,17 +173,44 @@ class CrashGuard:
             write_mark,
             release,
             worker,
-            careful=crashes > 0,
+            careful=careful,
         )
         guard._mark(committed, crashes)
         return guard
+
+    @classmethod
+    def after(
+        cls, mark: IntakeMark | None, committed: int, options: PoisonOptions
+    ) -> tuple[bool, int]:
+        """Whether the new owner runs carefully, and the crashes of the record at
+        ``committed``, given the mark the previous owner left."""
+        if mark is None or not mark.open:
+            return False, 0  # a first assignment or a clean handover
+        if mark.process == PROCESS:
+            # Left open by this very process (its session failed): nobody died. Keep
+            # the mark's mode and count, add nothing.
+            same = mark.careful and mark.offset == committed
+            return mark.careful, mark.crashes if same else 0
+        return True, cls._charged(mark, committed, options)
+
+    @staticmethod
+    def _charged(mark: IntakeMark, committed: int, options: PoisonOptions) -> int:
+        """The crashes of the record at ``committed`` once its owner died under ``mark``:
+        one more than the mark's count when the mark was careful and still names that
+        record (it was the one new turn running), else 0 (nothing says which record,
+        if any, killed the process)."""
+        if not (mark.careful and mark.offset == committed):
+            return 0
+        fresh = int(time.time() * 1000) - mark.ts_ms <= options.retry_ttl_s * 1000
+        return (mark.crashes if fresh else 0) + 1
 
     @property
     def quarantine_due(self) -> bool:
         return self.crashes >= self.options.max_retries
 
     def _mark(self, offset: int, crashes: int) -> None:
-        mark = IntakeMark(offset, crashes, True, self.worker, int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        mark = IntakeMark(offset, crashes, True, self.worker, now_ms, self.careful, PROCESS)
         self.marked_at = offset
         gate = self.gate = self.write_mark(mark)
         gate.add_done_callback(lambda _: self._release_held())

@@ -84,11 +84,16 @@ class TurnScheduler:
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._undeliverable: dict[str, str] = {}
         """Turns being ended because their records keep failing delivery, with why."""
-        self.parked = ParkedTurns(parts, self.admit, self._cancels.__contains__)
+        self.parked = ParkedTurns(parts, self.admit, self._cancels.__contains__, self.runtime_of)
 
     @property
     def running_count(self) -> int:
         return len(self._running)
+
+    def runtime_of(self, turn_id: str) -> TurnRuntime | None:
+        """The turn's runtime if it has a task here now."""
+        running = self._running.get(turn_id)
+        return running.runtime if running is not None else None
 
     def is_active(self, turn_id: str) -> bool:
         """Whether the turn has a task here now."""
@@ -104,15 +109,17 @@ class TurnScheduler:
         if self._stopping():
             return  # not started, not committed: the next owner of the partition runs it
         ps = self._parts.get(partition)
-        guard = ps.crash_guard if ps is not None and queued.offset >= 0 else None
-        if ps is not None and guard is not None:
+        if ps is None:
+            return  # revoked (a held turn released by its mark's commit): not ours to run
+        guard = ps.crash_guard if queued.offset >= 0 else None
+        if guard is not None:
             decision = guard.admit(queued)
             if decision == "hold":
                 return
             if decision == "quarantine":
                 queued.quarantine = (
                     f"the record at {self.agent.topics.turns}[{partition}]@{queued.offset} "
-                    f"was being read when {guard.options.max_retries} worker processes died"
+                    f"was running alone when {guard.options.max_retries} worker processes died"
                 )
         if len(self._running) >= self.options.max_concurrent_turns:
             self._waiting.append((partition, queued))
