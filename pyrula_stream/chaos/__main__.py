@@ -32,6 +32,9 @@ HEADLINE = (
     "workers",
     "kills",
     "broker_restarts",
+    "broker_kills",
+    "leader_changes_seen",
+    "coordinator_moves_seen",
     "lost",
     "duplicate_terminal",
     "duplicate_events",
@@ -142,6 +145,20 @@ def main(argv: list[str] | None = None) -> int:
         help="stop the broker this many times mid-run (the first with SIGKILL) and restart "
         "it on the same port and data directory; the harness then runs its own broker",
     )
+    p.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="run on the harness's own local cluster of this many brokers (and a controller)",
+    )
+    p.add_argument(
+        "--broker-kills",
+        type=int,
+        default=0,
+        help="with --brokers: SIGKILL this many brokers, one at a time (the workers' "
+        "transaction coordinator, a turns leader, the group coordinator, ...), then one "
+        "rolling restart",
+    )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument(
         "--bootstrap-servers",
@@ -190,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.turns < 1 or args.workers < 1 or min(args.kills, args.broker_restarts) < 0:
         p.error("--turns and --workers must be >= 1, --kills and --broker-restarts >= 0")
+    if args.broker_kills and args.brokers < 3:
+        p.error("--broker-kills needs --brokers 3 or more (one broker down at a time)")
+    if args.brokers > 1 and args.broker_restarts:
+        p.error("--broker-restarts is for the single broker; use --broker-kills with --brokers")
     if args.rate <= 0:
         p.error("--rate must be > 0")
     if args.hostile_records is not None and (args.hostile_records < 1 or not args.hostile):
@@ -205,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         kills=args.kills,
         broker_restarts=args.broker_restarts,
+        brokers=args.brokers,
+        broker_kills=args.broker_kills,
         seed=args.seed,
         bootstrap_servers=args.bootstrap_servers,
         partitions=args.partitions,

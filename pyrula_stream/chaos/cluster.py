@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from pyrula_stream.chaos.broker import BrokerRestart
@@ -31,9 +32,10 @@ IN_SYNC_WAIT_S = 90.0
 
 def java_string_hash(text: str) -> int:
     """``String.hashCode()`` of the JVM, as the broker computes it."""
+    data = text.encode("utf-16-be")  # Java hashes UTF-16 code units
     h = 0
-    for ch in text.encode("utf-16-be").decode("utf-16-be"):
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
@@ -82,7 +84,9 @@ class ClusterKiller(threading.Thread):
         self._halt = threading.Event()
         self._busy = threading.Lock()
         self._admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-        self._watcher = threading.Thread(target=self._watch, name="chaos-cluster-watch", daemon=True)
+        self._watcher = threading.Thread(
+            target=self._watch, name="chaos-cluster-watch", daemon=True
+        )
 
     # -- who leads what ---------------------------------------------------------------------
 
@@ -109,10 +113,17 @@ class ClusterKiller(threading.Thread):
         return True
 
     def _coordinator_keys(self) -> set[tuple[str, int]]:
-        parts = len(self._admin.list_topics(TRANSACTION_TOPIC, timeout=5).topics[
-            TRANSACTION_TOPIC
-        ].partitions) or 1
-        return {(TRANSACTION_TOPIC, coordinator_partition(t, parts)) for t in self.transactional_ids}
+        parts = (
+            len(
+                self._admin.list_topics(TRANSACTION_TOPIC, timeout=5)
+                .topics[TRANSACTION_TOPIC]
+                .partitions
+            )
+            or 1
+        )
+        return {
+            (TRANSACTION_TOPIC, coordinator_partition(t, parts)) for t in self.transactional_ids
+        }
 
     def _watch(self) -> None:
         before: dict[tuple[str, int], int] = {}
@@ -141,7 +152,10 @@ class ClusterKiller(threading.Thread):
         running = self.cluster.running()
         wanted: list[int] = []
         if i % 4 == 0:  # the transaction coordinator of a worker
-            wanted = [leaders.get(k, -1) for k in sorted(self._coordinator_keys())]
+            try:
+                wanted = [leaders.get(k, -1) for k in sorted(self._coordinator_keys())]
+            except (KeyError, KafkaException):
+                wanted = []
         elif i % 4 == 1:  # the leader of a turns partition in use
             wanted = [leaders.get((self.topics[0], p), -1) for p in range(64)]
         elif i % 4 == 2:  # the group coordinator

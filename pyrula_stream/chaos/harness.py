@@ -31,6 +31,7 @@ from typing import Any
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos import hostile, hostile_check, verify
 from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, OwnBroker
+from pyrula_stream.chaos.cluster import ClusterKiller
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
     EFFECTS_ENV,
@@ -47,6 +48,7 @@ from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.io import PartitionReader
+from pyrula_stream.kafka.local_cluster import LocalCluster, start_local_cluster
 from pyrula_stream.testing import BOOTSTRAP_ENV, local_kafka
 
 GATE_KEYS = (
@@ -67,6 +69,10 @@ class ChaosConfig:
     kills: int = 8
     broker_restarts: int = 0
     """Times the broker is stopped (the first with SIGKILL) and restarted mid-run."""
+    brokers: int = 1
+    """``--brokers 3``: the harness runs its own cluster of that many brokers."""
+    broker_kills: int = 0
+    """Brokers SIGKILLed one at a time on that cluster, then one rolling restart."""
     seed: int | None = None
     bootstrap_servers: str | None = None
     partitions: int = 6
@@ -108,7 +114,11 @@ class ChaosResult:
         if "hostile_not_in_dlq" in self.counts:
             gated += hostile_check.HOSTILE_KEYS
         subagents_ok = all(self.counts.get(k, 0) == 0 for k in verify.SUBAGENT_KEYS)
-        return subagents_ok and all(self.counts.get(k, 1) == 0 for k in gated)
+        # Broker kills prove something only if leaders and a coordinator really moved.
+        cluster_ok = not self.counts.get("broker_kills") or all(
+            self.counts.get(k, 0) >= 1 for k in ("leader_changes_seen", "coordinator_moves_seen")
+        )
+        return subagents_ok and cluster_ok and all(self.counts.get(k, 1) == 0 for k in gated)
 
 
 def _replies_watch(bootstrap: str, topic: str, partitions: int) -> Callable[[], PartitionReader]:
@@ -191,10 +201,36 @@ async def submit_all(
             submitted.append(handle.turn_id)
 
 
+def _cluster_counts(killer: object) -> dict[str, int]:
+    """``broker_kills``, ``leader_changes_seen``, ``coordinator_moves_seen`` of a cluster run."""
+    if not isinstance(killer, ClusterKiller):
+        return {}
+    return {
+        "broker_kills": sum(1 for r in killer.restarts if r.signal.startswith("SIGKILL")),
+        "rolling_restarts": sum(1 for r in killer.restarts if r.signal.startswith("SIGTERM")),
+        "leader_changes_seen": killer.watch.leader_changes,
+        "coordinator_moves_seen": killer.watch.coordinator_moves,
+    }
+
+
 @contextlib.contextmanager
-def _broker(cfg: ChaosConfig, run_dir: Path) -> Iterator[tuple[str, OwnBroker | None]]:
-    """The given broker, else a local one; our own on a fixed port when it gets restarted."""
-    if cfg.broker_restarts:
+def _broker(
+    cfg: ChaosConfig, run_dir: Path
+) -> Iterator[tuple[str, OwnBroker | LocalCluster | None]]:
+    """The given broker, else a local one; our own on a fixed port when it gets restarted,
+    our own cluster with ``brokers`` > 1."""
+    if cfg.brokers > 1:
+        if cfg.bootstrap_servers or os.environ.get(BOOTSTRAP_ENV):
+            raise ConfigurationError(
+                "--brokers needs the harness's own cluster: drop --bootstrap-servers "
+                f"and ${BOOTSTRAP_ENV}"
+            )
+        cluster = start_local_cluster(cfg.brokers, data_dir=run_dir / "cluster")
+        try:
+            yield cluster.bootstrap_servers, cluster
+        finally:
+            cluster.stop()
+    elif cfg.broker_restarts:
         if cfg.bootstrap_servers or os.environ.get(BOOTSTRAP_ENV):
             raise ConfigurationError(
                 "broker restarts need the harness's own broker: drop --bootstrap-servers "
@@ -264,7 +300,7 @@ class _Run:
         workers: list[Worker],
         monitor: EventMonitor,
         monkey: Monkey,
-        restarter: BrokerRestarter | None,
+        restarter: BrokerRestarter | ClusterKiller | None,
     ) -> float:
         """Submit the turns and wait for their ends; returns when submission started."""
         cfg = self.cfg
@@ -438,7 +474,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
         f"{cfg.broker_restarts} broker restarts, seed {seed}"
     )
     say(f"agent {agent}; files in {run_dir}")
-    restarter: BrokerRestarter | None = None
+    restarter: BrokerRestarter | ClusterKiller | None = None
     with _broker(cfg, run_dir) as (bootstrap, own), contextlib.ExitStack() as after_check:
         say(f"kafka: {bootstrap}")
         run = _Run(cfg, bootstrap, agent, run_dir)
@@ -516,7 +552,21 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 if cfg.subagents
                 else None,
             )
-            if own is not None:
+            if isinstance(own, LocalCluster):
+                window = max(cfg.turns / cfg.rate, 2.0)
+                planned = cfg.broker_kills
+                restarter = ClusterKiller(
+                    own,
+                    [window * (i + 0.3) / max(1, planned) for i in range(planned)],
+                    topics=[run.topics.turns, run.topics.journal, run.topics.events],
+                    transactional_ids=[f"pyrula.{agent}.{w.worker_id}" for w in workers],
+                    group_id=f"pyrula.{agent}.workers",
+                    all_done=lambda: run.finished(mon),
+                    log=say,
+                    rng=random.Random(seed),
+                )
+                after_check.callback(restarter.stop)
+            elif own is not None:
                 window = max(cfg.turns / cfg.rate, 2.0)
                 restarts = cfg.broker_restarts
                 restarter = BrokerRestarter(
@@ -554,7 +604,10 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             "kills": len(kills),
             "kills_after_effect": sum(1 for k in kills if k.kind == "after_effect"),
             "kills_after_reply": sum(1 for k in kills if k.kind == "after_reply"),
-            "broker_restarts": len(restarter.restarts) if restarter is not None else 0,
+            "broker_restarts": len(restarter.restarts)
+            if isinstance(restarter, BrokerRestarter)
+            else 0,
+            **_cluster_counts(restarter),
             "worker_crashes": len(run.crashes),
             "worker_exit_codes": run.stop_codes,
             "longest_stall_s": stall,
