@@ -12,14 +12,19 @@ read the topics back.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.local_broker import LocalBroker, free_port, start_local_broker
+from pyrula_stream.kafka.local_cluster import LocalCluster, start_local_cluster
+from pyrula_stream.testing import BOOTSTRAP_ENV, local_kafka
 
 
 @dataclass
@@ -122,3 +127,39 @@ class BrokerRestarter(threading.Thread):
         self._halt.set()
         if self.is_alive():
             self.join(60)
+
+
+@contextlib.contextmanager
+def run_broker(
+    bootstrap_servers: str | None, *, restarts: int, brokers: int, run_dir: Path
+) -> Iterator[tuple[str, OwnBroker | LocalCluster | None]]:
+    """The given broker, else a local one; our own on a fixed port when it gets
+    ``restarts``, our own cluster with ``brokers`` > 1."""
+    if brokers > 1:
+        if bootstrap_servers or os.environ.get(BOOTSTRAP_ENV):
+            raise ConfigurationError(
+                "--brokers needs the harness's own cluster: drop --bootstrap-servers "
+                f"and ${BOOTSTRAP_ENV}"
+            )
+        cluster = start_local_cluster(brokers, data_dir=run_dir / "cluster")
+        try:
+            yield cluster.bootstrap_servers, cluster
+        finally:
+            cluster.stop()
+    elif restarts:
+        if bootstrap_servers or os.environ.get(BOOTSTRAP_ENV):
+            raise ConfigurationError(
+                "broker restarts need the harness's own broker: drop --bootstrap-servers "
+                f"and ${BOOTSTRAP_ENV}"
+            )
+        own = OwnBroker(run_dir / "kafka")
+        own.start()
+        try:
+            yield own.bootstrap_servers, own
+        finally:
+            own.stop()
+    elif bootstrap_servers:
+        yield bootstrap_servers, None
+    else:
+        with local_kafka() as bootstrap:
+            yield bootstrap, None

@@ -212,3 +212,15 @@ class ClusterKiller(threading.Thread):
         self._halt.set()
         if self.is_alive():
             self.join(60)
+
+
+def cluster_counts(killer: object) -> dict[str, int]:
+    """``broker_kills``, ``leader_changes_seen``, ``coordinator_moves_seen`` of a cluster run."""
+    if not isinstance(killer, ClusterKiller):
+        return {}
+    return {
+        "broker_kills": sum(1 for r in killer.restarts if r.signal.startswith("SIGKILL")),
+        "rolling_restarts": sum(1 for r in killer.restarts if r.signal.startswith("SIGTERM")),
+        "leader_changes_seen": killer.watch.leader_changes,
+        "coordinator_moves_seen": killer.watch.coordinator_moves,
+    }

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import random
 import shutil
 import tempfile
@@ -23,15 +22,15 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos import hostile, hostile_check, verify
-from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, OwnBroker
-from pyrula_stream.chaos.cluster import ClusterKiller
+from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, run_broker
+from pyrula_stream.chaos.cluster import ClusterKiller, cluster_counts
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
     EFFECTS_ENV,
@@ -43,13 +42,11 @@ from pyrula_stream.chaos.hostile import Context, HostileSender
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
 from pyrula_stream.chaos.processes import AGENT_SPEC, CHILD_SPEC, ModelServer, Worker, child_env
 from pyrula_stream.client import KafkaAgentClient
-from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.io import PartitionReader
-from pyrula_stream.kafka.local_cluster import LocalCluster, start_local_cluster
-from pyrula_stream.testing import BOOTSTRAP_ENV, local_kafka
+from pyrula_stream.kafka.local_cluster import LocalCluster
 
 GATE_KEYS = (
     "lost",
@@ -199,54 +196,6 @@ async def submit_all(
             if thread_id is not None and threads is not None:
                 threads.setdefault(thread_id, []).append(handle.turn_id)
             submitted.append(handle.turn_id)
-
-
-def _cluster_counts(killer: object) -> dict[str, int]:
-    """``broker_kills``, ``leader_changes_seen``, ``coordinator_moves_seen`` of a cluster run."""
-    if not isinstance(killer, ClusterKiller):
-        return {}
-    return {
-        "broker_kills": sum(1 for r in killer.restarts if r.signal.startswith("SIGKILL")),
-        "rolling_restarts": sum(1 for r in killer.restarts if r.signal.startswith("SIGTERM")),
-        "leader_changes_seen": killer.watch.leader_changes,
-        "coordinator_moves_seen": killer.watch.coordinator_moves,
-    }
-
-
-@contextlib.contextmanager
-def _broker(
-    cfg: ChaosConfig, run_dir: Path
-) -> Iterator[tuple[str, OwnBroker | LocalCluster | None]]:
-    """The given broker, else a local one; our own on a fixed port when it gets restarted,
-    our own cluster with ``brokers`` > 1."""
-    if cfg.brokers > 1:
-        if cfg.bootstrap_servers or os.environ.get(BOOTSTRAP_ENV):
-            raise ConfigurationError(
-                "--brokers needs the harness's own cluster: drop --bootstrap-servers "
-                f"and ${BOOTSTRAP_ENV}"
-            )
-        cluster = start_local_cluster(cfg.brokers, data_dir=run_dir / "cluster")
-        try:
-            yield cluster.bootstrap_servers, cluster
-        finally:
-            cluster.stop()
-    elif cfg.broker_restarts:
-        if cfg.bootstrap_servers or os.environ.get(BOOTSTRAP_ENV):
-            raise ConfigurationError(
-                "broker restarts need the harness's own broker: drop --bootstrap-servers "
-                f"and ${BOOTSTRAP_ENV}"
-            )
-        own = OwnBroker(run_dir / "kafka")
-        own.start()
-        try:
-            yield own.bootstrap_servers, own
-        finally:
-            own.stop()
-    elif cfg.bootstrap_servers:
-        yield cfg.bootstrap_servers, None
-    else:
-        with local_kafka() as bootstrap:
-            yield bootstrap, None
 
 
 def _control_skips(worker: Worker, agent: str) -> int:
@@ -475,7 +424,15 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
     )
     say(f"agent {agent}; files in {run_dir}")
     restarter: BrokerRestarter | ClusterKiller | None = None
-    with _broker(cfg, run_dir) as (bootstrap, own), contextlib.ExitStack() as after_check:
+    with (
+        run_broker(
+            cfg.bootstrap_servers,
+            restarts=cfg.broker_restarts,
+            brokers=cfg.brokers,
+            run_dir=run_dir,
+        ) as (bootstrap, own),
+        contextlib.ExitStack() as after_check,
+    ):
         say(f"kafka: {bootstrap}")
         run = _Run(cfg, bootstrap, agent, run_dir)
         specs = agent_topic_specs(agent, partitions=cfg.partitions)
@@ -607,7 +564,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             "broker_restarts": len(restarter.restarts)
             if isinstance(restarter, BrokerRestarter)
             else 0,
-            **_cluster_counts(restarter),
+            **cluster_counts(restarter),
             "worker_crashes": len(run.crashes),
             "worker_exit_codes": run.stop_codes,
             "longest_stall_s": stall,
