@@ -68,6 +68,7 @@ NOT_CONFIG = {
     "pyrula_stream.records.OutRecord",
     "pyrula_stream.records.SourceRecord",
     "pyrula_stream.ui.model.DeadLetter",
+    "pyrula_stream.chaos.hostile.HostileRecord",  # a generated record the chaos run sends
     # The chaos verifier's tally of what the journal holds (``llm``: model-call times).
     "pyrula_stream.chaos.verify.JournalView",
     # A partition's crash count; its ``options`` are the poison retry policy (two numbers).

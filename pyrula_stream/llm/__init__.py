@@ -24,16 +24,19 @@ from pyrula_stream.llm.fake import FakeLLM, reply_text, reply_tool_call, reply_t
 
 if TYPE_CHECKING:
     from pyrula_stream.llm.anthropic import AnthropicLLM
+    from pyrula_stream.llm.fallback import FallbackLLM
     from pyrula_stream.llm.openai import OpenAILLM
 
 _LAZY = {
     "AnthropicLLM": "pyrula_stream.llm.anthropic",
+    "FallbackLLM": "pyrula_stream.llm.fallback",
     "OpenAILLM": "pyrula_stream.llm.openai",
 }
 
 __all__ = [
     "AnthropicLLM",
     "FakeLLM",
+    "FallbackLLM",
     "LLMClient",
     "LLMRate",
     "ModelResponse",

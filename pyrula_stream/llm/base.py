@@ -101,6 +101,9 @@ class ModelResponse(BaseModel):
     stop_reason: str = "end_turn"
     usage: Usage = Field(default_factory=Usage)
     model: str = ""
+    provider: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Set only by ``FallbackLLM``: which provider answered (absent from the journal
+    otherwise, so other journals keep their bytes)."""
 
     @property
     def text(self) -> str:

@@ -254,7 +254,10 @@ class ModelCallObserver:
             )
         if not replayed and self.metrics is not None:
             seconds = time.monotonic() - self.started
-            self.metrics.model_call(self.provider, self.model, seconds, response, cost_usd)
+            provider, model = self.provider, self.model
+            if response is not None and response.provider is not None:  # a fallback answered
+                provider, model = response.provider, response.model or model
+            self.metrics.model_call(provider, model, seconds, response, cost_usd)
 
 
 @dataclass
