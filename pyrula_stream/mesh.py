@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.errors import ConfigurationError, UserError
 from pyrula_stream.health import start_health_server
+from pyrula_stream.observability.metrics import merged_exposition
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.runtime.background import RunsInBackground
 from pyrula_stream.runtime.worker import KafkaWorker
@@ -77,7 +78,10 @@ class MeshWorker(RunsInBackground):
         health = None
         if self.options.health_port is not None:
             health = await start_health_server(
-                self.options.health_host, self.options.health_port, lambda: self.ready
+                self.options.health_host,
+                self.options.health_port,
+                lambda: self.ready,
+                metrics=lambda: merged_exposition(w.metrics.registry for w in self.workers),
             )
         tasks = [asyncio.create_task(w.run(), name=f"worker-{w.agent.name}") for w in self.workers]
         try:

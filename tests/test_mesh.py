@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
 from pyrula_stream import (
@@ -17,6 +18,7 @@ from pyrula_stream import (
     kafka_agent,
     registered_agents,
 )
+from pyrula_stream.kafka.local_broker import free_port
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import unique_name, wait_for
 
@@ -39,7 +41,8 @@ async def test_one_process_runs_two_agents_side_by_side(
     greet, shout = _agents()
     listed = registered_agents()
     assert any(a is greet for a in listed) and any(a is shout for a in listed)
-    options = WorkerOptions(shutdown_grace=0.2)
+    port = free_port()
+    options = WorkerOptions(shutdown_grace=0.2, health_port=port)
     async with MeshWorker(
         [greet, shout], bootstrap_servers=kafka_bootstrap_servers, options=options
     ) as mesh:
@@ -51,6 +54,12 @@ async def test_one_process_runs_two_agents_side_by_side(
             client.run(shout.name, who="bob"),
         )
         assert mesh.worker(shout.name).agent is shout
+        async with httpx.AsyncClient() as http:
+            page = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    # One page for the process: each family once, the samples of both agents.
+    assert page.count("# TYPE pyrula_turns_total counter") == 1, page
+    for agent in (greet.name, shout.name):
+        assert f'pyrula_turns_total{{agent="{agent}",outcome="completed"}} 1.0' in page, page
     assert a[-1].data["result"] == "hello ann"
     assert b[-1].data["result"] == "BOB"
 

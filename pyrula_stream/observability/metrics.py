@@ -14,6 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
 
 from pyrula_stream.llm.base import ModelResponse
 from pyrula_stream.records import OutRecord
@@ -27,6 +28,29 @@ model's text, so it is not a bounded label value)."""
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 DLQ_CODE_HEADER = "pyrula.dlq.code"
+
+
+def merged_exposition(registries: Iterable[CollectorRegistry]) -> bytes:
+    """Several workers' registries (a mesh: one per agent) as one ``/metrics`` page: each
+    metric family once, with the samples of all (their ``agent`` label tells them apart).
+    Pasting the pages together would repeat ``# TYPE`` lines, which scrapers refuse."""
+    families: dict[str, Metric] = {}
+    for registry in registries:
+        for metric in registry.collect():
+            family = families.get(metric.name)
+            if family is None:
+                family = families[metric.name] = Metric(
+                    metric.name, metric.documentation, metric.type, metric.unit
+                )
+            family.samples.extend(metric.samples)
+
+    class Merged:
+        def collect(self) -> Iterable[Metric]:
+            return list(families.values())
+
+    merged = CollectorRegistry(auto_describe=False)
+    merged.register(Merged())
+    return generate_latest(merged)
 
 
 class WorkerMetrics:
