@@ -208,7 +208,12 @@ async def test_stream_limits_answer_429(kafka_bootstrap_servers: str) -> None:
     )
     app = create_app(
         agents=[name],
-        options=options(kafka_bootstrap_servers, sse_max_streams=1, sse_max_streams_per_owner=1),
+        options=options(
+            kafka_bootstrap_servers,
+            sse_max_streams=1,
+            sse_max_streams_per_owner=1,
+            sse_keepalive_interval=0.2,
+        ),
     )
     async with (
         running_gateway(app) as url,
@@ -220,15 +225,26 @@ async def test_stream_limits_answer_429(kafka_bootstrap_servers: str) -> None:
         theirs = await ops.submit(name, text="b")
         async with http.stream("GET", mine.events_url, headers=AS_WEB) as held:
             assert held.status_code == 200
+            async with asyncio.timeout(10):  # nothing happens: a comment keeps it alive
+                async for line in held.aiter_lines():
+                    if line == ": keepalive":
+                        break
             again = await http.get(mine.events_url, headers=AS_WEB)
             other = await http.get(theirs.events_url, headers=AS_OPS)
         await asyncio.sleep(0.2)  # the held stream is given back
         later = await http.get(theirs.status_url, headers=AS_OPS)
+    deep = create_app(agents=[name], options=options(kafka_bootstrap_servers, max_queue_depth=1))
+    transport = httpx.ASGITransport(app=deep)
+    async with AgentClient("http://127.0.0.1", transport=transport, headers=AS_WEB) as web:
+        with pytest.raises(GatewayError) as queued:  # two turns wait: more than 1
+            await web.submit(name, text="c")
 
     assert (again.status_code, again.json()["code"]) == (429, "backpressure_rejected")
     assert "sse_max_streams_per_owner" in again.json()["error"]
     assert other.status_code == 429 and "(sse_max_streams)" in other.json()["error"]
     assert later.status_code == 200 and later.json()["state"] == "queued"
+    assert queued.value.status == 429 and queued.value.error_code == "backpressure_rejected"
+    assert "max_queue_depth=1" in str(queued.value)
 
 
 async def test_a_broker_that_is_down_is_a_503_not_a_hang() -> None:
@@ -265,9 +281,15 @@ async def test_the_refusals_of_create_app_and_the_cli(kafka_bootstrap_servers: s
 
 
 async def test_client_errors_carry_the_code(kafka_bootstrap_servers: str) -> None:
-    app = create_app(agents=["a"], options=options(kafka_bootstrap_servers))
+    app = create_app(agents=["a"], options=options(kafka_bootstrap_servers, max_body_bytes=100))
     transport = httpx.ASGITransport(app=app)
     async with AgentClient("http://127.0.0.1", transport=transport, headers=AS_WEB) as web:
         with pytest.raises(GatewayError) as caught:
             await web.status("other", "t1")
+        with pytest.raises(GatewayError) as too_big:
+            await web.submit("a", text="x" * 200)
+        with pytest.raises(GatewayError) as bad_metadata:
+            await web.submit("a", metadata="not an object")  # type: ignore[arg-type]
     assert caught.value.status == 404 and caught.value.error_code == "not_found"
+    assert too_big.value.status == 413 and too_big.value.error_code == "invalid_request"
+    assert bad_metadata.value.status == 422 and bad_metadata.value.body["field"] == "metadata"

@@ -40,6 +40,7 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.event_reader import TurnStream
 from pyrula_stream.events import Event
+from pyrula_stream.gateway.depth import QueueDepths
 from pyrula_stream.gateway.options import AppOptions
 from pyrula_stream.gateway.owners import NOBODY, GatewayRefusal, StreamSlots, TurnOwners
 from pyrula_stream.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
@@ -147,6 +148,11 @@ class Gateway:
             timeout_s=options.kafka_timeout,
         )
         self.slots = StreamSlots(options.sse_max_streams, options.sse_max_streams_per_owner)
+        self.depths = QueueDepths(
+            options.bootstrap_servers,
+            kafka_config=options.kafka_config,
+            timeout_s=options.kafka_timeout,
+        )
         self._clients: dict[str, KafkaAgentClient] = {}
         self._ready: tuple[float, bool] = (0.0, False)
 
@@ -189,6 +195,21 @@ class Gateway:
         if owner != principal:
             raise not_found(f"turn {turn_id} of agent '{agent.name}'")
         return owner
+
+    async def admit(self, agent: ServedAgent) -> None:
+        """``429`` while more turns wait for the agent's workers than ``max_queue_depth``."""
+        limit = self.options.max_queue_depth
+        if limit is None:
+            return
+        waiting = await self.depths.depth(agent.topic_prefix, agent.name)
+        if waiting > limit:
+            raise GatewayRefusal(
+                429,
+                f"{waiting} turns of agent '{agent.name}' wait for a worker, more than "
+                f"max_queue_depth={limit}; retry later",
+                code=ErrorCode.BACKPRESSURE_REJECTED,
+                headers={"Retry-After": str(self.options.retry_after_s)},
+            )
 
     async def ready(self) -> bool:
         """Whether Kafka answers (asked at most once a second)."""
@@ -380,6 +401,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
                     code=ErrorCode.INVALID_REQUEST,
                     errors=exc.errors,
                 ) from None
+        await gateway.admit(served)
         key = request.headers.get("idempotency-key")
         headers: list[tuple[str, bytes]] = []
         if principal is not None:

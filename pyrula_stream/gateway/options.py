@@ -27,7 +27,8 @@ class AppOptions:
     ``prefix`` ask for ``Authorization: Bearer <key>``; ``host`` is the address the app is
     served on (beyond loopback it needs ``auth`` or ``allow_unauthenticated``).
     ``kafka_timeout`` bounds every Kafka call of a request, so a broker that is down is a
-    ``503`` within that time, never a hang.
+    ``503`` within that time, never a hang. ``max_queue_depth`` answers a submit ``429``
+    while more of the agent's turns wait for a worker (its workers' lag).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -43,6 +44,7 @@ class AppOptions:
     sse_max_streams_per_owner: int | None = 16
     sse_max_duration_s: float | None = 3600.0
     max_body_bytes: int = MAX_BODY_BYTES
+    max_queue_depth: int | None = None
     include_health: bool = True
     include_ready: bool = True
     health_path: str = "/healthz"
