@@ -113,7 +113,8 @@ class StreamSlots:
         """Count one more stream of ``owner``, or refuse with ``429`` (the caller's own
         limit first: it says what the caller can do about it)."""
         held = self._by_owner.get(owner, 0)
-        if self.max_per_owner is not None and held >= self.max_per_owner:
+        # without keys every caller is NOBODY: only the process-wide limit applies
+        if self.max_per_owner is not None and owner != NOBODY and held >= self.max_per_owner:
             raise GatewayRefusal(
                 429,
                 f"this caller already has {held} open streams on this gateway, its limit "
