@@ -293,3 +293,24 @@ async def test_client_errors_carry_the_code(kafka_bootstrap_servers: str) -> Non
     assert caught.value.status == 404 and caught.value.error_code == "not_found"
     assert too_big.value.status == 413 and too_big.value.error_code == "invalid_request"
     assert bad_metadata.value.status == 422 and bad_metadata.value.body["field"] == "metadata"
+
+
+async def test_static_pages_sign_in_with_a_key_and_the_cookie_reaches_the_routes() -> None:
+    page = f"{ROOT}/examples/web_chat"
+    app = create_app(agents=["a"], options=AppOptions(auth=KEYS, static_dir=page))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as browser:
+        html = {"Accept": "text/html"}
+        before = await browser.get("/", headers=html)
+        api_before = await browser.get("/agents/")
+        signed = await browser.post("/login", data={"key": WEB})
+        after = await browser.get("/", headers=html)
+        script = await browser.get("/chat.js")
+        api_after = await browser.get("/agents/")
+
+    assert before.status_code == 401 and "API key" in before.text  # the sign-in form
+    assert api_before.status_code == 401
+    assert signed.status_code == 303 and "HttpOnly" in signed.headers["set-cookie"]
+    assert after.status_code == 200 and "pyrula-stream web chat" in after.text
+    assert script.status_code == 200 and "EventSource" in script.text
+    assert api_after.status_code == 200 and api_after.json()["agents"][0]["name"] == "a"

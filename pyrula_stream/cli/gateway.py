@@ -35,6 +35,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from pyrula_stream.api_keys import parse_api_keys
     from pyrula_stream.http_guard import check_bind
 
+    if args.static is not None and not os.path.isdir(args.static):
+        raise ConfigurationError(f"--static {args.static}: no such directory")
     agents = [load_agent(spec) for spec in args.agents] + list(args.agent)
     if not agents:
         raise ConfigurationError("name the agents to serve: MODULE:AGENT or --agent NAME")
@@ -57,6 +59,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         allowed_hosts=access.allowed_hosts,
         allow_unauthenticated=access.allow_unauthenticated,
         kafka_timeout=args.timeout,
+        static_dir=args.static,
     )
     app = create_app(agents=agents, options=options)
     warn_if_open(args.host, access)
@@ -105,6 +108,13 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         type=positive_seconds,
         default=10.0,
         help="seconds a request waits on Kafka before answering 503 store_unavailable",
+    )
+    g.add_argument(
+        "--static",
+        metavar="DIR",
+        default=None,
+        help="serve DIR at / (a web page, e.g. examples/web_chat); with keys the page signs "
+        "in at /login",
     )
     add_access_arguments(g)
     g.set_defaults(func=cmd_gateway)

@@ -31,26 +31,27 @@ from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.api_keys import OWNER_METADATA
 from pyrula_stream.client import KafkaAgentClient
 from pyrula_stream.errors import (
-    BrokerUnavailableError,
     ErrorCode,
     PyrulaError,
-    ThreadDeleteFailed,
-    UnknownTopicError,
-    UserError,
 )
-from pyrula_stream.event_reader import TurnStream
-from pyrula_stream.events import Event
 from pyrula_stream.gateway.depth import QueueDepths
+from pyrula_stream.gateway.errors import (
+    GatewayRefusal,
+    error_body,
+    invalid,
+    not_found,
+    refusal_of,
+    refusal_response,
+)
 from pyrula_stream.gateway.options import AppOptions
-from pyrula_stream.gateway.owners import NOBODY, GatewayRefusal, StreamSlots, TurnOwners
+from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
+from pyrula_stream.gateway.sse import last_event_id, sse_frames
 from pyrula_stream.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
 from pyrula_stream.kafka.admin import broker_answers
-from pyrula_stream.kafka.config import is_connection_failure
 
 OWNER_HEADER = "pyrula-owner"
 """The turn request's header naming the principal who submitted it (as its metadata does)."""
 
-RESERVED_BODY_KEYS = ("metadata", "thread_id")
 GATEWAY_EXPOSES = "submit, read and stop turns of every agent it serves"
 READY_CACHE_S = 1.0
 
@@ -79,60 +80,6 @@ def served_agent(agent: KafkaAgent | str, topic_prefix: str) -> ServedAgent:
         return validate_arguments(agent.name, schema, model, params)
 
     return ServedAgent(agent.name, agent.prefix, validate, schema)
-
-
-def error_body(message: str, code: ErrorCode | str, **extra: Any) -> dict[str, Any]:
-    """The one JSON shape of every error: ``{"error": message, "code": code, ...}`` (the
-    same two keys the guard's 401/403/421 answers carry)."""
-    return {"error": message, "code": str(code), **extra}
-
-
-def refusal_of(exc: BaseException, options: AppOptions) -> GatewayRefusal:
-    """The HTTP answer to an exception of a route (or of a stream before it started)."""
-    if isinstance(exc, GatewayRefusal):
-        return exc
-    retry = {"Retry-After": str(options.retry_after_s)}
-    if isinstance(exc, BrokerUnavailableError) or (
-        isinstance(exc, KafkaException) and is_connection_failure(exc)
-    ):
-        return GatewayRefusal(
-            503,
-            f"Kafka is not reachable: {exc}",
-            code=ErrorCode.STORE_UNAVAILABLE,
-            headers=retry,
-        )
-    if isinstance(exc, KafkaException):
-        return GatewayRefusal(503, f"Kafka: {exc}", code=ErrorCode.STORE_UNAVAILABLE, headers=retry)
-    if isinstance(exc, UnknownTopicError):
-        return GatewayRefusal(404, str(exc), code=ErrorCode.NOT_FOUND)
-    if isinstance(exc, ThreadDeleteFailed):
-        status = 504 if exc.code == ErrorCode.WAIT_TIMEOUT else 409
-        return GatewayRefusal(status, str(exc), code=exc.code or ErrorCode.INTERNAL)
-    if isinstance(exc, TimeoutError):
-        return GatewayRefusal(504, str(exc) or "timed out", code=ErrorCode.WAIT_TIMEOUT)
-    if isinstance(exc, UserError):
-        return GatewayRefusal(400, str(exc), code=ErrorCode.INVALID_REQUEST)
-    if isinstance(exc, PyrulaError):
-        return GatewayRefusal(500, str(exc), code=exc.code or ErrorCode.INTERNAL)
-    return GatewayRefusal(500, f"internal error ({type(exc).__name__})", code=ErrorCode.INTERNAL)
-
-
-def refusal_response(refusal: GatewayRefusal) -> JSONResponse:
-    extra: dict[str, Any] = {}
-    if refusal.errors is not None:
-        extra["errors"] = refusal.errors
-        if refusal.errors:
-            extra["field"] = refusal.errors[0].get("field")
-    code = refusal.code or ErrorCode.INTERNAL
-    return JSONResponse(
-        error_body(refusal.message, code, **extra),
-        status_code=refusal.status,
-        headers=refusal.headers,
-    )
-
-
-def not_found(what: str) -> GatewayRefusal:
-    return GatewayRefusal(404, f"{what} not found", code=ErrorCode.NOT_FOUND)
 
 
 class Gateway:
@@ -258,39 +205,6 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     return body
 
 
-def sse_frame(event: Event) -> bytes:
-    """One committed event as an SSE message: ``id:`` its seq, ``event:`` its type."""
-    data = json.dumps(
-        {
-            "type": event.type,
-            "turn_id": event.turn_id,
-            "agent": event.agent,
-            "seq": event.seq,
-            "ts_ms": event.ts_ms,
-            "attempt": event.attempt,
-            "data": event.data,
-        },
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return f"id: {event.seq}\nevent: {event.type}\ndata: {data}\n\n".encode()
-
-
-def last_event_id(request: Request) -> int | None:
-    raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
-    if raw is None or not raw.strip():
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise GatewayRefusal(
-            400,
-            f"Last-Event-ID must be an event's seq (an integer), got {raw[:40]!r}",
-            code=ErrorCode.INVALID_REQUEST,
-        ) from None
-    return value
-
-
 def turn_urls(base: str, agent: str, turn_id: str, thread_id: str | None) -> dict[str, str]:
     turn = f"{base}/{quote(agent, safe='')}/turns/{turn_id}"
     query = f"?{urlencode({'thread_id': thread_id})}" if thread_id else ""
@@ -318,7 +232,14 @@ def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None
     bind_host = options.host or "127.0.0.1"
     check_bind(bind_host, access, exposes=GATEWAY_EXPOSES)  # now, not at the first request
     api = FastAPI(title="pyrula-stream gateway", openapi_url=None, docs_url=None, redoc_url=None)
-    api.add_middleware(HTTPGuard, access=access, bind_host=bind_host, exposes=GATEWAY_EXPOSES)
+    browser = options.static_dir is not None  # a page's EventSource carries a cookie
+    api.add_middleware(
+        HTTPGuard,
+        access=access,
+        bind_host=bind_host,
+        exposes=GATEWAY_EXPOSES,
+        browser_login=browser,
+    )
     _routes(api, gateway)
 
     @contextlib.asynccontextmanager
@@ -349,6 +270,18 @@ def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None
             )
 
     app.mount(options.prefix, api)
+    if options.static_dir is not None:
+        from fastapi.staticfiles import StaticFiles
+
+        page = StaticFiles(directory=options.static_dir, html=True)
+        guarded = HTTPGuard(
+            page,
+            access,
+            bind_host=bind_host,
+            exposes=GATEWAY_EXPOSES,
+            browser_login=True,
+        )
+        app.mount("/", guarded)  # last: the prefix and the probes match first
     return app
 
 
@@ -384,9 +317,9 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         metadata = body.pop("metadata", None) or {}
         thread_id = body.pop("thread_id", None)
         if not isinstance(metadata, dict):
-            raise _invalid("metadata", "must be an object")
+            raise invalid("metadata", "must be an object")
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
-            raise _invalid("thread_id", "must be a non-empty string")
+            raise invalid("thread_id", "must be a non-empty string")
         params = body
         if served.validate is not None:
             from pyrula_stream.tool_schema import InvalidToolArguments
@@ -435,7 +368,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         except BaseException:
             gateway.slots.give_back(owner)
             raise
-        frames = _sse(stream, options, lambda: gateway.slots.give_back(owner))
+        frames = sse_frames(stream, options, lambda: gateway.slots.give_back(owner))
         return StreamingResponse(
             frames,
             media_type="text/event-stream",
@@ -483,15 +416,6 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         return {"thread_id": thread_id, "deleted_turns": deleted}
 
 
-def _invalid(field: str, why: str) -> GatewayRefusal:
-    return GatewayRefusal(
-        422,
-        f"{field}: {why}",
-        code=ErrorCode.INVALID_REQUEST,
-        errors=[{"field": field, "message": why}],
-    )
-
-
 async def _control_target(
     gateway: Gateway, agent: str, turn_id: str, request: Request
 ) -> tuple[ServedAgent, str | None]:
@@ -500,54 +424,7 @@ async def _control_target(
     body = await json_body(request, gateway.options.max_body_bytes)
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
-        raise _invalid("reason", "must be a string")
+        raise invalid("reason", "must be a string")
     thread_id = request.query_params.get("thread_id")
     await gateway.check_owner(served, turn_id, thread_id, principal_of(request.scope))
     return served, reason
-
-
-async def _sse(
-    events: TurnStream, options: AppOptions, done: Callable[[], None]
-) -> AsyncIterator[bytes]:
-    """The stream's SSE frames: one per event, a comment every keepalive interval while
-    none comes, an ``error`` event if Kafka fails mid-stream; ends after the terminal
-    event or ``sse_max_duration_s`` (the client resumes with ``Last-Event-ID``)."""
-    limit = options.sse_max_duration_s
-    deadline = None if limit is None else time.monotonic() + limit
-    pending: asyncio.Future[Event] | None = None
-    try:
-        yield b": stream open\n\n"
-        while True:
-            wait = options.sse_keepalive_interval
-            if deadline is not None:
-                wait = min(wait, deadline - time.monotonic())
-                if wait <= 0:
-                    yield b": sse_max_duration_s reached; reconnect with Last-Event-ID\n\n"
-                    return
-            if pending is None:
-                pending = asyncio.ensure_future(anext(events))
-            done_now, _ = await asyncio.wait({pending}, timeout=wait)
-            if not done_now:
-                yield b": keepalive\n\n"
-                continue
-            finished, pending = pending, None
-            try:
-                event = finished.result()
-            except StopAsyncIteration:
-                return
-            except Exception as exc:
-                refusal = refusal_of(exc, options)
-                body = error_body(refusal.message, refusal.code or ErrorCode.INTERNAL)
-                yield f"event: error\ndata: {json.dumps(body)}\n\n".encode()
-                return
-            yield sse_frame(event)
-            if event.is_terminal:
-                return
-    finally:
-        done()
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
-        with contextlib.suppress(Exception):
-            await events.aclose()

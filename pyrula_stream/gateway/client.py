@@ -202,8 +202,8 @@ class AgentClient:
     async def _read_stream(
         self, path: str, headers: dict[str, str], idle: float | None
     ) -> AsyncIterator[Event]:
-        """One connection's events (raises ``GatewayError`` for an error answer or an
-        ``error`` event)."""
+        """One connection's events (raises ``GatewayError`` for an error answer or a
+        ``stream:error`` event)."""
         timeout = httpx.Timeout(self.timeout, read=max(self.timeout, STREAM_READ_TIMEOUT_S))
         async with self._http.stream("GET", path, headers=headers, timeout=timeout) as response:
             if response.status_code >= 400:
@@ -233,7 +233,7 @@ class AgentClient:
                 if not data:
                     continue
                 payload = json.loads("\n".join(data))
-                if kind == "error":
+                if kind == "stream:error":
                     raise GatewayError(
                         503 if payload.get("code") == ErrorCode.STORE_UNAVAILABLE else 500,
                         str(payload.get("error")),

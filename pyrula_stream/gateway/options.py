@@ -29,6 +29,9 @@ class AppOptions:
     ``kafka_timeout`` bounds every Kafka call of a request, so a broker that is down is a
     ``503`` within that time, never a hang. ``max_queue_depth`` answers a submit ``429``
     while more of the agent's turns wait for a worker (its workers' lag).
+    ``static_dir`` serves that folder at ``/`` (a web page such as ``examples/web_chat``);
+    with keys, a browser signs in with a key at ``/login`` and then carries a session
+    cookie, since ``EventSource`` cannot send an ``Authorization`` header.
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -45,6 +48,7 @@ class AppOptions:
     sse_max_duration_s: float | None = 3600.0
     max_body_bytes: int = MAX_BODY_BYTES
     max_queue_depth: int | None = None
+    static_dir: str | None = None
     include_health: bool = True
     include_ready: bool = True
     health_path: str = "/healthz"

@@ -17,7 +17,8 @@ from typing import Any
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.api_keys import OWNER_METADATA
-from pyrula_stream.errors import ErrorCode, PyrulaError
+from pyrula_stream.errors import ErrorCode
+from pyrula_stream.gateway.errors import GatewayRefusal
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.turn_lookup import TurnLookup
@@ -26,24 +27,6 @@ from pyrula_stream.turn_status import request_turn_id
 REMEMBERED_OWNERS = 10_000
 NOBODY = ""
 """The owner of a request that names none (submitted without keys, or not over HTTP)."""
-
-
-class GatewayRefusal(PyrulaError):
-    """A request the gateway answers with ``status`` and the error JSON."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        code: ErrorCode,
-        headers: Mapping[str, str] | None = None,
-        errors: list[dict[str, Any]] | None = None,
-    ) -> None:
-        super().__init__(message, code=code)
-        self.status = status
-        self.headers = dict(headers or {})
-        self.errors = errors
 
 
 class TurnOwners:
