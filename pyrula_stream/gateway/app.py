@@ -54,6 +54,8 @@ OWNER_HEADER = "pyrula-owner"
 
 GATEWAY_EXPOSES = "submit, read and stop turns of every agent it serves"
 READY_CACHE_S = 1.0
+CLOCK_SKEW_MS = 60_000
+"""A stream reads events from a minute before its turn was submitted (clocks differ)."""
 
 
 @dataclass(frozen=True)
@@ -205,10 +207,16 @@ async def json_body(request: Request, limit: int) -> dict[str, Any]:
     return body
 
 
-def turn_urls(base: str, agent: str, turn_id: str, thread_id: str | None) -> dict[str, str]:
+def turn_urls(
+    base: str, agent: str, turn_id: str, thread_id: str | None, since_ms: int
+) -> dict[str, str]:
+    """The turn's URLs; the events URL says from when to read (``since_ms``), so a new
+    stream does not move the shared reader back to the partition's start."""
     turn = f"{base}/{quote(agent, safe='')}/turns/{turn_id}"
-    query = f"?{urlencode({'thread_id': thread_id})}" if thread_id else ""
-    return {"events_url": f"{turn}/events{query}", "status_url": f"{turn}{query}"}
+    thread = {"thread_id": thread_id} if thread_id else {}
+    query = f"?{urlencode(thread)}" if thread else ""
+    events = urlencode({**thread, "since_ms": max(0, since_ms)})
+    return {"events_url": f"{turn}/events?{events}", "status_url": f"{turn}{query}"}
 
 
 def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None = None) -> FastAPI:
@@ -347,8 +355,9 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         kafka_thread = gateway.thread_key(principal, thread_id) if thread_id else None
         turn = new_request(agent, key, metadata, kafka_thread, params)
         handle = await gateway.client(served).submit_request(turn, headers=headers)
-        gateway.owners.remember(agent, handle.turn_id, principal or NOBODY)
-        urls = turn_urls(base(request), agent, handle.turn_id, thread_id)
+        gateway.owners.remember(agent, handle.turn_id, principal or NOBODY, handle.submitted_ms)
+        since_ms = handle.submitted_ms - CLOCK_SKEW_MS
+        urls = turn_urls(base(request), agent, handle.turn_id, thread_id, since_ms)
         return JSONResponse({"turn_id": handle.turn_id, **urls}, status_code=202)
 
     @api.get("/{agent}/turns/{turn_id}/events")
@@ -360,6 +369,8 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         owner = await gateway.check_owner(served, turn_id, thread_id, principal)
         since = request.query_params.get("since_ms")
         since_ms = int(since) if since is not None and since.isdigit() else None
+        if since_ms is None and (seen := gateway.owners.submitted_ms(agent, turn_id)):
+            since_ms = seen - CLOCK_SKEW_MS
         gateway.slots.take(owner)
         try:  # subscribed before the answer starts: Kafka errors are still HTTP errors
             stream = await gateway.client(served).open_stream(

@@ -38,11 +38,11 @@ class TurnOwners:
         self._bootstrap = bootstrap_servers
         self._kafka_config = kafka_config
         self._timeout_s = timeout_s
-        self._known: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._known: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()
 
-    def remember(self, agent: str, turn_id: str, owner: str) -> None:
+    def remember(self, agent: str, turn_id: str, owner: str, submitted_ms: int) -> None:
         """What this process submitted it knows without a read."""
-        self._known[(agent, turn_id)] = owner
+        self._known[(agent, turn_id)] = (owner, submitted_ms)
         while len(self._known) > REMEMBERED_OWNERS:
             self._known.popitem(last=False)
 
@@ -51,13 +51,20 @@ class TurnOwners:
         request of that turn is on its key's partition."""
         known = self._known.get((agent, turn_id))
         if known is not None:
-            return known
+            return known[0]
         found = await asyncio.to_thread(self._read, prefix, agent, turn_id, key)
-        if found is not None:
-            self.remember(agent, turn_id, found)
-        return found
+        if found is None:
+            return None
+        self.remember(agent, turn_id, *found)
+        return found[0]
 
-    def _read(self, prefix: str, agent: str, turn_id: str, key: str) -> str | None:
+    def submitted_ms(self, agent: str, turn_id: str) -> int | None:
+        """When the turn was submitted, if its request was seen (a stream starts reading
+        there instead of at the partition's start)."""
+        known = self._known.get((agent, turn_id))
+        return known[1] if known is not None and known[1] > 0 else None
+
+    def _read(self, prefix: str, agent: str, turn_id: str, key: str) -> tuple[str, int] | None:
         topics = AgentTopics.for_agent(agent, prefix)
         with TurnLookup(
             self._bootstrap,
@@ -79,7 +86,7 @@ class TurnOwners:
                 record.value, record.headers, default_turn_id=turn_id, default_agent=agent
             )
             owner = request.metadata.get(OWNER_METADATA)
-            return owner if isinstance(owner, str) else NOBODY
+            return (owner if isinstance(owner, str) else NOBODY), request.submitted_ms
         return None
 
 
