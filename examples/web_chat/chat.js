@@ -107,7 +107,10 @@ function follow(turn) {
     source.addEventListener(type, (e) => handle(JSON.parse(e.data).data || {}));
   on("run:start", () => { $("turn-state").textContent = "running"; });
   on("llm:delta", (data) => { $("answer").textContent += data.text || ""; });
-  on("llm:complete", () => { $("answer").textContent += "\n"; });
+  on("llm:complete", () => {
+    const answer = $("answer");
+    if (answer.textContent && !answer.textContent.endsWith("\n")) answer.textContent += "\n";
+  });
   on("tool:start", (data) => {
     const item = document.createElement("li");
     item.textContent = `${data.tool}(${JSON.stringify(data.input || {})}) …`;
