@@ -124,6 +124,13 @@ async def test_submit_stream_idempotency_owners_and_keys(
         bad = await http.post(f"/agents/{agent.name}/turns", headers=AS_WEB, json={"txt": "x"})
         after = turns_written(kafka_bootstrap_servers, f"pyrula.{agent.name}.turns")
         unknown = await http.post("/agents/nosuch/turns", headers=AS_WEB, json={"text": "x"})
+        threaded = await web.submit(agent.name, thread_id="t-1", text="hi")
+        in_thread = [e async for e in web.stream_from_path(threaded.events_url)]
+        thread_status = await http.get(threaded.status_url, headers=AS_WEB)
+        thread_path = f"/agents/{agent.name}/threads/t-1"
+        thread = (await http.get(thread_path, headers=AS_WEB)).json()
+        not_theirs = (await http.get(thread_path, headers=AS_OPS)).json()
+        deleted = (await http.delete(thread_path, headers=AS_WEB)).json()
 
     assert listed["agents"][0]["name"] == agent.name and listed["agents"][0]["validates"]
     assert events[0].type == "run:start"
@@ -143,6 +150,11 @@ async def test_submit_stream_idempotency_owners_and_keys(
     assert bad.json()["code"] == "invalid_request" and bad.json()["field"] == "text"
     assert after == before  # a refused request reaches no topic
     assert (unknown.status_code, unknown.json()["code"]) == (404, "not_found")
+    assert in_thread[-1].type == "run:complete"
+    assert thread_status.json()["state"] == "completed"
+    assert [t["turn_id"] for t in thread["turns"]] == [threaded.turn_id]
+    assert not_theirs == {"thread_id": "t-1", "turns": []}  # ops' t-1 is another thread
+    assert deleted == {"thread_id": "t-1", "deleted_turns": 1}
 
 
 async def test_a_dropped_stream_resumes_on_another_gateway(
