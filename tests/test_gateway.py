@@ -26,7 +26,7 @@ from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.echo import echo
-from tests.mcp_servers.processes import ROOT
+from tests.mcp_servers.processes import ROOT, sigkill, start_listening
 
 WEB, OPS = "k-web-0123456789abcdef", "k-ops-fedcba9876543210"
 KEYS = APIKeyAuth({"web": WEB, "ops": OPS})
@@ -279,7 +279,9 @@ async def test_a_broker_that_is_down_is_a_503_not_a_hang() -> None:
     assert took < 15
 
 
-async def test_the_refusals_of_create_app_and_the_cli(kafka_bootstrap_servers: str) -> None:
+async def test_the_bind_refusal_and_the_cli_with_keys_from_the_environment(
+    kafka_bootstrap_servers: str,
+) -> None:
     with pytest.raises(ConfigurationError, match=r"serve on 0\.0\.0\.0 without API keys"):
         create_app(agents=["a"], options=AppOptions(host="0.0.0.0"))
     create_app(agents=["a"], options=AppOptions(host="0.0.0.0", auth=KEYS))  # keys: fine
@@ -290,6 +292,23 @@ async def test_the_refusals_of_create_app_and_the_cli(kafka_bootstrap_servers: s
     )
     assert refused.returncode == 2
     assert "without API keys" in refused.stderr and "--allow-unauthenticated" in refused.stderr
+
+    port = free_port()  # the same command serves, with its keys from $PYRULA_API_KEYS
+    command[command.index("0.0.0.0")] = "127.0.0.1"
+    env = {"PYRULA_API_KEYS": f"web={WEB},ops={OPS}", "ECHO_AGENT_NAME": unique_name("gwcli")}
+    proc = await asyncio.to_thread(start_listening, [*command, "--port", str(port)], port, env)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            keyless = await http.get("/agents/")
+            listed = await http.get("/agents/", headers=AS_OPS)
+            bad = await http.post(
+                f"/agents/{env['ECHO_AGENT_NAME']}/turns", headers=AS_WEB, json={"text": 3.5}
+            )
+    finally:
+        sigkill(proc)
+    assert keyless.status_code == 401
+    assert [a["name"] for a in listed.json()["agents"]] == [env["ECHO_AGENT_NAME"]]
+    assert (bad.status_code, bad.json()["field"]) == (422, "text")  # checked by the gateway
 
 
 async def test_client_errors_carry_the_code(kafka_bootstrap_servers: str) -> None:
