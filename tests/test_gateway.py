@@ -243,8 +243,14 @@ async def test_stream_limits_answer_429(kafka_bootstrap_servers: str) -> None:
                         break
             again = await http.get(mine.events_url, headers=AS_WEB)
             other = await http.get(theirs.events_url, headers=AS_OPS)
-        await asyncio.sleep(0.2)  # the held stream is given back
         later = await http.get(theirs.status_url, headers=AS_OPS)
+        reopened = 0
+        for _ in range(50):  # the dropped stream's slot is given back
+            async with http.stream("GET", theirs.events_url, headers=AS_OPS) as response:
+                reopened = response.status_code
+            if reopened == 200:
+                break
+            await asyncio.sleep(0.1)
     deep = create_app(agents=[name], options=options(kafka_bootstrap_servers, max_queue_depth=1))
     transport = httpx.ASGITransport(app=deep)
     async with AgentClient("http://127.0.0.1", transport=transport, headers=AS_WEB) as web:
@@ -255,6 +261,7 @@ async def test_stream_limits_answer_429(kafka_bootstrap_servers: str) -> None:
     assert "sse_max_streams_per_owner" in again.json()["error"]
     assert other.status_code == 429 and "(sse_max_streams)" in other.json()["error"]
     assert later.status_code == 200 and later.json()["state"] == "queued"
+    assert reopened == 200
     assert queued.value.status == 429 and queued.value.error_code == "backpressure_rejected"
     assert "max_queue_depth=1" in str(queued.value)
 
