@@ -18,7 +18,7 @@ import contextlib
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -32,7 +32,7 @@ from pyrula_stream.errors import (
     UnknownTopicError,
     UserError,
 )
-from pyrula_stream.event_reader import SharedEventReader, Subscription
+from pyrula_stream.event_reader import SharedEventReader, Subscription, TurnStream
 from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.kafka.config import (
@@ -216,8 +216,11 @@ class KafkaAgentClient:
         )
         return await self.submit_request(request)
 
-    async def submit_request(self, request: TurnRequest) -> TurnHandle:
-        """Produce a prepared request, with the current trace context in its headers."""
+    async def submit_request(
+        self, request: TurnRequest, *, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> TurnHandle:
+        """Produce a prepared request, with the current trace context in its headers
+        (and ``headers``, such as the gateway's owner header)."""
         topic = self._topics(request.agent).turns
         codec = self._writer_codec()
         value, ctype = await asyncio.to_thread(codec.encode, "turn_request", request, topic)
@@ -227,7 +230,11 @@ class KafkaAgentClient:
                     topic,
                     request.key.encode(),
                     value,
-                    [(serde.CONTENT_TYPE_HEADER, ctype.encode()), *carrier_headers(trace)],
+                    [
+                        (serde.CONTENT_TYPE_HEADER, ctype.encode()),
+                        *carrier_headers(trace),
+                        *headers,
+                    ],
                 )
             except UnknownTopicError as exc:
                 raise self._no_topic(request.agent, exc) from None
@@ -265,22 +272,42 @@ class KafkaAgentClient:
             async for event in self._stream_tree(agent, turn_id, since_ms, idle_timeout_seconds):
                 yield event
             return
+        events = await self.open_stream(
+            agent,
+            turn_id,
+            since_ms=since_ms,
+            after_seq=after_seq,
+            idle_timeout_seconds=idle_timeout_seconds,
+        )
+        async with contextlib.aclosing(events):  # unsubscribes even if this stream is dropped
+            async for event in events:
+                yield event
+
+    async def open_stream(
+        self,
+        agent: str,
+        turn_id: str,
+        *,
+        since_ms: int | None = None,
+        after_seq: int | None = None,
+        idle_timeout_seconds: float | None = None,
+    ) -> TurnStream:
+        """``stream`` subscribed now: a missing topic or an unreachable broker raises
+        here, before any event is awaited (the gateway answers those with an HTTP error
+        rather than inside an event stream). ``aclose`` it when done."""
         if self._reader is None:
             self._reader = SharedEventReader(
                 self.bootstrap_servers,
                 kafka_config=self.kafka_config,
                 group_id=reader_group_id(self.prefix, agent),
             )
+        reader = self._reader
         try:
-            sub = await self._reader.subscribe(
-                self._topics(agent).events, turn_id.encode(), since_ms
-            )
+            sub = await reader.subscribe(self._topics(agent).events, turn_id.encode(), since_ms)
         except UnknownTopicError as exc:
             raise self._no_topic(agent, exc) from None
         events = self._events(sub, turn_id, after_seq, idle_timeout_seconds)
-        async with contextlib.aclosing(events):  # unsubscribes even if this stream is dropped
-            async for event in events:
-                yield event
+        return TurnStream(events, lambda: reader.unsubscribe(sub))
 
     async def _events(
         self,

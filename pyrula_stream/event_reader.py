@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyrula_stream.events import Event
 from pyrula_stream.kafka.io import PartitionFollower, TopicRecord
 from pyrula_stream.kafka.partitioner import partition_for
 
@@ -126,3 +127,24 @@ class SharedEventReader:
                 await self._task
         async with self._lock:
             await asyncio.to_thread(self._follower.close)
+
+
+class TurnStream:
+    """One turn's events from ``KafkaAgentClient.open_stream``: iterate it, then
+    ``aclose`` it, which unsubscribes even when it was never iterated."""
+
+    def __init__(self, events: AsyncGenerator[Event, None], unsubscribe: Callable[[], None]):
+        self._events = events
+        self._unsubscribe = unsubscribe
+
+    def __aiter__(self) -> TurnStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        return await anext(self._events)
+
+    async def aclose(self) -> None:
+        try:
+            await self._events.aclose()
+        finally:
+            self._unsubscribe()

@@ -95,3 +95,20 @@ def test_a_childs_worker_writes_only_the_replies_of_its_callers(
     replies = [line for line in printed.splitlines() if ".replies" in line and "WRITE" in line]
     assert len(replies) == 1 and "pyrula.triage.replies" in replies[0], printed
     assert "pyrula.billing.memory" in printed and "pyrula.memory " not in printed
+
+
+def test_the_gateway_submits_streams_and_reads_owners_and_status() -> None:
+    rules = agent_acls("a", prefix="p", worker_principal="User:w", gateway_principal="User:g")
+    gateway = {(r.resource, r.name, r.operation) for r in rules if r.principal == "User:g"}
+    assert {
+        ("TOPIC", "p.a.turns", "WRITE"),
+        ("TOPIC", "p.a.control", "WRITE"),
+        ("TOPIC", "p.a.events", "READ"),
+        ("TOPIC", "p.a.turns", "READ"),  # a turn's owner is in its request
+        ("TOPIC", "p.a.journal", "READ"),
+        ("GROUP", "p.a.readers", "DESCRIBE"),
+    } <= gateway
+    assert not any(
+        op == "WRITE" and name.endswith((".events", ".journal")) for _, name, op in gateway
+    )
+    assert not any(res == "TRANSACTIONAL_ID" for res, _, _ in gateway)

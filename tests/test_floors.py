@@ -81,6 +81,7 @@ FLOORS: dict[str, int] = {
     "cli": 9,
     "ui": 9,
     "integrations": 9,
+    "gateway": 9,
     "replay": 9,
     "testing": 9,
     "bench": 9,

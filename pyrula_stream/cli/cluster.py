@@ -194,6 +194,7 @@ def cmd_acls(args: argparse.Namespace) -> int:
         worker_principal=args.worker_principal,
         client_principal=args.client_principal,
         status_principal=args.status_principal,
+        gateway_principal=args.gateway_principal,
         output_topics=outputs - {f"{prefix}.{name}.events", f"{prefix}.{name}.results"},
         keep_history=keep_history,
         calls=args.calls,
@@ -269,6 +270,12 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         "--status-principal",
         default=None,
         help="reads requests, journal and threads (status, get_thread), e.g. User:status",
+    )
+    a.add_argument(
+        "--gateway-principal",
+        default=None,
+        help="pyrula-stream gateway: submits, streams, reads requests and status, "
+        "e.g. User:gateway",
     )
     a.add_argument("--apply", action="store_true", help="create them with the admin API")
     a.add_argument(

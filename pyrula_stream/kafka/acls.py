@@ -52,6 +52,7 @@ def agent_acls(
     worker_principal: str,
     client_principal: str | None = None,
     status_principal: str | None = None,
+    gateway_principal: str | None = None,
     output_topics: Iterable[str] = (),
     keep_history: bool = False,
     calls: Iterable[str] = (),
@@ -68,10 +69,12 @@ def agent_acls(
     cache are those of the agent's ``trust_domain``. A client (``client_principal``)
     submits, cancels and reads events and results; reading requests, the journal and
     threads (``status``, ``get_thread``) is the status reader's role
-    (``status_principal``). ``idempotent_write`` adds CLUSTER IDEMPOTENT_WRITE, which only
+    (``status_principal``). The HTTP gateway (``gateway_principal``) is both: it
+    submits, cancels and streams, and reads a turn's request (its owner) and status.
+    ``idempotent_write`` adds CLUSTER IDEMPOTENT_WRITE, which only
     brokers before Kafka 3.0 need (since KIP-679, WRITE on a topic implies it).
     """
-    for principal in (worker_principal, client_principal, status_principal):
+    for principal in (worker_principal, client_principal, status_principal, gateway_principal):
         if principal is not None and not principal.startswith("User:"):
             raise ConfigurationError(f"a principal looks like User:name, got {principal!r}")
     base = f"{prefix}.{agent}"
@@ -125,8 +128,8 @@ def agent_acls(
         rules.append(
             Acl(w, "TOPIC", f"{prefix}.{parent}.replies", "WRITE", why=f"reply to {parent}")
         )
-    if client_principal is not None:
-        c = client_principal
+    clients = [p for p in (client_principal, gateway_principal) if p is not None]
+    for c in clients:
         rules += [
             Acl(c, "TOPIC", f"{base}.turns", "WRITE", why="submit turns"),
             Acl(c, "TOPIC", f"{base}.control", "WRITE", why="cancel / terminate"),
@@ -135,8 +138,7 @@ def agent_acls(
             Acl(c, "TOPIC", f"{base}.threads", "DESCRIBE", why="delete_thread: topic check"),
             Acl(c, "GROUP", readers, "DESCRIBE", why="event readers"),
         ]
-    if status_principal is not None:
-        s = status_principal
+    for s in [p for p in (status_principal, gateway_principal) if p is not None]:
         rules += [
             Acl(s, "TOPIC", f"{base}.journal", "READ", why="status of a turn"),
             Acl(s, "TOPIC", f"{base}.turns", "READ", why="status: a queued turn's request"),
@@ -147,15 +149,15 @@ def agent_acls(
         ]
         if keep_history:
             rules.append(Acl(s, "TOPIC", f"{base}.history", "READ", why="a recorded turn"))
-    if client_principal is not None and keep_history:
-        rules.append(
-            Acl(client_principal, "TOPIC", f"{base}.history", "READ", why="branch a recorded turn")
-        )
+    if keep_history:
+        rules += [
+            Acl(c, "TOPIC", f"{base}.history", "READ", why="branch a recorded turn")
+            for c in clients
+        ]
     if idempotent_write:
         rules += [
             Acl(p, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)")
-            for p in (worker_principal, client_principal)
-            if p is not None
+            for p in (worker_principal, *clients)
         ]
     # One principal may be both worker and client; the admin API refuses duplicate bindings.
     seen: set[tuple[str, ...]] = set()

@@ -1,0 +1,120 @@
+"""``pyrula-stream gateway``: submit and stream turns over HTTP and Server-Sent Events."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+
+from pyrula_stream.cli.common import (
+    Commands,
+    access_from,
+    add_access_arguments,
+    bootstrap_from,
+    kafka_config_from,
+    load_agent,
+    positive_seconds,
+    warn_if_open,
+)
+from pyrula_stream.errors import ConfigurationError
+
+API_KEYS_ENV = "PYRULA_API_KEYS"
+"""``name=key`` lines (or ``name=key,name=key``) when ``--api-keys`` is not given."""
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    try:
+        from pyrula_stream.gateway.app import GATEWAY_EXPOSES, create_app
+        from pyrula_stream.gateway.options import AppOptions
+        from pyrula_stream.gateway.serve import serve_gateway
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"the gateway needs the gateway extra: pip install 'pyrula-stream[gateway]' ({exc})"
+        ) from None
+    from pyrula_stream.api_keys import parse_api_keys
+    from pyrula_stream.http_guard import check_bind
+
+    if args.static is not None and not os.path.isdir(args.static):
+        raise ConfigurationError(f"--static {args.static}: no such directory")
+    agents = [load_agent(spec) for spec in args.agents] + list(args.agent)
+    if not agents:
+        raise ConfigurationError("name the agents to serve: MODULE:AGENT or --agent NAME")
+    access = access_from(args)
+    if access.auth is None and os.environ.get(API_KEYS_ENV):
+        text = os.environ[API_KEYS_ENV].replace(",", "\n")
+        access = type(access)(
+            auth=parse_api_keys(text, source=f"${API_KEYS_ENV}"),
+            allowed_hosts=access.allowed_hosts,
+            allow_unauthenticated=access.allow_unauthenticated,
+        )
+    check_bind(args.host, access, exposes=GATEWAY_EXPOSES)  # before saying it serves
+    options = AppOptions(
+        bootstrap_servers=bootstrap_from(args),
+        prefix=args.prefix,
+        topic_prefix=args.topic_prefix,
+        kafka_config=kafka_config_from(args),
+        auth=access.auth,
+        host=args.host,
+        allowed_hosts=access.allowed_hosts,
+        allow_unauthenticated=access.allow_unauthenticated,
+        kafka_timeout=args.timeout,
+        static_dir=args.static,
+    )
+    app = create_app(agents=agents, options=options)
+    warn_if_open(args.host, access)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"pyrula-stream gateway on http://{shown}:{args.port}{args.prefix}", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn stops gracefully, then re-raises
+        asyncio.run(serve_gateway(app, args.host, args.port))
+    return 0
+
+
+def register(sub: Commands[argparse.ArgumentParser]) -> None:
+    """``gateway``."""
+    g = sub.add_parser("gateway", help="serve agents over HTTP and Server-Sent Events")
+    g.add_argument(
+        "agents",
+        nargs="*",
+        metavar="MODULE:AGENT",
+        help="agents whose parameters the gateway checks before producing (422 if bad)",
+    )
+    g.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an agent served by name only: parameters are forwarded, the worker checks them",
+    )
+    g.add_argument("--host", default="127.0.0.1", help="bind address")
+    g.add_argument("--port", type=int, default=8000)
+    g.add_argument("--prefix", default="/agents", help="the HTTP path of the routes")
+    g.add_argument(
+        "--bootstrap-servers",
+        help="default: $KAFKA_BOOTSTRAP_SERVERS, "
+        "else the broker `broker start` ran, else 127.0.0.1:9092",
+    )
+    g.add_argument(
+        "--kafka-config",
+        metavar="FILE",
+        help="librdkafka client properties (key=value) for every client; "
+        "default: $PYRULA_KAFKA_CONFIG",
+    )
+    g.add_argument(
+        "--topic-prefix", default="pyrula", help="the Kafka topic prefix of --agent NAME agents"
+    )
+    g.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=10.0,
+        help="seconds a request waits on Kafka before answering 503 store_unavailable",
+    )
+    g.add_argument(
+        "--static",
+        metavar="DIR",
+        default=None,
+        help="serve DIR at / (a web page, e.g. examples/web_chat); with keys the page signs "
+        "in at /login",
+    )
+    add_access_arguments(g)
+    g.set_defaults(func=cmd_gateway)

@@ -1,0 +1,441 @@
+"""``create_app``: the HTTP front door of Kafka agents, as a FastAPI app.
+
+A request becomes a record on ``<topic_prefix>.<agent>.turns`` through one
+``KafkaAgentClient`` per process, and a turn's committed events come back as
+Server-Sent Events through that client's one shared ``read_committed`` reader. Nothing
+is kept here that another gateway process could not read from Kafka, so any number of
+them serve the same turns behind a load balancer, and a stream resumes on any of them
+with ``Last-Event-ID``.
+
+Routes under ``options.prefix`` pass the ``HTTPGuard`` (Host, Origin and key checks);
+``/healthz`` and ``/readyz`` stay outside it, for load balancers that carry no key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from confluent_kafka import KafkaException
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.api_keys import OWNER_METADATA
+from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.errors import (
+    ErrorCode,
+    PyrulaError,
+)
+from pyrula_stream.gateway.depth import QueueDepths
+from pyrula_stream.gateway.errors import (
+    GatewayRefusal,
+    error_body,
+    invalid,
+    not_found,
+    refusal_of,
+    refusal_response,
+)
+from pyrula_stream.gateway.options import AppOptions
+from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
+from pyrula_stream.gateway.sse import last_event_id, sse_frames
+from pyrula_stream.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
+from pyrula_stream.kafka.admin import broker_answers
+
+OWNER_HEADER = "pyrula-owner"
+"""The turn request's header naming the principal who submitted it (as its metadata does)."""
+
+GATEWAY_EXPOSES = "submit, read and stop turns of every agent it serves"
+READY_CACHE_S = 1.0
+CLOCK_SKEW_MS = 60_000
+"""A stream reads events from a minute before its turn was submitted (clocks differ)."""
+
+
+@dataclass(frozen=True)
+class ServedAgent:
+    """An agent the gateway serves: its topics' prefix and, for a ``KafkaAgent``, the
+    check of a request's parameters against its signature (``None``: the worker checks)."""
+
+    name: str
+    topic_prefix: str
+    validate: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    parameters: dict[str, Any] | None = None
+
+
+def served_agent(agent: KafkaAgent | str, topic_prefix: str) -> ServedAgent:
+    """A name is forwarded as is; a ``KafkaAgent`` validates parameters before producing."""
+    if isinstance(agent, str):
+        return ServedAgent(agent, topic_prefix)
+    from pyrula_stream.context import AgentContext
+    from pyrula_stream.tool_schema import derive_arguments, validate_arguments
+
+    model, schema = derive_arguments(agent.fn, agent.name, schema=None, context_type=AgentContext)
+
+    def validate(params: Mapping[str, Any]) -> dict[str, Any]:
+        return validate_arguments(agent.name, schema, model, params)
+
+    return ServedAgent(agent.name, agent.prefix, validate, schema)
+
+
+class Gateway:
+    """What one app holds: a client per topic prefix (each with its one shared event
+    reader), the owners read so far and the open streams."""
+
+    def __init__(self, agents: Sequence[ServedAgent], options: AppOptions) -> None:
+        self.options = options
+        self.agents = {a.name: a for a in agents}
+        self.owners = TurnOwners(
+            options.bootstrap_servers,
+            kafka_config=options.kafka_config,
+            timeout_s=options.kafka_timeout,
+        )
+        self.slots = StreamSlots(options.sse_max_streams, options.sse_max_streams_per_owner)
+        self.depths = QueueDepths(
+            options.bootstrap_servers,
+            kafka_config=options.kafka_config,
+            timeout_s=options.kafka_timeout,
+        )
+        self._clients: dict[str, KafkaAgentClient] = {}
+        self._ready: tuple[float, bool] = (0.0, False)
+
+    def client(self, agent: ServedAgent) -> KafkaAgentClient:
+        found = self._clients.get(agent.topic_prefix)
+        if found is None:
+            found = self._clients[agent.topic_prefix] = KafkaAgentClient(
+                self.options.bootstrap_servers,
+                prefix=agent.topic_prefix,
+                timeout=self.options.kafka_timeout,
+                kafka_config=self.options.kafka_config,
+            )
+        return found
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
+    def agent(self, name: str) -> ServedAgent:
+        found = self.agents.get(name)
+        if found is None:
+            raise not_found(f"agent '{name}'")
+        return found
+
+    def thread_key(self, principal: str | None, thread_id: str) -> str:
+        """With keys, a thread id is the caller's own: ``<principal>:<thread_id>`` on
+        Kafka, so no other principal can read, extend or delete it."""
+        return thread_id if principal is None else f"{principal}:{thread_id}"
+
+    async def check_owner(
+        self, agent: ServedAgent, turn_id: str, thread_id: str | None, principal: str | None
+    ) -> str:
+        """The principal may see the turn, or ``404`` as if it did not exist. Without
+        keys every caller may see every turn."""
+        if principal is None:
+            return NOBODY
+        key = self.thread_key(principal, thread_id) if thread_id else turn_id
+        owner = await self.owners.owner(agent.topic_prefix, agent.name, turn_id, key)
+        if owner != principal:
+            raise not_found(f"turn {turn_id} of agent '{agent.name}'")
+        return owner
+
+    async def admit(self, agent: ServedAgent) -> None:
+        """``429`` while more turns wait for the agent's workers than ``max_queue_depth``."""
+        limit = self.options.max_queue_depth
+        if limit is None:
+            return
+        waiting = await self.depths.depth(agent.topic_prefix, agent.name)
+        if waiting > limit:
+            raise GatewayRefusal(
+                429,
+                f"{waiting} turns of agent '{agent.name}' wait for a worker, more than "
+                f"max_queue_depth={limit}; retry later",
+                code=ErrorCode.BACKPRESSURE_REJECTED,
+                headers={"Retry-After": str(self.options.retry_after_s)},
+            )
+
+    async def ready(self) -> bool:
+        """Whether Kafka answers (asked at most once a second)."""
+        at, answer = self._ready
+        if time.monotonic() - at < READY_CACHE_S:
+            return answer
+        answer = await asyncio.to_thread(
+            broker_answers,
+            self.options.bootstrap_servers,
+            min(2.0, self.options.kafka_timeout),
+            kafka_config=self.options.kafka_config,
+        )
+        self._ready = (time.monotonic(), answer)
+        return answer
+
+
+async def json_body(request: Request, limit: int) -> dict[str, Any]:
+    """The request's JSON object (an empty body is ``{}``), at most ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise GatewayRefusal(413, f"the body is over {limit} bytes", code=ErrorCode.INVALID_REQUEST)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise GatewayRefusal(
+                413, f"the body is over {limit} bytes", code=ErrorCode.INVALID_REQUEST
+            )
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise GatewayRefusal(
+            400, f"the body is not JSON: {exc}", code=ErrorCode.INVALID_REQUEST
+        ) from None
+    if not isinstance(body, dict):
+        raise GatewayRefusal(
+            422,
+            f"the body must be a JSON object of parameters, got {type(body).__name__}",
+            code=ErrorCode.INVALID_REQUEST,
+            errors=[{"field": "", "message": "expected an object"}],
+        )
+    return body
+
+
+def turn_urls(
+    base: str, agent: str, turn_id: str, thread_id: str | None, since_ms: int
+) -> dict[str, str]:
+    """The turn's URLs; the events URL says from when to read (``since_ms``), so a new
+    stream does not move the shared reader back to the partition's start."""
+    turn = f"{base}/{quote(agent, safe='')}/turns/{turn_id}"
+    thread = {"thread_id": thread_id} if thread_id else {}
+    query = f"?{urlencode(thread)}" if thread else ""
+    events = urlencode({**thread, "since_ms": max(0, since_ms)})
+    return {"events_url": f"{turn}/events?{events}", "status_url": f"{turn}{query}"}
+
+
+def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None = None) -> FastAPI:
+    """The gateway app: ``options.prefix`` routes behind the guard, plus the probes.
+
+    ``agents`` are ``KafkaAgent`` objects (parameters checked against their signature
+    before anything is produced: ``422`` naming the field) or agent names (forwarded;
+    the worker checks). Run it with uvicorn, or mount it into your own app.
+    """
+    options = options or AppOptions()
+    if not agents:
+        from pyrula_stream.errors import ConfigurationError
+
+        raise ConfigurationError("create_app needs at least one agent (a KafkaAgent or a name)")
+    gateway = Gateway([served_agent(a, options.topic_prefix) for a in agents], options)
+    access = HTTPAccess(
+        auth=options.auth,
+        allowed_hosts=options.allowed_hosts,
+        allow_unauthenticated=options.allow_unauthenticated,
+    )
+    bind_host = options.host or "127.0.0.1"
+    check_bind(bind_host, access, exposes=GATEWAY_EXPOSES)  # now, not at the first request
+    api = FastAPI(title="pyrula-stream gateway", openapi_url=None, docs_url=None, redoc_url=None)
+    browser = options.static_dir is not None  # a page's EventSource carries a cookie
+    api.add_middleware(
+        HTTPGuard,
+        access=access,
+        bind_host=bind_host,
+        exposes=GATEWAY_EXPOSES,
+        browser_login=browser,
+    )
+    _routes(api, gateway)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await gateway.close()
+
+    app = FastAPI(title="pyrula-stream gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.gateway = gateway
+    if options.include_health:
+
+        @app.get(options.health_path, include_in_schema=False)
+        async def healthz() -> dict[str, str]:
+            return {"status": "ok"}
+
+    if options.include_ready:
+
+        @app.get(options.ready_path, include_in_schema=False)
+        async def readyz() -> JSONResponse:
+            if await gateway.ready():
+                return JSONResponse({"status": "ready"})
+            return JSONResponse(
+                error_body("Kafka is not reachable", ErrorCode.STORE_UNAVAILABLE),
+                status_code=503,
+                headers={"Retry-After": str(options.retry_after_s)},
+            )
+
+    app.mount(options.prefix, api)
+    if options.static_dir is not None:
+        from fastapi.staticfiles import StaticFiles
+
+        page = StaticFiles(directory=options.static_dir, html=True)
+        guarded = HTTPGuard(
+            page,
+            access,
+            bind_host=bind_host,
+            exposes=GATEWAY_EXPOSES,
+            browser_login=True,
+        )
+        app.mount("/", guarded)  # last: the prefix and the probes match first
+    return app
+
+
+def _routes(api: FastAPI, gateway: Gateway) -> None:
+    """The routes of issue 24 (their paths are kept: tools outside the repo use them)."""
+    options = gateway.options
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        return refusal_response(refusal_of(exc, options))
+
+    # Our errors, Kafka's and timeouts are answers; anything else is a 500 (in the same
+    # shape) that the server also logs.
+    for kind in (PyrulaError, KafkaException, TimeoutError, Exception):
+        api.add_exception_handler(kind, on_error)
+
+    def base(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    @api.get("/")
+    async def list_agents() -> dict[str, Any]:
+        return {
+            "agents": [
+                {"name": a.name, "validates": a.validate is not None, "parameters": a.parameters}
+                for a in gateway.agents.values()
+            ]
+        }
+
+    @api.post("/{agent}/turns", status_code=202)
+    async def submit(agent: str, request: Request) -> JSONResponse:
+        served = gateway.agent(agent)
+        principal = principal_of(request.scope)
+        body = await json_body(request, options.max_body_bytes)
+        metadata = body.pop("metadata", None) or {}
+        thread_id = body.pop("thread_id", None)
+        if not isinstance(metadata, dict):
+            raise invalid("metadata", "must be an object")
+        if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
+            raise invalid("thread_id", "must be a non-empty string")
+        params = body
+        if served.validate is not None:
+            from pyrula_stream.tool_schema import InvalidToolArguments
+
+            try:
+                params = served.validate(params)
+            except InvalidToolArguments as exc:
+                raise GatewayRefusal(
+                    422,
+                    f"invalid parameters for agent '{agent}': "
+                    + "; ".join(f"{e['field']}: {e['message']}" for e in exc.errors),
+                    code=ErrorCode.INVALID_REQUEST,
+                    errors=exc.errors,
+                ) from None
+        await gateway.admit(served)
+        key = request.headers.get("idempotency-key")
+        headers: list[tuple[str, bytes]] = []
+        if principal is not None:
+            metadata = {**metadata, OWNER_METADATA: principal}
+            headers.append((OWNER_HEADER, principal.encode()))
+            # one principal's key never names another's turn
+            key = None if key is None else f"{principal}:{key}"
+        from pyrula_stream.client import new_request
+
+        kafka_thread = gateway.thread_key(principal, thread_id) if thread_id else None
+        turn = new_request(agent, key, metadata, kafka_thread, params)
+        handle = await gateway.client(served).submit_request(turn, headers=headers)
+        gateway.owners.remember(agent, handle.turn_id, principal or NOBODY, handle.submitted_ms)
+        since_ms = handle.submitted_ms - CLOCK_SKEW_MS
+        urls = turn_urls(base(request), agent, handle.turn_id, thread_id, since_ms)
+        return JSONResponse({"turn_id": handle.turn_id, **urls}, status_code=202)
+
+    @api.get("/{agent}/turns/{turn_id}/events")
+    async def events(agent: str, turn_id: str, request: Request) -> Response:
+        served = gateway.agent(agent)
+        principal = principal_of(request.scope)
+        after = last_event_id(request)
+        thread_id = request.query_params.get("thread_id")
+        owner = await gateway.check_owner(served, turn_id, thread_id, principal)
+        since = request.query_params.get("since_ms")
+        since_ms = int(since) if since is not None and since.isdigit() else None
+        if since_ms is None and (seen := gateway.owners.submitted_ms(agent, turn_id)):
+            since_ms = seen - CLOCK_SKEW_MS
+        gateway.slots.take(owner)
+        try:  # subscribed before the answer starts: Kafka errors are still HTTP errors
+            stream = await gateway.client(served).open_stream(
+                agent, turn_id, since_ms=since_ms, after_seq=after
+            )
+        except BaseException:
+            gateway.slots.give_back(owner)
+            raise
+        frames = sse_frames(stream, options, lambda: gateway.slots.give_back(owner))
+        return StreamingResponse(
+            frames,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @api.get("/{agent}/turns/{turn_id}")
+    async def status(agent: str, turn_id: str, request: Request) -> dict[str, Any]:
+        served = gateway.agent(agent)
+        principal = principal_of(request.scope)
+        thread_id = request.query_params.get("thread_id")
+        await gateway.check_owner(served, turn_id, thread_id, principal)
+        key = gateway.thread_key(principal, thread_id) if thread_id else None
+        found = await gateway.client(served).status(agent, turn_id, key=key)
+        return dataclasses.asdict(found)
+
+    @api.post("/{agent}/turns/{turn_id}/cancel", status_code=202)
+    async def cancel(agent: str, turn_id: str, request: Request) -> dict[str, Any]:
+        served, reason = await _control_target(gateway, agent, turn_id, request)
+        await gateway.client(served).cancel(agent, turn_id, reason=reason)
+        return {"turn_id": turn_id, "action": "cancel", "reason": reason}
+
+    @api.post("/{agent}/turns/{turn_id}/terminate")
+    async def terminate(agent: str, turn_id: str, request: Request) -> dict[str, Any]:
+        served, reason = await _control_target(gateway, agent, turn_id, request)
+        stopped = await gateway.client(served).terminate(
+            agent, turn_id, reason=reason, timeout=options.kafka_timeout * 3
+        )
+        return dataclasses.asdict(stopped)
+
+    @api.get("/{agent}/threads/{thread_id}")
+    async def get_thread(agent: str, thread_id: str, request: Request) -> dict[str, Any]:
+        served = gateway.agent(agent)
+        key = gateway.thread_key(principal_of(request.scope), thread_id)
+        thread = await gateway.client(served).get_thread(agent, key)
+        return {"thread_id": thread_id, "turns": [t.to_json() for t in thread.turns]}
+
+    @api.delete("/{agent}/threads/{thread_id}")
+    async def delete_thread(agent: str, thread_id: str, request: Request) -> dict[str, Any]:
+        served = gateway.agent(agent)
+        key = gateway.thread_key(principal_of(request.scope), thread_id)
+        deleted = await gateway.client(served).delete_thread(
+            agent, key, timeout=options.kafka_timeout * 3
+        )
+        return {"thread_id": thread_id, "deleted_turns": deleted}
+
+
+async def _control_target(
+    gateway: Gateway, agent: str, turn_id: str, request: Request
+) -> tuple[ServedAgent, str | None]:
+    """The agent and ``reason`` of a cancel or terminate the caller may send."""
+    served = gateway.agent(agent)
+    body = await json_body(request, gateway.options.max_body_bytes)
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise invalid("reason", "must be a string")
+    thread_id = request.query_params.get("thread_id")
+    await gateway.check_owner(served, turn_id, thread_id, principal_of(request.scope))
+    return served, reason

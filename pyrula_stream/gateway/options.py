@@ -1,0 +1,71 @@
+"""``AppOptions``: what ``create_app`` serves, where its Kafka is, and its limits.
+
+Kept apart from the FastAPI app so the HTTP client and the CLI can read the defaults
+without importing FastAPI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyrula_stream.api_keys import APIKeyAuth
+from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.kafka.admin import DEFAULT_PREFIX
+
+DEFAULT_HTTP_PREFIX = "/agents"
+MAX_BODY_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AppOptions:
+    """Options of ``create_app`` (the seeds' names where they have one).
+
+    ``prefix`` is the HTTP path the routes live under; ``topic_prefix`` the Kafka topic
+    prefix (``<topic_prefix>.<agent>.turns``). ``auth`` with keys makes every route under
+    ``prefix`` ask for ``Authorization: Bearer <key>``; ``host`` is the address the app is
+    served on (beyond loopback it needs ``auth`` or ``allow_unauthenticated``).
+    ``kafka_timeout`` bounds every Kafka call of a request, so a broker that is down is a
+    ``503`` within that time, never a hang. ``max_queue_depth`` answers a submit ``429``
+    while more of the agent's turns wait for a worker (its workers' lag).
+    ``static_dir`` serves that folder at ``/`` (a web page such as ``examples/web_chat``);
+    with keys, a browser signs in with a key at ``/login`` and then carries a session
+    cookie, since ``EventSource`` cannot send an ``Authorization`` header.
+    """
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    prefix: str = DEFAULT_HTTP_PREFIX
+    topic_prefix: str = DEFAULT_PREFIX
+    kafka_config: Mapping[str, Any] | None = None
+    auth: APIKeyAuth | None = None
+    host: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
+    allow_unauthenticated: bool = False
+    sse_keepalive_interval: float = 15.0
+    sse_max_streams: int | None = 256
+    sse_max_streams_per_owner: int | None = 16
+    sse_max_duration_s: float | None = 3600.0
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_queue_depth: int | None = None
+    static_dir: str | None = None
+    include_health: bool = True
+    include_ready: bool = True
+    health_path: str = "/healthz"
+    ready_path: str = "/readyz"
+    kafka_timeout: float = 10.0
+    retry_after_s: int = 5
+
+    def __post_init__(self) -> None:
+        if not self.prefix.startswith("/") or (self.prefix != "/" and self.prefix.endswith("/")):
+            raise ConfigurationError(
+                f"prefix must start with '/' and not end with one, got {self.prefix!r}"
+            )
+        if self.sse_keepalive_interval <= 0 or self.kafka_timeout <= 0:
+            raise ConfigurationError("sse_keepalive_interval and kafka_timeout must be > 0")
+        for name in ("sse_max_streams", "sse_max_streams_per_owner"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigurationError(f"{name} must be >= 1 or None, got {value}")
+        if self.max_body_bytes < 1:
+            raise ConfigurationError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")

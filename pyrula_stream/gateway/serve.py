@@ -1,0 +1,50 @@
+"""Serving a gateway app with uvicorn: ``pyrula-stream gateway``, tests and notebooks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+
+import uvicorn
+from fastapi import FastAPI
+
+
+def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
+    # A short graceful shutdown: open SSE streams would hold it; clients resume anyway.
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2
+    )
+    return uvicorn.Server(config)
+
+
+async def serve_gateway(app: FastAPI, host: str, port: int) -> None:
+    """Serve until interrupted (Ctrl-C)."""
+    await _server(app, host, port).serve()
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(app: FastAPI, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``app`` in this event loop on a free port of ``host``; yields its URL."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, 0))
+        port = sock.getsockname()[1]
+        server = _server(app, host, port)
+    except BaseException:
+        sock.close()
+        raise
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="pyrula-gateway")
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("the gateway stopped before it started")
+            await asyncio.sleep(0.02)
+        yield f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
