@@ -181,6 +181,13 @@ def _http_access() -> Any:
     return HTTPAccess(auth=APIKeyAuth({"ops": MARK}))
 
 
+def _app_options() -> object:
+    from pyrula_stream.api_keys import APIKeyAuth
+    from pyrula_stream.gateway.options import AppOptions
+
+    return AppOptions(auth=APIKeyAuth({"web": MARK}))
+
+
 def _feed() -> Any:
     from pyrula_stream.ui.feed import FeedOptions
 
@@ -224,6 +231,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "pyrula_stream.kafka.local_registry.LocalRegistry": _local_registry,
     "pyrula_stream.tools.ToolContext": lambda: ToolContext(httpx.AsyncClient(), deps=_Deps()),
     "pyrula_stream.http_guard.HTTPAccess": lambda: _http_access(),
+    "pyrula_stream.gateway.options.AppOptions": lambda: _app_options(),
 }
 
 
