@@ -38,6 +38,7 @@ def isr_of(bootstrap: str, topic: str) -> list[list[int]]:
     return [list(p.isrs) for p in meta.partitions.values()]
 
 
+@pytest.mark.timeout(900)
 async def test_a_commit_refused_for_want_of_replicas_completes_once_a_broker_returns(
     kafka_cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -81,7 +82,7 @@ async def test_a_commit_refused_for_want_of_replicas_completes_once_a_broker_ret
         # Commits are refused meanwhile (NOT_ENOUGH_REPLICAS) until their records time out.
         await wait_for(
             lambda: any("replicas in sync" in r.getMessage() for r in caplog.records),
-            90,
+            240,  # a transaction times out first (10 s), longer on a loaded machine
             "the worker said why its commit failed",
         )
         await asyncio.to_thread(kafka_cluster.restart, down[0])

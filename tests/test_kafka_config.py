@@ -34,6 +34,7 @@ MAY_OMIT = {
     ("replay.py", "WorkerOptions"),
     ("runtime/worker.py", "WorkerOptions"),
     ("runtime/execution.py", "load_recording"),  # self.load_recording, a callback
+    ("gateway/app.py", "AppOptions"),  # the default options: the environment's settings
 }
 # The benchmark and chaos harnesses run on the environment's settings (PYRULA_KAFKA_CONFIG),
 # which is what every client falls back to without an explicit kafka_config.

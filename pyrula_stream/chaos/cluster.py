@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
 from pyrula_stream.chaos.broker import BrokerRestart
+from pyrula_stream.kafka.admin import admin_client
 from pyrula_stream.kafka.local_cluster import LocalCluster
 
 TRANSACTION_TOPIC = "__transaction_state"
@@ -83,7 +83,7 @@ class ClusterKiller(threading.Thread):
         self.started = time.monotonic()
         self._halt = threading.Event()
         self._busy = threading.Lock()
-        self._admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        self._admin = admin_client(cluster.bootstrap_servers, {})
         self._watcher = threading.Thread(
             target=self._watch, name="chaos-cluster-watch", daemon=True
         )

@@ -11,7 +11,7 @@ import uvicorn
 from fastapi import FastAPI
 
 
-def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
+def _uvicorn_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
     # A short graceful shutdown: open SSE streams would hold it; clients resume anyway.
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2
@@ -21,7 +21,7 @@ def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
 
 async def serve_gateway(app: FastAPI, host: str, port: int) -> None:
     """Serve until interrupted (Ctrl-C)."""
-    await _server(app, host, port).serve()
+    await _uvicorn_server(app, host, port).serve()
 
 
 @contextlib.asynccontextmanager
@@ -32,7 +32,7 @@ async def running_gateway(app: FastAPI, host: str = "127.0.0.1") -> AsyncIterato
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, 0))
         port = sock.getsockname()[1]
-        server = _server(app, host, port)
+        server = _uvicorn_server(app, host, port)
     except BaseException:
         sock.close()
         raise

@@ -149,7 +149,7 @@ def _relaunch(node: LocalBroker, heap: str, die_with_parent: bool) -> None:
 
 def _wait_for_node(node: LocalBroker, timeout_s: float) -> None:
     try:
-        wait_until_ready(node.bootstrap_servers, timeout_s)
+        wait_until_ready(node.bootstrap_servers, timeout_s, kafka_config={})  # PLAINTEXT
     except BrokerUnavailableError:
         tail = (Path(node.data_dir) / "broker.out").read_text(errors="replace")[-3000:]
         raise BrokerUnavailableError(
