@@ -12,7 +12,6 @@ ends early once an outage that stalled it is over (``kafka/deadline.py``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -365,7 +364,15 @@ class BatchWriter:
                 raise TransactionAborted(f"offset commit failed: {exc}") from exc
 
     def close(self) -> None:
-        """Flush what is left; a producer that failed fatally (fenced) has nothing to add."""
-        if not self.stuck:
-            with contextlib.suppress(KafkaException):
-                self._producer.flush(10)
+        """Flush what is left; a producer that failed fatally (fenced) has nothing to add.
+
+        On a fenced producer confluent-kafka's ``flush`` can also raise ``SystemError``
+        (a C call returning with a Python error set): closing must not fail the worker's
+        next session for what is only the old producer's cleanup.
+        """
+        if self.stuck:
+            return
+        try:
+            self._producer.flush(10)
+        except (KafkaException, SystemError) as exc:
+            log.debug("flushing the closed transactional producer failed: %r", exc)
