@@ -322,6 +322,8 @@ class EventRouting:
     format: serde.WireFormat = "avro"
 
     def topics_for(self, type_: EventType) -> list[str]:
+        if not self.output_topics:  # the usual case, asked for every event
+            return [self.events_topic]
         routed = [*self.output_topics.get(type_, ()), *self.output_topics.get("*", ())]
         extra = [t for t in dict.fromkeys(routed) if t != self.events_topic]
         return [self.events_topic, *extra]

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from pyrula_stream import serde, wire_guard
 from pyrula_stream.errors import ErrorCode, MalformedRecordError, PayloadTooLarge
@@ -32,13 +33,16 @@ class OutRecord:
 
     @property
     def size(self) -> int:
-        return (
-            len(self.key) + len(self.value or b"") + sum(len(k) + len(v) for k, v in self.headers)
-        )
+        size = len(self.key) + len(self.value or b"")
+        for k, v in self.headers:
+            size += len(k) + len(v)
+        return size
 
 
+@cache
 def content_type_header(record: str, fmt: serde.WireFormat = "avro") -> tuple[str, bytes]:
-    """The header naming the schema (``record``) that decodes a value, or JSON."""
+    """The header naming the schema (``record``) that decodes a value, or JSON (built once
+    per kind: every record carries one)."""
     return (serde.CONTENT_TYPE_HEADER, serde.content_type(record, fmt).encode())
 
 

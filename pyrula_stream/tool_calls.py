@@ -190,8 +190,8 @@ class ToolCalls:
             if recorded is not None:
                 return recorded
         check_wall_time(self.limits, turn.started_ms)
-        if not tool.spec.read_only:  # the response asking for an effect is durable first
-            await turn.barrier()
+        if not (tool.spec.read_only and tool.runs_before_commit):
+            await turn.barrier()  # the response asking for an effect is durable first
         turn.raise_if_cancelled()
         turn.emit(
             ToolStart(

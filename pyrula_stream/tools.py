@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol, overload, runtime_checkable
+from typing import Any, ClassVar, Protocol, overload, runtime_checkable
 
 import httpx
 import pydantic_core
@@ -295,6 +295,10 @@ class ToolCallable:
 
     __name__: str  # set by functools.update_wrapper, declared for type checkers
     __wrapped__: Callable[..., Any]
+    runs_before_commit: ClassVar[bool] = True
+    """Whether a ``read_only`` spec lets the call run before the model response asking for
+    it is committed: yes for a ``@tool`` (its author says so), not for an MCP tool (a
+    server's ``readOnlyHint`` is only a hint)."""
 
     def __init__(
         self,

@@ -118,6 +118,8 @@ def checked_reply(result: CallToolResult, tool: str) -> _Reply:
 class MCPTool(ToolCallable):
     """A discovered MCP tool bound to the worker's connection to its server."""
 
+    runs_before_commit = False
+
     def __init__(self, listing: MCPToolListing, server: MCPServer, connection: MCPConnection):
         spec = ToolSpec(
             name=listing.name,

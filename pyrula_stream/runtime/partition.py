@@ -9,6 +9,7 @@ key). Turns of one key (thread) run one at a time, in the order they were submit
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pyrula_stream.durable.journal import PartitionJournal
@@ -41,7 +42,14 @@ class OffsetWatermark:
         while self._order and self._order[0] in self._done:
             self._done.discard(self._order.popleft())
 
-    def committable(self) -> int | None:
+    def committable(self, ending: Collection[int] = ()) -> int | None:
+        """The offset to commit; with ``ending``, as if those offsets were done too (turns
+        whose terminal records ride the same commit as this offset)."""
+        if ending:
+            for offset in self._order:
+                if offset not in self._done and offset not in ending:
+                    return offset
+            return self._next
         if self._order:
             return self._order[0]
         return self._next

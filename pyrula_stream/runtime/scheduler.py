@@ -185,6 +185,7 @@ class TurnScheduler:
             output=self._committer(),
             journal=journal,
             attempt=journal.attempt + 1,
+            input_offset=offset,
             max_record_bytes=self.options.max_record_bytes,
             max_event_count=limits.max_event_count_per_turn,
             max_event_payload_bytes=limits.max_event_payload_bytes,

@@ -1,0 +1,112 @@
+"""What one commit sends, and when a turn waits for its commits.
+
+- Of the journal records of one key in one commit only the latest is sent, and a step's
+  entry and its tombstone that meet in one commit are not sent at all.
+- A ``read_only`` tool runs before the model response that asked for it is committed; a
+  tool with effects waits for that commit.
+- A turn's input offset rides its terminal transaction: once its terminal event can be
+  read, the group's committed offset has passed its request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
+from pyrula_stream.kafka.admin import admin_client
+from pyrula_stream.llm import FakeLLM, reply_tool_call
+from pyrula_stream.records import OutRecord, latest_only, tombstone
+from pyrula_stream.testing import running_worker, unique_name
+
+
+def entry(key: bytes, value: bytes = b"v", *, topic: str = "j") -> OutRecord:
+    return OutRecord(topic, key, value, [], 0, compacted=True)
+
+
+def test_only_the_latest_record_of_a_journal_key_is_sent() -> None:
+    event = OutRecord("events", b"t1", b"e", [], None)
+    records = [entry(b"t1/progress", b"1"), event, entry(b"t1/progress", b"2"), entry(b"t1/0")]
+    assert latest_only(records) == [1, 2, 3]
+
+
+def test_a_step_and_its_tombstone_in_one_commit_are_not_sent() -> None:
+    step = entry(b"t1/1")
+    gone = tombstone("j", "t1/1", 0, unsent_key=True)
+    terminal = entry(b"t1/terminal")
+    assert latest_only([step, gone, terminal]) == [2]
+
+
+def test_a_tombstone_of_a_key_an_earlier_commit_may_hold_is_sent() -> None:
+    # The key's entry rode an earlier commit (no write in this one), or it was restored.
+    unsent = tombstone("j", "t1/1", 0, unsent_key=True)
+    restored = tombstone("j", "t1/0", 0)
+    assert latest_only([unsent, restored]) == [0, 1]
+    # A restored key written again in this commit: the tombstone still goes out.
+    assert latest_only([entry(b"t1/0"), restored]) == [1]
+
+
+def test_records_of_other_topics_and_partitions_are_kept() -> None:
+    records = [entry(b"k", topic="a"), entry(b"k", topic="b"), OutRecord("a", b"k", None, [], 0)]
+    other = OutRecord("j", b"t1/1", b"v", [], 1, compacted=True)
+    assert latest_only([*records, entry(b"t1/1"), other]) == [0, 1, 2, 3, 4]
+
+
+async def test_a_read_only_tool_runs_before_the_response_is_committed_and_others_wait(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Whether the model call asking for each tool was committed when the tool began."""
+    seen: dict[str, bool] = {}
+
+    def committed_model_call(ctx: ToolContext) -> bool:
+        """Whether the model call that asked for this tool is committed (steps: 0 the
+        start, then a model call and a tool call per round)."""
+        turn = ctx.runtime._turn  # type: ignore[union-attr]  # the turn the tool runs in
+        model_call = max(i for i, e in turn._written.items() if e.kind == "llm")
+        return model_call in turn.journal.steps
+
+    @tool(read_only=True)
+    async def look(ctx: ToolContext) -> str:
+        """Read something."""
+        seen["read_only"] = committed_model_call(ctx)
+        return "looked"
+
+    @tool
+    async def act(ctx: ToolContext) -> str:
+        """Change something."""
+        seen["effect"] = committed_model_call(ctx)
+        return "acted"
+
+    script: list[Any] = [reply_tool_call("look"), reply_tool_call("act"), "done"]
+
+    @kafka_agent(name=unique_name("barrier"), llm=FakeLLM(script), tools=[look, act])
+    async def agent(ctx: AgentContext, q: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": q}])
+
+    async with running_worker(agent, kafka_bootstrap_servers):
+        events = await client.run(agent.name, q="read, then write", timeout=60)
+    assert events[-1].type == "run:complete"
+    assert seen == {"read_only": False, "effect": True}
+
+
+async def test_the_input_offset_commits_with_the_terminal_event(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("offsets"), llm=FakeLLM(["-"]), partitions=1)
+    async def agent(ctx: AgentContext, n: int) -> int:
+        return n
+
+    admin = admin_client(kafka_bootstrap_servers)
+    async with running_worker(agent, kafka_bootstrap_servers) as worker:
+        for n in range(3):
+            events = await client.run(agent.name, n=n, timeout=60)
+            assert events[-1].type == "run:complete"
+            request = ConsumerGroupTopicPartitions(
+                worker.group_id, [TopicPartition(agent.topics.turns, 0)]
+            )
+            futures = admin.list_consumer_group_offsets([request])
+            listed = await asyncio.to_thread(futures[worker.group_id].result, 30)
+            # Request n is the partition's n-th record (offset n): the next to read is n + 1.
+            assert [tp.offset for tp in listed.topic_partitions] == [n + 1]
