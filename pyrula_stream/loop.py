@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent_tool import AgentTool
 from pyrula_stream.compaction import compacted_history
-from pyrula_stream.durable.journal import model_call_fingerprint
+from pyrula_stream.durable.journal import model_call_fingerprint, tools_fingerprint
 from pyrula_stream.durable.steps import StepData
 from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
@@ -203,8 +203,9 @@ class ToolLoop:
             response = await self.model_call(
                 earlier + conversation, offered, system, running=running
             )
-            conversation.append(response.as_message())
-            added.append(response.as_message())
+            reply = response.as_message()  # one dict in both lists: neither edits it
+            conversation.append(reply)
+            added.append(reply)
             for block in response.content:
                 yield block
             yield response
@@ -248,10 +249,13 @@ class ToolLoop:
         input_hash = model_call_fingerprint(
             messages,
             system,
-            [
-                {"name": d.name, "description": d.description, "schema": d.input_schema}
-                for d in definitions
-            ],
+            tools_fingerprint(
+                definitions,
+                lambda: [
+                    {"name": d.name, "description": d.description, "schema": d.input_schema}
+                    for d in definitions
+                ],
+            ),
             None
             if self.output_format is None
             else {"name": self.output_format.name, "schema": self.output_format.schema},

@@ -8,8 +8,9 @@ call's input fails the turn with ``replay_input_changed``, naming the step and w
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,21 +40,48 @@ log = logging.getLogger(__name__)
 def model_call_fingerprint(
     messages: list[dict[str, Any]],
     system: str | None,
-    tools: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | str,
     output: dict[str, Any] | None = None,
     *,
     running: RunningFingerprint | None = None,
 ) -> str:
     """``system.tools.messages.count[.output]``: each part hashed alone so a mismatch can be
     named; the output part (name and schema) only when one goes to the provider natively.
+    ``tools``: the offered tools, or their part already hashed (``tools_fingerprint``).
     ``running``: the tool loop's hash of its growing conversation (the same part, each
     message encoded once instead of on every call)."""
     messages_part = fingerprint(messages) if running is None else running.of(messages)
-    parts = [fingerprint(system or ""), fingerprint(tools), messages_part]
+    tools_part = tools if isinstance(tools, str) else fingerprint(tools)
+    parts = [_system_fingerprint(system or ""), tools_part, messages_part]
     parts.append(str(len(messages)))
     if output is not None:
         parts.append(fingerprint(output))
     return ".".join(parts)
+
+
+@functools.lru_cache(maxsize=64)
+def _system_fingerprint(system: str) -> str:
+    """An agent's system prompt is the same for most of its calls: hashed once."""
+    return fingerprint(system)
+
+
+_TOOLS_HASHED: dict[tuple[int, ...], tuple[tuple[Any, ...], str]] = {}
+"""Tool definitions (by identity, kept alive with their hash) -> their fingerprint part."""
+
+
+def tools_fingerprint(definitions: Sequence[Any], as_dicts: Callable[[], list[Any]]) -> str:
+    """The tools part of ``model_call_fingerprint`` for ``definitions``, the objects each
+    tool builds once (so the same offered tools are encoded once per worker, not on every
+    model call); ``as_dicts`` gives what is hashed."""
+    key = tuple(map(id, definitions))
+    found = _TOOLS_HASHED.get(key)
+    if found is not None and all(a is b for a, b in zip(found[0], definitions, strict=True)):
+        return found[1]
+    hashed = fingerprint(as_dicts())
+    if len(_TOOLS_HASHED) >= 256:  # runtime tool sets that keep changing: start over
+        _TOOLS_HASHED.clear()
+    _TOOLS_HASHED[key] = (tuple(definitions), hashed)
+    return hashed
 
 
 def describe_model_input_change(recorded: str, live: str) -> str:
