@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
-from playwright.async_api import Browser, Page, Route, async_playwright, expect
+from playwright.async_api import Page, expect
 
 from pyrula_stream import (
     AgentContext,
@@ -45,54 +43,10 @@ from pyrula_stream.llm.fake import count_model_calls
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 from pyrula_stream.ui.feed import FeedOptions
 from pyrula_stream.ui.server import UIOptions, running_ui
+from tests.browsers import WAIT_MS, system_chromium
 
 DOCS_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "ui-turn.png"
 """Rewritten only with PYRULA_UPDATE_SCREENSHOT=1, so a test run leaves the tree clean."""
-WAIT_MS = 60_000  # generous: the machine running the suite may be busy
-
-
-def system_chromium() -> str:
-    """The system's Chromium: ``PYRULA_CHROMIUM``, else ``chromium`` on the PATH."""
-    chosen = os.environ.get("PYRULA_CHROMIUM")
-    for candidate in [chosen] if chosen else ["chromium", "chromium-browser"]:
-        path = shutil.which(candidate)
-        if path:
-            return path
-    pytest.fail(
-        "the UI browser test needs Chromium and found none: run `make browser` "
-        "(as root it runs `apt-get install chromium`), or set PYRULA_CHROMIUM=/path/to/chromium"
-    )
-
-
-@pytest.fixture(scope="session")
-async def browser() -> AsyncIterator[Browser]:
-    """One headless Chromium for the session, started only when a UI test asks for it."""
-    executable = system_chromium()
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=executable, headless=True)
-        yield launched
-        await launched.close()
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Page]:
-    """A page that may load only from the UI's own server: the page must work offline,
-    so a request anywhere else (a CDN, a font service) is refused and fails the test."""
-    context = await browser.new_context(viewport={"width": 1280, "height": 900})
-    elsewhere: list[str] = []
-
-    async def only_local(route: Route) -> None:
-        host = urlsplit(route.request.url).hostname
-        if host in ("127.0.0.1", "localhost", "::1"):
-            await route.continue_()
-        else:
-            elsewhere.append(route.request.url)
-            await route.abort()
-
-    await context.route("**/*", only_local)
-    yield await context.new_page()
-    await context.close()
-    assert not elsewhere, f"the page loaded from outside the UI server: {elsewhere}"
 
 
 def test_without_chromium_the_browser_tests_fail_and_say_how_to_get_it(

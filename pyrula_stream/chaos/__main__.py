@@ -54,7 +54,8 @@ EXPLAIN = {
     "out_of_order_events": "turns whose events are not in seq order",
     "repeated_llm_after_journal": "model calls made again after their response was journaled",
     "repeated_llm_before_commit": "model calls made again because a crash came before the commit",
-    "unjournaled_llm_calls": "model calls whose response never reached the journal",
+    "unjournaled_llm_calls": "model calls whose response never reached the journal (the "
+    "turn ended in the commit that would have carried it)",
     "duplicate_effects": "idempotency keys whose side effect happened more than once",
     "repeated_tool_after_journal": "tool runs after the tool's result was journaled",
     "repeated_tool_before_commit": "tool runs again because a crash came before the commit",

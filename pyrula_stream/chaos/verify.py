@@ -226,7 +226,11 @@ def check_model_calls(
     for (turn, call), stamps in sorted(by_call.items()):
         journaled = view.llm.get((turn, call))
         if journaled is None:
+            # Never committed: the turn ended in the commit that would have carried it (a
+            # step and its tombstone in one commit send neither), so every ask came first.
             f.add("unjournaled_llm_calls", len(stamps), example=f"{turn} call {call}")
+            if len(stamps) > 1:
+                f.add("repeated_llm_before_commit", len(stamps) - 1, example=f"{turn} call {call}")
             continue
         after = [t for t in stamps if t * 1000 > journaled]
         before = len(stamps) - len(after)
