@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,12 +18,14 @@ from confluent_kafka import Consumer, TopicPartition
 
 from pyrula_stream import AgentContext, ToolContext, kafka_agent, tool
 from pyrula_stream.api_keys import APIKeyAuth
+from pyrula_stream.chaos.partition import PartitionProxy
 from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.gateway import AgentClient, AppOptions, create_app
 from pyrula_stream.gateway.client import GatewayError
 from pyrula_stream.gateway.serve import running_gateway
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
+from pyrula_stream.kafka.local_broker import start_local_broker
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.echo import echo
@@ -352,3 +355,42 @@ async def test_static_pages_sign_in_with_a_key_and_the_cookie_reaches_the_routes
     assert after.status_code == 200 and "pyrula-stream web chat" in after.text
     assert script.status_code == 200 and "EventSource" in script.text
     assert api_after.status_code == 200 and api_after.json()["agents"][0]["name"] == "a"
+
+
+async def test_a_broker_that_goes_away_is_a_503_and_the_gateway_recovers(
+    tmp_path: Path, agents: tuple[Any, Any]
+) -> None:
+    """The same gateway process: 202 while Kafka answers, 503 ``store_unavailable`` with a
+    ``Retry-After`` while every connection to it is cut, ready and 202 again once it heals."""
+    echo_agent, _ = agents
+    port = free_port()
+    proxy = PartitionProxy(free_port(), port)
+    broker = start_local_broker(data_dir=tmp_path / "kafka", port=port, advertised_port=proxy.port)
+    bootstrap = proxy.bootstrap_servers
+    try:
+        apply_topics(bootstrap, echo_agent.topic_specs())
+        app = create_app(agents=[echo_agent], options=options(bootstrap, kafka_timeout=2))
+        async with running_gateway(app) as url, httpx.AsyncClient(base_url=url) as http:
+            route = f"/agents/{echo_agent.name}/turns"
+            before = await http.post(route, json={"text": "up"}, headers=AS_WEB)
+            proxy.cut()
+            down = await http.post(route, json={"text": "down"}, headers=AS_WEB)
+            not_ready = await http.get("/readyz")
+            proxy.heal()
+            for _ in range(60):  # librdkafka reconnects with a backoff of up to 10 s
+                ready = await http.get("/readyz")
+                if ready.status_code == 200:
+                    break
+                await asyncio.sleep(0.5)
+            after = await http.post(route, json={"text": "up again"}, headers=AS_WEB)
+    finally:
+        broker.stop()
+        proxy.close()
+    assert before.status_code == 202, before.text
+    for answer in (down, not_ready):
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["code"] == "store_unavailable"
+        assert answer.headers["retry-after"]
+    assert ready.status_code == 200, ready.text
+    assert after.status_code == 202, after.text
+    assert after.json()["turn_id"] != before.json()["turn_id"]
