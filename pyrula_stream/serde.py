@@ -134,6 +134,10 @@ REPLY_CURSOR_KEY = "cursor/replies"
 """The partition's read position in the agent's replies topic (same partition number)."""
 INTAKE_MARK_KEY = "cursor/intake"
 """The partition's intake mark (``runtime/poison.py``): who reads it, from where."""
+DEAD_LETTERED_PREFIX = "dead-lettered/"
+"""``dead-lettered/<offset>``: the turns record at that offset went to the DLQ, committed
+with its dead letter; kept until the committed input offset passes it, so a record read
+again after a crash is not dead-lettered twice."""
 
 
 _CANONICAL = json.JSONEncoder(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pyrula_stream import serde
 from pyrula_stream.durable.journal import IdempotencyKeys, PartitionJournal
+from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import SqliteView
 from pyrula_stream.runtime.partition import PartitionState
 from pyrula_stream.serde import JournalEntry, TurnRequest
@@ -59,3 +60,21 @@ def test_restored_terminals_are_kept_until_the_commit_reaches_the_restored_end(
     assert ps.committed(10) == ["t1/terminal"]
     assert not ps.is_finished(request)
     assert list(ps.journal.turns) == ["t2"]  # an unfinished turn stays to be resumed
+
+
+def test_a_dead_lettered_offset_is_remembered_until_a_commit_passes_it(tmp_path: Path) -> None:
+    """The marker a dead letter commits with: restored, it says the record at that offset
+    was dead-lettered already; a committed offset past it returns the key to tombstone."""
+    ps = state(tmp_path)
+    marker = JournalEntry("", -1, "dead_lettered", data={"reason": "bad"}, ts_ms=5)
+    ps.journal.restore(
+        [
+            ConsumedRecord(0, 1, "dead-lettered/4", serde.encode("journal_entry", marker), {}, 5),
+            ConsumedRecord(0, 2, "dead-lettered/9", serde.encode("journal_entry", marker), {}, 5),
+            ConsumedRecord(0, 3, "dead-lettered/9", None, {}, 6),
+        ]
+    )
+    assert ps.journal.dead_lettered == {4}
+    assert ps.committed(4) == []
+    assert ps.committed(5) == ["dead-lettered/4"]
+    assert ps.journal.dead_lettered == set()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from pyrula_stream import KafkaAgentClient, PoisonOptions
+from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.runtime.poison import PROCESS, CrashGuard, IntakeMark
 from pyrula_stream.testing import agent_topics_ready, read_topic, unique_name, wait_for
 
@@ -62,6 +63,11 @@ async def test_a_record_that_kills_workers_is_quarantined_and_the_partition_move
         before = await client.run(agent, text="fine before", timeout=120)
         assert before[-1].type == "run:complete"
         poison = await client.submit(agent, text="please CRASH now")
+        # Read by each process that dies at the poison before its offset commits: one
+        # dead letter for it all the same (the journal's marker commits with the letter).
+        producer = RecordProducer(kafka_bootstrap_servers)
+        await producer.send(f"pyrula.{agent}.turns", b"junk", b"\x00\x01garbage")
+        producer.close()
         after = await client.submit(agent, text="fine after")
 
         async def events_of(turn_id: str) -> list[str]:
@@ -78,8 +84,9 @@ async def test_a_record_that_kills_workers_is_quarantined_and_the_partition_move
         def letters() -> list[dict[str, str]]:
             return [h for _, _, h in read_topic(kafka_bootstrap_servers, dlq)]
 
-        await wait_for(lambda: len(letters()) == 1, 30, "the quarantined record in the DLQ")
-        (letter,) = letters()
+        await wait_for(lambda: len(letters()) == 2, 30, "the quarantined record in the DLQ")
+        garbage, letter = sorted(letters(), key=lambda h: h["pyrula.dlq.code"])
+        assert garbage["pyrula.dlq.code"] == "invalid_request"
         assert letter["pyrula.dlq.code"] == "poison_quarantine"
         assert "3 worker processes died" in letter["pyrula.dlq.reason"], letter
         # The first process (its death only makes the next one careful), one per counted

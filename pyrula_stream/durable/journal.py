@@ -18,6 +18,7 @@ from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import SqliteView
 from pyrula_stream.serde import (
+    DEAD_LETTERED_PREFIX,
     IDEMPOTENCY_PREFIX,
     INTAKE_MARK_KEY,
     PARK,
@@ -294,6 +295,8 @@ class PartitionJournal:
     skipped_records: int = 0
     intake_mark: tuple[dict[str, Any], int] | None = None
     """The intake mark's data and write time (``None``: none, or a tombstone)."""
+    dead_lettered: set[int] = field(default_factory=set)
+    """Input offsets whose record was dead-lettered, until the committed offset passes."""
 
     def restore(self, records: Iterable[ConsumedRecord]) -> None:
         """Fold a partition's records, read to its end, in offset order."""
@@ -346,6 +349,13 @@ class PartitionJournal:
             return
         if key.startswith(IDEMPOTENCY_PREFIX):
             self.idempotency.apply(key[len(IDEMPOTENCY_PREFIX) :], value, ts_ms)
+            return
+        if key.startswith(DEAD_LETTERED_PREFIX):
+            offset = int(key[len(DEAD_LETTERED_PREFIX) :])
+            if value is None:
+                self.dead_lettered.discard(offset)
+            else:
+                self.dead_lettered.add(offset)
             return
         turn_id = parse_journal_key(key)[0]
         turn = self.turns.get(turn_id)

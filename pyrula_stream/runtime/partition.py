@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pyrula_stream.durable.journal import PartitionJournal
 from pyrula_stream.runtime.poison import CrashGuard
-from pyrula_stream.serde import TERMINAL, TurnRequest, journal_key
+from pyrula_stream.serde import DEAD_LETTERED_PREFIX, TERMINAL, TurnRequest, journal_key
 from pyrula_stream.subagents import Park
 from pyrula_stream.threads import PartitionThreads
 
@@ -137,6 +137,10 @@ class PartitionState:
         for turn_id in passed:
             del self.finished[turn_id]
         keys = [journal_key(turn_id, -1, TERMINAL) for turn_id in passed]
+        lettered = [o for o in self.journal.dead_lettered if o < offset]
+        for o in lettered:
+            self.journal.dead_lettered.discard(o)
+        keys += [f"{DEAD_LETTERED_PREFIX}{o}" for o in sorted(lettered)]
         if not self._restored_forgotten and offset >= self.restored_end:
             keys += self.journal.forget_finished()
             self._restored_forgotten = True  # turns finished here never enter the journal

@@ -68,7 +68,7 @@ from pyrula_stream.runtime.startup import (
     shared_stores,
     wait_for_broker,
 )
-from pyrula_stream.serde import INTAKE_MARK_KEY
+from pyrula_stream.serde import DEAD_LETTERED_PREFIX, INTAKE_MARK_KEY, JournalEntry
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 
 log = logging.getLogger(__name__)
@@ -541,22 +541,34 @@ class KafkaWorker(RunsInBackground):
     # -- records --------------------------------------------------------------------------
 
     def _on_bad_record(self, bad: BadRecord) -> None:
-        """Dead-letter it (riding the next commit with its offset) and move on."""
+        """Dead-letter it (riding the next commit with its offset) and move on.
+
+        The offset may stay uncommitted a while (an earlier turn still runs), so a marker
+        in the journal commits with the dead letter: a crash that makes the next owner
+        read the record again leaves one dead letter, not two."""
         ps = self._parts.get(bad.partition)
         if ps is None:
             return
-        self.committer.add_records(
-            [
-                dead_letter_source(
-                    self.topics.dlq,
-                    bad.source,
-                    bad.reason,
-                    ErrorCode.INVALID_REQUEST,
-                    worker=self.worker_id,
-                )
-            ]
-        )
-        log.warning("dead-lettered %s: %s", bad.source.source, bad.reason)
+        if bad.offset in ps.journal.dead_lettered:
+            log.info("%s was dead-lettered before this read; skipped", bad.source.source)
+        else:
+            entry = JournalEntry("", -1, "dead_lettered", data={"reason": bad.reason[:200]})
+            marker = self._journal_table.put(
+                f"{DEAD_LETTERED_PREFIX}{bad.offset}",
+                serde.encode("journal_entry", entry),
+                bad.partition,
+                [content_type_header("journal_entry")],
+            )
+            letter = dead_letter_source(
+                self.topics.dlq,
+                bad.source,
+                bad.reason,
+                ErrorCode.INVALID_REQUEST,
+                worker=self.worker_id,
+            )
+            self.committer.add_records([letter, marker])
+            ps.journal.dead_lettered.add(bad.offset)
+            log.warning("dead-lettered %s: %s", bad.source.source, bad.reason)
         ps.watermark.track(bad.offset)
         ps.watermark.done(bad.offset)
         self.committer.offsets_changed()
