@@ -23,6 +23,12 @@ class OutRecord:
     value: bytes | None
     headers: list[tuple[str, bytes]]
     partition: int | None = None
+    compacted: bool = False
+    """Only the latest value of its key matters (a journal entry): a later record of the
+    same key in the same commit replaces it, and it is not sent."""
+    unsent_key: bool = False
+    """A tombstone of a key no earlier commit carried: with that key's write in the same
+    commit, neither is sent (as Kafka Streams' record cache does)."""
 
     @property
     def size(self) -> int:
@@ -70,10 +76,48 @@ def wire_record(
 
 
 def tombstone(
-    topic: str, key: str, partition: int | None = None, *, record: str = "journal_entry"
+    topic: str,
+    key: str,
+    partition: int | None = None,
+    *,
+    record: str = "journal_entry",
+    unsent_key: bool = False,
 ) -> OutRecord:
     """Deletes ``key`` from a compacted topic holding ``record`` values."""
-    return wire_record(topic, key.encode(), None, record, partition=partition)
+    rec = wire_record(topic, key.encode(), None, record, partition=partition)
+    rec.compacted = True
+    rec.unsent_key = unsent_key
+    return rec
+
+
+def latest_only(records: list[OutRecord]) -> list[int]:
+    """The indices of ``records`` worth sending in one commit: of the compacted records of
+    one key, only the last; and none when that last is a tombstone of a key only this
+    commit writes. Other records are all kept, in order."""
+    keep: list[int] = []
+    last: dict[tuple[str, int | None, bytes], int] = {}
+    written: set[tuple[str, int | None, bytes]] = set()
+    for i in range(len(records) - 1, -1, -1):
+        rec = records[i]
+        if not rec.compacted:
+            keep.append(i)
+            continue
+        k = (rec.topic, rec.partition, rec.key)
+        if k in last:
+            written.add(k)
+            continue
+        last[k] = i
+        keep.append(i)
+    keep.reverse()
+    return [
+        i
+        for i in keep
+        if not (
+            records[i].unsent_key
+            and records[i].value is None
+            and (records[i].topic, records[i].partition, records[i].key) in written
+        )
+    ]
 
 
 def result_records(

@@ -3,7 +3,9 @@
 Every call, whoever makes it, goes through ``ToolCalls.run``: the Kafka approval limit,
 the journal lookup (a recorded call returns its recorded result and runs nothing),
 argument validation (once), the wall-time budget, the barrier (the model response asking
-for the call is durable before any effect), ``tool:start``, the tool with its retry,
+for the call is durable before any effect; a ``read_only`` tool has none, so it need not
+wait: its result cannot commit before that response, and a lost response only reruns
+it), ``tool:start``, the tool with its retry,
 timeout and cache, the journal entry, and ``tool:result``. Both callers therefore publish
 the same events and keep the same journal shape; they differ only in how a failure comes
 back (the model reads it; agent code gets an exception).
@@ -188,7 +190,8 @@ class ToolCalls:
             if recorded is not None:
                 return recorded
         check_wall_time(self.limits, turn.started_ms)
-        await turn.barrier()  # the response asking for this call is durable first
+        if not tool.spec.read_only:  # the response asking for an effect is durable first
+            await turn.barrier()
         turn.raise_if_cancelled()
         turn.emit(
             ToolStart(

@@ -115,6 +115,8 @@ class TurnRuntime:
     _committing: dict[int, asyncio.Future[None]] = field(default_factory=dict)
     _step: int = 0
     _stalled: int = 0
+    progress_sent: bool = False
+    """A commit (of any outcome) carried this turn's progress record: the key may exist."""
 
     def __post_init__(self) -> None:
         self.events = TurnEvents(
@@ -169,15 +171,20 @@ class TurnRuntime:
     def restart_from(self, previous: TurnRuntime) -> None:
         """A rerun after an abort continues ``seq`` where the committed events stopped."""
         self.attempt = previous.attempt + 1
+        self.progress_sent = previous.progress_sent
         self.events.attempt = self.attempt
         self.events.next_seq = self.committed_seq = previous.committed_seq
 
     # -- records -------------------------------------------------------------------------
 
-    def journal_record(self, entry: JournalEntry | None, key: str) -> OutRecord:
+    def journal_record(
+        self, entry: JournalEntry | None, key: str, *, unsent_key: bool = False
+    ) -> OutRecord:
+        """The entry (``None``: a tombstone) under ``key``; ``unsent_key``: a tombstone of
+        a key no commit has carried before (see ``records.latest_only``)."""
         if entry is None:
-            return tombstone(self.topics.journal, key, self.topics.partition)
-        return wire_record(
+            return tombstone(self.topics.journal, key, self.topics.partition, unsent_key=unsent_key)
+        record = wire_record(
             self.topics.journal,
             key.encode(),
             serde.encode("journal_entry", entry),
@@ -185,6 +192,8 @@ class TurnRuntime:
             partition=self.topics.partition,
             max_bytes=self.max_record_bytes,
         )
+        record.compacted = True
+        return record
 
     def progress_record(self) -> OutRecord:
         """The turn's progress (attempt, next seq): rides every commit that touches the turn."""
@@ -386,13 +395,21 @@ class TurnRuntime:
             ts_ms=now,
         )
         # Every step key: restored ones and this attempt's, committed or still in flight.
-        indices = self.journal.step_indices() | set(self._written)
-        keys = [serde.journal_key(self.turn_id, i) for i in sorted(indices)]
-        keys.append(serde.journal_key(self.turn_id, -1, PROGRESS))
-        keys += [reply_key(self.turn_id, child) for child in sorted(self.journal.replies)]
+        # A step only this attempt wrote may still ride the commit this tombstone joins:
+        # then neither is sent.
+        restored = self.journal.step_indices()
+        records = [
+            self.journal_record(
+                None, serde.journal_key(self.turn_id, i), unsent_key=i not in restored
+            )
+            for i in sorted(restored | set(self._written))
+        ]
+        if self.journal.progress is not None or self.journal.raw_progress or self.progress_sent:
+            records.append(self.journal_record(None, serde.journal_key(self.turn_id, -1, PROGRESS)))
+        keys = [reply_key(self.turn_id, child) for child in sorted(self.journal.replies)]
         if self.journal.park is not None or self.parked is not None:
             keys.append(park_key(self.turn_id))
-        records = [self.journal_record(None, k) for k in keys]
+        records += [self.journal_record(None, k) for k in keys]
         records.append(self.journal_record(entry, serde.journal_key(self.turn_id, -1, TERMINAL)))
         if self.topics.history is not None:
             records.append(

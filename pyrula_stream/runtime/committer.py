@@ -27,7 +27,7 @@ from pyrula_stream.kafka.transactions import (
     describe_failures,
 )
 from pyrula_stream.observability.telemetry import WorkerTelemetry
-from pyrula_stream.records import OutRecord
+from pyrula_stream.records import OutRecord, latest_only
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +215,11 @@ class GroupCommitter:
             if not turn.finished:
                 records.append(turn.progress_record())
                 owners.append(turn_id)
+                turn.progress_sent = True
+        sent = latest_only(records)
+        if len(sent) < len(records):
+            records = [records[i] for i in sent]
+            owners = [owners[i] for i in sent]
         seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
         self._idle.clear()
         started = time.monotonic()
@@ -224,7 +229,7 @@ class GroupCommitter:
         except TransactionAborted as aborted:
             self.stats.aborts += 1
             observed.aborted()
-            given_up = self._count_failures(batch, owners, aborted.failed)
+            given_up = self._count_failures(batch, records, owners, aborted.failed)
             # Records of no turn (dead letters, housekeeping) ride the next commit;
             # turn records are rebuilt by rerunning their turns from the journal.
             orphans: list[tuple[str | None, OutRecord]] = []
@@ -281,13 +286,17 @@ class GroupCommitter:
     # -- records the broker refuses ---------------------------------------------------------
 
     def _count_failures(
-        self, batch: _Batch, owners: list[str | None], failed: tuple[FailedDelivery, ...]
+        self,
+        batch: _Batch,
+        records: list[OutRecord],
+        owners: list[str | None],
+        failed: tuple[FailedDelivery, ...],
     ) -> dict[str, str]:
         """Count a strike for each owner of a failed record and set the backoff; the turns
         that reached ``max_delivery_attempts``, each with what failed (to end them).
 
-        ``owners`` names the writer of each record of the batch as it was written (a turn
-        id; a record of no turn is counted on itself, by identity, as it rides on as is).
+        ``owners`` names the writer of each of the ``records`` sent (a turn id; a record of
+        no turn is counted on itself, by identity, as it rides on as is).
         """
         own = blamed(failed)
         if not own:
@@ -297,8 +306,8 @@ class GroupCommitter:
             owner = owners[f.index] if 0 <= f.index < len(owners) else None
             if owner is not None and owner in batch.turns:
                 by_turn.setdefault(owner, []).append(f)
-            elif f.index < len(batch.records):
-                record = batch.records[f.index][1]
+            elif 0 <= f.index < len(records):
+                record = records[f.index]
                 _, n = self._record_strikes.get(id(record), (record, 0))
                 self._record_strikes[id(record)] = (record, n + 1)
         given_up: dict[str, str] = {}
