@@ -394,8 +394,9 @@ def markdown(results: dict[str, Any], plot_link: str | None) -> str:
         f"- Python {m['python']}, confluent-kafka {m['confluent_kafka']}, "
         f"librdkafka {m['librdkafka']}",
         f"- Broker: {results['broker']}",
-        "",
     ]
+    if results.get("config", {}).get("quick"):
+        out += ["", "A `--quick` run: tiny sizes that prove the bench runs, not measurements."]
     base = results.get("baseline")
     if results.get("targets"):
         out += [
@@ -440,10 +441,10 @@ def markdown(results: dict[str, Any], plot_link: str | None) -> str:
                 "Records the framework wrote per turn (and the floor copies): "
                 f"{_fmt(w.get('journal_records_per_turn'))} journal records "
                 f"({_fmt(w.get('journal_tombstones_per_turn'))} of them tombstones, "
-                f"{_fmt(w.get('journal_bytes_per_turn'), 0)} bytes) and "
+                f"{_fmt(w.get('journal_bytes_per_turn'), 0)} bytes), "
                 f"{_fmt(w.get('events_records_per_turn'))} events "
                 f"({_fmt(w.get('events_bytes_per_turn'), 0)} bytes) and "
-                f"{_fmt(w.get('results_records_per_turn'))} result records "
+                f"{_fmt(w.get('results_records_per_turn'))} result record "
                 f"({_fmt(w.get('results_bytes_per_turn'), 0)} bytes).",
             ]
     if plot_link:

@@ -271,7 +271,7 @@ async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dic
             processes=processes,
             steps=1,
             turns=config.turns,
-            warmup=50,
+            warmup=0,  # as the one-process run and the floor: none warms up
             partitions=config.partitions,
             concurrency=config.framework_concurrency,
             broker=broker,

@@ -256,7 +256,7 @@ def markdown_targets(rows: list[dict[str, Any]], fmt: Callable[[Any, int], str])
     digits = {p.key: p.digits for t in TARGETS for p in t.parts}
     verdict = {True: "met", False: "missed", None: "-"}
     lines = [
-        "| figure | baseline | target | this run | factor (run / baseline) | |",
+        "| figure | baseline | target | this run | factor (run / baseline) | met? |",
         "| --- | ---: | --- | ---: | ---: | --- |",
     ]
     for row in rows:
