@@ -53,10 +53,13 @@ def test_a_baseline_file_is_a_results_file_or_the_bench_stdout(tmp_path: Path) -
         "cpu": {"cpu_ms_per_turn": 1.67, "cpu_ms_per_step": 0.98, "turns_per_s_2_processes": 622.2},
         "telemetry": {"turns_per_s_cost_pct": 25.0},
     }
-    path = tmp_path / "b71.json"
+    path = tmp_path / "2026-12-02T045340Z-b71eb38.json"
     path.write_text(json.dumps(results))
     base = baseline_from_file(path)
     assert (base["commit"], base["cpu"], base["ratio"]) == ("b71eb38", CPU, 0.071)
+    del results["commit"]  # an older bench: the file's name says the commit
+    path.write_text(json.dumps(results))
+    assert baseline_from_file(path)["commit"] == "b71eb38"
     assert base["cpu_ms_per_step"] == 0.98
     assert base["ratio_all_cores"] == round(622.2 / 7320.0, 4)  # an older bench's 2 processes
     assert base["telemetry_cost_fraction"] == 0.25

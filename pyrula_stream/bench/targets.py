@@ -85,9 +85,12 @@ def read_bench_json(path: Path) -> dict[str, Any]:
 def baseline_from_file(path: Path) -> dict[str, Any]:
     """``--baseline FILE``: the figures of that run, with its commit and CPU if it says."""
     data = read_bench_json(path)
+    # A bench older than the "commit" key: a name like <stamp>-b71eb38.json says it.
+    suffix = path.stem.rsplit("-", 1)[-1]
+    named = suffix if len(suffix) >= 7 and all(c in "0123456789abcdef" for c in suffix) else None
     return {
         "source": str(path),
-        "commit": data.get("commit"),
+        "commit": data.get("commit") or named,
         "cpu": data.get("machine", {}).get("cpu"),
         **figures_of(data),
     }
