@@ -97,8 +97,9 @@ def _event(type_: str, seq: int) -> bytes:
 
 def test_the_two_commit_floor_commits_up_to_the_first_tool_first() -> None:
     events = ["run:start", "llm:complete", "tool:start", "tool:result", "run:complete"]
+    journal = ["t1/0", "t1/progress", "t1/1", "t1/progress", "t1/2", "t1/terminal"]
     template: TurnRecords = [
-        *(("journal", f"t1/j{i}".encode(), b"x", []) for i in range(4)),
+        *(("journal", key.encode(), b"x", []) for key in journal),
         *(("events", b"t1", _event(t, i), []) for i, t in enumerate(events)),
         ("results", b"t1", b"result", []),
     ]
@@ -107,4 +108,15 @@ def test_the_two_commit_floor_commits_up_to_the_first_tool_first() -> None:
     assert [event_type(r[2]) for r in second if r[0] == "events"] == events[2:]
     assert sorted(map(repr, first + second)) == sorted(map(repr, template))  # each once
     assert [r[0] for r in second][-1] == "results"  # the result rides the last commit
-    assert 0 < sum(r[0] == "journal" for r in first) < 4
+    # The model's response (step 0) and its progress record, not the tool's result.
+    assert [r[1] for r in first if r[0] == "journal"] == [b"t1/0", b"t1/progress"]
+
+
+def test_without_numbered_steps_the_journal_splits_as_the_events_do() -> None:
+    events = ["run:start", "llm:complete", "tool:start", "run:complete"]
+    template: TurnRecords = [
+        *(("journal", f"t1/j{i}".encode(), b"x", []) for i in range(4)),
+        *(("events", b"t1", _event(t, i), []) for i, t in enumerate(events)),
+    ]
+    first, _ = split_at_first_tool(template)
+    assert [r[1] for r in first if r[0] == "journal"] == [b"t1/j0", b"t1/j1"]

@@ -59,10 +59,11 @@ def split_at_first_tool(template: TurnRecords) -> tuple[TurnRecords, TurnRecords
     """A turn's records as the two commits of a turn whose tool has effects.
 
     The first holds what must be durable before the tool acts: the events before the
-    first ``tool:start`` and as large a share of the journal records (the journal's keys
-    say nothing of which step wrote them, so its records are split in the same
-    proportion); the second holds the rest, the result record and (in the loop) the
-    offset. The split changes which bytes ride which commit, not how many there are.
+    first ``tool:start`` and the journal records before the second step entry (keys
+    ``<turn>/0``, ``<turn>/progress``, ``<turn>/1``, ...: step 0 is the model's response;
+    without numbered keys, the same share of the journal as of the events). The second
+    holds the rest, the result record and (in the loop) the offset. The split changes
+    which records ride which commit, not how many there are.
     """
     events = [r for r in template if r[0] == "events"]
     journal = [r for r in template if r[0] == "journal"]
@@ -71,8 +72,17 @@ def split_at_first_tool(template: TurnRecords) -> tuple[TurnRecords, TurnRecords
         (i for i, r in enumerate(events) if event_type(r[2]) == EventType.TOOL_START),
         len(events) // 2,
     )
-    jcut = round(len(journal) * cut / max(1, len(events)))
+    jcut = next(
+        (i for i, r in enumerate(journal) if _step_index(r[1]) >= 1),
+        round(len(journal) * cut / max(1, len(events))),
+    )
     return [*journal[:jcut], *events[:cut]], [*journal[jcut:], *events[cut:], *rest]
+
+
+def _step_index(key: bytes) -> int:
+    """The step number of a journal key ``<turn>/<n>`` (-1 for any other record)."""
+    suffix = key.split(b"/", 1)[-1]
+    return int(suffix) if suffix.isdigit() else -1
 
 
 class FloorProcessor:
