@@ -52,6 +52,7 @@ def test_a_baseline_file_is_a_results_file_or_the_bench_stdout(tmp_path: Path) -
         "throughput": {"ratio": 0.071, "floor_turns_per_s": 7320.0},
         "cpu": {"cpu_ms_per_turn": 1.67, "cpu_ms_per_step": 0.98, "turns_per_s_2_processes": 622.2},
         "telemetry": {"turns_per_s_cost_pct": 25.0},
+        "subagents": {"rss_kb_per_parked_turn": 0.07},  # the old in-process reading
     }
     path = tmp_path / "2026-12-02T045340Z-b71eb38.json"
     path.write_text(json.dumps(results))
@@ -63,6 +64,7 @@ def test_a_baseline_file_is_a_results_file_or_the_bench_stdout(tmp_path: Path) -
     assert base["cpu_ms_per_step"] == 0.98
     assert base["ratio_all_cores"] == round(622.2 / 7320.0, 4)  # an older bench's 2 processes
     assert base["telemetry_cost_fraction"] == 0.25
+    assert base["rss_kb_per_parked_turn"] is None  # an artifact is no baseline
 
     stdout = tmp_path / "out.txt"
     stdout.write_text("a table\n" + json.dumps({"ratio": 0.09, "cpu_ms_per_turn": 1.2}) + "\n")

@@ -43,7 +43,9 @@ BASELINE_FIGURES = (
 def figures_of(data: Mapping[str, Any]) -> dict[str, float | None]:
     """The baseline figures of a bench JSON: a results file or a headline line.
 
-    A bench older than these keys lacks some; two are derived the way issue 27 read them:
+    A bench older than these keys lacks some; its parked figure (read in the bench's own
+    process, without the tracemalloc cross-check) is an artifact and left out; two are
+    derived the way issue 27 read them:
     ``ratio_all_cores`` from the CPU phase's two-process turns/s over the floor's (on a
     2-core machine that is ``--processes auto``), ``telemetry_cost_fraction`` from the
     telemetry phase's cost in percent.
@@ -57,6 +59,8 @@ def figures_of(data: Mapping[str, Any]) -> dict[str, float | None]:
         floor = _number(flat.get("floor_turns_per_s"))
         if two is not None and floor:
             out["ratio_all_cores"] = round(two / floor, 4)
+    if flat.get("tracemalloc_kb_per_parked_turn") is None:
+        out["rss_kb_per_parked_turn"] = None  # the old in-process reading: an artifact
     if out["telemetry_cost_fraction"] is None:
         pct = _number(data.get("telemetry", {}).get("turns_per_s_cost_pct"))
         if pct is not None:
