@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from pyrula_stream.bench.harness import machine
 from pyrula_stream.bench.report import HEADLINE_KEYS
+from pyrula_stream.bench.targets import baseline_table
 
 NUMBER_KEYS = (
     *HEADLINE_KEYS,
@@ -32,7 +34,6 @@ NUMBER_KEYS = (
     "telemetry_overhead_p50_ms_off",
     "telemetry_overhead_p50_ms_on",
     "parked_turns_per_worker",
-    "rss_kb_per_parked_turn",
     "call_round_trip_p50_ms",
     "call_round_trip_p99_ms",
     "turns",
@@ -44,12 +45,25 @@ NUMBER_KEYS = (
     "turns_per_s_2_processes",
     "turns_per_s_20_steps",
     "broker_share_of_cores_2_processes",
+    "turns_per_s_all_cores",
+    "ratio_all_cores",
+    "all_cores_processes",
+    "latency_floor_two_commit_p50_ms",
+    "latency_floor_two_commit_p99_ms",
+    "baseline_ratio",
+    "baseline_cpu_ms_per_turn",
+    "baseline_cpu_ms_per_step",
 )
 SIGNED_KEYS = (
     "overhead_over_floor_p50_ms",
     "overhead_over_floor_p99_ms",
     "cpu_ms_per_step",
     "cpu_ms_per_step_200_steps",
+    "overhead_over_floor_effect_p50_ms",
+    "overhead_over_floor_effect_p99_ms",
+    "telemetry_cost_fraction",
+    "rss_kb_per_parked_turn",
+    "tracemalloc_kb_per_parked_turn",
 )
 """Differences of two measured figures: on a tiny run either side can be the larger."""
 
@@ -57,7 +71,18 @@ SIGNED_KEYS = (
 @pytest.mark.slow
 def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path: Path) -> None:
     docs = tmp_path / "BENCHMARKS.md"
-    docs.write_text("# Benchmarks\n\nprose stays\n")
+    baseline = baseline_table(
+        [
+            {
+                "cpu": machine()["cpu"],
+                "commit": "b71eb38",
+                "ratio": 0.071,
+                "cpu_ms_per_turn": 1.67,
+                "cpu_ms_per_step": 0.98,
+            }
+        ]
+    )
+    docs.write_text(f"# Benchmarks\n\nprose stays\n\n{baseline}\n")
     proc = subprocess.run(
         [
             sys.executable,
@@ -89,6 +114,8 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         value = figures[key]
         assert isinstance(value, int | float) and not isinstance(value, bool), (key, value)
     assert figures["quick"] is True
+    assert (figures["baseline_ratio"], figures["baseline_commit"]) == (0.071, "b71eb38")
+    assert figures["targets_met"] + figures["targets_missed"] >= 1
     assert figures["ratio"] > 0
     assert 0 < figures["journal_linear_r2"] <= 1.0
 
@@ -103,6 +130,8 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         "soak",
         "subagents",
         "machine",
+        "baseline",
+        "targets",
     } <= set(results)
     assert [s["steps"] for s in results["journal"]["sizes"]] == [1, 5, 20]
     assert len(results["throughput"]["framework_runs"]) == len(results["throughput"]["floor_runs"])
@@ -115,9 +144,18 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     assert "step_cost_growth" in figures  # None only when the 20-step figure is not > 0
     assert results["cpu"]["broker_measured"] is True  # the suite's broker runs here
     assert len(results["latency"]["floor_latencies_ms"]) == results["latency"]["turns"]
+    lat = results["latency"]
+    assert len(lat["floor_two_commit_latencies_ms"]) == lat["turns"]
+    # Two transactions per input (warm-up included) against one for the read-only floor.
+    assert lat["floor_two_commit_transactions"] == 2 * lat["floor_transactions"]
     assert Path(results["plot"]).stat().st_size > 0
+    assert len(results["targets"]) == 12  # one per row of issue 27's table
+    assert results["subagents"]["parked_at_end"] >= results["subagents"]["parked_turns"]
+    assert results["throughput"]["written_per_turn"]["results_records_per_turn"] == 1.0
     text = docs.read_text()
     assert "prose stays" in text
+    assert baseline in text  # --write-docs rewrote the results, not the baseline
+    assert "| ratio framework / floor, one process | 0.071 | >= 2 x baseline |" in text
     assert "| ratio framework / floor |" in text
     assert "| RSS per finished turn over 1,000 turns (bytes) |" in text
     assert "| worker CPU per turn, own process (ms) |" in text

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 from pyrula_stream.bench.harness import kafka
 from pyrula_stream.bench.plot import plot
@@ -25,6 +26,7 @@ from pyrula_stream.bench.report import (
     write_json,
 )
 from pyrula_stream.bench.runner import PHASES, BenchConfig, progress, run_all
+from pyrula_stream.bench.targets import baseline_from_docs, baseline_from_file, target_rows
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,6 +48,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpu-rounds", type=int, help="1 vs 2 process rounds, A B A B (default 3)")
     p.add_argument("--soak-turns", type=int, help="turns of the soak (default 200000)")
     p.add_argument("--soak-warmup", type=int, help="warm-up turns before it (default 5000)")
+    p.add_argument("--parked-turns", type=int, help="turns parked on a timer (default 50000)")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="a bench JSON of the baseline commit (default: the Baseline section of --docs "
+        "for this machine's CPU)",
+    )
     p.add_argument("--out-dir", type=Path, default=Path("bench/results"))
     p.add_argument("--write-docs", action="store_true", help="refresh docs/BENCHMARKS.md")
     p.add_argument("--docs", type=Path, default=Path("docs/BENCHMARKS.md"))
@@ -74,6 +83,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "cpu_rounds",
         "soak_turns",
         "soak_warmup",
+        "parked_turns",
     ):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
@@ -82,12 +92,21 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(**overrides)  # type: ignore[arg-type]
 
 
+def baseline_for(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, Any] | None:
+    """``--baseline FILE``, else the docs' Baseline row for this CPU (None: neither)."""
+    if args.baseline is not None:
+        return baseline_from_file(args.baseline)
+    return baseline_from_docs(args.docs, results["machine"]["cpu"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = config_from(args)
     with kafka(args.bootstrap_servers) as (bootstrap, broker):
         progress(f"broker: {broker}")
         results = asyncio.run(run_all(config, bootstrap, broker))
+    results["baseline"] = baseline_for(args, results)
+    results["targets"] = target_rows(headline(results), results["baseline"])
     stamp = results["stamp"]
     json_path = config.out_dir / f"{stamp}.json"
     png_path = plot(results, config.out_dir / f"{stamp}.png")

@@ -141,7 +141,7 @@ async def _worker_processes(
                 proc.kill()
 
 
-async def _measure(
+async def measure_processes(
     bootstrap: str,
     *,
     processes: int,
@@ -153,6 +153,8 @@ async def _measure(
     broker: int | None,
     cores: int,
 ) -> dict[str, Any]:
+    """One timed run on ``processes`` freshly spawned workers of one group (see the
+    module docstring); the throughput phase's ``--processes auto`` run is one too."""
     agent = tool_turn_agent(unique("cpu"), latency_s=0.0, partitions=partitions, steps=steps)
     await asyncio.to_thread(create_topics, bootstrap, agent.topic_specs())
     submitter = Submitter(bootstrap)
@@ -234,7 +236,7 @@ async def run_cpu(
     for _ in range(rounds):
         for processes in (1, 2):
             runs.append(
-                await _measure(
+                await measure_processes(
                     bootstrap,
                     processes=processes,
                     steps=1,
@@ -244,7 +246,7 @@ async def run_cpu(
                     **common,
                 )
             )
-    many = await _measure(
+    many = await measure_processes(
         bootstrap,
         processes=1,
         steps=STEPS,
@@ -255,7 +257,7 @@ async def run_cpu(
     )
     long = None
     if long_turns > 0:
-        long = await _measure(
+        long = await measure_processes(
             bootstrap,
             processes=1,
             steps=LONG_STEPS,

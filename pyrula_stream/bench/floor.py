@@ -2,14 +2,18 @@
 
 No framework code runs here. For each input turn request it writes the records the
 framework wrote for one real turn of the same workload (same count, keys, sizes and
-headers, copied byte for byte from the framework's journal and events topics), journal
-records to the input's partition, events by key, and commits them with the input offsets
-in one transaction (``send_offsets_to_transaction``, EOS v2). It decodes nothing and calls
+headers, copied byte for byte from the framework's journal, events and results topics),
+journal records to the input's partition, events and the result record by key, and
+commits them with the input offsets in one transaction (``send_offsets_to_transaction``,
+EOS v2). It decodes nothing and calls
 no model: it is the Kafka cost alone. Its clients use the worker's settings (lz4,
 ``acks=all``, idempotence, ``read_committed``, cooperative-sticky) and it has the batching
 freedom of a good hand-written processor: every poll takes what is buffered, up to
 ``batch`` inputs, and all of them share one transaction. ``run_floor_latency`` runs the
-same loop with one input per transaction at a paced rate: the latency floor.
+same loop with one input per transaction at a paced rate: the latency floor; with
+``commits=2`` it commits twice per input, in sequence (the records up to the model's
+first response, then the rest with the offset): the floor of a turn whose tool has
+effects, which must not act before the model's response is durable.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from pyrula_stream.bench.load import (
     CompletionReader,
     Record,
     Submitter,
+    event_type,
     turn_requests,
     wake_on_first,
 )
 from pyrula_stream.bench.workload import QUESTION
+from pyrula_stream.events import EventType
 from pyrula_stream.kafka.admin import agent_topic_specs
 from pyrula_stream.kafka.config import client_config, new_consumer, new_producer
 from pyrula_stream.kafka.partitioner import PARTITIONER
@@ -49,11 +55,43 @@ class FloorRun:
         return self.turns / self.seconds
 
 
+def split_at_first_tool(template: TurnRecords) -> tuple[TurnRecords, TurnRecords]:
+    """A turn's records as the two commits of a turn whose tool has effects.
+
+    The first holds what must be durable before the tool acts: the events before the
+    first ``tool:start`` and the journal records before the second step entry (keys
+    ``<turn>/0``, ``<turn>/progress``, ``<turn>/1``, ...: step 0 is the model's response;
+    without numbered keys, the same share of the journal as of the events). The second
+    holds the rest, the result record and (in the loop) the offset. The split changes
+    which records ride which commit, not how many there are.
+    """
+    events = [r for r in template if r[0] == "events"]
+    journal = [r for r in template if r[0] == "journal"]
+    rest = [r for r in template if r[0] not in ("events", "journal")]
+    cut = next(
+        (i for i, r in enumerate(events) if event_type(r[2]) == EventType.TOOL_START),
+        len(events) // 2,
+    )
+    jcut = next(
+        (i for i, r in enumerate(journal) if _step_index(r[1]) >= 1),
+        round(len(journal) * cut / max(1, len(events))),
+    )
+    return [*journal[:jcut], *events[:cut]], [*journal[jcut:], *events[cut:], *rest]
+
+
+def _step_index(key: bytes) -> int:
+    """The step number of a journal key ``<turn>/<n>`` (-1 for any other record)."""
+    suffix = key.split(b"/", 1)[-1]
+    return int(suffix) if suffix.isdigit() else -1
+
+
 class FloorProcessor:
     """The loop, in its own thread: consume a batch, write its records, commit with offsets.
 
     ``rekey`` writes each template record under the input's turn id instead of the
     captured turn's (``<turn>/...`` keeps its suffix), so a reader can clock each input.
+    ``commits=2`` (with ``batch=1``) commits each input's records in two transactions in
+    sequence, the offset with the second (``split_at_first_tool``).
     """
 
     def __init__(
@@ -63,18 +101,26 @@ class FloorProcessor:
         turns_topic: str,
         journal_topic: str,
         events_topic: str,
+        results_topic: str,
         partitions: int,
         templates: Sequence[TurnRecords],
         batch: int,
         rekey: bool = False,
+        commits: int = 1,
         kafka_config: Mapping[str, Any] | None = None,
     ) -> None:
+        if commits not in (1, 2) or (commits == 2 and batch != 1):
+            raise ValueError("commits=2 is the latency floor's: one input per transaction")
         self.rekey = rekey
         self.turns_topic = turns_topic
         self.journal_topic = journal_topic
         self.events_topic = events_topic
+        self.results_topic = results_topic
         self.partitions = partitions
         self.templates = templates
+        self.phases: list[tuple[TurnRecords, ...]] = [
+            split_at_first_tool(t) if commits == 2 else (t,) for t in templates
+        ]
         self.batch = batch
         self.transactions = 0
         self.records_written = 0
@@ -141,18 +187,17 @@ class FloorProcessor:
                 ]
                 if not msgs:
                     continue
+                if len(msgs) == 1 and len(self.phases[n % len(self.phases)]) == 2:
+                    # The tool-with-effects floor: the first part durable before the rest.
+                    self._producer.begin_transaction()
+                    self._write(msgs[0], self.phases[n % len(self.phases)][0])
+                    self._producer.commit_transaction(60)
+                    self.transactions += 1
                 self._producer.begin_transaction()
                 offsets: dict[int, int] = {}
                 for msg in msgs:
                     p = msg.partition() or 0
-                    for kind, key, value, headers in self.templates[n % len(self.templates)]:
-                        if self.rekey:
-                            key = (msg.key() or b"") + key[len(key.split(b"/", 1)[0]) :]
-                        if kind == "journal":
-                            self._produce(self.journal_topic, key, value, headers, partition=p)
-                        else:
-                            self._produce(self.events_topic, key, value, headers)
-                        self.records_written += 1
+                    self._write(msg, self.phases[n % len(self.phases)][-1])
                     offsets[p] = (msg.offset() or 0) + 1
                     n += 1
                 self._producer.send_offsets_to_transaction(
@@ -163,6 +208,20 @@ class FloorProcessor:
                 self.transactions += 1
         except (KafkaException, RuntimeError) as exc:
             self.error = exc
+
+    def _write(self, msg: Any, records: TurnRecords) -> None:
+        """One input's share of a template: journal to its partition, the rest by key."""
+        p = msg.partition() or 0
+        for kind, key, value, headers in records:
+            if self.rekey:
+                key = (msg.key() or b"") + key[len(key.split(b"/", 1)[0]) :]
+            if kind == "journal":
+                self._produce(self.journal_topic, key, value, headers, partition=p)
+            elif kind == "results":
+                self._produce(self.results_topic, key, value, headers)
+            else:
+                self._produce(self.events_topic, key, value, headers)
+            self.records_written += 1
 
     def stop(self) -> None:
         self._stop.set()
@@ -184,14 +243,15 @@ def run_floor(
     name = unique("floor")
     specs = agent_topic_specs(name, prefix=PREFIX, partitions=partitions)
     create_topics(bootstrap, specs)
-    turns_topic, events_topic, journal_topic = (
-        f"{PREFIX}.{name}.{t}" for t in ("turns", "events", "journal")
+    turns_topic, events_topic, journal_topic, results_topic = (
+        f"{PREFIX}.{name}.{t}" for t in ("turns", "events", "journal", "results")
     )
     floor = FloorProcessor(
         bootstrap,
         turns_topic=turns_topic,
         journal_topic=journal_topic,
         events_topic=events_topic,
+        results_topic=results_topic,
         partitions=partitions,
         templates=templates,
         batch=batch,
@@ -240,28 +300,32 @@ def run_floor_latency(
     partitions: int,
     warmup: int = 10,
     keep_topics: bool = False,
+    commits: int = 1,
 ) -> FloorLatency:
     """The latency floor (blocking): the raw loop at the latency phase's paced rate.
 
-    One input per transaction (``batch=1``), the same submitter, pacing and reader as
-    the framework's latency run; a sample is the time from just before a request is
-    produced to its terminal event read back under ``read_committed``.
+    One input per transaction (``batch=1``; ``commits=2``: two in sequence), the same
+    submitter, pacing and reader as the framework's latency run; a sample is the time
+    from just before a request is produced to its terminal event read back under
+    ``read_committed``.
     """
     name = unique("floorlat")
     specs = agent_topic_specs(name, prefix=PREFIX, partitions=partitions)
     create_topics(bootstrap, specs)
-    turns_topic, events_topic, journal_topic = (
-        f"{PREFIX}.{name}.{t}" for t in ("turns", "events", "journal")
+    turns_topic, events_topic, journal_topic, results_topic = (
+        f"{PREFIX}.{name}.{t}" for t in ("turns", "events", "journal", "results")
     )
     floor = FloorProcessor(
         bootstrap,
         turns_topic=turns_topic,
         journal_topic=journal_topic,
         events_topic=events_topic,
+        results_topic=results_topic,
         partitions=partitions,
         templates=templates,
         batch=1,
         rekey=True,
+        commits=commits,
     )
     submitter = Submitter(bootstrap)
     reader = CompletionReader(bootstrap, events_topic, partitions)

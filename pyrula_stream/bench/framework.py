@@ -2,7 +2,7 @@
 
 Turns/s is counted from the first submit to the moment the last ``run:complete`` is read
 back under ``read_committed``: what a caller of the agent would observe. After a run the
-journal and events topics are read back, so the floor can write the same records.
+journal, events and results topics are read back, so the floor can write the same records.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import (
     CompletionReader,
@@ -26,7 +27,8 @@ from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import wait_for
 
 TurnRecords = list[tuple[str, bytes, bytes | None, Headers]]
-"""One turn's output: ``("journal" | "events", key, value, headers)`` in write order."""
+"""One turn's output: ``("journal" | "events" | "results", key, value, headers)``, each
+topic's records in write order."""
 
 
 @dataclass
@@ -81,9 +83,7 @@ async def run_framework(
             stats = worker.committer.stats
             run = FrameworkRun(turns, seconds, stats.commits, stats.records, stats.seconds)
         if capture:
-            run.templates, run.written = await asyncio.to_thread(
-                capture_turns, bootstrap, agent.topics.journal, agent.topics.events, partitions
-            )
+            run.templates, run.written = await asyncio.to_thread(capture_agent, bootstrap, agent)
         return run
     finally:
         submitter.close()
@@ -91,13 +91,21 @@ async def run_framework(
             await asyncio.to_thread(drop_topics, bootstrap, agent_topics(agent))
 
 
+def capture_agent(bootstrap: str, agent: KafkaAgent) -> tuple[list[TurnRecords], dict[str, float]]:
+    """``capture_turns`` of everything an agent's turns write: journal, events, results."""
+    t = agent.topics
+    return capture_turns(bootstrap, t.journal, t.events, t.results, agent.partitions)
+
+
 def capture_turns(
-    bootstrap: str, journal: str, events: str, partitions: int
+    bootstrap: str, journal: str, events: str, results: str, partitions: int
 ) -> tuple[list[TurnRecords], dict[str, float]]:
-    """Group the journal and events records by turn; also what one turn wrote on average."""
+    """Group the journal, events and result records by turn; also what one turn wrote on
+    average. The result record is part of what the floor writes: the framework writes one
+    per turn to ``<agent>.results``, so a floor without it would compare unlike with like."""
     by_turn: dict[str, TurnRecords] = defaultdict(list)
     sizes: dict[str, list[tuple[str, int, bool]]] = defaultdict(list)
-    for kind, topic in (("journal", journal), ("events", events)):
+    for kind, topic in (("journal", journal), ("events", events), ("results", results)):
         for _, key, value, headers in read_records(bootstrap, topic, partitions):
             turn_id = key.split("/", 1)[0]
             hdrs: Headers = [(k, v.encode()) for k, v in headers.items()]

@@ -4,7 +4,9 @@ A turn's time is measured end to end, as its caller sees it: from just before it
 is produced to the moment its ``run:complete`` is read back under ``read_committed``.
 Overhead is that time minus the simulated model time (2 calls x latency; the tool answers
 at once). Turns are submitted at a steady rate well below the worker's capacity, so the
-figure is the cost of one turn's path (poll, five commits, read-back), not of a queue.
+figure is the cost of one turn's path (poll, the commits it waits for, read-back), not of
+a queue. The workload's tool is ``read_only`` by default; ``read_only=False`` prices a
+tool with effects, whose turn waits for the model's response to be durable first.
 The worker's own view, ``run:complete.ts_ms - run:start.ts_ms - model time``, is reported
 beside it: the part spent between building the first and the last event.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from pyrula_stream.bench.framework import TurnRecords, capture_turns
+from pyrula_stream.bench.framework import TurnRecords, capture_agent
 from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
 from pyrula_stream.bench.stats import percentile
@@ -64,10 +66,14 @@ async def run_latency(
     keep_topics: bool = False,
     telemetry: bool = True,
     capture: bool = False,
+    read_only: bool = True,
 ) -> LatencyRun:
     """Warm the worker up with a few turns, then time ``turns`` turns sent at ``rate``/s;
-    ``capture`` reads back what the turns wrote (for the latency floor to write)."""
-    agent = tool_turn_agent(unique("lat"), latency_s=model_latency_s, partitions=partitions)
+    ``capture`` reads back what the turns wrote (for the latency floor to write);
+    ``read_only=False`` runs the tool with effects (one more commit waited on)."""
+    agent = tool_turn_agent(
+        unique("lat"), latency_s=model_latency_s, partitions=partitions, read_only=read_only
+    )
     model_s = MODEL_CALLS * model_latency_s
     submitter = Submitter(bootstrap)
     try:
@@ -100,9 +106,7 @@ async def run_latency(
         commit_ms = 1000 * stats.seconds / max(1, stats.commits)
         templates: list[TurnRecords] = []
         if capture:
-            templates, _ = await asyncio.to_thread(
-                capture_turns, bootstrap, agent.topics.journal, agent.topics.events, partitions
-            )
+            templates, _ = await asyncio.to_thread(capture_agent, bootstrap, agent)
         return LatencyRun(
             turns, rate, model_latency_s, overheads, in_worker, stats.commits, commit_ms, templates
         )

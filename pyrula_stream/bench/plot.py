@@ -53,15 +53,22 @@ def _throughput(ax: Any, tp: dict[str, Any] | None) -> None:
         return _empty(ax, title)
     fw = [r["turns_per_s"] for r in tp["framework_runs"]]
     fl = [r["turns_per_s"] for r in tp["floor_runs"]]
+    many = [r["turns_per_s"] for r in tp.get("all_cores_runs", [])]
     xs = range(len(fw))
-    bars_fw = ax.bar([x - 0.2 for x in xs], fw, width=0.4, label="framework")
-    bars_fl = ax.bar([x + 0.2 for x in xs], fl, width=0.4, label="floor (raw confluent-kafka)")
-    for bars in (bars_fw, bars_fl):
-        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    bars = [
+        ax.bar([x - 0.27 for x in xs], fw, width=0.27, label="framework, 1 process"),
+        ax.bar(list(xs), fl, width=0.27, label="floor (raw confluent-kafka)"),
+    ]
+    if many:
+        label = f"framework, {tp['all_cores_processes']} processes (auto)"
+        bars.append(ax.bar([x + 0.27 for x in xs][: len(many)], many, width=0.27, label=label))
+    for bar in bars:
+        ax.bar_label(bar, fmt="%.0f", fontsize=8)
     ax.set_xticks(list(xs), [f"round {x + 1}" for x in xs])
     ax.set_yscale("log")
-    ax.set_ylim(top=max(fw + fl) * 5)  # room for the legend above the bars
-    ax.set_title(f"{title}\nratio of medians {tp['ratio']:.3f}")
+    ax.set_ylim(top=max(fw + fl + many) * 5)  # room for the legend above the bars
+    all_cores = f", all cores {tp['ratio_all_cores']:.3f}" if many else ""
+    ax.set_title(f"{title}\nratio of medians {tp['ratio']:.3f}{all_cores}")
     ax.legend(fontsize=8)
 
 

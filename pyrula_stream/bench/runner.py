@@ -1,13 +1,15 @@
 """Runs the phases in order and gathers one results dict (the JSON file's content).
 
-Throughput alternates framework and floor (A B A B ...) so drift in a noisy machine hits
-both sides alike, and reports the medians. The first framework run is read back to give
-the floor the exact records to write.
+Throughput alternates framework, floor and the framework on ``--processes auto`` worker
+processes (A B C A B C ...) so drift in a noisy machine hits every side alike, and
+reports the medians. The first framework run is read back to give the floor the exact
+records to write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -16,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from pyrula_stream.bench.concurrency import run_in_subprocess
-from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, run_cpu
-from pyrula_stream.bench.floor import run_floor, run_floor_latency
+from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, broker_pid, measure_processes, run_cpu
+from pyrula_stream.bench.floor import FloorLatency, run_floor, run_floor_latency
 from pyrula_stream.bench.framework import run_framework
 from pyrula_stream.bench.harness import machine, unique
 from pyrula_stream.bench.journal_size import run_journal_size
-from pyrula_stream.bench.latency import run_latency
+from pyrula_stream.bench.latency import LatencyRun, run_latency
 from pyrula_stream.bench.load import turn_requests
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.soak import run_soak
@@ -30,6 +32,7 @@ from pyrula_stream.bench.subagents import run_subagents
 from pyrula_stream.bench.telemetry import run_telemetry_cost
 from pyrula_stream.bench.threads import run_threads
 from pyrula_stream.bench.workload import QUESTION
+from pyrula_stream.supervisor import process_count
 
 PHASES = (
     "throughput",
@@ -75,7 +78,7 @@ class BenchConfig:
     memory_samples: int = 100
     soak_turns: int = 200_000
     soak_warmup: int = 5_000
-    parked_turns: int = 2000
+    parked_turns: int = 50_000
     call_round_trips: int = 100
     phases: tuple[str, ...] = PHASES
     profile: bool = False
@@ -104,7 +107,7 @@ class BenchConfig:
             "memory_samples": 10,
             "soak_turns": 1000,
             "soak_warmup": 200,
-            "parked_turns": 100,
+            "parked_turns": 200,
             "call_round_trips": 5,
             "quick": True,
         }
@@ -114,6 +117,19 @@ class BenchConfig:
 def progress(message: str) -> None:
     """Progress goes to stderr: stdout ends with the JSON line and nothing after it."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def git_commit() -> str | None:
+    """The checked-out commit (short), so a results file can serve as a ``--baseline``."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def over_floor(overheads_ms: list[float], floor_ms: list[float]) -> dict[str, float]:
@@ -132,11 +148,83 @@ def over_floor(overheads_ms: list[float], floor_ms: list[float]) -> dict[str, fl
     }
 
 
+async def _latency_with_floor(
+    config: BenchConfig, bootstrap: str, *, read_only: bool
+) -> tuple[LatencyRun, FloorLatency]:
+    """One framework latency run and, right after it, its floor at the same rate: one
+    commit per input for the read-only tool, two in sequence for the tool with effects."""
+    commits = 1 if read_only else 2
+    what = "read-only tool" if read_only else "tool with effects"
+    progress(
+        f"latency ({what}): {config.latency_turns} turns at {config.latency_rate:g}/s, "
+        f"{config.latency_model_s * 1000:.0f} ms model"
+    )
+    lat = await run_latency(
+        bootstrap,
+        turns=config.latency_turns,
+        rate=config.latency_rate,
+        model_latency_s=config.latency_model_s,
+        partitions=config.partitions,
+        keep_topics=config.keep_topics,
+        capture=True,
+        read_only=read_only,
+    )
+    progress(
+        f"latency floor: the raw loop at {config.latency_rate:g}/s, "
+        f"{commits} transaction{'s' if commits > 1 else ''} per input"
+    )
+    floor = await asyncio.to_thread(
+        run_floor_latency,
+        bootstrap,
+        agent=unique("floorlat"),
+        turns=config.latency_turns,
+        rate=config.latency_rate,
+        templates=lat.templates,
+        partitions=config.partitions,
+        keep_topics=config.keep_topics,
+        commits=commits,
+    )
+    return lat, floor
+
+
+async def run_latency_phase(config: BenchConfig, bootstrap: str) -> dict[str, Any]:
+    """The read-only tool against the one-commit floor (today's keys), then the tool with
+    effects against the two-commit floor (``*_effect_*`` keys)."""
+    lat, floor = await _latency_with_floor(config, bootstrap, read_only=True)
+    effect, floor2 = await _latency_with_floor(config, bootstrap, read_only=False)
+    e = effect.summary()
+    return {
+        **lat.summary(),
+        **over_floor(lat.overheads_ms, floor.latencies_ms),
+        **{
+            k.replace("latency_floor", "latency_floor_two_commit").replace(
+                "over_floor", "over_floor_effect"
+            ): v
+            for k, v in over_floor(effect.overheads_ms, floor2.latencies_ms).items()
+        },
+        "floor_transactions": floor.transactions,
+        "overheads_ms": [round(v, 1) for v in lat.overheads_ms],
+        "in_worker_ms": [round(v, 1) for v in lat.in_worker_ms],
+        "floor_latencies_ms": [round(v, 1) for v in floor.latencies_ms],
+        "effect_overhead_p50_ms": e["overhead_p50_ms"],
+        "effect_overhead_p99_ms": e["overhead_p99_ms"],
+        "effect_in_worker_overhead_p50_ms": e["in_worker_overhead_p50_ms"],
+        "effect_commits": e["commits"],
+        "effect_commit_ms_mean": e["commit_ms_mean"],
+        "floor_two_commit_transactions": floor2.transactions,
+        "effect_overheads_ms": [round(v, 1) for v in effect.overheads_ms],
+        "floor_two_commit_latencies_ms": [round(v, 1) for v in floor2.latencies_ms],
+    }
+
+
 async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dict[str, Any]:
     framework: list[dict[str, Any]] = []
     floor: list[dict[str, Any]] = []
     templates: list[Any] = []
     written: dict[str, float] = {}
+    all_cores: list[dict[str, Any]] = []
+    processes = process_count("auto")  # what `pyrula-stream worker --processes auto` runs
+    broker, cores = broker_pid(bootstrap), os.cpu_count() or 1
     for i in range(config.rounds):
         progress(f"throughput round {i + 1}/{config.rounds}: framework, {config.turns} turns")
         run = await run_framework(
@@ -177,9 +265,23 @@ async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dic
                 "records_written": f.records_written,
             }
         )
-        progress(f"  floor {f.turns_per_s:.1f} turns/s")
+        progress(f"  floor {f.turns_per_s:.1f} turns/s; now {processes} worker processes")
+        many = await measure_processes(
+            bootstrap,
+            processes=processes,
+            steps=1,
+            turns=config.turns,
+            warmup=0,  # as the one-process run and the floor: none warms up
+            partitions=config.partitions,
+            concurrency=config.framework_concurrency,
+            broker=broker,
+            cores=cores,
+        )
+        all_cores.append(many)
+        progress(f"  {processes} processes {many['turns_per_s']:.1f} turns/s")
     fw = median([r["turns_per_s"] for r in framework])
     fl = median([r["turns_per_s"] for r in floor])
+    fa = median([r["turns_per_s"] for r in all_cores])
     out: dict[str, Any] = {
         "turns": config.turns,
         "partitions": config.partitions,
@@ -190,6 +292,10 @@ async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dic
         "framework_turns_per_s": round(fw, 1),
         "floor_turns_per_s": round(fl, 1),
         "ratio": round(fw / fl, 4),
+        "all_cores_processes": processes,
+        "all_cores_runs": all_cores,
+        "turns_per_s_all_cores": round(fa, 1),
+        "ratio_all_cores": round(fa / fl, 4),
         "written_per_turn": written,
     }
     if config.profile:
@@ -220,6 +326,7 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
         "date": now.isoformat(timespec="seconds"),
         "stamp": stamp,
         "command": "python -m pyrula_stream.bench " + " ".join(sys.argv[1:]),
+        "commit": git_commit(),
         "machine": machine(),
         "broker": broker,
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
@@ -227,38 +334,7 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
     if "throughput" in config.phases:
         results["throughput"] = await run_throughput(config, bootstrap, stamp)
     if "latency" in config.phases:
-        progress(
-            f"latency: {config.latency_turns} turns at {config.latency_rate:g}/s, "
-            f"{config.latency_model_s * 1000:.0f} ms model"
-        )
-        lat = await run_latency(
-            bootstrap,
-            turns=config.latency_turns,
-            rate=config.latency_rate,
-            model_latency_s=config.latency_model_s,
-            partitions=config.partitions,
-            keep_topics=config.keep_topics,
-            capture=True,
-        )
-        progress(f"latency floor: the raw loop at {config.latency_rate:g}/s, one per transaction")
-        floor = await asyncio.to_thread(
-            run_floor_latency,
-            bootstrap,
-            agent=unique("floorlat"),
-            turns=config.latency_turns,
-            rate=config.latency_rate,
-            templates=lat.templates,
-            partitions=config.partitions,
-            keep_topics=config.keep_topics,
-        )
-        results["latency"] = {
-            **lat.summary(),
-            **over_floor(lat.overheads_ms, floor.latencies_ms),
-            "floor_transactions": floor.transactions,
-            "overheads_ms": [round(v, 1) for v in lat.overheads_ms],
-            "in_worker_ms": [round(v, 1) for v in lat.in_worker_ms],
-            "floor_latencies_ms": [round(v, 1) for v in floor.latencies_ms],
-        }
+        results["latency"] = await run_latency_phase(config, bootstrap)
     if "cpu" in config.phases:
         progress(
             f"cpu: {config.cpu_turns} turns on 1 then 2 worker processes "

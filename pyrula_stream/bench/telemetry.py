@@ -5,6 +5,8 @@ records every metric and exports every span through the OpenTelemetry SDK's batc
 processor (to an exporter that drops them, so the figure is our cost and the SDK's, not
 a collector's network). Throughput alternates off and on (A B A B ...) like the
 throughput phase; latency runs off then on at the same rate and model latency.
+``telemetry_cost_fraction`` is ``(turns/s off - turns/s on) / turns/s off``: the share of
+throughput telemetry costs.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ async def run_telemetry_cost(
         "turns_per_s_runs_off": tput[False],
         "turns_per_s_runs_on": tput[True],
         "turns_per_s_cost_pct": round(100 * (off_tps - on_tps) / off_tps, 1),
+        "telemetry_cost_fraction": round((off_tps - on_tps) / off_tps, 3),
         "latency_turns": latency_turns,
         "overhead_p50_ms_off": p50[False],
         "overhead_p50_ms_on": p50[True],

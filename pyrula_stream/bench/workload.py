@@ -44,6 +44,13 @@ async def lookup_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
     return {"order_id": order_id, "status": "shipped", "carrier": "DHL", "eta": "Thursday"}
 
 
+@tool(name="lookup_order")
+async def lookup_order_with_effects(ctx: ToolContext, order_id: str) -> dict[str, Any]:
+    """``lookup_order`` as a tool with effects (not ``read_only``): the model's response
+    must be durable before it runs, so the turn waits for one more commit."""
+    return {"order_id": order_id, "status": "shipped", "carrier": "DHL", "eta": "Thursday"}
+
+
 class ScriptModel(LLMClient):
     """The n-th reply for a conversation of ``1 + 2n`` messages (the question, then a
     response and a tool result per step); the last one repeats. Constant work per call:
@@ -74,10 +81,12 @@ class ScriptModel(LLMClient):
         yield response
 
 
-def tool_turn_agent(name: str, *, latency_s: float, partitions: int, steps: int = 1) -> KafkaAgent:
+def tool_turn_agent(
+    name: str, *, latency_s: float, partitions: int, steps: int = 1, read_only: bool = True
+) -> KafkaAgent:
     """``steps`` times a model call asking for ``lookup_order`` and the tool, then one model
     call answering (a step: one model call and one tool call; the default is the one-tool
-    turn)."""
+    turn). ``read_only=False`` gives it the tool with effects (same answer)."""
     llm = ScriptModel(
         [
             *(reply_tool_call("lookup_order", order_id=str(1234 + i)) for i in range(steps)),
@@ -91,7 +100,7 @@ def tool_turn_agent(name: str, *, latency_s: float, partitions: int, steps: int 
         name=name,
         prefix=PREFIX,
         llm=llm,
-        tools=[lookup_order],
+        tools=[lookup_order if read_only else lookup_order_with_effects],
         partitions=partitions,
         limits=limits,
     )
