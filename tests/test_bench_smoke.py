@@ -129,6 +129,7 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         "restore",
         "soak",
         "subagents",
+        "gateway",
         "machine",
         "baseline",
         "targets",
@@ -152,6 +153,9 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     assert len(results["targets"]) == 12  # one per row of issue 27's table
     assert results["subagents"]["parked_at_end"] >= results["subagents"]["parked_turns"]
     assert results["throughput"]["written_per_turn"]["results_records_per_turn"] == 1.0
+    gateway = results["gateway"]
+    assert gateway["events_measured_sse"] == gateway["events_measured_client"] > 0
+    assert isinstance(figures["gateway_added_p50_ms"], float)
     text = docs.read_text()
     assert "prose stays" in text
     assert baseline in text  # --write-docs rewrote the results, not the baseline

@@ -43,6 +43,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     th = results.get("threads", {})
     largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
     sub = results.get("subagents", {})
+    gw = results.get("gateway", {})
     cpu = results.get("cpu", {})
     base = results.get("baseline") or {}
     return {
@@ -94,6 +95,9 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "tracemalloc_kb_per_parked_turn": sub.get("tracemalloc_kb_per_parked_turn"),
         "call_round_trip_p50_ms": sub.get("call_round_trip_p50_ms"),
         "call_round_trip_p99_ms": sub.get("call_round_trip_p99_ms"),
+        "gateway_added_p50_ms": gw.get("gateway_added_p50_ms"),
+        "gateway_added_p99_ms": gw.get("gateway_added_p99_ms"),
+        "gateway_rss_kb_per_stream": gw.get("gateway_rss_kb_per_stream"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),
@@ -330,6 +334,23 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "<= 20",
             )
         )
+    gw = results.get("gateway")
+    if gw:
+        out += [
+            (
+                f"gateway: {gw['streams']} SSE streams, added to an event's way to the client "
+                "p50 / p99 (ms)",
+                _fmt(gw["gateway_added_p50_ms"]) + " / " + _fmt(gw["gateway_added_p99_ms"]),
+                "",
+            ),
+            (
+                "  event made -> SSE client p50 / p99; -> KafkaAgentClient.stream (ms)",
+                f"{_fmt(gw['sse_p50_ms'])} / {_fmt(gw['sse_p99_ms'])}; "
+                f"{_fmt(gw['client_p50_ms'])} / {_fmt(gw['client_p99_ms'])}",
+                "",
+            ),
+            ("  gateway RSS per open stream (KB)", _fmt(gw["gateway_rss_kb_per_stream"]), ""),
+        ]
     tel = results.get("telemetry")
     if tel:
         what = "metrics + tracing" if tel["tracing_exported"] else "metrics (no OTel SDK)"

@@ -21,6 +21,7 @@ from pyrula_stream.bench.concurrency import run_in_subprocess
 from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, broker_pid, measure_processes, run_cpu
 from pyrula_stream.bench.floor import FloorLatency, run_floor, run_floor_latency
 from pyrula_stream.bench.framework import run_framework
+from pyrula_stream.bench.gateway import run_gateway
 from pyrula_stream.bench.harness import machine, unique
 from pyrula_stream.bench.journal_size import run_journal_size
 from pyrula_stream.bench.latency import LatencyRun, run_latency
@@ -44,6 +45,7 @@ PHASES = (
     "threads",
     "soak",
     "subagents",
+    "gateway",
     "telemetry",
 )
 """``telemetry`` runs last: it installs the OpenTelemetry SDK for the rest of the process."""
@@ -80,6 +82,7 @@ class BenchConfig:
     soak_warmup: int = 5_000
     parked_turns: int = 50_000
     call_round_trips: int = 100
+    gateway_streams: int = 500
     phases: tuple[str, ...] = PHASES
     profile: bool = False
     quick: bool = False
@@ -109,6 +112,7 @@ class BenchConfig:
             "soak_warmup": 200,
             "parked_turns": 200,
             "call_round_trips": 5,
+            "gateway_streams": 10,
             "quick": True,
         }
         return cls(**{**sizes, **overrides})
@@ -414,6 +418,14 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             round_trips=config.call_round_trips,
             partitions=config.partitions,
             keep_topics=config.keep_topics,
+        )
+    if "gateway" in config.phases:
+        progress(
+            f"gateway: {config.gateway_streams} SSE streams on one gateway process, "
+            "against KafkaAgentClient.stream"
+        )
+        results["gateway"] = await run_gateway(
+            bootstrap, streams=config.gateway_streams, keep_topics=config.keep_topics
         )
     if "telemetry" in config.phases:
         progress(
