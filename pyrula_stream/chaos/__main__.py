@@ -4,7 +4,8 @@ Starts a local Kafka broker unless ``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_
 names one, runs the experiment, prints a summary and, as the last line, one JSON object.
 Exit code 0 when ``lost``, ``duplicate_terminal``, ``duplicate_events``,
 ``repeated_llm_after_journal`` and ``duplicate_effects`` are all 0 (with ``--hostile``
-also ``worker_crashes``, ``hostile_not_in_dlq`` and ``forged_replies_taken``), else 1.
+also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken`` and
+``hostile_dlq_doubled``), else 1.
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "--hostile",
         action="store_true",
         help="also send generated hostile records (turns, replies, control) among the turns "
-        "and gate worker_crashes, hostile_not_in_dlq and forged_replies_taken",
+        "and gate worker_crashes, hostile_not_in_dlq, forged_replies_taken and hostile_dlq_doubled",
     )
     p.add_argument(
         "--hostile-records",

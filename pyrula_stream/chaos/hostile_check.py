@@ -23,7 +23,12 @@ from pyrula_stream.events import EventType, decode_event
 from pyrula_stream.serde import REPLY
 from pyrula_stream.subagents import CHILD_TURN_HEADER
 
-HOSTILE_KEYS = ("worker_crashes", "hostile_not_in_dlq", "forged_replies_taken")
+HOSTILE_KEYS = (
+    "worker_crashes",
+    "hostile_not_in_dlq",
+    "forged_replies_taken",
+    "hostile_dlq_doubled",
+)
 """Gated in a ``--hostile`` run."""
 SKIPPED_LINE = "ignoring unreadable control record"
 _ORIGINAL = "pyrula.original."
