@@ -151,7 +151,11 @@ async def test_event_caps_are_visible_and_never_drop_the_terminal_event(
 
     @kafka_agent(
         name=unique_name("caps"),
-        llm=FakeLLM([reply_tool_call("report"), "z" * 300], chunk_chars=100),
+        # The second call's barrier commits the first call's entry: a step and its
+        # tombstone that meet in the turn's last commit are not written at all.
+        llm=FakeLLM(
+            [reply_tool_call("report"), reply_tool_call("report"), "z" * 300], chunk_chars=100
+        ),
         tools=[report],
         limits=AgentLimits(max_event_payload_bytes=41),
         partitions=1,

@@ -131,10 +131,15 @@ class GroupCommitter:
         self._pending.waiters.append((turn.turn_id, fut))
         return fut
 
-    def add_records(self, records: list[OutRecord]) -> None:
-        """Records that belong to no turn (dead letters, housekeeping tombstones)."""
+    def add_records(self, records: list[OutRecord], *, wake: bool = True) -> None:
+        """Records that belong to no turn (dead letters, housekeeping tombstones).
+
+        ``wake=False``: they ride the next commit something else starts (or ``flush``),
+        for cleanup no one waits for: a tombstone per finished turn must not cost a
+        commit of its own."""
         self._pending.records.extend((None, r) for r in records)
-        self._wake.set()
+        if wake:
+            self._wake.set()
 
     def durable_records(self, owner: str, records: list[OutRecord]) -> asyncio.Future[None]:
         """Records of no turn that must commit with every owned partition's input offset

@@ -244,7 +244,8 @@ class TurnScheduler:
             ps.threads.apply(key, value)
         if ps.turn_finished(runtime.request, queued.offset, int(time.time() * 1000)):
             key = journal_key(runtime.turn_id, -1, TERMINAL)  # its offset committed with it
-            self._committer().add_records([tombstone(self.agent.topics.journal, key, ps.partition)])
+            gone = tombstone(self.agent.topics.journal, key, ps.partition)
+            self._committer().add_records([gone], wake=False)
         self.turns_finished += 1
         self._release(ps, queued)
 

@@ -641,7 +641,7 @@ class KafkaWorker(RunsInBackground):
             for p, ps in self._parts.items():
                 records += [self._tombstone(p, k) for k in ps.journal.expire(now_ms, ttl_ms)]
         if records:
-            self.committer.add_records(records)
+            self.committer.add_records(records, wake=False)  # cleanup rides the next commit
 
     # -- commit plumbing ------------------------------------------------------------------
 
