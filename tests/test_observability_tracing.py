@@ -278,7 +278,7 @@ async def test_without_an_sdk_the_worker_passes_the_requests_trace_context_on(
     }
     port = free_port()
     argv = [
-        *(sys.executable, "-m", "pyrula_stream.cli", "worker", "tests.agents.echo:echo"),
+        *(sys.executable, "-m", "pyrula_stream.cli", "worker", "tests.agents.echo:noting"),
         *("--bootstrap-servers", kafka_bootstrap_servers, "--health-port", str(port)),
     ]
     topics = AgentTopics.for_agent(name)

@@ -22,3 +22,21 @@ async def shout(ctx: ToolContext, text: str) -> str:
 )
 async def echo(ctx: AgentContext, text: str) -> str:
     return await ctx.llm.run([{"role": "user", "content": text}])
+
+
+@tool
+async def note(ctx: ToolContext, text: str) -> str:
+    """Write the text down: an effect, so the model's response commits before it runs."""
+    return text
+
+
+@kafka_agent(
+    name=os.environ.get("ECHO_AGENT_NAME", "noting"),
+    llm=FakeLLM([reply_tool_call("note", text="hello"), "noted"]),
+    tools=[note],
+    partitions=2,
+)
+async def noting(ctx: AgentContext, text: str) -> str:
+    """Like ``echo``, with a tool that has effects: its first steps are committed before the
+    tool runs, so the journal holds them while the turn runs."""
+    return await ctx.llm.run([{"role": "user", "content": text}])
