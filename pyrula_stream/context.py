@@ -120,7 +120,7 @@ class AgentContext:
         self.llm = LLMHandle(loop)
         self.deps = deps
         self._direct_counters: dict[str, int] = {}
-        self._running_ids: set[tuple[str, str]] = set()
+        self._running_ids: dict[tuple[str, str], None] = {}  # a set: 216 bytes empty
 
     @property
     def turn_id(self) -> str:
@@ -267,14 +267,14 @@ class AgentContext:
             call_key = f"direct:{tool.name}#id={id}"
             if (tool.name, id) in self._running_ids:
                 raise ConcurrentCallIdError(tool.name, id)
-            self._running_ids.add((tool.name, id))
+            self._running_ids[(tool.name, id)] = None
         try:
             data = await self._tool_calls.run(
                 ToolCall(call_key, tool.name, arguments, tool, direct=True)
             )
         finally:
             if id is not None:
-                self._running_ids.discard((tool.name, id))
+                self._running_ids.pop((tool.name, id), None)
         return data.get("value")
 
     async def mcp_tools(self, server: str | None = None) -> list[ToolCallable]:

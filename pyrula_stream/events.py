@@ -341,7 +341,7 @@ DROP_NOTICE_SLOTS = 2
 """Seqs kept free under the count cap: the drop notice and the terminal event."""
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnEvents:
     """Numbers, caps, encodes and routes one turn's events (see the module docstring)."""
 

@@ -49,7 +49,7 @@ class AgentLimits:
     max_parallel_tool_calls: int = 8
 
 
-@dataclass
+@dataclass(slots=True)
 class Spend:
     """What the turn has spent on model calls (recorded calls included)."""
 

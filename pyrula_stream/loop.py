@@ -185,7 +185,8 @@ class ToolLoop:
                 f"{system}\n\n{self.output_instructions}" if system else self.output_instructions
             )
         thread = self.turn.thread
-        added = self.turn.thread_messages
+        # What joins the thread when the turn completes; a turn without one keeps nothing.
+        added = self.turn.thread_messages if thread is not None else None
         earlier: list[dict[str, Any]] = []
         if thread is not None and history:
             earlier = await compacted_history(
@@ -197,15 +198,17 @@ class ToolLoop:
                 system,
                 [self._definition(t) for t in offered],
             )
-        added += new_input
+        if added is not None:
+            added += new_input
         running = RunningFingerprint()  # the conversation only grows: hash each message once
         while True:
             response = await self.model_call(
                 earlier + conversation, offered, system, running=running
             )
-            reply = response.as_message()  # one dict in both lists: neither edits it
-            conversation.append(reply)
-            added.append(reply)
+            said = response.as_message()  # one copy, shared by the conversation and thread
+            conversation.append(said)
+            if added is not None:
+                added.append(said)
             for block in response.content:
                 yield block
             yield response
@@ -226,7 +229,8 @@ class ToolLoop:
                 ],
             }
             conversation.append(message)
-            added.append(message)
+            if added is not None:
+                added.append(message)
             for r in results:
                 yield r
 

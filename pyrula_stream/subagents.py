@@ -205,6 +205,10 @@ class Park:
                 "idempotency_key": req.idempotency_key,
                 "submitted_ms": req.submitted_ms,
                 "lineage": req.lineage.as_dict() if req.lineage else None,
+                # what the result record echoes: a resumed turn rebuilds its request here
+                "correlation_id": req.correlation_id,
+                "reply_headers": [list(h) for h in req.reply_headers],
+                "record_key": req.record_key,
             },
             "children": list(self.children),
             "wake_at_ms": self.wake_at_ms,
@@ -222,6 +226,9 @@ class Park:
             idempotency_key=r.get("idempotency_key"),
             submitted_ms=int(r.get("submitted_ms") or 0),
             lineage=Lineage.from_headers(r["lineage"]) if r.get("lineage") else None,
+            correlation_id=r.get("correlation_id"),
+            reply_headers=tuple((str(k), str(v)) for k, v in r.get("reply_headers") or ()),
+            record_key=r.get("record_key"),
         )
         wake = data.get("wake_at_ms")
         return cls(request, tuple(data.get("children") or ()), int(wake) if wake else None)

@@ -111,10 +111,12 @@ class Branch:
     def prefill(self, journal: TurnJournal) -> None:
         """Put the original's steps before ``from_step`` (not its start) in the branch's
         journal, as recorded: the branch replays them even though its input changed."""
+        forked = set(journal.forked)
         for entry in self.original.steps:
             if 1 <= entry.step < self.from_step:
                 journal.steps.setdefault(entry.step, entry)
-                journal.forked.add(entry.step)
+                forked.add(entry.step)
+        journal.forked = frozenset(forked)
 
     def tool_result(
         self, step: int | None, name: str, input_hash: str, *, read_only: bool, writes: bool

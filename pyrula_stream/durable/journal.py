@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
@@ -29,6 +31,7 @@ from pyrula_stream.serde import (
     JournalEntry,
     RunningFingerprint,
     decode_journal_entry,
+    encode,
     fingerprint,
     journal_key,
     parse_journal_key,
@@ -105,12 +108,13 @@ def describe_model_input_change(recorded: str, live: str) -> str:
     return "; ".join(changes) or "the model input changed"
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnJournal:
     """Everything the journal holds about one turn.
 
     Restore keeps step and progress records as raw bytes: most restored turns are never
-    resumed (their requests are finished), so decoding waits for ``materialize``.
+    resumed (their requests are finished), so decoding waits for ``materialize``. Slots:
+    every running and every restored turn has one.
     """
 
     turn_id: str
@@ -119,8 +123,9 @@ class TurnJournal:
     terminal_ms: int | None = None
     raw_steps: dict[int, bytes] = field(default_factory=dict)
     raw_progress: bytes | None = None
-    forked: set[int] = field(default_factory=set)
-    """Steps a branch took from its original: replayed as recorded, whatever their input."""
+    forked: frozenset[int] = frozenset()
+    """Steps a branch took from its original: replayed as recorded, whatever their input
+    (the shared empty frozenset for every other turn: an empty set is 216 bytes)."""
     replies: dict[str, dict[str, Any]] = field(default_factory=dict)
     park: dict[str, Any] | None = None
 
@@ -193,6 +198,29 @@ class TurnJournal:
             self.raw_progress = None
         return self
 
+    def records(self) -> list[tuple[str, bytes]]:
+        """The turn's records as the journal topic holds them, by key suffix (what
+        ``apply`` folds back): how a parked turn's journal waits on disk. The terminal
+        record and ``forked`` are not kept (a parked turn has neither; a branch's attempt
+        takes its forked steps again)."""
+        out = [(str(i), raw) for i, raw in self.raw_steps.items()]
+        out += [
+            (str(i), encode("journal_entry", e))
+            for i, e in self.steps.items()
+            if i not in self.raw_steps
+        ]
+        if self.raw_progress is not None:
+            out.append((PROGRESS, self.raw_progress))
+        elif self.progress is not None:
+            out.append((PROGRESS, encode("journal_entry", self.progress)))
+        tid = self.turn_id
+        if self.park is not None:
+            out.append((PARK, encode("journal_entry", JournalEntry(tid, -1, PARK, data=self.park))))
+        for child, data in self.replies.items():
+            entry = JournalEntry(tid, -1, REPLY_ENTRY_KIND, child, data=data)
+            out.append((REPLY + child, encode("journal_entry", entry)))
+        return out
+
     def step_indices(self) -> set[int]:
         return set(self.steps) | set(self.raw_steps)
 
@@ -220,6 +248,65 @@ class TurnJournal:
         return entry
 
 
+REPLY_ENTRY_KIND = "reply"
+"""The kind of a reply's journal entry (``subagents.REPLY_KIND``; restore reads only its data)."""
+
+_FRAME = struct.Struct(">HI")
+
+
+class ParkedJournals:
+    """The journals of a partition's parked turns, on disk until they resume.
+
+    A parked turn may wait an hour or a week, and a worker may hold tens of thousands:
+    in memory each journal cost kilobytes (decoded steps, its request twice). Here it is
+    one row per turn, its records as the journal topic holds them, read back when the
+    turn resumes or a reply for it arrives. The file is opened at the first park and,
+    like the idempotency keys, rebuilt from the topic at each assignment.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._view: SqliteView | None = None
+
+    def __len__(self) -> int:
+        return 0 if self._view is None else len(self._view)
+
+    def put(self, journal: TurnJournal) -> None:
+        if self._view is None:
+            self._view = SqliteView(self._path)
+        frames = [
+            _FRAME.pack(len(k := suffix.encode()), len(value)) + k + value
+            for suffix, value in journal.records()
+        ]
+        self._view.apply(journal.turn_id, b"".join(frames), 0)
+
+    def get(self, turn_id: str) -> TurnJournal | None:
+        found = self._view.get(turn_id) if self._view is not None else None
+        if found is None:
+            return None
+        blob, journal, at = found[0], TurnJournal(turn_id), 0
+        while at < len(blob):
+            k_len, v_len = _FRAME.unpack_from(blob, at)
+            at += _FRAME.size
+            suffix = blob[at : at + k_len].decode()
+            at += k_len
+            journal.apply(f"{turn_id}/{suffix}", blob[at : at + v_len], 0)
+            at += v_len
+        return journal
+
+    def take(self, turn_id: str) -> TurnJournal | None:
+        """The turn's journal, no longer kept here (it resumes)."""
+        journal = self.get(turn_id)
+        if journal is not None and self._view is not None:
+            self._view.apply(turn_id, None, 0)
+        return journal
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.close()
+            self._view = None
+
+
 @dataclass
 class IdempotencyRecord:
     """Which turn took an idempotency key, and when (the record's timestamp)."""
@@ -241,6 +328,10 @@ class IdempotencyKeys:
 
     def __len__(self) -> int:
         return len(self._view)
+
+    @property
+    def path(self) -> Path:
+        return self._view.path
 
     def get(self, key: str) -> IdempotencyRecord | None:
         found = self._view.get(key)
@@ -297,6 +388,12 @@ class PartitionJournal:
     """The intake mark's data and write time (``None``: none, or a tombstone)."""
     dead_lettered: set[int] = field(default_factory=set)
     """Input offsets whose record was dead-lettered, until the committed offset passes."""
+    parked: ParkedJournals = field(init=False)
+    """Parked turns' journals (not in ``turns``), in a file beside the idempotency keys."""
+
+    def __post_init__(self) -> None:
+        keys = self.idempotency.path
+        self.parked = ParkedJournals(keys.with_name(f"{keys.stem}.parked{keys.suffix}"))
 
     def restore(self, records: Iterable[ConsumedRecord]) -> None:
         """Fold a partition's records, read to its end, in offset order."""

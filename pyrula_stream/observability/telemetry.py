@@ -63,7 +63,7 @@ def journaled_trace(steps: Mapping[int, JournalEntry]) -> TraceCarrier | None:
     return {str(k): str(v) for k, v in trace.items()} if isinstance(trace, dict) else None
 
 
-@dataclass
+@dataclass(slots=True)
 class TurnTelemetry:
     """Spans, metrics and log fields of one turn on this worker (see the module doc)."""
 
@@ -215,7 +215,7 @@ class TurnTelemetry:
             yield ToolCallObserver(span, self.metrics, tool)
 
 
-@dataclass
+@dataclass(slots=True)
 class ModelCallObserver:
     span: Span
     metrics: WorkerMetrics | None
@@ -260,7 +260,7 @@ class ModelCallObserver:
             self.metrics.model_call(provider, model, seconds, response, cost_usd)
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolCallObserver:
     span: Span
     metrics: WorkerMetrics | None

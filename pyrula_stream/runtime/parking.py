@@ -20,6 +20,7 @@ transaction aborts the child's request too) and is dead-lettered.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from pyrula_stream.errors import ErrorCode
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.records import dead_letter
 from pyrula_stream.runtime.committer import GroupCommitter
-from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
+from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
 from pyrula_stream.subagents import (
     CALL_KIND,
     Park,
@@ -131,36 +132,78 @@ class ParkedTurns:
             if journal.park is None or journal.terminal_ms is not None:
                 continue
             try:
-                ps.parked[turn_id] = Park.from_data(journal.park)
+                park = Park.from_data(journal.park)
             except Exception as exc:  # a journal record we cannot read: leave it parked
                 log.error("park record of %s unreadable, turn left parked: %s", turn_id, exc)
                 continue
+            ps.parked[turn_id] = ParkedTurn(park.wake_at_ms, park.children)
             if self._cancelled(turn_id):
                 self.resume(partition, turn_id)
             else:
                 self.arm(partition, turn_id)
 
     def arm(self, partition: int, turn_id: str) -> None:
-        """Resume the turn if it can go on now, else set its timer (if it has one)."""
+        """A turn just parked: resume it if it can go on now, else move its journal to
+        disk and, if it has a wake time, put it on the partition's timer."""
         ps = self._parts.get(partition)
-        park = ps.parked.get(turn_id) if ps is not None else None
-        if ps is None or park is None:
+        parked = ps.parked.get(turn_id) if ps is not None else None
+        if ps is None or parked is None:
             return
         journal = ps.journal.turns.get(turn_id)
-        replies = journal.replies if journal is not None else {}
-        if park.ready(replies, _now_ms()):
+        if parked.ready(journal.replies if journal is not None else {}, _now_ms()):
             self.resume(partition, turn_id)
-        elif park.wake_at_ms is not None:
-            delay = max(0.0, park.wake_at_ms / 1000 - time.time())
-            asyncio.get_running_loop().call_later(delay, self.arm, partition, turn_id)
+            return
+        if journal is not None:
+            del ps.journal.turns[turn_id]
+            ps.journal.parked.put(journal)
+        if parked.wake_at_ms is not None:
+            heapq.heappush(ps.wakes, (parked.wake_at_ms, turn_id))
+            if ps.wake_timer is None or ps.wakes[0] == (parked.wake_at_ms, turn_id):
+                self._set_timer(ps)
+
+    def _set_timer(self, ps: PartitionState) -> None:
+        """One timer per partition, for its earliest wake time. Its callback names the
+        partition, not its state: a timer outliving a revoke holds nothing of it."""
+        if ps.wake_timer is not None:
+            ps.wake_timer.cancel()
+            ps.wake_timer = None
+        if ps.wakes:
+            delay = max(0.0, ps.wakes[0][0] / 1000 - time.time())
+            loop = asyncio.get_running_loop()
+            ps.wake_timer = loop.call_later(delay, self._wake, ps.partition)
+
+    def _wake(self, partition: int) -> None:
+        """Resume every parked turn whose time has come; set the timer for the next."""
+        ps = self._parts.get(partition)
+        if ps is None:
+            return
+        ps.wake_timer = None
+        now = _now_ms()
+        while ps.wakes and ps.wakes[0][0] <= now:
+            at, turn_id = heapq.heappop(ps.wakes)
+            parked = ps.parked.get(turn_id)
+            if parked is not None and parked.wake_at_ms == at:  # else: resumed meanwhile
+                self.resume(partition, turn_id)
+        self._set_timer(ps)
 
     def resume(self, partition: int, turn_id: str) -> None:
-        """Run the turn again by replay (once, however many wake-ups arrive)."""
+        """Run the turn again by replay (once, however many wake-ups arrive); its journal
+        comes back from disk and its request from its park record."""
         ps = self._parts.get(partition)
         if ps is None or turn_id not in ps.parked or turn_id in ps.resuming:
             return
+        journal = ps.journal.turns.get(turn_id)
+        if journal is None:
+            journal = ps.journal.parked.take(turn_id)
+            if journal is None:
+                log.error("parked turn %s has no journal here, left parked", turn_id)
+                return
+            ps.journal.turns[turn_id] = journal  # replies land here from now on
+        if journal.park is None:
+            log.error("parked turn %s has no park record, left parked", turn_id)
+            return
         ps.resuming.add(turn_id)
-        self._admit(partition, QueuedTurn(-1, ps.parked[turn_id].request))
+        self._admit(partition, QueuedTurn(-1, Park.from_data(journal.park).request))
 
     def wake_to_cancel(self, turn_id: str) -> None:
         """A cancel for a parked turn: resume it so it ends with ``cancelled`` (and its
@@ -236,7 +279,7 @@ class ParkedTurns:
         try:
             reply = parse_reply(record.value)
             why = refusal(
-                ps.journal.turns.get(reply.parent_turn_id),
+                _journal_of(ps, reply.parent_turn_id),
                 reply.parent_turn_id in ps.finished,
                 reply,
             )
@@ -275,9 +318,26 @@ class ParkedTurns:
         ps = self._parts.get(partition)
         if ps is None:
             return
-        journal = ps.journal.turns.get(reply.parent_turn_id)
-        if journal is None:
+        parent = reply.parent_turn_id
+        journal = ps.journal.turns.get(parent)
+        if journal is not None:
+            journal.replies[reply.child_turn_id] = reply.data()
+        elif parent in ps.parked:
+            journal = ps.journal.parked.get(parent)
+            if journal is None:
+                return
+            journal.replies[reply.child_turn_id] = reply.data()
+            ps.journal.parked.put(journal)
+        else:
             return
-        journal.replies[reply.child_turn_id] = reply.data()
-        if reply.parent_turn_id in ps.parked:
-            self.arm(partition, reply.parent_turn_id)
+        parked = ps.parked.get(parent)
+        if parked is not None and parked.ready(journal.replies, _now_ms()):
+            self.resume(partition, parent)
+
+
+def _journal_of(ps: PartitionState, turn_id: str) -> TurnJournal | None:
+    """The turn's journal: in memory, or on disk while it is parked."""
+    journal = ps.journal.turns.get(turn_id)
+    if journal is None and turn_id in ps.parked:
+        journal = ps.journal.parked.get(turn_id)
+    return journal

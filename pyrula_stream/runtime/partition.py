@@ -8,14 +8,14 @@ key). Turns of one key (thread) run one at a time, in the order they were submit
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from pyrula_stream.durable.journal import PartitionJournal
 from pyrula_stream.runtime.poison import CrashGuard
 from pyrula_stream.serde import DEAD_LETTERED_PREFIX, TERMINAL, TurnRequest, journal_key
-from pyrula_stream.subagents import Park
 from pyrula_stream.threads import PartitionThreads
 
 
@@ -59,7 +59,7 @@ class OffsetWatermark:
         return len(self._order)
 
 
-@dataclass
+@dataclass(slots=True)
 class QueuedTurn:
     offset: int
     request: TurnRequest
@@ -67,6 +67,21 @@ class QueuedTurn:
     trace: dict[str, str] | None = None
     quarantine: str | None = None
     """Set when the record crashed ``max_retries`` processes: dead-letter, do not run."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedTurn:
+    """What memory keeps of a parked turn: its wake time and the children it waits for
+    (its journal waits on disk, ``PartitionJournal.parked``)."""
+
+    wake_at_ms: int | None = None
+    children: tuple[str, ...] = ()
+
+    def ready(self, replies: Mapping[str, object], now_ms: int) -> bool:
+        """Whether the turn can resume: every awaited reply is in, or its time has come."""
+        if self.wake_at_ms is not None and now_ms >= self.wake_at_ms:
+            return True
+        return bool(self.children) and all(c in replies for c in self.children)
 
 
 @dataclass
@@ -86,14 +101,20 @@ class PartitionState:
     restored_end: int = 0
     restored_committed: int | None = None
     watermark: OffsetWatermark = field(default_factory=OffsetWatermark)
-    queues: dict[str, deque[QueuedTurn]] = field(default_factory=dict)
+    queues: dict[str, list[QueuedTurn]] = field(default_factory=dict)
+    """Per key, its turns in order, the running one first. A list, not a deque: most keys
+    (a turn without a thread) hold one turn, and an empty deque alone is 600 bytes."""
     finished: dict[str, int] = field(default_factory=dict)  # turn id -> request offset
     running_keys: dict[str, str] = field(default_factory=dict)
     queued_ids: set[str] = field(default_factory=set)
     threads: PartitionThreads = field(default_factory=PartitionThreads)
     _restored_forgotten: bool = field(default=False, init=False, repr=False)
-    parked: dict[str, Park] = field(default_factory=dict)
+    parked: dict[str, ParkedTurn] = field(default_factory=dict)
     """Turns only the journal holds now, waiting for replies or a time."""
+    wakes: list[tuple[int, str]] = field(default_factory=list)
+    """A heap of the parked turns' wake times (an entry whose turn resumed meanwhile is
+    skipped): one timer per partition, set for the earliest (``wake_timer``)."""
+    wake_timer: asyncio.TimerHandle | None = None
     resuming: set[str] = field(default_factory=set)
     crash_guard: CrashGuard | None = None
     """Counts crashes of the previous owners (``runtime/poison.py``)."""
@@ -162,12 +183,18 @@ class PartitionState:
         return len(self.finished) + len(self.journal.finished_turns())
 
     def close(self) -> None:
-        """The partition left this worker: release its local tables."""
+        """The partition left this worker: release its local tables and its timer."""
+        if self.wake_timer is not None:
+            self.wake_timer.cancel()
+            self.wake_timer = None
         self.journal.idempotency.close()
+        self.journal.parked.close()
 
     def enqueue(self, queued: QueuedTurn) -> bool:
         """Queue behind earlier turns of the same key; True when it may start now."""
-        q = self.queues.setdefault(queued.request.key, deque())
+        q = self.queues.get(queued.request.key)
+        if q is None:
+            q = self.queues[queued.request.key] = []
         q.append(queued)
         self.queued_ids.add(queued.request.turn_id)
         return len(q) == 1
@@ -177,7 +204,7 @@ class PartitionState:
         q = self.queues.get(key)
         if not q:
             return None
-        self.queued_ids.discard(q.popleft().request.turn_id)
+        self.queued_ids.discard(q.pop(0).request.turn_id)
         if not q:
             del self.queues[key]
             return None

@@ -32,7 +32,7 @@ from pyrula_stream.records import ControlRequest, tombstone
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.parking import ParkedTurns
-from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
+from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
 from pyrula_stream.serde import TERMINAL, TurnRequest, journal_key
 from pyrula_stream.versions import known_versions, missing_version
 
@@ -42,7 +42,7 @@ MAX_REMEMBERED_CANCELS = 100_000
 """Cancel requests kept for turns this worker has not seen yet (oldest dropped first)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class RunningTurn:
     runtime: TurnRuntime
     task: asyncio.Task[None]
@@ -231,7 +231,8 @@ class TurnScheduler:
         ps = self._parts.get(runtime.topics.partition)
         if ps is None or runtime.parked is None:
             return
-        ps.parked[runtime.turn_id] = runtime.parked
+        park = runtime.parked
+        ps.parked[runtime.turn_id] = ParkedTurn(park.wake_at_ms, park.children)
         self._release(ps, queued)
         self.parked.arm(ps.partition, runtime.turn_id)
 
