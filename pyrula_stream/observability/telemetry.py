@@ -226,15 +226,15 @@ class TurnTelemetry:
 
     @contextmanager
     def model_call(self, llm: LLMClient) -> Iterator[ModelCallObserver]:
-        """The ``chat <model>`` span around one model call step."""
+        """One model call step: a ``chat <model>`` event on the turn span (or its own span)."""
         provider = llm.provider or type(llm).__name__
         if not self.traced:
             yield ModelCallObserver(INVALID_SPAN, self.metrics, provider, llm.model)
             return
+        self._model = (provider, llm.model)
         if not self.step_spans and self.span is not None:
-            self._model = (provider, llm.model)
             yield ModelCallObserver(
-                self.span, self.metrics, provider, llm.model, self.agent, self._step_totals()
+                self.span, self.metrics, provider, llm.model, self._step_totals(), as_event=True
             )
             return
         with self.tracer.start_as_current_span(
@@ -247,19 +247,18 @@ class TurnTelemetry:
                 "gen_ai.agent.name": self.agent,
             },
         ) as span:
-            observer = ModelCallObserver(span, self.metrics, provider, llm.model)
-            yield observer
+            yield ModelCallObserver(span, self.metrics, provider, llm.model, self._step_totals())
 
     @contextmanager
     def tool_call(
         self, tool: str, call_key: str, tool_use_id: str | None
     ) -> Iterator[ToolCallObserver]:
-        """The ``execute_tool <tool>`` span around one tool call step."""
+        """One tool call step: an ``execute_tool <tool>`` event (or span) on the turn span."""
         if not self.traced:
             yield ToolCallObserver(INVALID_SPAN, self.metrics, tool)
             return
         if not self.step_spans and self.span is not None:
-            observer = ToolCallObserver(self.span, self.metrics, tool, totals=self._step_totals())
+            observer = ToolCallObserver(self.span, self.metrics, tool, self._step_totals(), True)
             observer.event = {"pyrula.call_key": call_key}
             if tool_use_id:
                 observer.event["gen_ai.tool.call.id"] = tool_use_id
@@ -268,7 +267,7 @@ class TurnTelemetry:
         with self.tracer.start_as_current_span(
             f"execute_tool {tool}", attributes=_tool_attributes(tool, call_key, tool_use_id)
         ) as span:
-            yield ToolCallObserver(span, self.metrics, tool)
+            yield ToolCallObserver(span, self.metrics, tool, self._step_totals())
 
 
 def _tool_attributes(tool: str, call_key: str, tool_use_id: str | None) -> dict[str, Any]:
@@ -284,16 +283,16 @@ def _tool_attributes(tool: str, call_key: str, tool_use_id: str | None) -> dict[
 
 @dataclass
 class ModelCallObserver:
-    """One model call step. With ``totals`` (step events) ``span`` is the turn's
-    ``invoke_agent`` span and the step becomes a ``chat <model>`` event on it; without,
-    ``span`` is the step's own ``chat`` span."""
+    """One model call step. With ``as_event`` ``span`` is the turn's ``invoke_agent``
+    span and the step becomes a ``chat <model>`` event on it; without, ``span`` is the
+    step's own ``chat`` span. ``totals`` are the turn's (see ``TurnTelemetry``)."""
 
     span: Span
     metrics: WorkerMetrics | None
     provider: str
     model: str
-    agent: str = ""
     totals: list[int] | None = None
+    as_event: bool = False
     started: float = field(default_factory=time.monotonic)
     started_ns: int = field(default_factory=time.time_ns)
 
@@ -310,14 +309,15 @@ class ModelCallObserver:
         now = time.monotonic()
         if span.is_recording():
             attributes = self._attributes(data, replayed, response)
-            if self.totals is None:
+            if self.as_event:
+                attributes[DURATION_MS] = round(1000 * (now - self.started), 3)
+                span.add_event(f"chat {self.model}", attributes, self.started_ns)
+            else:
                 span.set_attributes(attributes)
                 if "error" in data:
                     span.set_status(Status(StatusCode.ERROR))
-            else:
-                attributes[DURATION_MS] = round(1000 * (now - self.started), 3)
-                span.add_event(f"chat {self.model}", attributes, self.started_ns)
-                totals = self.totals
+            totals = self.totals
+            if totals is not None:
                 totals[0] += 1
                 if response is not None:
                     totals[2] += attributes["gen_ai.usage.input_tokens"]
@@ -334,7 +334,7 @@ class ModelCallObserver:
         """The step's facts: a span gets the conventions' full set; an event only what
         differs per call (the provider and request model are on the turn span, zero
         cache counts and a response model equal to the request's are left out)."""
-        span = self.totals is None
+        span = not self.as_event
         attributes: dict[str, Any] = {REPLAYED: replayed}
         if "error" in data:
             attributes["error.type"] = str(data["error"].get("type", "error"))
@@ -362,13 +362,14 @@ class ModelCallObserver:
 
 @dataclass
 class ToolCallObserver:
-    """One tool call step: its own ``execute_tool`` span, or (with ``totals``) an
+    """One tool call step: its own ``execute_tool`` span, or (``as_event``) an
     ``execute_tool <tool>`` event with ``event``'s attributes on the turn's span."""
 
     span: Span
     metrics: WorkerMetrics | None
     tool: str
     totals: list[int] | None = None
+    as_event: bool = False
     event: dict[str, Any] | None = None
     started: float = field(default_factory=time.monotonic)
     step_started: float = 0.0
@@ -388,12 +389,7 @@ class ToolCallObserver:
         span = self.span
         if span.is_recording():
             error = None if status == "ok" else str(data.get("error_code") or "tool_error")
-            if self.totals is None:
-                span.set_attribute(REPLAYED, replayed)
-                span.set_attribute("pyrula.tool.status", status)
-                if error is not None:
-                    mark_error(span, error)
-            else:
+            if self.as_event:
                 attributes = self.event or {}
                 attributes[REPLAYED] = replayed
                 attributes["pyrula.tool.status"] = status
@@ -401,6 +397,12 @@ class ToolCallObserver:
                 if error is not None:
                     attributes["error.type"] = error
                 span.add_event(f"execute_tool {self.tool}", attributes, self.started_ns)
+            else:
+                span.set_attribute(REPLAYED, replayed)
+                span.set_attribute("pyrula.tool.status", status)
+                if error is not None:
+                    mark_error(span, error)
+            if self.totals is not None:
                 self.totals[1] += 1
         if not replayed and self.metrics is not None:
             self.metrics.tool_call(self.tool, status, now - self.started)
