@@ -50,6 +50,8 @@ SIGNED_KEYS = (
     "overhead_over_floor_p99_ms",
     "cpu_ms_per_step",
     "cpu_ms_per_step_200_steps",
+    "telemetry_cost_fraction",
+    "telemetry_cpu_cost_fraction",
 )
 """Differences of two measured figures: on a tiny run either side can be the larger."""
 

@@ -76,6 +76,8 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "soak_turns": soak.get("turns"),
         "telemetry_turns_per_s_off": tel.get("turns_per_s_off"),
         "telemetry_turns_per_s_on": tel.get("turns_per_s_on"),
+        "telemetry_cost_fraction": tel.get("telemetry_cost_fraction"),
+        "telemetry_cpu_cost_fraction": tel.get("cpu_cost_fraction"),
         "telemetry_overhead_p50_ms_off": tel.get("overhead_p50_ms_off"),
         "telemetry_overhead_p50_ms_on": tel.get("overhead_p50_ms_on"),
         "parked_turns_per_worker": sub.get("parked_turns"),

@@ -34,6 +34,7 @@ from opentelemetry.trace import (
     Status,
     StatusCode,
     Tracer,
+    set_span_in_context,
 )
 
 from pyrula_stream.llm.base import LLMClient, ModelResponse
@@ -110,6 +111,7 @@ class TurnTelemetry:
     _totals: list[int] | None = field(default=None, init=False)
     """This attempt's model calls, tool calls, input and output tokens (for its span)."""
     _model: tuple[str, str] | None = field(default=None, init=False)
+    _outcome: str | None = field(default=None, init=False)
     """The provider and model of this attempt's last model call (for its span)."""
     _event_trace: TraceCarrier | None = field(default=None, init=False)
     _attempt_started: float = field(default_factory=time.time, init=False)
@@ -148,23 +150,28 @@ class TurnTelemetry:
                 mark_error(span, type(exc).__name__, str(exc))
                 raise
             finally:
-                if self._totals is not None:
-                    self._set_totals(span, self._totals, self._model)
+                if self.span is not None:
+                    self._close(self.span)
                 if self.metrics is not None:
                     self.metrics.turn_left()
 
-    @staticmethod
-    def _set_totals(span: Span, totals: list[int], model: tuple[str, str] | None) -> None:
-        """The attempt's step counts, token sums and model, once, on its ``invoke_agent``
-        span (its step events carry what differs per call)."""
-        calls, tools, tokens_in, tokens_out = totals
-        attributes: dict[str, Any] = {"pyrula.model_calls": calls, "pyrula.tool_calls": tools}
-        if calls:
-            attributes["gen_ai.usage.input_tokens"] = tokens_in
-            attributes["gen_ai.usage.output_tokens"] = tokens_out
-        if model is not None:
-            attributes["gen_ai.provider.name"], attributes["gen_ai.request.model"] = model
-        span.set_attributes(attributes)
+    def _close(self, span: Span) -> None:
+        """The attempt's outcome, step counts, token sums and model, in one call on its
+        ``invoke_agent`` span (its step events carry what differs per call)."""
+        attributes: dict[str, Any] = {}
+        if self._outcome is not None:
+            attributes["pyrula.outcome"] = self._outcome
+        if self._totals is not None:
+            calls, tools, tokens_in, tokens_out = self._totals
+            attributes["pyrula.model_calls"] = calls
+            attributes["pyrula.tool_calls"] = tools
+            if calls:
+                attributes["gen_ai.usage.input_tokens"] = tokens_in
+                attributes["gen_ai.usage.output_tokens"] = tokens_out
+        if self._model is not None:
+            attributes["gen_ai.provider.name"], attributes["gen_ai.request.model"] = self._model
+        if attributes:
+            span.set_attributes(attributes)
 
     def _step_totals(self) -> list[int]:
         if self._totals is None:
@@ -188,23 +195,27 @@ class TurnTelemetry:
         if self.offset >= 0:  # a parked turn that resumes on a reply has no input record
             attributes["messaging.kafka.offset"] = self.offset
         spans = self.tracer
-        with (
-            spans.start_as_current_span(
-                f"process {self.turns_topic}",
-                context=context_of(self.trace),
-                kind=SpanKind.CONSUMER,
-                attributes=attributes,
-                record_exception=False,
-                set_status_on_exception=False,
-            ),
-            spans.start_as_current_span(
+        # Only invoke_agent becomes the current span (what steps and user code see): the
+        # process span is its parent by context, saving a context attach per turn.
+        process = spans.start_span(
+            f"process {self.turns_topic}",
+            context=context_of(self.trace),
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        try:
+            with spans.start_as_current_span(
                 f"invoke_agent {self.agent}",
+                context=set_span_in_context(process),
                 attributes=_agent_attributes(self.agent, self.thread_id),
                 record_exception=False,
                 set_status_on_exception=False,
-            ) as span,
-        ):
-            yield span
+            ) as span:
+                yield span
+        finally:
+            process.end()
 
     @property
     def traced(self) -> bool:
@@ -217,7 +228,7 @@ class TurnTelemetry:
         """The terminal event is committed: count the turn once, by its outcome."""
         log.info("turn ended: %s", code or "completed")
         if self.span is not None:
-            self.span.set_attribute("pyrula.outcome", "failed" if code else "completed")
+            self._outcome = "failed" if code else "completed"  # set as the span closes
             if code:
                 mark_error(self.span, code)
         if self.metrics is not None:
