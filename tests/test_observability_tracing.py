@@ -279,6 +279,38 @@ async def test_a_sub_agent_turn_continues_its_parents_trace(
         assert record.headers["tracestate"] == "vendor=abc"
 
 
+async def test_a_turn_of_an_unsampled_trace_records_no_span_and_passes_the_context_on(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, spans: InMemorySpanExporter
+) -> None:
+    """A request whose trace was not sampled (``traceparent`` flags ``00``): the worker
+    records no span for the turn (what a sampler saves) yet every event carries the
+    trace, still unsampled, so the caller's trace and its consumers stay joined."""
+
+    @kafka_agent(name=unique_name("unsampled"), llm=FakeLLM(["ok"]), partitions=1)
+    async def quiet(ctx: AgentContext, n: int) -> int:
+        return n + 1
+
+    upstream = TraceContextTextMapPropagator().extract(
+        {"traceparent": "00-5bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}
+    )
+    async with running_worker(quiet, kafka_bootstrap_servers, WorkerOptions(shutdown_grace=0.2)):
+        with trace.get_tracer("test").start_as_current_span("upstream", context=upstream):
+            handle = await client.submit(quiet.name, n=1)
+        events = await asyncio.wait_for(_collect(client, quiet.name, handle.turn_id), 60)
+    assert events[-1].data["result"] == 2
+    assert not [
+        s
+        for s in spans.get_finished_spans()
+        if (s.attributes or {}).get("pyrula.turn_id") == handle.turn_id
+        or s.name == f"invoke_agent {quiet.name}"
+    ]
+    records = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, quiet.topics.events)
+    assert len(records) == len(events)
+    for record in records:
+        _, trace_id, _, flags = record.headers["traceparent"].split("-")
+        assert (trace_id, flags) == ("5bf92f3577b34da6a3ce929d0e0e4736", "00")
+
+
 async def test_without_an_sdk_the_worker_passes_the_requests_trace_context_on(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
 ) -> None:

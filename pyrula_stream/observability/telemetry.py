@@ -35,6 +35,7 @@ from opentelemetry.trace import (
     StatusCode,
     Tracer,
     set_span_in_context,
+    use_span,
 )
 
 from pyrula_stream.llm.base import LLMClient, ModelResponse
@@ -205,6 +206,10 @@ class TurnTelemetry:
             record_exception=False,
             set_status_on_exception=False,
         )
+        if not process.is_recording():  # not sampled: its context stands for both spans
+            with use_span(process, end_on_exit=False) as span:
+                yield span
+            return
         try:
             with spans.start_as_current_span(
                 f"invoke_agent {self.agent}",
