@@ -64,6 +64,7 @@ SIGNED_KEYS = (
     "telemetry_cost_fraction",
     "rss_kb_per_parked_turn",
     "tracemalloc_kb_per_parked_turn",
+    "telemetry_cpu_cost_fraction",
 )
 """Differences of two measured figures: on a tiny run either side can be the larger."""
 

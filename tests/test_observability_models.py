@@ -1,12 +1,15 @@
 """A turn on a real provider adapter (the Anthropic SDK against the local wire server),
 scraped and traced: model calls, tokens by kind and cost by provider and model, tools by
 status (an unknown tool under one bounded label), and the ``chat`` span's ``gen_ai.*``
-attributes as the OpenTelemetry GenAI conventions define them."""
+attributes as the OpenTelemetry GenAI conventions define them: as step events on the
+turn's ``invoke_agent`` span (the default) and as spans of their own
+(``PYRULA_TRACE_STEP_SPANS=1``)."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pyrula_stream import (
@@ -19,6 +22,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.llm import LLMClient
+from pyrula_stream.observability.telemetry import STEP_SPANS_ENV
 from pyrula_stream.testing import running_worker, unique_name
 from tests.test_observability_metrics import scrape_until, value
 from tests.wire import fixtures
@@ -40,13 +44,17 @@ async def broken(ctx: ToolContext) -> str:
     raise RuntimeError("backend down")
 
 
+@pytest.mark.parametrize("step_spans", [False, True], ids=["step-events", "step-spans"])
 async def test_model_and_tool_metrics_and_genai_span_of_a_priced_provider(
     kafka_bootstrap_servers: str,
     client: KafkaAgentClient,
     anthropic_server: AnthropicWireServer,
     anthropic_llm: LLMClient,
     spans: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+    step_spans: bool,
 ) -> None:
+    monkeypatch.setenv(STEP_SPANS_ENV, "1" if step_spans else "0")
     anthropic_server.reply_stream(
         [
             ToolUse("toolu_1", "lookup", {"key": "k"}),
@@ -97,34 +105,72 @@ async def test_model_and_tool_metrics_and_genai_span_of_a_priced_provider(
     assert value(scraped, "pyrula_tool_calls_total", tool="unknown", status="error") == 1
     assert not [ls for _, ls in scraped if ("tool", "no_such_tool_4711") in ls]
 
-    chats = sorted(
-        (
-            s
-            for s in spans.get_finished_spans()
-            if s.name == f"chat {MODEL}"
-            and s.parent is not None
-            and (s.attributes or {}).get("gen_ai.agent.name") == agent.name
-        ),
-        key=lambda s: s.start_time or 0,
-    )
+    [invoke] = [
+        s
+        for s in spans.get_finished_spans()
+        if s.name == f"invoke_agent {agent.name}" and s.parent is not None
+    ]
+    turn = dict(invoke.attributes or {})
+    assert turn["gen_ai.usage.input_tokens"] == 11 + 100 + 40 + 13
+    assert (turn["pyrula.model_calls"], turn["pyrula.tool_calls"]) == (2, 3)
+    chats, tools = _step_spans(spans, invoke) if step_spans else _step_events(invoke, agent.name)
     assert len(chats) == 2
-    first = dict(chats[0].attributes or {})
-    assert first["gen_ai.provider.name"] == "anthropic"
-    assert first["gen_ai.request.model"] == first["gen_ai.response.model"] == MODEL
-    assert first["gen_ai.response.finish_reasons"] == ("tool_use",)
+    first = chats[0]
+    if step_spans:
+        assert first["gen_ai.provider.name"] == "anthropic"
+        assert first["gen_ai.request.model"] == first["gen_ai.response.model"] == MODEL
+    else:  # the turn span names the provider and model once; equal ones are left out
+        assert turn["gen_ai.provider.name"] == "anthropic"
+        assert turn["gen_ai.request.model"] == MODEL
+        assert "gen_ai.response.model" not in first
+    assert tuple(first["gen_ai.response.finish_reasons"]) == ("tool_use",)
     # The conventions count cached input inside gen_ai.usage.input_tokens.
     assert first["gen_ai.usage.input_tokens"] == 11 + 100 + 40
     assert first["gen_ai.usage.cache_read.input_tokens"] == 100
     assert first["gen_ai.usage.cache_creation.input_tokens"] == 40
     assert first["gen_ai.usage.output_tokens"] == calls[0]["output_tokens"]
-    assert dict(chats[1].attributes or {})["gen_ai.usage.input_tokens"] == 13
-    tools = {
-        (s.attributes or {}).get("gen_ai.tool.name"): s
-        for s in spans.get_finished_spans()
-        if s.name.startswith("execute_tool ")
-        and (s.attributes or {}).get("gen_ai.tool.call.id", "").startswith("toolu_")
-        and s.parent is not None
-        and s.parent.span_id == chats[0].parent.span_id
-    }
+    assert chats[1]["gen_ai.usage.input_tokens"] == 13
     assert set(tools) == {"lookup", "broken", "unknown"}
+    assert tools["broken"]["error.type"] == "tool_error"
+    assert "error.type" not in tools["lookup"]
+    assert all(t["gen_ai.tool.call.id"].startswith("toolu_") for t in tools.values())
+
+
+Step = dict[str, object]
+
+
+def _step_events(invoke: ReadableSpan, agent: str) -> tuple[list[Step], dict[str, Step]]:
+    """The model and tool steps as events on the turn's ``invoke_agent`` span."""
+    chats = [dict(e.attributes or {}) for e in invoke.events if e.name == f"chat {MODEL}"]
+    tools = {
+        e.name.removeprefix("execute_tool "): dict(e.attributes or {})
+        for e in invoke.events
+        if e.name.startswith("execute_tool ")
+    }
+    assert all(isinstance(c["pyrula.duration_ms"], float) for c in chats)
+    assert not [e for e in invoke.events if not e.name.startswith(("chat ", "execute_tool "))]
+    return chats, tools
+
+
+def _step_spans(
+    spans: InMemorySpanExporter, invoke: ReadableSpan
+) -> tuple[list[Step], dict[str, Step]]:
+    """The model and tool steps as spans of their own under ``invoke_agent``."""
+    assert not invoke.events
+    children = [
+        s
+        for s in spans.get_finished_spans()
+        if s.parent is not None and s.parent.span_id == invoke.context.span_id
+    ]
+    chats = sorted(
+        (s for s in children if s.name == f"chat {MODEL}"), key=lambda s: s.start_time or 0
+    )
+    tools = {
+        str((s.attributes or {})["gen_ai.tool.name"]): s
+        for s in children
+        if s.name.startswith("execute_tool ")
+    }
     assert tools["broken"].status.status_code.name == "ERROR"
+    return [dict(s.attributes or {}) for s in chats], {
+        name: dict(s.attributes or {}) for name, s in tools.items()
+    }

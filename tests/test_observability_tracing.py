@@ -1,6 +1,8 @@
 """One trace from ``submit`` through two worker processes, with a SIGKILL between the model
 call and the tool: the second worker continues the same trace, replays the model call
-(marked replayed, not re-run) and runs the tool; every event carries the trace context."""
+(marked replayed, not re-run) and runs the tool; every event carries the trace context.
+Each step is an event on the turn's ``invoke_agent`` span (a span of its own only with
+``PYRULA_TRACE_STEP_SPANS=1``, ``tests/test_observability_models.py``)."""
 
 from __future__ import annotations
 
@@ -135,12 +137,11 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
     assert [e.kind for e in start] == ["start"]
     assert start[0].data["trace"]["traceparent"].split("-")[1:3] == [trace_id, send["span_id"]]
 
-    # Worker A, killed inside the tool: only its ended model call span was exported.
-    a_chat = one(a_spans, "chat fake")
-    assert a_chat["trace_id"] == trace_id
-    assert a_chat["attributes"]["pyrula.replayed"] is False
-    assert a_chat["parent_id"] is not None  # A's invoke_agent span, which never ended
-    assert not [s for s in a_spans if s["name"].startswith(("execute_tool", "invoke_agent"))]
+    # Worker A, killed inside the tool: its turn spans never ended, so only its commits
+    # were exported; they link to its invoke_agent span (the parent of its events).
+    assert not [s for s in a_spans if s["name"].startswith(("process", "invoke_agent"))]
+    a_invokes = {link for s in a_spans if s["name"] == "commit_transaction" for link in s["links"]}
+    assert a_invokes
 
     # Worker B continues the same trace under the client's send span.
     process = one(b_spans, f"process {topics.turns}")
@@ -153,29 +154,39 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
     assert process["attributes"]["messaging.kafka.offset"] == handle.offset
     invoke = one(b_spans, f"invoke_agent {name}")
     assert (invoke["trace_id"], invoke["parent_id"]) == (trace_id, process["span_id"])
-    assert invoke["attributes"]["gen_ai.agent.name"] == name
-    assert invoke["attributes"]["pyrula.outcome"] == "completed"
+    attrs = invoke["attributes"]
+    assert attrs["gen_ai.agent.name"] == name
+    assert attrs["pyrula.outcome"] == "completed"
+    assert (attrs["gen_ai.provider.name"], attrs["gen_ai.request.model"]) == ("fake", "fake")
+    assert not [s for s in b_spans if s["name"].startswith(("chat", "execute_tool"))]
 
-    replayed = one(b_spans, "chat fake", **{"pyrula.replayed": True})
-    live = one(b_spans, "chat fake", **{"pyrula.replayed": False})
-    tool_span = one(b_spans, "execute_tool effect")
-    for span in (replayed, live, tool_span):
-        assert (span["trace_id"], span["parent_id"]) == (trace_id, invoke["span_id"])
-    # The replay returns what A journaled: same response, same usage, no second call.
-    for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"):
-        assert replayed["attributes"][key] == a_chat["attributes"][key] > 0
-    assert a_chat["attributes"]["gen_ai.response.finish_reasons"] == ["tool_use"]
-    assert live["attributes"]["gen_ai.response.finish_reasons"] == ["end_turn"]
-    for span in (a_chat, live):
-        attrs = span["attributes"]
-        assert attrs["gen_ai.operation.name"] == "chat"
-        assert attrs["gen_ai.provider.name"] == "fake"
-        assert attrs["gen_ai.request.model"] == attrs["gen_ai.response.model"] == "fake"
-        assert "gen_ai.usage.cache_read.input_tokens" in attrs
-    assert tool_span["attributes"]["gen_ai.operation.name"] == "execute_tool"
-    assert tool_span["attributes"]["gen_ai.tool.name"] == "effect"
-    assert tool_span["attributes"]["pyrula.replayed"] is False
-    assert tool_span["attributes"]["pyrula.tool.status"] == "ok"
+    # The steps, in order, as events on B's invoke_agent span: the replayed model call,
+    # the tool, the live model call.
+    steps = invoke["events"]
+    assert [e["name"] for e in steps] == ["chat fake", "execute_tool effect", "chat fake"]
+    replayed, tool_step, live = (e["attributes"] for e in steps)
+    assert (replayed["pyrula.replayed"], live["pyrula.replayed"]) == (True, False)
+    # The replay reports what A journaled: same usage, no second call.
+    [llm_step] = [
+        decode_journal_entry(r.value, r.headers)
+        for r in journal
+        if r.key == f"{handle.turn_id}/1" and r.value is not None
+    ]
+    usage = llm_step.data["response"]["usage"]
+    assert replayed["gen_ai.usage.input_tokens"] == usage["input_tokens"] > 0
+    assert replayed["gen_ai.usage.output_tokens"] == usage["output_tokens"]
+    assert replayed["gen_ai.response.finish_reasons"] == ["tool_use"]
+    assert live["gen_ai.response.finish_reasons"] == ["end_turn"]
+    for step in (replayed, live):
+        assert step["pyrula.duration_ms"] >= 0
+        assert "gen_ai.usage.cache_read.input_tokens" not in step  # zero: left out
+    assert (attrs["pyrula.model_calls"], attrs["pyrula.tool_calls"]) == (2, 1)
+    assert attrs["gen_ai.usage.input_tokens"] == sum(
+        s["gen_ai.usage.input_tokens"] for s in (replayed, live)
+    )
+    assert tool_step["pyrula.replayed"] is False
+    assert tool_step["pyrula.tool.status"] == "ok"
+    assert tool_step["pyrula.call_key"]
     commits = [s for s in b_spans if s["name"] == "commit_transaction"]
     assert any(invoke["span_id"] in s["links"] for s in commits)
     # Worker B's metrics count its live work only: the replayed model call is not counted.
@@ -194,7 +205,8 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
         _, tid, parent, _ = record.headers["traceparent"].split("-")
         assert tid == trace_id
         parents[event.seq] = (event.attempt, parent)
-    assert {p for attempt, p in parents.values() if attempt == 1} == {a_chat["parent_id"]}
+    assert {p for attempt, p in parents.values() if attempt == 1} <= a_invokes
+    assert {attempt for attempt, _ in parents.values()} == {1, 2}
     assert {p for attempt, p in parents.values() if attempt == 2} == {invoke["span_id"]}
 
 
@@ -265,6 +277,38 @@ async def test_a_sub_agent_turn_continues_its_parents_trace(
     for record in records:
         assert record.headers["traceparent"].split("-")[1] == format(trace_id, "032x")
         assert record.headers["tracestate"] == "vendor=abc"
+
+
+async def test_a_turn_of_an_unsampled_trace_records_no_span_and_passes_the_context_on(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, spans: InMemorySpanExporter
+) -> None:
+    """A request whose trace was not sampled (``traceparent`` flags ``00``): the worker
+    records no span for the turn (what a sampler saves) yet every event carries the
+    trace, still unsampled, so the caller's trace and its consumers stay joined."""
+
+    @kafka_agent(name=unique_name("unsampled"), llm=FakeLLM(["ok"]), partitions=1)
+    async def quiet(ctx: AgentContext, n: int) -> int:
+        return n + 1
+
+    upstream = TraceContextTextMapPropagator().extract(
+        {"traceparent": "00-5bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}
+    )
+    async with running_worker(quiet, kafka_bootstrap_servers, WorkerOptions(shutdown_grace=0.2)):
+        with trace.get_tracer("test").start_as_current_span("upstream", context=upstream):
+            handle = await client.submit(quiet.name, n=1)
+        events = await asyncio.wait_for(_collect(client, quiet.name, handle.turn_id), 60)
+    assert events[-1].data["result"] == 2
+    assert not [
+        s
+        for s in spans.get_finished_spans()
+        if (s.attributes or {}).get("pyrula.turn_id") == handle.turn_id
+        or s.name == f"invoke_agent {quiet.name}"
+    ]
+    records = await asyncio.to_thread(read_topic, kafka_bootstrap_servers, quiet.topics.events)
+    assert len(records) == len(events)
+    for record in records:
+        _, trace_id, _, flags = record.headers["traceparent"].split("-")
+        assert (trace_id, flags) == ("5bf92f3577b34da6a3ce929d0e0e4736", "00")
 
 
 async def test_without_an_sdk_the_worker_passes_the_requests_trace_context_on(

@@ -7,10 +7,13 @@ a collector's network). Throughput alternates off and on (A B A B ...) like the
 throughput phase; latency runs off then on at the same rate and model latency.
 ``telemetry_cost_fraction`` is ``(turns/s off - turns/s on) / turns/s off``: the share of
 throughput telemetry costs.
+``cpu_cost_fraction`` is the process CPU per turn added (steadier than turns/s on a
+machine shared with other work).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,8 +64,10 @@ async def run_telemetry_cost(
 ) -> dict[str, Any]:
     traced = install_sdk_tracing()
     tput: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(rounds):
         for on in (False, True):
+            started = time.process_time()
             run = await run_framework(
                 bootstrap,
                 turns=turns,
@@ -72,6 +77,7 @@ async def run_telemetry_cost(
                 telemetry=on,
             )
             tput[on].append(round(run.turns_per_s, 1))
+            cpu[on].append(round(1000 * (time.process_time() - started) / turns, 3))
     p50: dict[bool, float] = {}
     for on in (False, True):
         lat = await run_latency(
@@ -85,6 +91,7 @@ async def run_telemetry_cost(
         )
         p50[on] = lat.summary()["overhead_p50_ms"]
     off_tps, on_tps = median(tput[False]), median(tput[True])
+    off_cpu, on_cpu = median(cpu[False]), median(cpu[True])
     return {
         "tracing_exported": traced,
         "turns": turns,
@@ -94,6 +101,11 @@ async def run_telemetry_cost(
         "turns_per_s_runs_on": tput[True],
         "turns_per_s_cost_pct": round(100 * (off_tps - on_tps) / off_tps, 1),
         "telemetry_cost_fraction": round((off_tps - on_tps) / off_tps, 3),
+        "cpu_ms_per_turn_off": round(off_cpu, 3),
+        "cpu_ms_per_turn_on": round(on_cpu, 3),
+        "cpu_ms_per_turn_runs_off": cpu[False],
+        "cpu_ms_per_turn_runs_on": cpu[True],
+        "cpu_cost_fraction": round((on_cpu - off_cpu) / off_cpu, 3),
         "latency_turns": latency_turns,
         "overhead_p50_ms_off": p50[False],
         "overhead_p50_ms_on": p50[True],

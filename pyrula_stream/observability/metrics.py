@@ -10,6 +10,7 @@ terminal); nothing else in the code base touches a metric.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -188,6 +189,8 @@ class WorkerMetrics:
         )
         self._lag_labels: set[tuple[str, str]] = set()
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._model_children: dict[tuple[str, str], _ModelChildren] = {}
+        self._tool_children: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._in_flight = self.in_flight.labels(agent)
         self._in_flight.set(0)
         for outcome in ("completed", "failed"):
@@ -237,26 +240,49 @@ class WorkerMetrics:
         response: ModelResponse | None,
         cost_usd: float,
     ) -> None:
-        outcome = "ok" if response is not None else "error"
-        self._child(self.model_calls, provider, model, outcome).inc()
-        self._child(self.model_duration, provider, model).observe(seconds)
+        children = self._model_children.get((provider, model))
+        if children is None:
+            children = self._model_children[(provider, model)] = self._for_model(provider, model)
+        children.duration.observe(seconds)
         if response is None:
+            children.errors.inc()
             return
+        children.ok.inc()
         usage = response.usage
-        for kind, count in (
-            ("input", usage.input_tokens),
-            ("output", usage.output_tokens),
-            ("cache_read", usage.cache_read_input_tokens),
-            ("cache_creation", usage.cache_creation_input_tokens),
-        ):
-            if count:
-                self._child(self.model_tokens, provider, model, kind).inc(count)
+        if usage.input_tokens:
+            children.input.inc(usage.input_tokens)
+        if usage.output_tokens:
+            children.output.inc(usage.output_tokens)
+        if usage.cache_read_input_tokens:
+            children.cache_read.inc(usage.cache_read_input_tokens)
+        if usage.cache_creation_input_tokens:
+            children.cache_creation.inc(usage.cache_creation_input_tokens)
         if cost_usd:
-            self._child(self.model_cost, provider, model).inc(cost_usd)
+            children.cost.inc(cost_usd)
+
+    def _for_model(self, provider: str, model: str) -> _ModelChildren:
+        """Every child a model call touches, looked up once per provider and model."""
+        tokens = self.model_tokens
+        return _ModelChildren(
+            self._child(self.model_calls, provider, model, "ok"),
+            self._child(self.model_calls, provider, model, "error"),
+            self._child(self.model_duration, provider, model),
+            self._child(tokens, provider, model, "input"),
+            self._child(tokens, provider, model, "output"),
+            self._child(tokens, provider, model, "cache_read"),
+            self._child(tokens, provider, model, "cache_creation"),
+            self._child(self.model_cost, provider, model),
+        )
 
     def tool_call(self, tool: str, status: str, seconds: float) -> None:
-        self._child(self.tool_calls, tool, status).inc()
-        self._child(self.tool_duration, tool).observe(seconds)
+        children = self._tool_children.get((tool, status))
+        if children is None:
+            children = self._tool_children[(tool, status)] = (
+                self._child(self.tool_calls, tool, status),
+                self._child(self.tool_duration, tool),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     # -- commits, intake, restore ---------------------------------------------------------
 
@@ -298,6 +324,22 @@ class WorkerMetrics:
         for p, value in lag.items():
             self.consumer_lag.labels(topic, str(p)).set(max(0, value))
         self._lag_labels = labels
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelChildren:
+    """The children of one provider and model, made at its first call: one lookup per
+    call instead of one per series. Each series then shows from 0 (an error count, a
+    token kind, the cost) before it first moves, as Prometheus advises for known labels."""
+
+    ok: Any
+    errors: Any
+    duration: Any
+    input: Any
+    output: Any
+    cache_read: Any
+    cache_creation: Any
+    cost: Any
 
 
 def _header(record: OutRecord, name: str) -> str | None:

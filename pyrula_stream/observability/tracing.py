@@ -59,9 +59,14 @@ def current_carrier() -> TraceCarrier:
 
 
 def span_carrier(span: Span) -> TraceCarrier:
-    """``span``'s context as W3C headers."""
-    carrier: TraceCarrier = {}
-    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    """``span``'s context as W3C headers (what the propagator's ``inject`` writes, built
+    directly: once per turn attempt, without a context to set and read back)."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return {}
+    carrier = {"traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"}
+    if ctx.trace_state:
+        carrier["tracestate"] = ctx.trace_state.to_header()
     return carrier
 
 

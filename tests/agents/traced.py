@@ -65,6 +65,10 @@ class JsonlSpanExporter(SpanExporter):
                         "links": [
                             format(link.context.span_id, "016x") for link in span.links or ()
                         ],
+                        "events": [
+                            {"name": e.name, "attributes": dict(e.attributes or {})}
+                            for e in span.events
+                        ],
                         "status": span.status.status_code.name,
                     },
                     default=list,
