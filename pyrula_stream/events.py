@@ -357,10 +357,13 @@ class TurnEvents:
     common: dict[str, Any] = field(default_factory=dict)
     """Fields every event of the turn carries in ``data``: ``version``, ``branch_of``."""
     trace: Callable[[], Mapping[str, str] | None] | None = None
+    """The W3C trace context each event record carries in its headers."""
     codec: serde.ValueCodec = serde.SCHEMALESS
     """How Avro event values are framed (a registry's codec for ``serialization=
     "schema_registry"``); JSON events (``event_format="json"``) are never registry-framed."""
-    """The W3C trace context each event record carries in its headers."""
+    _trace_of: Mapping[str, str] | None = None
+    _trace_headers: list[tuple[str, bytes]] = field(default_factory=list)
+    """``_trace_of`` encoded as headers: the same context for most of a turn's events."""
 
     def records(self, payload: Payload) -> list[OutRecord]:
         """The payload's records (taking the next ``seq``), or none once over the cap."""
@@ -415,8 +418,11 @@ class TurnEvents:
             ]
         trace = self.trace() if self.trace is not None else None
         if trace:
+            if trace is not self._trace_of:
+                self._trace_of = trace
+                self._trace_headers = [(k, v.encode()) for k, v in trace.items()]
             for record in records:
-                record.headers += [(k, v.encode()) for k, v in trace.items()]
+                record.headers += self._trace_headers
         return records
 
     def _framed(self, topic: str, event: Event) -> OutRecord:
