@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pyrula_stream.bench.harness import machine
-from pyrula_stream.bench.report import HEADLINE_KEYS
+from pyrula_stream.bench.headline import HEADLINE_KEYS
 from pyrula_stream.bench.targets import baseline_table
 
 NUMBER_KEYS = (

@@ -4,19 +4,13 @@
   entry and its tombstone that meet in one commit are not sent at all.
 - A ``read_only`` tool runs before the model response that asked for it is committed; a
   tool with effects waits for that commit.
-- A turn's input offset rides its terminal transaction: once its terminal event can be
-  read, the group's committed offset has passed its request.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
-from pyrula_stream.kafka.admin import admin_client
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.records import OutRecord, latest_only, tombstone
 from pyrula_stream.testing import running_worker, unique_name
@@ -89,24 +83,3 @@ async def test_a_read_only_tool_runs_before_the_response_is_committed_and_others
         events = await client.run(agent.name, q="read, then write", timeout=60)
     assert events[-1].type == "run:complete"
     assert seen == {"read_only": False, "effect": True}
-
-
-async def test_the_input_offset_commits_with_the_terminal_event(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
-) -> None:
-    @kafka_agent(name=unique_name("offsets"), llm=FakeLLM(["-"]), partitions=1)
-    async def agent(ctx: AgentContext, n: int) -> int:
-        return n
-
-    admin = admin_client(kafka_bootstrap_servers)
-    async with running_worker(agent, kafka_bootstrap_servers) as worker:
-        for n in range(3):
-            events = await client.run(agent.name, n=n, timeout=60)
-            assert events[-1].type == "run:complete"
-            request = ConsumerGroupTopicPartitions(
-                worker.group_id, [TopicPartition(agent.topics.turns, 0)]
-            )
-            futures = admin.list_consumer_group_offsets([request])
-            listed = await asyncio.to_thread(futures[worker.group_id].result, 30)
-            # Request n is the partition's n-th record (offset n): the next to read is n + 1.
-            assert [tp.offset for tp in listed.topic_partitions] == [n + 1]

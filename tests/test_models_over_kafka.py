@@ -14,6 +14,7 @@ from pyrula_stream import (
     tool,
 )
 from pyrula_stream.llm import FakeLLM, LLMClient, reply_tool_call
+from pyrula_stream.serde import decode_journal_entry
 from pyrula_stream.testing import read_topic, running_worker, unique_name
 from tests.wire import fixtures
 from tests.wire.anthropic_server import AnthropicWireServer, Text, ToolUse
@@ -94,7 +95,7 @@ async def test_a_turn_on_openai(
     assert_no_secret(kafka_bootstrap_servers, agent, fixtures.OPENAI_SECRET_KEY)
 
 
-async def test_a_truncated_stream_fails_the_turn_and_is_journaled(
+async def test_a_truncated_stream_fails_the_turn_and_its_end_is_journaled(
     kafka_bootstrap_servers: str,
     client: KafkaAgentClient,
     openai_server: OpenAIWireServer,
@@ -107,8 +108,14 @@ async def test_a_truncated_stream_fails_the_turn_and_is_journaled(
         events = await client.run(agent.name, question="Where?", timeout=60)
     assert events[-1].data["code"] == "llm_provider_unavailable"
     assert events[-1].data["error_type"] == "ProviderStreamTruncated"
-    journal = [v for _, v, _ in read_topic(kafka_bootstrap_servers, agent.topics.journal) if v]
-    assert any(b"ProviderStreamTruncated" in v for v in journal)
+    # The failed call and the turn's end met in one commit: its terminal record went to
+    # the journal (the call's entry and its tombstone were not written at all).
+    ends = [
+        decode_journal_entry(value, headers).data
+        for key, value, headers in read_topic(kafka_bootstrap_servers, agent.topics.journal)
+        if value is not None and key is not None and key.endswith(b"/terminal")
+    ]
+    assert [(e["status"], e["code"]) for e in ends] == [("failed", "llm_provider_unavailable")]
 
 
 async def test_budgets_end_the_turn_and_name_the_limit(

@@ -78,16 +78,3 @@ def test_a_dead_lettered_offset_is_remembered_until_a_commit_passes_it(tmp_path:
     assert ps.committed(4) == []
     assert ps.committed(5) == ["dead-lettered/4"]
     assert ps.journal.dead_lettered == set()
-
-
-def test_a_turn_whose_offset_committed_with_its_terminal_record_is_not_remembered(
-    tmp_path: Path,
-) -> None:
-    """The input offset rides the terminal transaction: a turn that ends below the
-    committed offset is forgotten at once, and its terminal record may go now."""
-    ps = state(tmp_path)
-    assert ps.committed(5) == []
-    assert ps.turn_finished(TurnRequest("t1", "a", {}), offset=3, ts_ms=1) is True
-    assert "t1" not in ps.finished
-    assert ps.turn_finished(TurnRequest("t2", "a", {}), offset=7, ts_ms=1) is False
-    assert ps.committed(8) == ["t2/terminal"]

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from pyrula_stream.bench.harness import kafka
+from pyrula_stream.bench.headline import headline
 from pyrula_stream.bench.plot import plot
 from pyrula_stream.bench.report import (
     docs_plot,
-    headline,
     markdown,
     refresh_docs,
     table,

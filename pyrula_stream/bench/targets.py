@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyrula_stream.bench.headline import headline
+
 BASELINE_BEGIN = "<!-- bench:baseline:begin (read by python -m pyrula_stream.bench) -->"
 BASELINE_END = "<!-- bench:baseline:end -->"
 
@@ -50,8 +52,6 @@ def figures_of(data: Mapping[str, Any]) -> dict[str, float | None]:
     2-core machine that is ``--processes auto``), ``telemetry_cost_fraction`` from the
     telemetry phase's cost in percent.
     """
-    from pyrula_stream.bench.report import headline
-
     flat = dict(headline(dict(data))) if "throughput" in data or "machine" in data else dict(data)
     out = {k: _number(flat.get(k)) for k in BASELINE_FIGURES}
     if out["ratio_all_cores"] is None:

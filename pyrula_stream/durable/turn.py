@@ -84,9 +84,6 @@ class TurnRuntime:
     output: TurnOutput
     journal: TurnJournal
     attempt: int = 1
-    input_offset: int = -1
-    """The request's offset in the turns partition; -1 for a resumed turn (its offset was
-    released when it parked)."""
     max_record_bytes: int = 1_000_000
     max_event_count: int | None = None
     max_event_payload_bytes: int | None = None

@@ -320,18 +320,32 @@ def weak_exactly_once(
 def _describe_configs(
     admin: AdminClient, names: list[str], timeout_s: float, conf: Mapping[str, Any]
 ) -> dict[str, dict[str, str]]:
-    resources_ = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    """Each topic's config. A topic created a moment ago may be unknown to the broker that
+    answers (on a cluster, metadata reaches the brokers one by one): asked again until
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
     out: dict[str, dict[str, str]] = {}
-    for res, fut in admin.describe_configs(resources_, request_timeout=timeout_s).items():
-        try:
-            entries: dict[str, Any] = fut.result()
-        except KafkaException as exc:
-            if is_authorization_failure(exc.args[0]):
-                raise authorization_error(
-                    conf, "DESCRIBE_CONFIGS", f"topic {res.name}", exc.args[0]
-                ) from None
-            raise
-        out[res.name] = {k: v.value for k, v in entries.items()}
+    pending = list(names)
+    while pending:
+        resources_ = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in pending]
+        pending = []
+        for res, fut in admin.describe_configs(resources_, request_timeout=timeout_s).items():
+            try:
+                entries: dict[str, Any] = fut.result()
+            except KafkaException as exc:
+                error = exc.args[0]
+                if is_authorization_failure(error):
+                    raise authorization_error(
+                        conf, "DESCRIBE_CONFIGS", f"topic {res.name}", error
+                    ) from None
+                unknown = error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                if unknown and time.monotonic() < deadline:
+                    pending.append(res.name)
+                    continue
+                raise
+            out[res.name] = {k: v.value for k, v in entries.items()}
+        if pending:
+            time.sleep(0.2)
     return out
 
 

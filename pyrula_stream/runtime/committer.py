@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pyrula_stream.durable.turn import TurnRuntime
@@ -32,9 +32,6 @@ from pyrula_stream.records import OutRecord, latest_only
 log = logging.getLogger(__name__)
 
 WriteBatch = Callable[[list[OutRecord], Offsets], Awaitable[None]]
-CommittableOffsets = Callable[[Mapping[int, Collection[int]]], Offsets]
-"""The input offsets to commit, given the request offsets (by partition) of the turns
-whose terminal records the same commit carries: those count as done."""
 
 DELIVERY_BACKOFF_S = (0.2, 5.0)
 """First and longest pause before the commit after one whose records failed delivery."""
@@ -86,7 +83,7 @@ class GroupCommitter:
     def __init__(
         self,
         write: WriteBatch,
-        offsets: CommittableOffsets,
+        offsets: Callable[[], Offsets],
         on_abort: Callable[[set[str]], None],
         *,
         interval_s: float = 0.0,
@@ -181,7 +178,7 @@ class GroupCommitter:
         await self._idle.wait()
 
     def _offsets_dirty(self) -> bool:
-        return any(self._last_offsets.get(k) != v for k, v in self._offsets({}).items())
+        return any(self._last_offsets.get(k) != v for k, v in self._offsets().items())
 
     def forget_offsets(self, keys: set[tuple[str, int]]) -> None:
         """Partitions we lost: commit their offsets afresh if they come back."""
@@ -210,14 +207,9 @@ class GroupCommitter:
         A method of its own so that nothing of a committed batch (its records, its turns'
         runtimes) stays referenced by the loop while the worker waits for the next one.
         """
-        batch, self._pending = self._pending, _Batch()
-        # A turn's input offset rides its terminal transaction: no commit of its own.
-        ending: dict[int, set[int]] = {}
-        for turn in batch.turns.values():
-            if turn.finished and turn.input_offset >= 0:
-                ending.setdefault(turn.topics.partition, set()).add(turn.input_offset)
-        offsets = self._offsets(ending)
+        offsets = self._offsets()
         changed = {k: v for k, v in offsets.items() if self._last_offsets.get(k) != v}
+        batch, self._pending = self._pending, _Batch()
         if batch.fence:
             changed = dict(offsets)
         if batch.empty() and not changed:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pyrula_stream.durable.journal import PartitionJournal
@@ -42,14 +42,7 @@ class OffsetWatermark:
         while self._order and self._order[0] in self._done:
             self._done.discard(self._order.popleft())
 
-    def committable(self, ending: Collection[int] = ()) -> int | None:
-        """The offset to commit; with ``ending``, as if those offsets were done too (turns
-        whose terminal records ride the same commit as this offset)."""
-        if ending:
-            for offset in self._order:
-                if offset not in self._done and offset not in ending:
-                    return offset
-            return self._next
+    def committable(self) -> int | None:
         if self._order:
             return self._order[0]
         return self._next
@@ -118,8 +111,6 @@ class PartitionState:
     resuming: set[str] = field(default_factory=set)
     crash_guard: CrashGuard | None = None
     """Counts crashes of the previous owners (``runtime/poison.py``)."""
-    committed_offset: int | None = None
-    """The input offset this worker last committed for the partition."""
 
     def is_finished(self, request: TurnRequest) -> bool:
         """Whether this turn already ended: its re-read request is a no-op."""
@@ -141,21 +132,14 @@ class PartitionState:
         original = entry.turn_id if entry is not None else self.running_keys.get(key)
         return original if original != request.turn_id else None
 
-    def turn_finished(self, request: TurnRequest, offset: int, ts_ms: int) -> bool:
-        """The turn's terminal record committed: remember it until the watermark passes.
-
-        Returns True when the committed offset already passed it (the offset rode the
-        terminal transaction): nothing reads the request again, so its terminal record
-        may be tombstoned now and nothing is remembered."""
-        passed = self.committed_offset is not None and offset < self.committed_offset
-        if not passed:
-            self.finished[request.turn_id] = offset
+    def turn_finished(self, request: TurnRequest, offset: int, ts_ms: int) -> None:
+        """The turn's terminal record committed: remember it until the watermark passes."""
+        self.finished[request.turn_id] = offset
         self.journal.turns.pop(request.turn_id, None)
         key = request.idempotency_key
         if key and self.running_keys.get(key) == request.turn_id:
             del self.running_keys[key]
             self.journal.idempotency.remember(key, request.turn_id, ts_ms)
-        return passed
 
     def committed(self, offset: int) -> list[str]:
         """The input offset ``offset`` committed: forget the turns it passed.
@@ -163,7 +147,6 @@ class PartitionState:
         Returns their terminal journal keys: nothing reads those requests again, so the
         records can be tombstoned (by a later commit, never by this one).
         """
-        self.committed_offset = max(offset, self.committed_offset or 0)
         passed = [t for t, o in self.finished.items() if o < offset]
         for turn_id in passed:
             del self.finished[turn_id]

@@ -28,12 +28,12 @@ from pyrula_stream.events import RunError
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.observability.tracing import TraceCarrier
 from pyrula_stream.options import WorkerOptions
-from pyrula_stream.records import ControlRequest, tombstone
+from pyrula_stream.records import ControlRequest
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.parking import ParkedTurns
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
-from pyrula_stream.serde import TERMINAL, TurnRequest, journal_key
+from pyrula_stream.serde import TurnRequest
 from pyrula_stream.versions import known_versions, missing_version
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,6 @@ class TurnScheduler:
             output=self._committer(),
             journal=journal,
             attempt=journal.attempt + 1,
-            input_offset=offset,
             max_record_bytes=self.options.max_record_bytes,
             max_event_count=limits.max_event_count_per_turn,
             max_event_payload_bytes=limits.max_event_payload_bytes,
@@ -243,10 +242,7 @@ class TurnScheduler:
             return
         for key, value in runtime.thread_writes:  # committed with the terminal event
             ps.threads.apply(key, value)
-        if ps.turn_finished(runtime.request, queued.offset, int(time.time() * 1000)):
-            key = journal_key(runtime.turn_id, -1, TERMINAL)  # its offset committed with it
-            gone = tombstone(self.agent.topics.journal, key, ps.partition)
-            self._committer().add_records([gone], wake=False)
+        ps.turn_finished(runtime.request, queued.offset, int(time.time() * 1000))
         self.turns_finished += 1
         self._release(ps, queued)
 

@@ -17,7 +17,7 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -654,12 +654,10 @@ class KafkaWorker(RunsInBackground):
         )
         consumer.note_committed({p: o for (_, p), o in offsets.items()})
 
-    def _committable_offsets(self, ending: Mapping[int, Collection[int]]) -> Offsets:
-        """Each owned partition's input offset to commit, counting the turns whose terminal
-        records ride this commit (``ending``: partition -> their request offsets) as done."""
+    def _committable_offsets(self) -> Offsets:
         out: Offsets = {}
         for p, ps in self._parts.items():
-            offset = ps.watermark.committable(ending.get(p, ()))
+            offset = ps.watermark.committable()
             if offset is not None:
                 out[(self.topics.turns, p)] = offset
         return out

@@ -1,0 +1,103 @@
+"""The headline: the one JSON object the bench prints last, flattened from a results dict.
+
+Its own module so that both the report and the targets (which flatten a baseline bench's
+JSON the same way) can use it without importing each other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+HEADLINE_KEYS = (
+    "turns_per_s",
+    "floor_turns_per_s",
+    "ratio",
+    "overhead_p50_ms",
+    "overhead_p99_ms",
+    "journal_bytes_per_step",
+    "restore_records_per_s",
+    "rss_kb_per_inflight_turn",
+)
+
+
+def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str, Any]:
+    """The last line the bench prints: the issue's eight keys, then useful extras."""
+    tp = results.get("throughput", {})
+    lat = results.get("latency", {})
+    conc = results.get("concurrency", {})
+    jr = results.get("journal", {})
+    rs = results.get("restore", [])
+    soak = results.get("soak", {})
+    tel = results.get("telemetry", {})
+    th = results.get("threads", {})
+    largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
+    sub = results.get("subagents", {})
+    gw = results.get("gateway", {})
+    cpu = results.get("cpu", {})
+    base = results.get("baseline") or {}
+    return {
+        "turns_per_s": tp.get("framework_turns_per_s"),
+        "floor_turns_per_s": tp.get("floor_turns_per_s"),
+        "ratio": tp.get("ratio"),
+        "overhead_p50_ms": lat.get("overhead_p50_ms"),
+        "overhead_p99_ms": lat.get("overhead_p99_ms"),
+        "journal_bytes_per_step": jr.get("journal_bytes_per_step"),
+        "restore_records_per_s": largest.get("records_per_s"),
+        "rss_kb_per_inflight_turn": conc.get("rss_kb_per_inflight_turn"),
+        "latency_floor_p50_ms": lat.get("latency_floor_p50_ms"),
+        "latency_floor_p99_ms": lat.get("latency_floor_p99_ms"),
+        "overhead_over_floor_p50_ms": lat.get("overhead_over_floor_p50_ms"),
+        "overhead_over_floor_p99_ms": lat.get("overhead_over_floor_p99_ms"),
+        "latency_floor_two_commit_p50_ms": lat.get("latency_floor_two_commit_p50_ms"),
+        "latency_floor_two_commit_p99_ms": lat.get("latency_floor_two_commit_p99_ms"),
+        "overhead_over_floor_effect_p50_ms": lat.get("overhead_over_floor_effect_p50_ms"),
+        "overhead_over_floor_effect_p99_ms": lat.get("overhead_over_floor_effect_p99_ms"),
+        "turns_per_s_all_cores": tp.get("turns_per_s_all_cores"),
+        "ratio_all_cores": tp.get("ratio_all_cores"),
+        "all_cores_processes": tp.get("all_cores_processes"),
+        "cpu_ms_per_turn": cpu.get("cpu_ms_per_turn"),
+        "cpu_ms_per_step": cpu.get("cpu_ms_per_step"),
+        "cpu_ms_per_step_200_steps": cpu.get("cpu_ms_per_step_200_steps"),
+        "step_cost_growth": cpu.get("step_cost_growth"),
+        "turns_per_s_1_process": cpu.get("turns_per_s_1_process"),
+        "turns_per_s_2_processes": cpu.get("turns_per_s_2_processes"),
+        "turns_per_s_20_steps": cpu.get("turns_per_s_20_steps"),
+        "broker_share_of_cores_2_processes": cpu.get("broker_share_of_cores_2_processes"),
+        "in_flight": conc.get("in_flight"),
+        "inflight_turns_per_s": conc.get("turns_per_s"),
+        "inflight_fraction_of_ideal": conc.get("fraction_of_ideal"),
+        "in_worker_overhead_p50_ms": lat.get("in_worker_overhead_p50_ms"),
+        "journal_linear_r2": jr.get("linear_r2"),
+        "live_journal_bytes_per_finished_turn": jr.get("live_bytes_per_finished_turn"),
+        "restore_live_entries": largest.get("live_entries"),
+        "thread_restore_threads_per_s": th.get("thread_restore_threads_per_s"),
+        "memory_visible_ms_p50": th.get("memory_visible_ms_p50"),
+        "rss_bytes_per_finished_turn": soak.get("rss_bytes_per_finished_turn"),
+        "soak_turns": soak.get("turns"),
+        "telemetry_turns_per_s_off": tel.get("turns_per_s_off"),
+        "telemetry_turns_per_s_on": tel.get("turns_per_s_on"),
+        "telemetry_cost_fraction": tel.get("telemetry_cost_fraction"),
+        "telemetry_cpu_cost_fraction": tel.get("cpu_cost_fraction"),
+        "telemetry_overhead_p50_ms_off": tel.get("overhead_p50_ms_off"),
+        "telemetry_overhead_p50_ms_on": tel.get("overhead_p50_ms_on"),
+        "parked_turns_per_worker": sub.get("parked_turns"),
+        "rss_kb_per_parked_turn": sub.get("rss_kb_per_parked_turn"),
+        "tracemalloc_kb_per_parked_turn": sub.get("tracemalloc_kb_per_parked_turn"),
+        "call_round_trip_p50_ms": sub.get("call_round_trip_p50_ms"),
+        "call_round_trip_p99_ms": sub.get("call_round_trip_p99_ms"),
+        "gateway_added_p50_ms": gw.get("gateway_added_p50_ms"),
+        "gateway_added_p99_ms": gw.get("gateway_added_p99_ms"),
+        "gateway_rss_kb_per_stream": gw.get("gateway_rss_kb_per_stream"),
+        "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
+        "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
+        "baseline_ratio": base.get("ratio"),
+        "baseline_commit": base.get("commit"),
+        "targets_met": sum(1 for t in results.get("targets", []) if t["met"] is True),
+        "targets_missed": sum(1 for t in results.get("targets", []) if t["met"] is False),
+        "turns": tp.get("turns"),
+        "quick": results.get("config", {}).get("quick"),
+        "seconds": results.get("seconds"),
+        "cores": results.get("machine", {}).get("logical_cores"),
+        "results_file": str(json_path) if json_path else None,
+    }
