@@ -150,9 +150,6 @@ class BatchWriter:
             extra=extra,
             message_max_bytes=1_048_576,
             compression_type="lz4",
-            # Only failures call back (each names its record); a success per record was
-            # a Python call per record on the commit thread that told us nothing.
-            delivery_report_only_error=True,
         )
         self._conf = conf
         self._kafka_config = kafka_config
