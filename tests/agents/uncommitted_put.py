@@ -49,6 +49,10 @@ if os.environ.get("UNCOMMITTED_PUT_DIR"):
     hold_put_transactions(Path(os.environ["UNCOMMITTED_PUT_DIR"]) / "in-transaction")
 
 
+def _nothing() -> int:
+    return 0
+
+
 @kafka_agent(
     name=os.environ.get("UNCOMMITTED_PUT_AGENT_NAME", "uncommitted-put"),
     llm=FakeLLM([reply_text("unused")]),
@@ -57,5 +61,9 @@ if os.environ.get("UNCOMMITTED_PUT_DIR"):
 async def uncommitted_put(ctx: AgentContext, ns: str) -> Any:
     """Writes one item (stamped with the worker process that wrote it) and reads it back."""
     await ctx.memory.put(("tests", ns), "k", {"v": 1, "pid": os.getpid()})
+    # A step waits for what the turn journaled before it: the put's entry commits in a
+    # transaction of its own (at the turn's end it would meet its tombstone, and a step
+    # whose entry and tombstone share a commit is not written at all).
+    await ctx.step("after-put", _nothing)
     item = await ctx.memory.get(("tests", ns), "k")
     return None if item is None else item.value
