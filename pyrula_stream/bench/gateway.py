@@ -3,10 +3,11 @@ open Server-Sent-Events stream.
 
 One gateway process (``create_app`` under uvicorn, as ``pyrula-stream gateway`` serves it)
 and one worker process run on this machine; this process submits ``streams`` turns through
-the gateway and follows each twice, at the same time: over SSE from the gateway (one HTTP
-connection per turn, as browsers do) and with ``KafkaAgentClient.stream`` (its one shared
-reader). A turn is the one-tool workload with a model that takes ``model_s`` per call, so
-every stream is open before the turns' later events are written.
+the gateway and follows each over SSE (one HTTP connection per turn, as browsers do), while
+a third process follows the same turns with ``KafkaAgentClient.stream`` (its one shared
+reader), at the same time. A turn is the one-tool workload with a model that takes
+``model_s`` per call (longer with more streams), so every stream is open before the turns'
+later events are written.
 
 For each event, ``arrival - ts_ms`` is measured on both paths (``ts_ms`` is when the
 worker made the event, before its commit: the same start for both). The gateway's own
@@ -107,10 +108,31 @@ async def _direct(
         arrivals.append((event.ts_ms, time.time() * 1000))
 
 
+def _client_process(
+    bootstrap: str, prefix: str, agent: str, turn_ids: Any, arrivals: Any, ready: Any
+) -> None:
+    """The reference path in a process of its own (so the SSE clients' work in the bench
+    process does not slow it): ``KafkaAgentClient.stream`` for each turn id it is sent."""
+
+    async def main() -> None:
+        async with KafkaAgentClient(bootstrap, prefix=prefix) as client:
+            ready.set()
+            ids = await asyncio.to_thread(turn_ids.get, True, 300)
+            seen: list[tuple[int, float]] = []
+            await asyncio.gather(*(_direct(client, agent, t, seen) for t in ids))
+            arrivals.put(seen)
+
+    asyncio.run(main())
+
+
 async def run_gateway(
-    bootstrap: str, *, streams: int, model_s: float = 2.0, keep_topics: bool = False
+    bootstrap: str, *, streams: int, model_s: float | None = None, keep_topics: bool = False
 ) -> dict[str, Any]:
-    """The gateway phase (see the module docstring)."""
+    """The gateway phase (see the module docstring). The model takes ``model_s`` per call
+    (default: 2 s per 100 streams, at least 2 s), long enough for every stream to be open
+    before the turns' later events are made, also on a busy machine."""
+    if model_s is None:
+        model_s = max(2.0, streams / 50)
     agent = tool_turn_agent(unique("gw"), latency_s=model_s, partitions=PARTITIONS)
     await asyncio.to_thread(create_topics, bootstrap, agent.topic_specs())
     context = multiprocessing.get_context("spawn")
@@ -128,17 +150,23 @@ async def run_gateway(
         name="bench-gateway-worker",
         daemon=True,
     )
+    turn_ids, client_arrivals, client_ready = context.Queue(), context.Queue(), context.Event()
+    follower = context.Process(
+        target=_client_process,
+        args=(bootstrap, agent.prefix, agent.name, turn_ids, client_arrivals, client_ready),
+        name="bench-gateway-client",
+        daemon=True,
+    )
     gateway.start()
     worker.start()
+    follower.start()
     via_sse: list[tuple[int, float]] = []
     via_client: list[tuple[int, float]] = []
     try:
         url = await asyncio.to_thread(url_queue.get, True, 120)
+        await asyncio.to_thread(client_ready.wait, 120)
         limits = httpx.Limits(max_connections=streams + 20, max_keepalive_connections=streams)
-        async with (
-            httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http,
-            KafkaAgentClient(bootstrap, prefix=agent.prefix) as client,
-        ):
+        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
             warm = await http.post(f"{PREFIX}/{agent.name}/turns", json=QUESTION)
             warm.raise_for_status()
             await _sse(http, warm.json()["events_url"], asyncio.Event(), [])
@@ -148,22 +176,20 @@ async def run_gateway(
                 *(http.post(f"{PREFIX}/{agent.name}/turns", json=QUESTION) for _ in range(streams))
             )
             handles = [answer.json() for answer in submitted]
+            turn_ids.put([h["turn_id"] for h in handles])
             opened = [asyncio.Event() for _ in handles]
             tasks = [
                 asyncio.create_task(_sse(http, h["events_url"], o, via_sse))
                 for h, o in zip(handles, opened, strict=True)
             ]
-            tasks += [
-                asyncio.create_task(_direct(client, agent.name, h["turn_id"], via_client))
-                for h in handles
-            ]
             await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), 120)
             all_open_ms = time.time() * 1000
             rss_open = _rss_kb(gateway.pid)
             await asyncio.wait_for(asyncio.gather(*tasks), 300)
+            via_client = await asyncio.to_thread(client_arrivals.get, True, 300)
     finally:
         stop.set()
-        for proc in (gateway, worker):
+        for proc in (gateway, worker, follower):
             await asyncio.to_thread(proc.join, 30)
             if proc.is_alive():
                 proc.kill()
