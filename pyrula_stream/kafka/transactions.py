@@ -313,7 +313,9 @@ class BatchWriter:
             except KafkaException as abort_exc:
                 raise ProducerFenced(f"abort failed: {abort_exc}") from exc
             if failed or err.code() in REPLACE_AFTER:
-                self._replace_producer(failed[0] if failed else err.name())
+                # Records that timed out for want of replicas are the shortfall said above:
+                # the replacement is part of waiting for the brokers, not news of its own.
+                self._replace_producer(failed[0] if failed else err.name(), quiet=bool(shortfall))
             raise TransactionAborted(err.str(), failed) from exc
         if err is not None and (
             err.fatal()
@@ -323,7 +325,7 @@ class BatchWriter:
             raise ProducerFenced(err.str()) from exc
         raise ProducerFenced(f"unexpected transactional error: {exc}") from exc
 
-    def _replace_producer(self, cause: object) -> None:
+    def _replace_producer(self, cause: object, *, quiet: bool = False) -> None:
         """A new producer with our transactional id in place of one whose records failed.
 
         After a failed delivery librdkafka must bump the producer's epoch before its
@@ -338,7 +340,10 @@ class BatchWriter:
         except KafkaException as exc:
             raise ProducerFenced(f"no new producer after a failed delivery: {exc}") from None
         self._producer = fresh
-        log.warning("replaced the transactional producer after a failed delivery (%s)", cause)
+        if quiet:
+            log.info("replaced the transactional producer while replicas are short (%s)", cause)
+        else:
+            log.warning("replaced the transactional producer after a failed delivery (%s)", cause)
 
     def _write_then_commit(
         self, records: Sequence[OutRecord], offsets: Offsets, consumer: Consumer
