@@ -12,7 +12,9 @@ from typing import Any
 
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
 from pyrula_stream.llm import FakeLLM, reply_tool_call
+from pyrula_stream import serde
 from pyrula_stream.records import OutRecord, latest_only, tombstone
+from pyrula_stream.serde import JournalEntry, decode_journal_entry
 from pyrula_stream.testing import running_worker, unique_name
 
 
@@ -46,6 +48,32 @@ def test_records_of_other_topics_and_partitions_are_kept() -> None:
     records = [entry(b"k", topic="a"), entry(b"k", topic="b"), OutRecord("a", b"k", None, [], 0)]
     other = OutRecord("j", b"t1/1", b"v", [], 1, compacted=True)
     assert latest_only([*records, entry(b"t1/1"), other]) == [0, 1, 2, 3, 4]
+
+
+def test_a_deferred_entry_is_encoded_only_when_sent_as_it_was_when_written() -> None:
+    data: dict[str, Any] = {"call": 0, "response": {"text": "before"}}
+    step = JournalEntry("t1", 1, "llm", "llm", "h", data, 1, 5)
+    prepared = {"data": serde.json_text(data)}
+    encodes: list[int] = []
+
+    def encode() -> bytes:
+        encodes.append(1)
+        return serde.encode_prepared("journal_entry", step, prepared)
+
+    deferred = OutRecord("j", b"t1/1", None, [], 0, compacted=True, deferred=encode)
+    assert not deferred.is_tombstone
+    gone = tombstone("j", "t1/1", 0, unsent_key=True)
+    assert latest_only([deferred, gone, entry(b"t1/terminal")]) == [2]
+    assert latest_only([gone, deferred]) == [1], "a write after the tombstone is sent"
+    data["response"]["text"] = "changed after the step was journaled"
+    deferred.materialize()
+    deferred.materialize()
+    assert encodes == [1] and deferred.value is not None
+    decoded = decode_journal_entry(deferred.value, {})
+    assert decoded.data == {"call": 0, "response": {"text": "before"}}
+    assert deferred.value == serde.encode(
+        "journal_entry", JournalEntry("t1", 1, "llm", "llm", "h", decoded.data, 1, 5)
+    )
 
 
 async def test_a_read_only_tool_runs_before_the_response_is_committed_and_others_wait(

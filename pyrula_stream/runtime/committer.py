@@ -225,6 +225,8 @@ class GroupCommitter:
         if len(sent) < len(records):
             records = [records[i] for i in sent]
             owners = [owners[i] for i in sent]
+        for record in records:
+            record.materialize()
         seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
         self._idle.clear()
         started = time.monotonic()
