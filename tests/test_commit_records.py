@@ -8,11 +8,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
-from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
+from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, serde, tool
+from pyrula_stream.events import decode_event
+from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.llm import FakeLLM, reply_tool_call
-from pyrula_stream import serde
+from pyrula_stream.llm.base import ModelResponse, StreamItem
+from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord, latest_only, tombstone
 from pyrula_stream.serde import JournalEntry, decode_journal_entry
 from pyrula_stream.testing import running_worker, unique_name
@@ -111,3 +116,45 @@ async def test_a_read_only_tool_runs_before_the_response_is_committed_and_others
         events = await client.run(agent.name, q="read, then write", timeout=60)
     assert events[-1].type == "run:complete"
     assert seen == {"read_only": False, "effect": True}
+
+
+async def test_records_no_one_waits_for_linger_and_ride_the_commit_someone_waits_for(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """With a linger far longer than the turn's timeout, the turn still ends: the tool with
+    effects hurries its response's commit, and the end commits at once, with the last
+    delta and ``llm:complete`` in the same transaction (consecutive offsets: a commit
+    marker would take one between them)."""
+
+    @tool
+    async def act(ctx: ToolContext) -> str:
+        """Change something."""
+        return "acted"
+
+    class Pausing(FakeLLM):
+        """Streams its text in one 600-character delta (past the coalescing size, so the
+        delta is emitted at once), then thinks before the response."""
+
+        async def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[StreamItem]:
+            async for item in super().stream(*args, **kwargs):
+                if isinstance(item, ModelResponse):
+                    await asyncio.sleep(0.5)  # with no linger, the delta commits meanwhile
+                yield item
+
+    script: list[Any] = [reply_tool_call("act"), "x" * 600]
+    llm = Pausing(script, chunk_chars=600)
+
+    @kafka_agent(name=unique_name("linger"), llm=llm, tools=[act], partitions=1)
+    async def agent(ctx: AgentContext, q: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": q}])
+
+    options = WorkerOptions(commit_linger_s=600.0, shutdown_grace=1.0)
+    async with running_worker(agent, kafka_bootstrap_servers, options):
+        events = await client.run(agent.name, q="act", timeout=30)
+    assert events[-1].type == "run:complete"
+    records = read_topic(kafka_bootstrap_servers, agent.topics.events)
+    kinds = [(r.offset, decode_event(r.value, r.headers).type) for r in records]
+    tail = [k for k in kinds if k[1] in ("llm:delta", "llm:complete", "run:complete")][-3:]
+    assert [t for _, t in tail] == ["llm:delta", "llm:complete", "run:complete"], kinds
+    offsets = [o for o, _ in tail]
+    assert offsets == list(range(offsets[0], offsets[0] + 3)), kinds

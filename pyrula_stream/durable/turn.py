@@ -61,7 +61,11 @@ class TurnOutput(Protocol):
 
     def add(self, turn: TurnRuntime, records: list[OutRecord]) -> None: ...
 
-    def durable(self, turn: TurnRuntime, records: list[OutRecord]) -> Awaitable[None]: ...
+    def durable(
+        self, turn: TurnRuntime, records: list[OutRecord], *, urgent: bool = True
+    ) -> Awaitable[None]: ...
+
+    def hurry(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -282,7 +286,8 @@ class TurnRuntime:
         out = [self.journal_record(entry, entry.key), *(effects(data) if effects else ())]
         for payload in events(data) if events else ():
             out += self.events.records(payload)
-        self._journal_in_background(index, entry, self.output.durable(self, out))
+        # No one waits for a step's commit until a barrier does: it may linger.
+        self._journal_in_background(index, entry, self.output.durable(self, out, urgent=False))
         return data, False
 
     def _journal_in_background(
@@ -318,6 +323,8 @@ class TurnRuntime:
         """
         pending = [f for f in self._unconfirmed if not f.done()]
         self._unconfirmed = pending
+        if pending:
+            self.output.hurry()
         if len(pending) == 1:  # usually the step just before: no gathering future
             await pending[0]
         elif pending:
