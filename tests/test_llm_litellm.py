@@ -225,6 +225,16 @@ async def test_a_stream_cut_after_text_is_truncated_and_not_retried(
     assert "".join(seen) == "partial answer" and len(openai_server.requests) == 1
 
 
+async def test_a_connection_broken_mid_stream_is_provider_unavailable(
+    llm: LiteLLM, openai_server: OpenAIWireServer
+) -> None:
+    openai_server.reply_aborted("some text here", keep=3)
+    with pytest.raises(LLMProviderUnavailable) as info:
+        await collect(llm, HELLO)
+    assert type(info.value) is LLMProviderUnavailable
+    assert len(openai_server.requests) == 1  # text was shown: not sent again
+
+
 def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "litellm", None)
     with pytest.raises(ConfigurationError, match=r"pip install 'pyrula-stream\[litellm\]'"):
@@ -289,3 +299,13 @@ async def test_a_turn_on_litellm_is_priced_by_its_bare_model(
     for topic in (agent.topics.events, agent.topics.journal):
         for _, value, _ in read_topic(kafka_bootstrap_servers, topic):
             assert SECRET.encode() not in (value or b"")
+
+
+def test_importing_the_package_does_not_import_litellm() -> None:
+    import subprocess
+
+    code = (
+        "import sys, pyrula_stream.llm as llm; "
+        "assert llm.LiteLLM.provider == 'litellm' and 'litellm' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
