@@ -235,6 +235,18 @@ async def test_a_connection_broken_mid_stream_is_provider_unavailable(
     assert len(openai_server.requests) == 1  # text was shown: not sent again
 
 
+async def test_a_missing_key_or_an_unroutable_model_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch, openai_server: OpenAIWireServer
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    llm = LiteLLM(f"openai/{MODEL}", api_base=openai_server.base_url, backoff_base_s=0.001)
+    with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
+        await collect(llm, HELLO)
+    assert openai_server.requests == []
+    with pytest.raises(ConfigurationError, match="cannot route model 'no-such-route/m'"):
+        LiteLLM("no-such-route/m")
+
+
 def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "litellm", None)
     with pytest.raises(ConfigurationError, match=r"pip install 'pyrula-stream\[litellm\]'"):

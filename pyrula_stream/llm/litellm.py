@@ -80,7 +80,7 @@ class LiteLLM(SDKAdapter):
     extra: dict[str, Any] | None = None
 
     def __post_init__(self, api_key: str | None) -> None:
-        _sdk()
+        litellm = _sdk()
         super().__post_init__(api_key)
         if self.api_base is None:
             self.api_base = self.base_url
@@ -95,6 +95,18 @@ class LiteLLM(SDKAdapter):
                 "settings (model, api_base, api_key, max_tokens, temperature, "
                 "llm_call_timeout, tools) or must stay off (litellm's retries)"
             )
+        try:  # a model litellm cannot route is a mistake to refuse now, not on the first turn
+            litellm.get_llm_provider(
+                self.model,
+                custom_llm_provider=self.extra.get("custom_llm_provider"),
+                api_base=self.api_base,
+            )
+        except litellm.exceptions.BadRequestError as exc:
+            first_line = self.redact(_message(exc)).splitlines()[0]
+            raise ConfigurationError(
+                f"LiteLLM cannot route model '{self.model}' (litellm's names are "
+                f"'provider/model'): {first_line}"
+            ) from None
 
     def _secrets(self) -> list[str | None]:
         extra = self.extra or {}
@@ -167,6 +179,10 @@ class LiteLLM(SDKAdapter):
         import openai
 
         litellm = _sdk()
+        if _client_side(exc):
+            # No request was sent: a missing key is the caller's to fix, whatever HTTP
+            # status litellm dresses it in (a 500).
+            return ProviderFailure("configuration", _message(exc))
         if isinstance(exc, litellm.exceptions.MidStreamFallbackError):
             # A stream that broke after it started; litellm says which way in the message.
             original = exc.original_exception or exc
@@ -199,6 +215,21 @@ class LiteLLM(SDKAdapter):
                 headers.get("x-request-id"),
             )
         return None
+
+
+def _client_side(exc: BaseException) -> bool:
+    """Whether litellm wrapped a plain ``openai.OpenAIError``: the SDK's refusal to build
+    a request (no API key), as opposed to its ``APIError`` for a request that was sent."""
+    import openai
+
+    seen: set[int] = set()
+    inner: BaseException | None = exc.__cause__ or exc.__context__
+    while inner is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        if isinstance(inner, openai.OpenAIError) and not isinstance(inner, openai.APIError):
+            return True
+        inner = inner.__cause__ or inner.__context__
+    return False
 
 
 def _message(exc: BaseException) -> str:
