@@ -225,6 +225,16 @@ async def test_a_stream_cut_after_text_is_truncated_and_not_retried(
     assert "".join(seen) == "partial answer" and len(openai_server.requests) == 1
 
 
+async def test_a_tool_call_stream_cut_before_any_text_is_retried_then_truncated(
+    llm: LiteLLM, openai_server: OpenAIWireServer
+) -> None:
+    for _ in range(llm.max_retries + 1):
+        openai_server.reply_truncated("", [Call("call_t", "lookup", {"id": "1"})])
+    with pytest.raises(ProviderStreamTruncated):
+        await collect(llm, HELLO, tools=[LOOKUP])
+    assert len(openai_server.requests) == llm.max_retries + 1
+
+
 async def test_a_connection_broken_mid_stream_is_provider_unavailable(
     llm: LiteLLM, openai_server: OpenAIWireServer
 ) -> None:
