@@ -76,11 +76,24 @@ class Spend:
         }
 
 
+_PRICES_FOUND: dict[tuple[str, int], tuple[AgentLimits, Any]] = {}
+"""(model, limits by identity) -> (those limits, kept alive, and the price): every model
+call of a turn is billed, and the same agent asks for the same few models."""
+
+
 def price_for(model: str, limits: AgentLimits) -> Any:
     """The agent's own price for ``model``, else the dated default table's, else None."""
+    key = (model, id(limits))
+    found = _PRICES_FOUND.get(key)
+    if found is not None and found[0] is limits:
+        return found[1]
     from pyrula_stream.llm.pricing import DEFAULT_PRICES, price_of
 
-    return price_of(model, limits.prices) or price_of(model, DEFAULT_PRICES)
+    price = price_of(model, limits.prices) or price_of(model, DEFAULT_PRICES)
+    if len(_PRICES_FOUND) >= 1024:  # models or limits that keep changing: start over
+        _PRICES_FOUND.clear()
+    _PRICES_FOUND[key] = (limits, price)
+    return price
 
 
 def bill(spend: Spend, response: ModelResponse, limits: AgentLimits, default_model: str) -> None:

@@ -109,11 +109,11 @@ async def test_a_parent_calls_a_child_on_another_worker_and_gets_its_result(
         r for r in read_topic(kafka_bootstrap_servers, refunds.topics.turns) if r[0] is not None
     ]
     assert len(requests) == 2
-    # Each parent leaves only its terminal record: steps, reply and park are tombstoned.
+    # Each parent leaves at most its terminal record: steps, reply and park are tombstoned
+    # (and the terminal record too, once the committed input offset has passed it).
     keys = live_journal_keys(kafka_bootstrap_servers, triage.topics.journal)
-    assert [k for k in keys if not k.startswith("cursor/")] == sorted(
-        f"{e[0].turn_id}/terminal" for e in (ok, failed)
-    )
+    left = [k for k in keys if not k.startswith("cursor/")]
+    assert set(left) <= {f"{e[0].turn_id}/terminal" for e in (ok, failed)}, left
 
 
 async def test_a_parked_parent_resumes_when_the_childs_worker_comes_back(
