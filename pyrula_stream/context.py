@@ -44,9 +44,9 @@ if TYPE_CHECKING:
     from pyrula_stream.serde import TurnRequest
 
 KAFKA_WAIT_LIMIT = (
-    "a Kafka agent cannot wait for a person or a signal: its worker must keep consuming "
-    "its partitions. Split the flow into two turns (submit a new turn when the answer "
-    "arrives) or run this agent outside Kafka"
+    "a Kafka agent cannot wait for a person unless it opts in: bind it with "
+    "@kafka_agent(human_in_the_loop=True) to park the turn until the answer arrives, or "
+    "split the flow into two turns (submit a new turn when the answer arrives)"
 )
 
 

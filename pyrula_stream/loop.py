@@ -177,7 +177,11 @@ class ToolLoop:
             offered += await self.mcp.tools()
         for t in offered:  # tools passed at run time get the bind-time refusals too
             try:
-                check_bindable(t, agent_name=self.turn.agent)
+                check_bindable(
+                    t,
+                    agent_name=self.turn.agent,
+                    human_in_the_loop=self.tool_calls.human_in_the_loop,
+                )
             except ToolRegistrationError as exc:
                 raise self.turn.refuse(exc) from None
         if self.output_instructions:

@@ -91,8 +91,10 @@ class ToolCalls:
         http: httpx.AsyncClient,
         deps: Any = None,
         cache_store: CacheStore | None = None,
+        human_in_the_loop: bool = False,
     ) -> None:
         self.turn = turn
+        self.human_in_the_loop = human_in_the_loop
         self.limits = limits
         self.http = http
         self.deps = deps
@@ -111,9 +113,18 @@ class ToolCalls:
         turn = self.turn
         if call.tool is not None:
             try:  # a gated tool is refused however it is called, and the turn ends
-                check_bindable(call.tool, agent_name=turn.agent)
+                check_bindable(
+                    call.tool, agent_name=turn.agent, human_in_the_loop=self.human_in_the_loop
+                )
             except ToolRegistrationError as exc:
                 raise turn.refuse(exc) from None
+            if call.tool.spec.needs_approval_support:  # opted in: the approval path decides
+                raise turn.refuse(
+                    ToolRegistrationError(
+                        f"tool '{call.tool.name}' needs approval, and this worker cannot "
+                        "ask for it yet"
+                    )
+                )
         name = call.name[:MAX_UNKNOWN_NAME]
 
         async def live() -> StepData:

@@ -46,6 +46,7 @@ def test_binding_refuses_tools_that_need_a_person() -> None:
         with pytest.raises(ToolRegistrationError, match=gated.name) as err:
             kafka_agent(name="gate", tools=[gated])(_body)
         assert "cannot wait" in str(err.value)
+        assert "human_in_the_loop=True" in str(err.value)
     predicate = tool(requires_approval=lambda args: args["cents"] > 100)(_refund_body)
     with pytest.raises(ToolRegistrationError, match="refund_body"):
         kafka_agent(name="gate", tools=[predicate])(_body)
@@ -56,6 +57,18 @@ def test_binding_refuses_tools_that_need_a_person() -> None:
                 MCPServer("github", url="https://mcp.example/mcp", requires_approval=("x",))
             ],
         )(_body)
+
+
+def test_human_in_the_loop_lifts_the_binding_refusal() -> None:
+    """The opt-in binds what the default refuses; the agent says it opted in."""
+    server = MCPServer("github", url="https://mcp.example/mcp", requires_approval=("x",))
+    agent = kafka_agent(
+        name="gate", tools=[refund, timed], mcp_servers=[server], human_in_the_loop=True
+    )(_body)
+    assert agent.human_in_the_loop
+    assert [t.name for t in agent.tools] == ["refund", "timed"]
+    with pytest.raises(ToolRegistrationError, match="human_in_the_loop=True"):
+        kafka_agent(name="gate", mcp_servers=[server])(_body)
 
 
 async def _body(ctx: AgentContext) -> str:
@@ -96,6 +109,7 @@ async def test_interrupt_and_signals_name_the_kafka_limit(
             events = await client.run(agent.name, which=which, timeout=60)
             assert events[-1].data["error_type"] == "KafkaLimitError"
             assert "a Kafka agent cannot wait for a person" in events[-1].data["message"]
+            assert "human_in_the_loop=True" in events[-1].data["message"]
 
 
 async def test_parallel_calls_limits_and_truncation(
