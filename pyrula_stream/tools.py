@@ -598,9 +598,7 @@ def tool(
     return decorate if fn is None else decorate(fn)
 
 
-def check_bindable(
-    tool: ToolCallable, *, agent_name: str, human_in_the_loop: bool = False
-) -> None:
+def check_bindable(tool: ToolCallable, *, agent_name: str, human_in_the_loop: bool = False) -> None:
     """Refuse a tool that needs a person's approval, unless the agent opted in to parking
     its turns for a reviewer (``human_in_the_loop``): by default a Kafka consumer does
     not wait for a person."""

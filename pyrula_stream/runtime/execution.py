@@ -112,7 +112,7 @@ class TurnExecutor:
         try:
             await self._run_body(runtime)
         except TurnParked as wait:
-            await runtime.park(Park(runtime.request, wait.children, wait.wake_at_ms))
+            await runtime.park(Park(runtime.request, wait.children, wait.wake_at_ms, wait.signals))
         except asyncio.CancelledError:
             raise
         except Poison as exc:
