@@ -15,15 +15,17 @@ import asyncio
 import getpass
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyrula_stream.agent import AgentTopics
-from pyrula_stream.errors import SignalRefused, UnknownTopicError
+from pyrula_stream.errors import MalformedRecordError, SignalRefused, UnknownTopicError
 from pyrula_stream.kafka.config import KafkaSettings
-from pyrula_stream.kafka.consumers import reader_group_id
+from pyrula_stream.kafka.consumers import read_topic, reader_group_id
 from pyrula_stream.kafka.io import RecordProducer
+from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.turn_lookup import TurnLookup
+from pyrula_stream.serde import PARK, SIGNAL, TERMINAL, decode_journal_entry
 from pyrula_stream.signals import (
     SIGNAL_ID_HEADER,
     Signal,
@@ -33,6 +35,8 @@ from pyrula_stream.signals import (
     signal_record,
 )
 
+APPROVE = "approve"
+REJECT = "reject"
 ORIGINAL_SIGNAL_ID = f"pyrula.original.{SIGNAL_ID_HEADER}"
 """The signal id as its dead letter keeps it."""
 POLL_S = 0.1
@@ -91,6 +95,62 @@ class SignalsClient:
         signal = new_signal(turn_id, name, payload, sender=self._sender(sender))
         return await self._send(agent, signal, key, wait)
 
+    async def resume(
+        self,
+        agent: str,
+        turn_id: str,
+        key: str,
+        answer: Any,
+        *,
+        reason: str | None = None,
+        turn_key: str | None = None,
+        sender: str | None = None,
+        wait: float | None = None,
+    ) -> SignalReceipt:
+        """Answer the question ``key`` a turn parked on (``pending`` lists them):
+        ``"approve"`` runs a gated tool, anything else denies it; an interrupt gets
+        ``answer`` back. Raises ``SignalRefused`` (``already_answered``, ``ended``,
+        ``unknown``) when the answer changes nothing. ``turn_key``: the request's key
+        when it is not the turn id (a thread's turn: its thread id)."""
+        signal = new_signal(
+            turn_id,
+            key,
+            {"answer": answer, "reason": reason},
+            sender=self._sender(sender),
+            answer=True,
+        )
+        return await self._send(agent, signal, turn_key, wait)
+
+    async def approve(
+        self, agent: str, turn_id: str, key: str, *, reason: str | None = None, **kw: Any
+    ) -> SignalReceipt:
+        """``resume(..., "approve")``: the gated call runs."""
+        return await self.resume(agent, turn_id, key, APPROVE, reason=reason, **kw)
+
+    async def reject(
+        self, agent: str, turn_id: str, key: str, *, reason: str | None = None, **kw: Any
+    ) -> SignalReceipt:
+        """``resume(..., "reject")``: the gated call does not run; the model reads why."""
+        return await self.resume(agent, turn_id, key, REJECT, reason=reason, **kw)
+
+    async def pending(self, agent: str) -> list[PendingQuestion]:
+        """The open questions of the agent's parked turns, oldest first: what each turn
+        asks (tool and arguments, or the interrupt's question) and since when."""
+        topic = AgentTopics.for_agent(agent, self.prefix).journal
+        try:
+            records = await asyncio.to_thread(
+                read_topic,
+                self.bootstrap_servers,
+                topic,
+                timeout_s=self.timeout,
+                client_id=f"pyrula-pending-{uuid.uuid4().hex[:8]}",
+                kafka_config=self.kafka_config,
+                group_id=reader_group_id(self.prefix, agent),
+            )
+        except UnknownTopicError as exc:
+            raise self._no_topic(agent, exc) from None
+        return open_questions(agent, records)
+
     async def _send(
         self, agent: str, signal: Signal, key: str | None, wait: float | None
     ) -> SignalReceipt:
@@ -117,6 +177,67 @@ class SignalsClient:
         finally:
             await asyncio.to_thread(lookup.close)
         return SignalReceipt(signal, accepted)
+
+
+@dataclass(frozen=True)
+class PendingQuestion:
+    """One open question: the turn, the key to answer, what it asks, and since when."""
+
+    agent: str
+    turn_id: str
+    key: str
+    reason: str
+    asked_ms: int
+    deadline_ms: int | None
+    tool_name: str | None
+    tool_input: dict[str, Any] | None
+    question: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def open_questions(agent: str, records: list[ConsumedRecord]) -> list[PendingQuestion]:
+    """The questions of parked turns in a journal read to its end, without an answer."""
+    latest: dict[str, bytes | None] = {}
+    for r in records:
+        latest[r.key] = r.value
+    answered: set[tuple[str, str]] = set()
+    parks: dict[str, dict[str, Any]] = {}
+    ended: set[str] = set()
+    for key, value in latest.items():
+        turn_id, _, suffix = key.rpartition("/")
+        if value is None or not turn_id:
+            continue
+        if suffix == TERMINAL:
+            ended.add(turn_id)
+            continue
+        if suffix != PARK and not suffix.startswith(SIGNAL):
+            continue
+        try:
+            data = decode_journal_entry(value, {}).data
+        except MalformedRecordError:
+            continue
+        if suffix == PARK and isinstance(data.get("question"), dict):
+            parks[turn_id] = data["question"]
+        elif data.get("answer"):
+            answered.add((turn_id, str(data.get("name"))))
+    found = [
+        PendingQuestion(
+            agent,
+            turn_id,
+            str(q.get("key")),
+            str(q.get("reason")),
+            int(q.get("asked_ms") or 0),
+            q.get("deadline_ms"),
+            q.get("tool_name"),
+            q.get("tool_input"),
+            q.get("question"),
+        )
+        for turn_id, q in parks.items()
+        if turn_id not in ended and (turn_id, str(q.get("key"))) not in answered
+    ]
+    return sorted(found, key=lambda p: (p.asked_ms, p.turn_id))
 
 
 def _starts(lookup: TurnLookup, topics: AgentTopics, key: str) -> dict[tuple[str, int], int]:

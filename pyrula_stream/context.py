@@ -123,6 +123,7 @@ class AgentContext:
         self.llm = LLMHandle(loop)
         self.deps = deps
         self._waits = Waits(turn)
+        self._interrupts = 0
         self._direct_counters: dict[str, int] = {}
         self._running_ids: dict[tuple[str, str], None] = {}  # a set: 216 bytes empty
 
@@ -300,10 +301,28 @@ class AgentContext:
 
     # -- waiting for someone ----------------------------------------------------------------
 
-    async def interrupt(self, *args: Any, **kwargs: Any) -> Any:
-        raise self._turn.refuse(
-            KafkaLimitError(f"ctx.interrupt is not available: {KAFKA_WAIT_LIMIT}")
-        )
+    async def interrupt(
+        self,
+        question: Any = None,
+        *,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 (a durable timer)
+    ) -> Any:
+        """Ask a person ``question`` (JSON) and return their answer's payload.
+
+        Needs ``@kafka_agent(human_in_the_loop=True)``. The turn parks with
+        ``run:interrupted`` (``reason: "interrupt"``, key ``interrupt#<n>``) until
+        ``KafkaAgentClient.resume`` (or ``pyrula-stream approve|reject``) answers that
+        key; ``timeout`` is a durable timer after which ``WaitTimeout`` is raised here.
+        """
+        if not self._tool_calls.human_in_the_loop:
+            raise self._turn.refuse(
+                KafkaLimitError(f"ctx.interrupt is not available: {KAFKA_WAIT_LIMIT}")
+            )
+        _refuse_nested("ctx.interrupt", "interrupt")
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        key = f"interrupt#{self._interrupts}"
+        self._interrupts += 1
+        return await self._waits.answer(key, question, seconds)
 
     async def wait_for_signal(
         self,

@@ -194,6 +194,8 @@ class Park:
     children: tuple[str, ...] = ()
     wake_at_ms: int | None = None
     signals: tuple[str, ...] = ()
+    question: dict[str, Any] | None = None
+    """The question for a person the turn waits on (``approvals.Question``)."""
 
     def data(self) -> dict[str, Any]:
         req = self.request
@@ -215,6 +217,7 @@ class Park:
             "children": list(self.children),
             "wake_at_ms": self.wake_at_ms,
             "signals": list(self.signals),
+            "question": self.question,
         }
 
     @classmethod
@@ -239,6 +242,7 @@ class Park:
             tuple(data.get("children") or ()),
             int(wake) if wake else None,
             tuple(str(n) for n in data.get("signals") or ()),
+            data.get("question") if isinstance(data.get("question"), dict) else None,
         )
 
     def ready(self, replies: dict[str, Any], now_ms: int) -> bool:
@@ -269,8 +273,10 @@ class TurnParked(BaseException):
         children: tuple[str, ...] = (),
         wake_at_ms: int | None = None,
         signals: tuple[str, ...] = (),
+        question: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(f"parked for {children or signals or wake_at_ms}")
         self.children = children
         self.wake_at_ms = wake_at_ms
         self.signals = signals
+        self.question = question

@@ -368,6 +368,17 @@ class ToolCallable:
             await write_cached_result(store, cache_key, run.value, text, self.spec.cache_ttl)
         return ToolOutcome(value=run.value, text=text, is_error=False, attempts=run.attempts)
 
+    def asks_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether a live call with these arguments waits for a reviewer:
+        ``requires_approval=True``, or a predicate that returns true or raises."""
+        rule = self.spec.requires_approval
+        if callable(rule):
+            try:
+                return bool(rule(dict(arguments)))
+            except Exception:  # the seeds: a predicate that raises asks
+                return True
+        return bool(rule)
+
     async def __call__(self, ctx: Any, /, *, id: str | None = None, **kwargs: Any) -> Any:
         """A direct call from agent code; ``id=`` keys it when parallel calls share a name.
 
@@ -377,7 +388,10 @@ class ToolCallable:
         """
         boundary = current_boundary()
         if boundary is not None:
-            raise NestedDurableOperationError("tool call", self.name, boundary[0], boundary[1])
+            # A gated call would wait for a person inside an atomic unit: named as such
+            # only when its condition holds (a predicate that says no asks nothing).
+            operation = "tool approval" if self.asks_approval(kwargs) else "tool call"
+            raise NestedDurableOperationError(operation, self.name, boundary[0], boundary[1])
         if isinstance(ctx, DurableToolCaller):
             return await ctx.call_tool(self, dict(kwargs), id=id)
         run = await self._run(ctx, self.validate_arguments(kwargs))

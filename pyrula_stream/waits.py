@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from pyrula_stream.approvals import INTERRUPT, ask, new_question
 from pyrula_stream.durable.steps import StepData
 from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ConfigurationError, WaitTimeout
@@ -87,6 +89,35 @@ class Waits:
             DEADLINE_KIND, name, fingerprint([seconds, at_ms]), live
         )
         return int(data["deadline_ms"])
+
+    async def answer(self, key: str, question: Any, timeout_s: float | None) -> Any:
+        """``ctx.interrupt``: ask ``question`` under ``key`` and return the answer's
+        payload; ``WaitTimeout`` when nobody answered by the deadline."""
+        turn = self._turn
+
+        async def live() -> StepData:
+            for signal in pending(turn.journal.signals, self._taken):
+                if signal.name == key and signal.answer:
+                    return {"signal_id": signal.signal_id, "signal": signal.data()}
+            asked = new_question(
+                turn.journal, key, INTERRUPT, timeout_s=timeout_s, question=question
+            )
+            if asked.deadline_ms is not None and time.time() * 1000 >= asked.deadline_ms:
+                return {"timeout": True, "deadline_ms": asked.deadline_ms}
+            raise ask(turn, asked)
+
+        data, _ = await turn.durable_step(
+            TAKE_SIGNAL_KIND, key, fingerprint([key, question, timeout_s]), live
+        )
+        if data.get("timeout"):
+            raise WaitTimeout(
+                "interrupt",
+                key,
+                deadline=datetime.fromtimestamp(int(data["deadline_ms"]) / 1000, tz=UTC),
+            )
+        self._taken.add(str(data["signal_id"]))
+        payload = Signal.from_data(data["signal"]).payload
+        return payload.get("answer") if isinstance(payload, dict) else payload
 
     async def take(self, name: str, deadline_ms: int | None) -> StepData:
         """The take step: ``{"signal_id", "signal"}`` or ``{"timeout": True}``."""

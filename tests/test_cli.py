@@ -311,7 +311,7 @@ def test_each_cli_module_registers_its_commands() -> None:
         *["broker", "topics", "schema", "acls"],
         *["worker", "mcp", "ui"],
         *["submit", "status", "tail", "turn", "thread", "replay"],
-        "signal",
+        *["signal", "approve", "reject", "pending"],
         "gateway",
     ]
     args = parser.parse_args(["thread", "delete", "triage", "t-1", "--timeout", "5"])

@@ -66,6 +66,7 @@ FLOORS: dict[str, int] = {
     "agent_calls": 6,
     "memory_calls": 6,
     "waits": 6,
+    "approvals": 6,
     "compaction": 6,
     "versions": 6,
     "mcp": 6,

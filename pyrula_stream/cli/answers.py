@@ -63,6 +63,51 @@ def cmd_signal(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def cmd_answer(args: argparse.Namespace) -> int:
+    """``approve``/``reject``: exit 0 when the answer was taken, 3 when refused (already
+    answered, or the turn ended or is unknown), 4 when no worker decided in time."""
+
+    async def main() -> int:
+        async with _client(args) as client:
+            answer = client.approve if args.command == "approve" else client.reject
+            try:
+                receipt = await answer(
+                    args.agent,
+                    args.turn_id,
+                    args.question_key,
+                    reason=args.reason,
+                    turn_key=args.key,
+                    sender=args.sender,
+                )
+            except SignalRefused as exc:
+                print(f"refused ({exc.reason}): {exc}", file=sys.stderr)
+                return 3
+        if not receipt.accepted:
+            _undecided(f"answer to {args.question_key}")
+            return 4
+        print(json.dumps({"key": args.question_key, "answer": args.command, "accepted": True}))
+        return 0
+
+    return asyncio.run(main())
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    """One JSON line per open question, oldest first."""
+
+    async def main() -> int:
+        async with _client(args) as client:
+            for question in await client.pending(args.agent):
+                print(json.dumps(question.as_dict(), ensure_ascii=False))
+        return 0
+
+    return asyncio.run(main())
+
+
+def answer_command(agent: str, turn_id: str, key: str) -> str:
+    """The command that answers a ``run:interrupted`` question (``tail`` prints it)."""
+    return f"pyrula-stream approve|reject {agent} {turn_id} {key} [--reason TEXT]"
+
+
 def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--key", default=None, help="the request's key if not its turn id (thread id)")
     p.add_argument("--as", dest="sender", default=None, help="who answers (default: your user)")
@@ -76,10 +121,26 @@ def _common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def register(sub: Commands[argparse.ArgumentParser]) -> None:
-    """``signal`` (and the answers to questions)."""
+    """``signal``, ``approve``, ``reject`` and ``pending``."""
     s = _common(with_bootstrap(sub.add_parser("signal", help="send a signal to a waiting turn")))
     s.add_argument("agent")
     s.add_argument("turn_id")
     s.add_argument("name")
     s.add_argument("payload", nargs="*", help="key=value pairs: the signal's JSON payload")
     s.set_defaults(func=cmd_signal)
+    for action, text in (
+        ("approve", "approve a question a turn parked on (a gated tool call runs)"),
+        ("reject", "reject a question a turn parked on (the call does not run)"),
+    ):
+        a = _common(with_bootstrap(sub.add_parser(action, help=text)))
+        a.add_argument("agent")
+        a.add_argument("turn_id")
+        a.add_argument("question_key", help="the question's key, e.g. tool_approval:refund#0.0")
+        a.add_argument("--reason", default=None, help="why (recorded on the tool:result)")
+        a.set_defaults(func=cmd_answer)
+    p = with_bootstrap(sub.add_parser("pending", help="the open questions of an agent's turns"))
+    p.add_argument("agent")
+    p.add_argument(
+        "--timeout", type=positive_seconds, default=KAFKA_TIMEOUT_S, help="seconds for Kafka"
+    )
+    p.set_defaults(func=cmd_pending)

@@ -112,7 +112,9 @@ class TurnExecutor:
         try:
             await self._run_body(runtime)
         except TurnParked as wait:
-            await runtime.park(Park(runtime.request, wait.children, wait.wake_at_ms, wait.signals))
+            await runtime.park(
+                Park(runtime.request, wait.children, wait.wake_at_ms, wait.signals, wait.question)
+            )
         except asyncio.CancelledError:
             raise
         except Poison as exc:
