@@ -160,16 +160,21 @@ def signal_journal_record(topic: str, partition: int, signal: Signal) -> OutReco
     )
 
 
-REFUSAL_REASONS = ("unknown", "ended", "already_answered", "duplicate", "malformed")
+REFUSAL_REASONS = ("unknown", "ended", "already_answered", "not_asked", "duplicate", "malformed")
 """What ``SignalRefused.reason`` can say (the dead letter's reason starts with it)."""
 
 
 def signal_refusal(
-    signals: Mapping[str, Mapping[str, Any]] | None, ended: bool, signal: Signal
+    signals: Mapping[str, Mapping[str, Any]] | None,
+    ended: bool,
+    signal: Signal,
+    asked: str | None = None,
 ) -> str | None:
     """Why ``signal`` must not be taken, as ``"<reason>: <words>"`` (``None``: take it).
     ``signals``: the turn's journaled signals, ``None`` when this partition knows no
-    such turn."""
+    such turn; ``asked``: the key of the question the turn last parked on. An answer
+    names that question: one to a question not asked (yet) is refused, so nothing is
+    approved before a reviewer could see what."""
     turn = signal.turn_id
     if ended:
         return f"ended: turn {turn} has ended"
@@ -181,6 +186,8 @@ def signal_refusal(
         s.get("answer") and s.get("name") == signal.name for s in signals.values()
     ):
         return f"already_answered: question {signal.name} of turn {turn} was already answered"
+    if signal.answer and signal.name != asked:
+        return f"not_asked: turn {turn} has not asked {signal.name} (its question: {asked})"
     return None
 
 

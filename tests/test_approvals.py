@@ -268,3 +268,42 @@ async def test_interrupt_returns_the_answer_and_changed_arguments_fail_the_resum
     assert answered[-1].data["result"] == {"ship": True}
     assert changed[-1].type == "run:error"
     assert changed[-1].data["code"] == "replay_input_changed"
+
+
+async def test_an_answer_to_a_question_not_asked_is_refused_and_approves_nothing(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    ran: list[int] = []
+
+    @tool(requires_approval=True)
+    async def refund(ctx: ToolContext, cents: int) -> str:
+        """Refund money."""
+        ran.append(cents)
+        return "refunded"
+
+    @kafka_agent(
+        name=unique_name("approvals"),
+        llm=FakeLLM(["x"]),
+        tools=[refund],
+        partitions=1,
+        human_in_the_loop=True,
+    )
+    async def agent(ctx: AgentContext) -> str:
+        await ctx.wait_for_signal("start")
+        try:
+            return await refund(ctx, cents=7)
+        except ToolCallRejected as exc:
+            return f"rejected: {exc.reason}"
+
+    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS) as worker:
+        handle = await client.submit(agent.name)
+        await wait_for(lambda: worker.parked_turns == 1, 60, "the turn waits for 'start'")
+        with pytest.raises(SignalRefused) as early:  # a pre-approval would run it unseen
+            await client.approve(agent.name, handle.turn_id, "tool_approval:refund#0")
+        assert early.value.reason == "not_asked"
+        await client.signal(agent.name, handle.turn_id, "start")
+        _, asked = await _until(client, agent.name, handle.turn_id, "run:interrupted")
+        await client.reject(agent.name, handle.turn_id, asked.data["key"], reason="later")
+        events = await _all(client, agent.name, handle.turn_id)
+    assert ran == []
+    assert events[-1].data["result"] == "rejected: later"

@@ -349,7 +349,9 @@ class ParkedTurns:
             ended = signal.turn_id in ps.finished or (
                 journal is not None and journal.terminal_ms is not None
             )
-            why = signal_refusal(None if journal is None else journal.signals, ended, signal)
+            question = (journal.park or {}).get("question") if journal is not None else None
+            asked = question.get("key") if isinstance(question, dict) else None
+            why = signal_refusal(None if journal is None else journal.signals, ended, signal, asked)
         except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
             why = bad_record_reason(exc)
         if why is None and signal is not None:
