@@ -34,8 +34,12 @@ class WorkerOptions:
     in one transaction; ``"at_least_once"`` (brokers without transactions) writes with an
     idempotent producer and commits offsets afterwards, so events may repeat (dedupe on
     ``turn_id`` + ``seq``). ``commit_interval_s`` caps how often a commit starts (0: as
-    soon as the previous one ends). ``worker_id`` makes the transactional id stable across
-    restarts, so a restarted worker aborts its predecessor's open transaction at once.
+    soon as the previous one ends). ``commit_linger_s``: records no one waits for yet
+    (events while a turn runs, a step before a read-only tool) wait up to this long to
+    join a commit someone does wait for (a turn's end, the step before a tool with
+    effects), so they do not queue it behind a commit of their own (0: commit at once).
+    ``worker_id`` makes the transactional id stable across restarts, so a restarted
+    worker aborts its predecessor's open transaction at once.
     ``static_membership`` also makes ``worker_id`` the consumer's ``group.instance.id``
     (KIP-345): a worker restarted with its id gets its partitions back at once, without a
     rebalance and without waiting out the session timeout. The price: librdkafka never
@@ -73,6 +77,7 @@ class WorkerOptions:
     health_host: str = "127.0.0.1"
     processing_guarantee: Literal["exactly_once_v2", "at_least_once"] = "exactly_once_v2"
     commit_interval_s: float = 0.0
+    commit_linger_s: float = 0.01
     idempotency_ttl_s: float = 86400.0
     state_dir: str | Path | None = None
     worker_id: str | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -30,6 +30,19 @@ class OutRecord:
     unsent_key: bool = False
     """A tombstone of a key no earlier commit carried: with that key's write in the same
     commit, neither is sent (as Kafka Streams' record cache does)."""
+    deferred: Callable[[], bytes] | None = None
+    """Builds ``value`` when the record is sent (``materialize``): most journal entries
+    are replaced or cancelled within their commit, and then never encoded."""
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None and self.deferred is None
+
+    def materialize(self) -> None:
+        """Encode a deferred value now (the committer, for the records it sends)."""
+        if self.deferred is not None:
+            self.value = self.deferred()
+            self.deferred = None
 
     @property
     def size(self) -> int:
@@ -118,7 +131,7 @@ def latest_only(records: list[OutRecord]) -> list[int]:
         for i in keep
         if not (
             records[i].unsent_key
-            and records[i].value is None
+            and records[i].is_tombstone
             and (records[i].topic, records[i].partition, records[i].key) in written
         )
     ]

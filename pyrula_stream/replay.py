@@ -82,11 +82,16 @@ class MemoryOutput:
     def add(self, turn: TurnRuntime, records: list[OutRecord]) -> None:
         self.records += records
 
-    def durable(self, turn: TurnRuntime, records: list[OutRecord]) -> Awaitable[None]:
+    def durable(
+        self, turn: TurnRuntime, records: list[OutRecord], *, urgent: bool = True
+    ) -> Awaitable[None]:
         self.records += records
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
+
+    def hurry(self) -> None:
+        pass
 
     def events(self) -> list[Event]:
         return [

@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
 from pyrula_stream import KafkaAgentClient
+
+# litellm fetches its cost map from the internet when imported unless told to use the copy
+# it ships; the suite must not depend on the network (and LiteLLM's costs come from
+# pyrula_stream.llm.pricing anyway). Set before any test module imports litellm.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 if TYPE_CHECKING:  # the SDK is the `otel` extra: absent from the lowest-versions venv
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

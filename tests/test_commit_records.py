@@ -8,11 +8,18 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
-from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
+from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, serde, tool
+from pyrula_stream.events import decode_event
+from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.llm import FakeLLM, reply_tool_call
+from pyrula_stream.llm.base import ModelResponse, StreamItem
+from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord, latest_only, tombstone
+from pyrula_stream.serde import JournalEntry, decode_journal_entry
 from pyrula_stream.testing import running_worker, unique_name
 
 
@@ -46,6 +53,32 @@ def test_records_of_other_topics_and_partitions_are_kept() -> None:
     records = [entry(b"k", topic="a"), entry(b"k", topic="b"), OutRecord("a", b"k", None, [], 0)]
     other = OutRecord("j", b"t1/1", b"v", [], 1, compacted=True)
     assert latest_only([*records, entry(b"t1/1"), other]) == [0, 1, 2, 3, 4]
+
+
+def test_a_deferred_entry_is_encoded_only_when_sent_as_it_was_when_written() -> None:
+    data: dict[str, Any] = {"call": 0, "response": {"text": "before"}}
+    step = JournalEntry("t1", 1, "llm", "llm", "h", data, 1, 5)
+    prepared = {"data": serde.json_text(data)}
+    encodes: list[int] = []
+
+    def encode() -> bytes:
+        encodes.append(1)
+        return serde.encode_prepared("journal_entry", step, prepared)
+
+    deferred = OutRecord("j", b"t1/1", None, [], 0, compacted=True, deferred=encode)
+    assert not deferred.is_tombstone
+    gone = tombstone("j", "t1/1", 0, unsent_key=True)
+    assert latest_only([deferred, gone, entry(b"t1/terminal")]) == [2]
+    assert latest_only([gone, deferred]) == [1], "a write after the tombstone is sent"
+    data["response"]["text"] = "changed after the step was journaled"
+    deferred.materialize()
+    deferred.materialize()
+    assert encodes == [1] and deferred.value is not None
+    decoded = decode_journal_entry(deferred.value, {})
+    assert decoded.data == {"call": 0, "response": {"text": "before"}}
+    assert deferred.value == serde.encode(
+        "journal_entry", JournalEntry("t1", 1, "llm", "llm", "h", decoded.data, 1, 5)
+    )
 
 
 async def test_a_read_only_tool_runs_before_the_response_is_committed_and_others_wait(
@@ -83,3 +116,45 @@ async def test_a_read_only_tool_runs_before_the_response_is_committed_and_others
         events = await client.run(agent.name, q="read, then write", timeout=60)
     assert events[-1].type == "run:complete"
     assert seen == {"read_only": False, "effect": True}
+
+
+async def test_records_no_one_waits_for_linger_and_ride_the_commit_someone_waits_for(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """With a linger far longer than the turn's timeout, the turn still ends: the tool with
+    effects hurries its response's commit, and the end commits at once, with the last
+    delta and ``llm:complete`` in the same transaction (consecutive offsets: a commit
+    marker would take one between them)."""
+
+    @tool
+    async def act(ctx: ToolContext) -> str:
+        """Change something."""
+        return "acted"
+
+    class Pausing(FakeLLM):
+        """Streams its text in one 600-character delta (past the coalescing size, so the
+        delta is emitted at once), then thinks before the response."""
+
+        async def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[StreamItem]:
+            async for item in super().stream(*args, **kwargs):
+                if isinstance(item, ModelResponse):
+                    await asyncio.sleep(0.5)  # with no linger, the delta commits meanwhile
+                yield item
+
+    script: list[Any] = [reply_tool_call("act"), "x" * 600]
+    llm = Pausing(script, chunk_chars=600)
+
+    @kafka_agent(name=unique_name("linger"), llm=llm, tools=[act], partitions=1)
+    async def agent(ctx: AgentContext, q: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": q}])
+
+    options = WorkerOptions(commit_linger_s=600.0, shutdown_grace=1.0)
+    async with running_worker(agent, kafka_bootstrap_servers, options):
+        events = await client.run(agent.name, q="act", timeout=30)
+    assert events[-1].type == "run:complete"
+    records = read_topic(kafka_bootstrap_servers, agent.topics.events)
+    kinds = [(r.offset, decode_event(r.value, r.headers).type) for r in records]
+    tail = [k for k in kinds if k[1] in ("llm:delta", "llm:complete", "run:complete")][-3:]
+    assert [t for _, t in tail] == ["llm:delta", "llm:complete", "run:complete"], kinds
+    offsets = [o for o, _ in tail]
+    assert offsets == list(range(offsets[0], offsets[0] + 3)), kinds

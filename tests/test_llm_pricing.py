@@ -9,6 +9,7 @@ import pytest
 from pyrula_stream.llm import ToolDefinition, Usage
 from pyrula_stream.llm.pricing import (
     DEFAULT_PRICES,
+    FREE,
     PRICES_AS_OF,
     ModelPrice,
     canonical_model_id,
@@ -52,6 +53,14 @@ def test_exact_id_wins_over_canonical_and_custom_tables_are_used_alone() -> None
     assert price_of("my-deployment", custom) is None
     assert price_of("gpt-4o", {}) is None  # an explicit table does not fall back to defaults
     assert price_of("no-such-model") is None
+
+
+def test_a_routed_id_is_priced_as_its_bare_model_unless_the_route_is_priced() -> None:
+    assert price_of("openai/gpt-4o-mini") is DEFAULT_PRICES["gpt-4o-mini"]
+    assert price_of("openrouter/openai/gpt-4o-2024-08-06") is DEFAULT_PRICES["gpt-4o"]
+    routed = ModelPrice(1.0, 1.0, 1.0, 1.0)
+    assert price_of("azure/gpt-4o", {"azure/gpt-4o": routed, "gpt-4o": FREE}) is routed
+    assert price_of("openai/no-such-model") is None
 
 
 def test_cost_prices_each_kind_of_token_once() -> None:

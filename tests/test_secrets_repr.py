@@ -174,6 +174,17 @@ def _anthropic() -> Any:
     return AnthropicLLM("claude-sonnet-4-5", api_key=MARK, base_url=URL)
 
 
+def _litellm() -> Any:
+    from pyrula_stream.llm import LiteLLM
+
+    return LiteLLM(
+        "bedrock/anthropic.claude-sonnet-4-5",
+        api_key=MARK,
+        api_base=URL,
+        extra={"aws_secret_access_key": MARK, "aws_region_name": "eu-west-1"},
+    )
+
+
 def _http_access() -> Any:
     from pyrula_stream.api_keys import APIKeyAuth
     from pyrula_stream.http_guard import HTTPAccess
@@ -226,6 +237,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     ),
     "pyrula_stream.llm.openai.OpenAILLM": _openai,
     "pyrula_stream.llm.anthropic.AnthropicLLM": _anthropic,
+    "pyrula_stream.llm.litellm.LiteLLM": _litellm,
     "pyrula_stream.ui.feed.FeedOptions": _feed,
     "pyrula_stream.kafka.local_broker.BrokerSecurity": _broker_security,
     "pyrula_stream.kafka.local_registry.LocalRegistry": _local_registry,

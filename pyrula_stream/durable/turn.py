@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pyrula_stream import serde
@@ -35,6 +36,7 @@ from pyrula_stream.observability.telemetry import TurnTelemetry
 from pyrula_stream.records import (
     ControlRequest,
     OutRecord,
+    content_type_header,
     result_records,
     tombstone,
     wire_record,
@@ -60,7 +62,11 @@ class TurnOutput(Protocol):
 
     def add(self, turn: TurnRuntime, records: list[OutRecord]) -> None: ...
 
-    def durable(self, turn: TurnRuntime, records: list[OutRecord]) -> Awaitable[None]: ...
+    def durable(
+        self, turn: TurnRuntime, records: list[OutRecord], *, urgent: bool = True
+    ) -> Awaitable[None]: ...
+
+    def hurry(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -186,14 +192,31 @@ class TurnRuntime:
         a key no commit has carried before (see ``records.latest_only``)."""
         if entry is None:
             return tombstone(self.topics.journal, key, self.topics.partition, unsent_key=unsent_key)
-        record = wire_record(
-            self.topics.journal,
-            key.encode(),
-            serde.encode("journal_entry", entry),
-            "journal_entry",
-            partition=self.topics.partition,
-            max_bytes=self.max_record_bytes,
-        )
+        data = serde.json_text(entry.data)  # now: the step's dict may change later
+        prepared = {"data": data}
+        header = content_type_header("journal_entry")
+        # Avro adds at most 10 bytes per field to its strings' UTF-8 (at most 4 per char).
+        texts = len(entry.turn_id) + len(entry.kind) + len(entry.name) + len(entry.input_hash)
+        data_bytes = len(data) if data.isascii() else 4 * len(data)
+        bound = len(key) + len(header[0]) + len(header[1]) + 4 * texts + data_bytes + 80
+        if bound > self.max_record_bytes:  # near the limit: encode now to check exactly
+            record = wire_record(
+                self.topics.journal,
+                key.encode(),
+                serde.encode_prepared("journal_entry", entry, prepared),
+                "journal_entry",
+                partition=self.topics.partition,
+                max_bytes=self.max_record_bytes,
+            )
+        else:  # encoded only if sent: most entries are replaced or cancelled in their commit
+            record = OutRecord(
+                self.topics.journal,
+                key.encode(),
+                None,
+                [header],
+                self.topics.partition,
+                deferred=partial(serde.encode_prepared, "journal_entry", entry, prepared),
+            )
         record.compacted = True
         return record
 
@@ -264,7 +287,8 @@ class TurnRuntime:
         out = [self.journal_record(entry, entry.key), *(effects(data) if effects else ())]
         for payload in events(data) if events else ():
             out += self.events.records(payload)
-        self._journal_in_background(index, entry, self.output.durable(self, out))
+        # No one waits for a step's commit until a barrier does: it may linger.
+        self._journal_in_background(index, entry, self.output.durable(self, out, urgent=False))
         return data, False
 
     def _journal_in_background(
@@ -300,6 +324,8 @@ class TurnRuntime:
         """
         pending = [f for f in self._unconfirmed if not f.done()]
         self._unconfirmed = pending
+        if pending:
+            self.output.hurry()
         if len(pending) == 1:  # usually the step just before: no gathering future
             await pending[0]
         elif pending:

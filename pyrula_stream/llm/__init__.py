@@ -1,7 +1,7 @@
 """Model clients: the provider-neutral interface, ``FakeLLM`` and the provider adapters.
 
-``AnthropicLLM`` and ``OpenAILLM`` are loaded on first access, so importing this package
-does not import (or require) the provider SDKs.
+``AnthropicLLM``, ``OpenAILLM`` and ``LiteLLM`` are loaded on first access, so importing
+this package does not import (or require) the provider SDKs.
 """
 
 from __future__ import annotations
@@ -25,11 +25,13 @@ from pyrula_stream.llm.fake import FakeLLM, reply_text, reply_tool_call, reply_t
 if TYPE_CHECKING:
     from pyrula_stream.llm.anthropic import AnthropicLLM
     from pyrula_stream.llm.fallback import FallbackLLM
+    from pyrula_stream.llm.litellm import LiteLLM
     from pyrula_stream.llm.openai import OpenAILLM
 
 _LAZY = {
     "AnthropicLLM": "pyrula_stream.llm.anthropic",
     "FallbackLLM": "pyrula_stream.llm.fallback",
+    "LiteLLM": "pyrula_stream.llm.litellm",
     "OpenAILLM": "pyrula_stream.llm.openai",
 }
 
@@ -39,6 +41,7 @@ __all__ = [
     "FallbackLLM",
     "LLMClient",
     "LLMRate",
+    "LiteLLM",
     "ModelResponse",
     "OpenAILLM",
     "StreamingMode",

@@ -8,15 +8,14 @@ can point at any OpenAI-compatible server.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import ConfigurationError, ProviderStreamTruncated
 from pyrula_stream.llm._adapter import SDKAdapter
+from pyrula_stream.llm._chat_stream import CompletionState, completion_response
 from pyrula_stream.llm._openai_convert import (
-    STOP_REASONS,
     to_openai_messages,
     to_openai_response_format,
     to_openai_tool_choice,
@@ -24,22 +23,14 @@ from pyrula_stream.llm._openai_convert import (
 )
 from pyrula_stream.llm._retry import FailureKind, ProviderFailure, parse_retry_after
 from pyrula_stream.llm.base import (
-    ModelResponse,
     OutputFormat,
     StreamItem,
-    TextBlock,
     TextDelta,
     ToolDefinition,
-    ToolUseBlock,
-    Usage,
 )
-from pyrula_stream.llm.tokens import estimate_tokens, text_tokens
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
-    from openai.types.chat import ChatCompletionChunk
-
-log = logging.getLogger(__name__)
 
 
 # Error objects sent inside a 200 stream have no status; their type or code says what.
@@ -58,65 +49,6 @@ def _import_sdk() -> None:
         raise ConfigurationError(
             "OpenAILLM needs the openai SDK: pip install 'pyrula-stream[openai]'"
         ) from None
-
-
-# -- response state --------------------------------------------------------------------------
-
-
-@dataclass
-class _Call:
-    id: str = ""
-    name: str = ""
-    parts: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _CompletionState:
-    model: str
-    text: list[str] = field(default_factory=list)
-    calls: dict[int, _Call] = field(default_factory=dict)
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    size: int = 0
-
-    def apply(self, chunk: ChatCompletionChunk) -> str | None:
-        """Fold one chunk in; return the text it adds, if any."""
-        self.model = chunk.model or self.model
-        if chunk.usage is not None:
-            cached = 0
-            if chunk.usage.prompt_tokens_details is not None:
-                cached = chunk.usage.prompt_tokens_details.cached_tokens or 0
-            # prompt_tokens includes cached tokens; ours excludes them (Anthropic's convention).
-            self.usage = Usage(
-                input_tokens=max(chunk.usage.prompt_tokens - cached, 0),
-                output_tokens=chunk.usage.completion_tokens,
-                cache_read_input_tokens=cached,
-            )
-        added: list[str] = []
-        for choice in chunk.choices:
-            if choice.index != 0:
-                continue
-            delta = choice.delta
-            if delta.content:
-                added.append(delta.content)
-            if delta.refusal:  # a refusal is what the model said; show it like text
-                added.append(delta.refusal)
-            for tc in delta.tool_calls or []:
-                call = self.calls.setdefault(tc.index, _Call())
-                call.id = call.id or tc.id or ""
-                if tc.function is not None:
-                    call.name = call.name or tc.function.name or ""
-                    if tc.function.arguments:
-                        call.parts.append(tc.function.arguments)
-                        self.size += len(tc.function.arguments.encode())
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
-        if not added:
-            return None
-        piece = "".join(added)
-        self.text.append(piece)
-        self.size += len(piece.encode())
-        return piece
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -209,7 +141,7 @@ class OpenAILLM(SDKAdapter):
         if self.llm_call_timeout is not None:
             extra["timeout"] = self.llm_call_timeout
         stream = await self._sdk_client().chat.completions.create(**request, **extra)
-        state = _CompletionState(self.model)
+        state = CompletionState(self.model)
         async with stream:
             async for chunk in stream:
                 text = state.apply(chunk)
@@ -218,42 +150,7 @@ class OpenAILLM(SDKAdapter):
                     yield TextDelta(text)
         if state.finish_reason is None:
             raise ProviderStreamTruncated("openai stream ended without a finish_reason")
-        yield self._response(state, messages, system, tools)
-
-    def _response(
-        self,
-        state: _CompletionState,
-        messages: list[dict[str, Any]],
-        system: str | None,
-        tools: list[ToolDefinition],
-    ) -> ModelResponse:
-        finish = state.finish_reason or "stop"
-        cut_short = finish == "length"
-        content: list[TextBlock | ToolUseBlock] = []
-        if state.text:
-            content.append(TextBlock(text="".join(state.text)))
-        for index, call in sorted(state.calls.items()):
-            args = self._parse_tool_input(call.name, "".join(call.parts), cut_short=cut_short)
-            if args is not None:
-                content.append(
-                    ToolUseBlock(id=call.id or f"call_{index}", name=call.name, input=args)
-                )
-        stop_reason = STOP_REASONS.get(finish, finish)
-        if stop_reason == "end_turn" and any(isinstance(b, ToolUseBlock) for b in content):
-            stop_reason = "tool_use"  # some compatible servers say "stop" after tool calls
-        usage = state.usage
-        if usage is None:
-            # A server that ignores stream_options: estimate so budgets still count the call.
-            log.warning("%s sent no usage; estimating tokens", self.provider)
-            usage = Usage(
-                input_tokens=estimate_tokens(messages, system, tools),
-                output_tokens=text_tokens(
-                    "".join(state.text) + "".join("".join(c.parts) for c in state.calls.values())
-                ),
-            )
-        return ModelResponse(
-            content=content, stop_reason=stop_reason, usage=usage, model=state.model
-        )
+        yield completion_response(self, state, messages, system, tools)
 
     def _classify(self, exc: BaseException) -> ProviderFailure | None:
         import httpx2

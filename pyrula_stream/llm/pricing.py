@@ -84,12 +84,19 @@ def canonical_model_id(model: str) -> str:
 def price_of(model: str, prices: Mapping[str, ModelPrice] | None = None) -> ModelPrice | None:
     """The price of ``model``: the exact id first, then its canonical id; ``None`` if unpriced.
 
-    ``prices`` defaults to ``DEFAULT_PRICES``.
+    A routed id (``openai/gpt-4o-mini``, as litellm names models) is looked up as given
+    first, so a table can price a route on its own, then as the bare model after the last
+    ``/``: the provider bills the model, not the route. ``prices`` defaults to
+    ``DEFAULT_PRICES``.
     """
     table = DEFAULT_PRICES if prices is None else prices
-    if model in table:
-        return table[model]
-    return table.get(canonical_model_id(model))
+    for candidate in dict.fromkeys((model, model.rsplit("/", 1)[-1])):
+        if candidate in table:
+            return table[candidate]
+        price = table.get(canonical_model_id(candidate))
+        if price is not None:
+            return price
+    return None
 
 
 def cost_usd(usage: Usage, price: ModelPrice) -> float:

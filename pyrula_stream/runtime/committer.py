@@ -87,6 +87,7 @@ class GroupCommitter:
         on_abort: Callable[[set[str]], None],
         *,
         interval_s: float = 0.0,
+        linger_s: float = 0.0,
         telemetry: WorkerTelemetry,
         on_committed: Callable[[Offsets], None] | None = None,
         on_undeliverable: Callable[[str, str], None] | None = None,
@@ -107,6 +108,8 @@ class GroupCommitter:
         self._offsets = offsets
         self._on_abort = on_abort
         self._interval_s = interval_s
+        self._linger_s = linger_s
+        self._linger: asyncio.TimerHandle | None = None
         self._pending = _Batch()
         self._wake = asyncio.Event()
         self._last_offsets: Offsets = {}
@@ -117,16 +120,30 @@ class GroupCommitter:
 
     # -- what turns call ------------------------------------------------------------------
 
-    def add(self, turn: TurnRuntime, records: list[OutRecord]) -> None:
+    def add(self, turn: TurnRuntime, records: list[OutRecord], *, urgent: bool = False) -> None:
+        """Records no one waits for (events while the turn runs, a step's entry): they
+        linger up to ``linger_s`` for a commit that someone does wait for, so a turn's
+        last delta and its terminal event share one commit instead of queueing."""
         self._pending.records.extend((turn.turn_id, r) for r in records)
         self._pending.turns[turn.turn_id] = turn
-        self._wake.set()
+        if urgent or not self._linger_s:
+            self._wake.set()
+        elif self._linger is None and not self._wake.is_set():
+            self._linger = asyncio.get_running_loop().call_later(self._linger_s, self._wake.set)
 
-    def durable(self, turn: TurnRuntime, records: list[OutRecord]) -> asyncio.Future[None]:
-        self.add(turn, records)
+    def durable(
+        self, turn: TurnRuntime, records: list[OutRecord], *, urgent: bool = True
+    ) -> asyncio.Future[None]:
+        """``records`` and a future of their commit; ``urgent=False``: no one awaits it
+        yet (a step's entry), so it may linger (``hurry`` when someone starts to)."""
+        self.add(turn, records, urgent=urgent)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.waiters.append((turn.turn_id, fut))
         return fut
+
+    def hurry(self) -> None:
+        """Someone waits for lingering records: commit them now."""
+        self._wake.set()
 
     def add_records(self, records: list[OutRecord], *, wake: bool = True) -> None:
         """Records that belong to no turn (dead letters, housekeeping tombstones).
@@ -210,6 +227,9 @@ class GroupCommitter:
         offsets = self._offsets()
         changed = {k: v for k, v in offsets.items() if self._last_offsets.get(k) != v}
         batch, self._pending = self._pending, _Batch()
+        if self._linger is not None:  # what lingered rides this commit
+            self._linger.cancel()
+            self._linger = None
         if batch.fence:
             changed = dict(offsets)
         if batch.empty() and not changed:
@@ -225,6 +245,8 @@ class GroupCommitter:
         if len(sent) < len(records):
             records = [records[i] for i in sent]
             owners = [owners[i] for i in sent]
+        for record in records:
+            record.materialize()
         seqs = {t: turn.next_seq for t, turn in batch.turns.items()}
         self._idle.clear()
         started = time.monotonic()

@@ -335,6 +335,7 @@ class KafkaWorker(RunsInBackground):
             self._committable_offsets,
             self._scheduler.restart_aborted,
             interval_s=self.options.commit_interval_s,
+            linger_s=self.options.commit_linger_s,
             telemetry=self.telemetry,
             on_committed=self._on_committed,
             on_undeliverable=self._scheduler.end_undeliverable,
