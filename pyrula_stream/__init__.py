@@ -35,6 +35,7 @@ from pyrula_stream.errors import (
     ProviderStreamTruncated,
     PyrulaError,
     ReplayInputChanged,
+    SignalRefused,
     SubAgentError,
     ToolCallFailed,
     ToolCallRejected,
@@ -44,6 +45,7 @@ from pyrula_stream.errors import (
     TurnNotRecorded,
     UserError,
     VersionUnavailable,
+    WaitTimeout,
     WriteToolBlocked,
 )
 from pyrula_stream.events import Event, EventType
@@ -55,6 +57,7 @@ from pyrula_stream.mesh import MeshWorker
 from pyrula_stream.retry import RetryPolicy
 from pyrula_stream.runtime.worker import KafkaWorker, PoisonOptions, WorkerOptions
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.signals import Signal
 from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tools import ToolContext, tool
 
@@ -91,6 +94,8 @@ __all__ = [
     "PyrulaError",
     "ReplayInputChanged",
     "RetryPolicy",
+    "Signal",
+    "SignalRefused",
     "SubAgentError",
     "ThreadHandle",
     "ToolCallFailed",
@@ -105,6 +110,7 @@ __all__ = [
     "UserError",
     "VersionBehavior",
     "VersionUnavailable",
+    "WaitTimeout",
     "WorkerOptions",
     "WriteToolBlocked",
     "as_tool",

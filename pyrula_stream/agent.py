@@ -1,8 +1,9 @@
 """``@kafka_agent``: binds an agent body to its model, tools, limits and topics.
 
-Binding is where the Kafka limits are enforced: a tool that needs a person's approval
-cannot be offered by an agent whose worker must keep consuming, so the decorator refuses
-it at import time rather than letting a turn hang later.
+Binding is where the Kafka limits are enforced: by default a tool that needs a person's
+approval cannot be offered, so the decorator refuses it at import time rather than letting
+a turn hang later. ``human_in_the_loop=True`` lifts that refusal: the agent's turns then
+park for a reviewer's answer as they park for a sub-agent's reply.
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.output import OutputSpec
 from pyrula_stream.serde import WireFormat
-from pyrula_stream.tools import ToolCallable, check_bindable
+from pyrula_stream.tools import (
+    HUMAN_IN_THE_LOOP_HINT,
+    KAFKA_APPROVAL_LIMIT,
+    ToolCallable,
+    check_bindable,
+)
 
 _AGENT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
 
@@ -125,6 +131,8 @@ class KafkaAgent:
     output_retries: int = 1
     event_format: WireFormat = "avro"
     trust_domain: str | None = None
+    human_in_the_loop: bool = False
+    """Opted in to parking turns for a person (tool approvals, ``ctx.interrupt``)."""
 
     @property
     def shared_prefix(self) -> str:
@@ -182,6 +190,7 @@ def kafka_agent(
     output_retries: int = 1,
     event_format: WireFormat = "avro",
     trust_domain: str | None = None,
+    human_in_the_loop: bool = False,
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
@@ -203,6 +212,9 @@ def kafka_agent(
     (``<prefix>.<domain>.memory``, ``<prefix>.<domain>.cache``) instead of the shared
     ``<prefix>.memory`` / ``<prefix>.cache``: agents in other domains neither read nor
     poison them, and ``pyrula-stream acls`` grants only the domain's topics.
+    ``human_in_the_loop=True`` lets the agent offer approval-gated tools (and MCP servers
+    with ``requires_approval``) and call ``ctx.interrupt``: the turn parks until someone
+    answers (``pyrula-stream approve|reject``, ``KafkaAgentClient.resume``).
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
@@ -231,6 +243,7 @@ def kafka_agent(
             output_retries=output_retries,
             event_format=event_format,
             trust_domain=trust_domain,
+            human_in_the_loop=human_in_the_loop,
         )
         for check in _BIND_CHECKS:
             check(agent)
@@ -264,28 +277,28 @@ def _check_body(agent: KafkaAgent) -> None:
 
 def _check_tools(agent: KafkaAgent) -> None:
     """Only a ``@tool`` carries the schema and the effect the journal needs, and a tool
-    that needs a person's approval cannot run in a consumer that must keep polling."""
+    that needs a person's approval is refused unless the agent opted in."""
     for t in agent.tools:
         if not isinstance(t, ToolCallable):
             raise ToolRegistrationError(
                 f"agent '{agent.name}': {t!r} is not a @tool; decorate it with @tool"
             )
-        check_bindable(t, agent_name=agent.name)
+        check_bindable(t, agent_name=agent.name, human_in_the_loop=agent.human_in_the_loop)
 
 
 def _check_mcp_servers(agent: KafkaAgent) -> None:
     """An MCP server must be declared (the worker connects to it) and, like a tool,
-    cannot wait for a person's approval."""
+    is refused when it gates tools for a person's approval, unless the agent opted in."""
     for server in agent.mcp_servers:
         if not isinstance(server, MCPServer):
             raise ToolRegistrationError(
                 f"agent '{agent.name}': {server!r} is not an MCPServer; declare it as "
                 "MCPServer(name, url=...) or MCPServer(name, command=[...])"
             )
-        if server.requires_approval:
+        if server.requires_approval and not agent.human_in_the_loop:
             raise ToolRegistrationError(
                 f"agent '{agent.name}': MCP server '{server.name}' sets requires_approval, "
-                "but a Kafka consumer cannot wait for a person's approval"
+                f"but {KAFKA_APPROVAL_LIMIT} by default; {HUMAN_IN_THE_LOOP_HINT}"
             )
 
 

@@ -1,5 +1,5 @@
 """``KafkaAgentClient``: submit turns, stream a turn's events, run to completion, cancel,
-ask a turn's status.
+ask a turn's status; signals and answers come from ``client_signals``.
 
 Every method talks to Kafka only: a turn request goes to ``<prefix>.<agent>.turns`` and the
 events are read back from ``<prefix>.<agent>.events`` under ``read_committed`` (one
@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pyrula_stream import serde
 from pyrula_stream.agent import AgentTopics
+from pyrula_stream.client_signals import SignalsClient
 from pyrula_stream.durable.branch import branch_metadata, check_from_step
 from pyrula_stream.errors import (
     ConfigurationError,
@@ -85,7 +86,7 @@ def missing_agent_topic(agent: str, prefix: str, topic: str) -> UnknownTopicErro
     )
 
 
-class KafkaAgentClient:
+class KafkaAgentClient(SignalsClient):
     """Async client for agents served by ``pyrula-stream worker``. Use as ``async with``.
 
     ``timeout`` (seconds) bounds each request to Kafka: a submit's acknowledgement, a

@@ -1,9 +1,10 @@
 """``AgentContext``: the durable operations an agent body may call.
 
-``ctx.llm.run/stream`` (the tool loop), direct tool calls, ``ctx.step``, ``ctx.sleep`` and
-``ctx.emit_status``. Every durable call is journaled; the body must be deterministic
-outside them. APIs that wait for a person or a signal are refused: a Kafka consumer
-cannot hold a partition while someone decides.
+``ctx.llm.run/stream`` (the tool loop), direct tool calls, ``ctx.step``, ``ctx.sleep``,
+``ctx.wait_for_signal`` and ``ctx.emit_status``. Every durable call is journaled; the body
+must be deterministic outside them. A wait parks the turn (no task, no slot): a signal
+is a record, taken into the journal like a sub-agent's reply. ``ctx.interrupt`` waits
+for a person, which an agent must opt in to (``human_in_the_loop=True``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolUseBlock
 from pyrula_stream.loop import ToolLoop, ToolResultBlock
 from pyrula_stream.memory_calls import AgentMemory
 from pyrula_stream.serde import fingerprint
+from pyrula_stream.signals import Signal
 from pyrula_stream.subagents import TurnParked
 from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tool_calls import ToolCall, ToolCalls
@@ -39,14 +41,15 @@ from pyrula_stream.tools import (
     durable_boundary,
     encode_result,
 )
+from pyrula_stream.waits import Waits
 
 if TYPE_CHECKING:
     from pyrula_stream.serde import TurnRequest
 
 KAFKA_WAIT_LIMIT = (
-    "a Kafka agent cannot wait for a person or a signal: its worker must keep consuming "
-    "its partitions. Split the flow into two turns (submit a new turn when the answer "
-    "arrives) or run this agent outside Kafka"
+    "a Kafka agent cannot wait for a person unless it opts in: bind it with "
+    "@kafka_agent(human_in_the_loop=True) to park the turn until the answer arrives, or "
+    "split the flow into two turns (submit a new turn when the answer arrives)"
 )
 
 
@@ -119,6 +122,8 @@ class AgentContext:
         self._agent_calls = agent_calls
         self.llm = LLMHandle(loop)
         self.deps = deps
+        self._waits = Waits(turn)
+        self._interrupts = 0
         self._direct_counters: dict[str, int] = {}
         self._running_ids: dict[tuple[str, str], None] = {}  # a set: 216 bytes empty
 
@@ -294,10 +299,45 @@ class AgentContext:
             return []
         return list(await self._loop.mcp.tools(server))
 
-    # -- what a Kafka consumer cannot do --------------------------------------------------
+    # -- waiting for someone ----------------------------------------------------------------
 
-    async def interrupt(self, *args: Any, **kwargs: Any) -> Any:
-        raise KafkaLimitError(f"ctx.interrupt is not available: {KAFKA_WAIT_LIMIT}")
+    async def interrupt(
+        self,
+        question: Any = None,
+        *,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 (a durable timer)
+    ) -> Any:
+        """Ask a person ``question`` (JSON) and return their answer's payload.
 
-    async def wait_for_signal(self, *args: Any, **kwargs: Any) -> Any:
-        raise KafkaLimitError(f"ctx.wait_for_signal is not available: {KAFKA_WAIT_LIMIT}")
+        Needs ``@kafka_agent(human_in_the_loop=True)``. The turn parks with
+        ``run:interrupted`` (``reason: "interrupt"``, key ``interrupt#<n>``) until
+        ``KafkaAgentClient.resume`` (or ``pyrula-stream approve|reject``) answers that
+        key; ``timeout`` is a durable timer after which ``WaitTimeout`` is raised here.
+        """
+        if not self._tool_calls.human_in_the_loop:
+            raise self._turn.refuse(
+                KafkaLimitError(f"ctx.interrupt is not available: {KAFKA_WAIT_LIMIT}")
+            )
+        _refuse_nested("ctx.interrupt", "interrupt")
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        key = f"interrupt#{self._interrupts}"
+        self._interrupts += 1
+        return await self._waits.answer(key, question, seconds)
+
+    async def wait_for_signal(
+        self,
+        name: str,
+        *,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 (a durable timer)
+        deadline: datetime | None = None,
+    ) -> Signal:
+        """Park the turn until a signal named ``name`` arrives for it and return it.
+
+        A signal is a record (``KafkaAgentClient.signal``, ``pyrula-stream signal``); one
+        that arrived before this wait is taken at once. ``timeout`` (seconds or a
+        ``timedelta``) or ``deadline`` (a wall-clock time) is a durable timer: when it
+        passes first, ``WaitTimeout`` is raised here (uncaught, the turn ends with
+        ``wait_timeout``). A replay returns the same signal.
+        """
+        _refuse_nested("ctx.wait_for_signal", name)
+        return await self._waits.signal(name, timeout=timeout, deadline=deadline)

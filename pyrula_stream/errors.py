@@ -11,6 +11,7 @@ choose between a retry and the dead-letter topic.
     │   ├── AgentRegistrationError
     │   ├── ConcurrentCallIdError
     │   ├── NestedDurableOperationError
+    │   ├── SignalRefused              a signal or answer the turn's worker refused
     │   └── KafkaLimitError            an API that needs a person or a timer loop
     ├── TurnNotRecorded                no history record of the turn (keep_history off, or expired)
     ├── TopicDriftError                existing topics differ from their spec
@@ -18,6 +19,7 @@ choose between a retry and the dead-letter topic.
     ├── SchemaRegistryUnavailableError the Schema Registry did not answer
     ├── ThreadDeleteFailed             client.delete_thread: the delete failed or timed out
     ├── MalformedRecordError           a record that cannot be decoded (goes to the DLQ)
+    ├── WaitTimeout                    a wait for a signal or an answer reached its deadline
     └── TurnFailure                    a turn ended with an error code
         ├── ToolCallRejected
         ├── ToolCallFailed             a tool called from agent code failed (its own code)
@@ -39,6 +41,7 @@ choose between a retry and the dead-letter topic.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -85,6 +88,9 @@ class ErrorCode(StrEnum):
     AGENT_DEPTH_EXCEEDED = "agent_depth_exceeded"
     UNSOLICITED_REPLY = "unsolicited_reply"
     """A DLQ code: a reply that answers no call its parent's journal holds."""
+    SIGNAL_REFUSED = "signal_refused"
+    """A DLQ code: a signal or answer for a turn that is unknown, ended, or already
+    answered that question (its sender is told why)."""
     RECORD_UNDELIVERABLE = "record_undeliverable"
 
 
@@ -227,7 +233,50 @@ class TurnFailure(PyrulaError):
         self.detail = detail
 
 
+class WaitTimeout(PyrulaError):
+    """A ``wait_for_signal`` or ``interrupt`` reached its deadline with no answer.
+
+    An ordinary exception, unlike the suspension of a parked turn: the body is running
+    again when it is raised and may catch it and carry on. Uncaught, the turn ends with
+    ``wait_timeout``."""
+
+    code = ErrorCode.WAIT_TIMEOUT
+
+    def __init__(
+        self,
+        wait_kind: str,
+        name: str,
+        call_index: int | None = None,
+        deadline: datetime | None = None,
+        message: str | None = None,
+    ) -> None:
+        when = f" at {deadline.isoformat()}" if deadline is not None else ""
+        super().__init__(message or f"{wait_kind} wait for {name!r} timed out{when}")
+        self.wait_kind = wait_kind
+        self.name = name
+        self.call_index = call_index
+        self.deadline = deadline
+
+
+class SignalRefused(UserError):
+    """A signal or answer the turn's worker refused: the turn is ``unknown`` on its
+    partition, has ``ended``, the question was ``already_answered`` or is ``not_asked``
+    (an answer names the question the turn parked on). ``reason`` is one of those;
+    ``message`` is the worker's own words."""
+
+    code = ErrorCode.SIGNAL_REFUSED
+
+    def __init__(self, message: str, *, reason: str, turn_id: str, name: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.turn_id = turn_id
+        self.name = name
+
+
 class ToolCallRejected(TurnFailure):
+    """A reviewer, or the approval deadline, kept a direct call to a gated tool from
+    running. ``reason`` is the reviewer's text, ``expired`` true when nobody answered."""
+
     code = ErrorCode.TOOL_ERROR
 
     def __init__(self, tool_name: str, *, reason: str | None = None, expired: bool = False) -> None:

@@ -39,6 +39,7 @@ class EventType(StrEnum):
     SUBAGENT_START = "subagent:start"
     SUBAGENT_RESULT = "subagent:result"
     STATUS = "status"
+    RUN_INTERRUPTED = "run:interrupted"
     RUN_COMPLETE = "run:complete"
     RUN_ERROR = "run:error"
 
@@ -173,6 +174,9 @@ class ToolResult:
     attempts: int
     error_code: str | None = None
     cached: bool = False
+    approval: Mapping[str, Any] | None = None
+    """A gated call's ``approval`` ("approved", "rejected" or "expired"), ``approval_key``,
+    ``answered_by`` and ``approval_reason``."""
 
     def data(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -187,6 +191,8 @@ class ToolResult:
             data["error_code"] = self.error_code
         if self.cached:
             data["cached"] = True
+        if self.approval:
+            data.update(self.approval)
         return data
 
     def cut(self, max_bytes: int) -> ToolResult:
@@ -208,6 +214,33 @@ class Status:
             data["tool"] = self.tool
         if self.dropped_events is not None:
             data["dropped_events"] = self.dropped_events
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class RunInterrupted:
+    """The turn parked on a question for a person: a tool approval or ``ctx.interrupt``.
+    ``key`` is what the answer names (``pyrula-stream approve AGENT TURN KEY``)."""
+
+    type: ClassVar[EventType] = EventType.RUN_INTERRUPTED
+    reason: str
+    key: str
+    question: Any = None
+    tool_name: str | None = None
+    tool_use_id: str | None = None
+    tool_input: Mapping[str, Any] | None = None
+    deadline_ms: int | None = None
+
+    def data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"reason": self.reason, "key": self.key}
+        if self.question is not None:
+            data["question"] = self.question
+        if self.tool_name is not None:
+            data["tool_name"] = self.tool_name
+            data["tool_use_id"] = self.tool_use_id
+            data["tool_input"] = dict(self.tool_input or {})
+        if self.deadline_ms is not None:
+            data["deadline_ms"] = self.deadline_ms
         return data
 
 

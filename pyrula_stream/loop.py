@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent_tool import AgentTool
+from pyrula_stream.approvals import Question, QuestionPending, ask
 from pyrula_stream.compaction import compacted_history
 from pyrula_stream.durable.journal import model_call_fingerprint, tools_fingerprint
 from pyrula_stream.durable.steps import StepData
@@ -177,7 +178,11 @@ class ToolLoop:
             offered += await self.mcp.tools()
         for t in offered:  # tools passed at run time get the bind-time refusals too
             try:
-                check_bindable(t, agent_name=self.turn.agent)
+                check_bindable(
+                    t,
+                    agent_name=self.turn.agent,
+                    human_in_the_loop=self.tool_calls.human_in_the_loop,
+                )
             except ToolRegistrationError as exc:
                 raise self.turn.refuse(exc) from None
         if self.output_instructions:
@@ -394,6 +399,7 @@ class ToolLoop:
         agents = any(isinstance(by_name.get(c.name), AgentTool) for c in calls)
         replies = turn.allocate_steps(len(calls)) if agents else 0
         parked: list[str] = []
+        questions: list[tuple[int, Question]] = []
 
         async def one(j: int, call: ToolUseBlock) -> ToolResultBlock:
             target = by_name.get(call.name)
@@ -413,7 +419,11 @@ class ToolLoop:
                 step=first + j,
             )
             async with gate:
-                data = await self.tool_calls.run(request)
+                try:
+                    data = await self.tool_calls.run(request)
+                except QuestionPending as pending:  # asked after the batch, in call order
+                    questions.append((j, pending.question))
+                    return ToolResultBlock(call.id, call.name, "", False)
             return ToolResultBlock(
                 call.id,
                 call.name[:MAX_UNKNOWN_NAME],
@@ -430,6 +440,10 @@ class ToolLoop:
             except BaseExceptionGroup as failed:
                 raise _first_error(failed) from None
             results = [t.result() for t in tasks]
+        if questions:  # one gated call at a time: the first in call order asks
+            park = ask(turn, min(questions, key=lambda q: q[0])[1])
+            park.children = tuple(parked)
+            raise park
         if parked:  # after the batch's other calls ended and were journaled
             raise TurnParked(tuple(parked))
         return results

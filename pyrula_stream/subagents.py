@@ -187,11 +187,15 @@ def cursor_record(topic: str, partition: int, next_offset: int) -> OutRecord:
 
 @dataclass(frozen=True, slots=True)
 class Park:
-    """What a parked turn waits for: every listed child's reply, or a wake time."""
+    """What a parked turn waits for: every listed child's reply, a signal of one of the
+    listed names, or a wake time."""
 
     request: TurnRequest
     children: tuple[str, ...] = ()
     wake_at_ms: int | None = None
+    signals: tuple[str, ...] = ()
+    question: dict[str, Any] | None = None
+    """The question for a person the turn waits on (``approvals.Question``)."""
 
     def data(self) -> dict[str, Any]:
         req = self.request
@@ -212,6 +216,8 @@ class Park:
             },
             "children": list(self.children),
             "wake_at_ms": self.wake_at_ms,
+            "signals": list(self.signals),
+            "question": self.question,
         }
 
     @classmethod
@@ -231,7 +237,13 @@ class Park:
             record_key=r.get("record_key"),
         )
         wake = data.get("wake_at_ms")
-        return cls(request, tuple(data.get("children") or ()), int(wake) if wake else None)
+        return cls(
+            request,
+            tuple(data.get("children") or ()),
+            int(wake) if wake else None,
+            tuple(str(n) for n in data.get("signals") or ()),
+            data.get("question") if isinstance(data.get("question"), dict) else None,
+        )
 
     def ready(self, replies: dict[str, Any], now_ms: int) -> bool:
         """Whether the turn can resume: every awaited reply is in, or its time has come."""
@@ -256,7 +268,15 @@ class TurnParked(BaseException):
     executor journals ``park`` and the worker lets go of the turn. A ``BaseException`` so
     an agent's ``except Exception`` cannot swallow it."""
 
-    def __init__(self, children: tuple[str, ...] = (), wake_at_ms: int | None = None) -> None:
-        super().__init__(f"parked for {children or wake_at_ms}")
+    def __init__(
+        self,
+        children: tuple[str, ...] = (),
+        wake_at_ms: int | None = None,
+        signals: tuple[str, ...] = (),
+        question: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"parked for {children or signals or wake_at_ms}")
         self.children = children
         self.wake_at_ms = wake_at_ms
+        self.signals = signals
+        self.question = question

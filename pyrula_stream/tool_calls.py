@@ -1,6 +1,7 @@
 """One durable tool call: the single path for the model's tool loop and direct calls.
 
-Every call, whoever makes it, goes through ``ToolCalls.run``: the Kafka approval limit,
+Every call, whoever makes it, goes through ``ToolCalls.run``: the Kafka approval limit
+(or, with ``human_in_the_loop``, the reviewer's answer before ``tool:start``: ``approvals``),
 the journal lookup (a recorded call returns its recorded result and runs nothing),
 argument validation (once), the wall-time budget, the barrier (the model response asking
 for the call is durable before any effect; a ``read_only`` tool has none, so it need not
@@ -19,12 +20,20 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from pyrula_stream.approvals import (
+    QuestionPending,
+    approval_decision,
+    approval_fields,
+    ask,
+    denied_data,
+)
 from pyrula_stream.durable.steps import StepData
 from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import (
     ErrorCode,
     Poison,
     ToolCallFailed,
+    ToolCallRejected,
     ToolRegistrationError,
     WriteToolBlocked,
 )
@@ -45,6 +54,7 @@ if TYPE_CHECKING:
     from pyrula_stream.tool_cache import CacheStore
 
 MAX_UNKNOWN_NAME = 64
+APPROVAL_FIELDS = ("approval", "approval_key", "answered_by", "approval_reason")
 MAX_LISTED_TOOLS = 20
 
 
@@ -91,8 +101,10 @@ class ToolCalls:
         http: httpx.AsyncClient,
         deps: Any = None,
         cache_store: CacheStore | None = None,
+        human_in_the_loop: bool = False,
     ) -> None:
         self.turn = turn
+        self.human_in_the_loop = human_in_the_loop
         self.limits = limits
         self.http = http
         self.deps = deps
@@ -111,7 +123,9 @@ class ToolCalls:
         turn = self.turn
         if call.tool is not None:
             try:  # a gated tool is refused however it is called, and the turn ends
-                check_bindable(call.tool, agent_name=turn.agent)
+                check_bindable(
+                    call.tool, agent_name=turn.agent, human_in_the_loop=self.human_in_the_loop
+                )
             except ToolRegistrationError as exc:
                 raise turn.refuse(exc) from None
         name = call.name[:MAX_UNKNOWN_NAME]
@@ -130,17 +144,29 @@ class ToolCalls:
                     attempts=data.get("attempts", 0),
                     error_code=data.get("error_code"),
                     cached=bool(data.get("cached")),
+                    approval={k: data[k] for k in APPROVAL_FIELDS if k in data} or None,
                 )
             ]
 
         label = name if call.tool is not None else UNKNOWN_TOOL
-        with turn.telemetry.tool_call(label, call.call_key, call.tool_use_id) as observed:
-            data, replayed = await turn.durable_step(
-                "tool", name, fingerprint(dict(call.arguments)), live, events, step=call.step
-            )
-            observed.recorded(data, replayed)
+        try:
+            with turn.telemetry.tool_call(label, call.call_key, call.tool_use_id) as observed:
+                data, replayed = await turn.durable_step(
+                    "tool", name, fingerprint(dict(call.arguments)), live, events, step=call.step
+                )
+                observed.recorded(data, replayed)
+        except QuestionPending as pending:
+            if call.direct:  # agent code waits here; a model's batch asks after the batch
+                raise ask(turn, pending.question) from None
+            raise
         if data.get("poison"):
             raise Poison(f"tool '{name}' raised Poison: {data.get('message', data['text'])}")
+        if call.direct and data.get("approval") in ("rejected", "expired"):
+            raise ToolCallRejected(
+                name,
+                reason=data.get("approval_reason"),
+                expired=data["approval"] == "expired",
+            )
         if call.direct and data["status"] != "ok":
             raise ToolCallFailed(
                 name,
@@ -189,6 +215,21 @@ class ToolCalls:
                 raise turn.refuse(exc) from None
             if recorded is not None:
                 return recorded
+        approval: StepData | None = None
+        if self.human_in_the_loop and tool.asks_approval(call.arguments):
+            question, answer, expired = approval_decision(
+                turn.journal,
+                tool,
+                call.call_key,
+                fingerprint(dict(call.arguments)),
+                tool_use_id=call.tool_use_id,
+                tool_input=dict(call.arguments),
+            )
+            if answer is None and not expired:
+                raise QuestionPending(question)
+            approval = approval_fields(question, answer)
+            if approval["approval"] != "approved":  # no tool:start: the model reads why
+                return denied_data(call.call_key, name, approval)
         check_wall_time(self.limits, turn.started_ms)
         if not (tool.spec.read_only and tool.runs_before_commit):
             await turn.barrier()  # the response asking for an effect is durable first
@@ -203,6 +244,8 @@ class ToolCalls:
             self.context(tool, call.tool_use_id, call.call_key), args
         )
         data = outcome_data(call.call_key, outcome)
+        if approval is not None:
+            data.update(approval)
         if call.direct and not outcome.is_error:
             data["value"] = outcome.value
         return data

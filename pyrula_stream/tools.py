@@ -5,7 +5,8 @@ fills in (derived with pydantic from the signature and type hints, or given as
 ``schema=``; see ``tool_schema``, which also checks the model's arguments against it).
 ``ToolCallable.invoke`` is what the worker's tool loop calls: it never raises
 for a tool's own failure, it returns a ``ToolOutcome`` the model can read. Approval is
-declared here but refused by ``check_bindable``: a Kafka consumer cannot wait for a person.
+declared here; ``check_bindable`` refuses it unless the agent opted in with
+``human_in_the_loop=True`` (then the turn parks for the reviewer, ``approvals.py``).
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ logger = logging.getLogger(__name__)
 
 TOOL_NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 KAFKA_APPROVAL_LIMIT = "a Kafka consumer cannot wait for a person's approval"
+HUMAN_IN_THE_LOOP_HINT = (
+    "bind the agent with @kafka_agent(human_in_the_loop=True) to park the turn until a "
+    "reviewer answers"
+)
 ApprovalRule = bool | Callable[[Mapping[str, Any]], bool]
 
 
@@ -363,6 +368,17 @@ class ToolCallable:
             await write_cached_result(store, cache_key, run.value, text, self.spec.cache_ttl)
         return ToolOutcome(value=run.value, text=text, is_error=False, attempts=run.attempts)
 
+    def asks_approval(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether a live call with these arguments waits for a reviewer:
+        ``requires_approval=True``, or a predicate that returns true or raises."""
+        rule = self.spec.requires_approval
+        if callable(rule):
+            try:
+                return bool(rule(dict(arguments)))
+            except Exception:  # the seeds: a predicate that raises asks
+                return True
+        return bool(rule)
+
     async def __call__(self, ctx: Any, /, *, id: str | None = None, **kwargs: Any) -> Any:
         """A direct call from agent code; ``id=`` keys it when parallel calls share a name.
 
@@ -372,7 +388,10 @@ class ToolCallable:
         """
         boundary = current_boundary()
         if boundary is not None:
-            raise NestedDurableOperationError("tool call", self.name, boundary[0], boundary[1])
+            # A gated call would wait for a person inside an atomic unit: named as such
+            # only when its condition holds (a predicate that says no asks nothing).
+            operation = "tool approval" if self.asks_approval(kwargs) else "tool call"
+            raise NestedDurableOperationError(operation, self.name, boundary[0], boundary[1])
         if isinstance(ctx, DurableToolCaller):
             return await ctx.call_tool(self, dict(kwargs), id=id)
         run = await self._run(ctx, self.validate_arguments(kwargs))
@@ -593,8 +612,12 @@ def tool(
     return decorate if fn is None else decorate(fn)
 
 
-def check_bindable(tool: ToolCallable, *, agent_name: str) -> None:
-    """Refuse a tool that needs a person's approval: a Kafka consumer cannot wait for one."""
+def check_bindable(tool: ToolCallable, *, agent_name: str, human_in_the_loop: bool = False) -> None:
+    """Refuse a tool that needs a person's approval, unless the agent opted in to parking
+    its turns for a reviewer (``human_in_the_loop``): by default a Kafka consumer does
+    not wait for a person."""
+    if human_in_the_loop:
+        return
     spec = tool.spec
     declared: list[str] = []
     if callable(spec.requires_approval):
@@ -606,6 +629,6 @@ def check_bindable(tool: ToolCallable, *, agent_name: str) -> None:
     if declared:
         raise ToolRegistrationError(
             f"agent '{agent_name}' cannot offer tool '{spec.name}': it declares "
-            f"{' and '.join(declared)}, but {KAFKA_APPROVAL_LIMIT}. Remove the approval "
-            "options, or have the tool publish a request and let a later event carry the answer"
+            f"{' and '.join(declared)}, but {KAFKA_APPROVAL_LIMIT} by default. Remove the "
+            f"approval options, or {HUMAN_IN_THE_LOOP_HINT}"
         )

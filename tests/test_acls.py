@@ -54,7 +54,7 @@ def test_replies_results_and_history_follow_who_reads_and_writes_them() -> None:
     assert not any("history" in r.name or r.name.startswith("p.b.") for r in without)
 
 
-def test_a_plain_client_writes_turns_and_control_and_reads_only_events_and_results() -> None:
+def test_a_plain_client_writes_turns_control_and_replies_and_reads_what_it_follows() -> None:
     rules = agent_acls("a", prefix="p", worker_principal="User:w", client_principal="User:c")
     client = {(r.resource, r.name, r.operation) for r in rules if r.principal == "User:c"}
     topics = {(name, op) for resource, name, op in client if resource == "TOPIC"}
@@ -64,6 +64,10 @@ def test_a_plain_client_writes_turns_and_control_and_reads_only_events_and_resul
         ("p.a.events", "READ"),
         ("p.a.results", "READ"),
         ("p.a.threads", "DESCRIBE"),
+        # a person in the loop: signals and answers, their receipts, open questions
+        ("p.a.replies", "WRITE"),
+        ("p.a.journal", "READ"),
+        ("p.a.dlq", "READ"),
     }
     assert not [r for r in rules if r.operation == "IDEMPOTENT_WRITE"], "Kafka >= 3.0"
     legacy = agent_acls(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pyrula_stream import serde
-from pyrula_stream.chaos import hostile, hostile_check, verify
+from pyrula_stream.chaos import approvals, hostile, hostile_check, verify
 from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, run_chaos
 from pyrula_stream.chaos.model_server import answer_for
 from pyrula_stream.errors import MalformedRecordError
@@ -349,3 +349,88 @@ def test_hostile_checks_count_missing_letters_and_taken_forged_replies(tmp_path:
     assert f.counts["forged_replies_taken"] == 1
     assert f.counts["hostile_dlq_doubled"] == 1
     assert f.counts["hostile_headers_lost"] == 0  # the first letter carries the tag
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(290)
+def test_chaos_small_run_with_approvals_runs_only_what_was_approved(
+    kafka_bootstrap_servers: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("openai")
+    result = run_chaos(
+        ChaosConfig(
+            turns=12,
+            workers=2,
+            kills=2,
+            seed=20261202,
+            bootstrap_servers=kafka_bootstrap_servers,
+            rate=4.0,
+            timeout_s=120.0,
+            run_dir=str(tmp_path / "chaos"),
+            approvals=True,
+        )
+    )
+    c = result.counts
+    for key in (*GATE_KEYS, *approvals.APPROVAL_KEYS, "failed_turns", "wrong_results"):
+        assert c[key] == 0, (key, result.examples.get(key), c)
+    assert c["approvals_answered"] == 12 and c["questions_unanswered"] == 0
+    assert result.ok
+
+
+def _gated_result(turn: str, seq: int, verdict: str, offset: int) -> verify.Record:
+    data = {"tool": "gated_effect", "status": "ok", "approval": verdict, "approval_key": "k"}
+    event = Event("tool:result", turn, "chaos", seq, 0, 1, data)
+    return verify.Record(
+        0,
+        offset,
+        turn,
+        serde.encode("event", event),
+        {serde.CONTENT_TYPE_HEADER: serde.content_type("event")},
+        0,
+    )
+
+
+def _answer_record(turn: str, signal_id: str, offset: int) -> verify.Record:
+    entry = JournalEntry(turn, -1, "signal", "k", data={"name": "k", "answer": True})
+    return verify.Record(
+        0,
+        offset,
+        f"{turn}/{serde.SIGNAL}{signal_id}",
+        serde.encode("journal_entry", entry),
+        {serde.CONTENT_TYPE_HEADER: serde.content_type("journal_entry")},
+        0,
+    )
+
+
+def test_approval_checks_count_unrun_approvals_run_rejections_and_lost_or_doubled_answers(
+    tmp_path: Path,
+) -> None:
+    from pyrula_stream.chaos.effects import apply_effect_once
+
+    effects = str(tmp_path / "gated.jsonl")
+    ok, not_run, ran, lost, doubled = "ok", "not-run", "ran", "lost", "doubled"
+    for turn in (ok, ran, doubled):
+        apply_effect_once(effects, f"{turn}:key", turn)
+    events = [
+        _gated_result(ok, 3, "approved", 0),
+        _gated_result(not_run, 3, "approved", 1),
+        _gated_result(ran, 3, "rejected", 2),
+        _gated_result(doubled, 3, "approved", 3),
+        _gated_result(doubled, 4, "approved", 4),  # published twice
+    ]
+    journal = [_answer_record(doubled, "s1", 0), _answer_record(doubled, "s2", 1)]
+    answers = [
+        {"turn": ok, "answer": "approve", "accepted": True},
+        {"turn": not_run, "answer": "approve", "accepted": True},
+        {"turn": ran, "answer": "reject", "accepted": True},
+        {"turn": lost, "answer": "reject", "accepted": True},  # no result reflects it
+        {"turn": doubled, "answer": "approve", "accepted": True},
+    ]
+    f = verify.Findings()
+    ids = [ok, not_run, ran, lost, doubled]
+    approvals.check_approvals(ids, events, journal, answers, effects, [], f)
+    assert f.counts["approved_not_run"] == 1, f.examples
+    assert f.counts["rejected_ran"] == 1, f.examples
+    assert f.counts["answers_lost"] == 1, f.examples
+    assert f.counts["answers_doubled"] == 2, f.examples  # two answers journaled, two results
+    assert f.counts["questions_unanswered"] == 0

@@ -31,6 +31,7 @@ FLOORS: dict[str, int] = {
     "lineage": 2,
     "wire_guard": 2,
     "subagents": 2,
+    "signals": 2,
     # 3 the outside world
     "kafka": 3,
     "llm": 3,
@@ -64,6 +65,8 @@ FLOORS: dict[str, int] = {
     "tool_calls": 6,
     "agent_calls": 6,
     "memory_calls": 6,
+    "waits": 6,
+    "approvals": 6,
     "compaction": 6,
     "versions": 6,
     "mcp": 6,
@@ -76,6 +79,7 @@ FLOORS: dict[str, int] = {
     "client": 8,
     "event_reader": 8,
     "turn_status": 8,
+    "client_signals": 8,
     # 9 faces
     "": 9,
     "cli": 9,

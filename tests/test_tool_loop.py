@@ -46,6 +46,7 @@ def test_binding_refuses_tools_that_need_a_person() -> None:
         with pytest.raises(ToolRegistrationError, match=gated.name) as err:
             kafka_agent(name="gate", tools=[gated])(_body)
         assert "cannot wait" in str(err.value)
+        assert "human_in_the_loop=True" in str(err.value)
     predicate = tool(requires_approval=lambda args: args["cents"] > 100)(_refund_body)
     with pytest.raises(ToolRegistrationError, match="refund_body"):
         kafka_agent(name="gate", tools=[predicate])(_body)
@@ -56,6 +57,18 @@ def test_binding_refuses_tools_that_need_a_person() -> None:
                 MCPServer("github", url="https://mcp.example/mcp", requires_approval=("x",))
             ],
         )(_body)
+
+
+def test_human_in_the_loop_lifts_the_binding_refusal() -> None:
+    """The opt-in binds what the default refuses; the agent says it opted in."""
+    server = MCPServer("github", url="https://mcp.example/mcp", requires_approval=("x",))
+    agent = kafka_agent(
+        name="gate", tools=[refund, timed], mcp_servers=[server], human_in_the_loop=True
+    )(_body)
+    assert agent.human_in_the_loop
+    assert [t.name for t in agent.tools] == ["refund", "timed"]
+    with pytest.raises(ToolRegistrationError, match="human_in_the_loop=True"):
+        kafka_agent(name="gate", mcp_servers=[server])(_body)
 
 
 async def _body(ctx: AgentContext) -> str:
@@ -81,21 +94,23 @@ async def test_offering_a_gated_tool_at_run_time_fails_the_turn(
     assert "refund" in events[-1].data["message"]
 
 
-async def test_interrupt_and_signals_name_the_kafka_limit(
+async def test_interrupt_without_the_opt_in_names_the_kafka_limit(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
     @kafka_agent(name=unique_name("wait"), partitions=1, llm=FakeLLM())
-    async def agent(ctx: AgentContext, which: str) -> str:
-        if which == "interrupt":
+    async def agent(ctx: AgentContext) -> str:
+        try:
             await ctx.interrupt("approve?")
-        await ctx.wait_for_signal("approved")
+        except Exception:
+            return "talked around the refusal"
         return "never"
 
     async with running_worker(agent, kafka_bootstrap_servers):
-        for which in ("interrupt", "signal"):
-            events = await client.run(agent.name, which=which, timeout=60)
+        for _ in range(1):
+            events = await client.run(agent.name, timeout=60)
             assert events[-1].data["error_type"] == "KafkaLimitError"
             assert "a Kafka agent cannot wait for a person" in events[-1].data["message"]
+            assert "human_in_the_loop=True" in events[-1].data["message"]
 
 
 async def test_parallel_calls_limits_and_truncation(

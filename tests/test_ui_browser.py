@@ -21,6 +21,7 @@ from pyrula_stream import (
     AgentLimits,
     Event,
     KafkaAgentClient,
+    ToolCallRejected,
     ToolContext,
     WorkerOptions,
     kafka_agent,
@@ -470,3 +471,59 @@ async def test_ui_with_api_keys_signs_a_browser_in_with_a_cookie_and_out_again(
         await page.get_by_role("button", name="Sign out").click()
         await expect(page.get_by_label("API key")).to_be_visible(timeout=WAIT_MS)
         assert await page.context.cookies(url) == []
+
+
+async def test_ui_waiting_view_approves_one_call_and_rejects_another(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
+) -> None:
+    ran: list[int] = []
+
+    @tool(requires_approval=True)
+    async def refund(ctx: ToolContext, cents: int) -> str:
+        """Refund money."""
+        ran.append(cents)
+        return f"refunded {cents}"
+
+    @kafka_agent(
+        name=unique_name("gated"),
+        llm=FakeLLM(["x"]),
+        tools=[refund],
+        partitions=1,
+        human_in_the_loop=True,
+    )
+    async def agent(ctx: AgentContext, cents: int) -> str:
+        try:
+            return str(await refund(ctx, cents=cents))
+        except ToolCallRejected as exc:
+            return f"not refunded: {exc.reason}"
+
+    feed = FeedOptions(kafka_bootstrap_servers, agents=(agent.name,))
+    async with (
+        running_worker(agent, kafka_bootstrap_servers) as worker,
+        running_ui(feed, UIOptions(port=0, allow_actions=True)) as url,
+    ):
+        first = await client.submit(agent.name, cents=100)
+        await wait_for(lambda: worker.parked_turns == 1, 60, "the first turn asked")
+        second = await client.submit(agent.name, cents=900)
+        await wait_for(lambda: worker.parked_turns == 2, 60, "both turns asked")
+        await page.goto(f"{url}/#/waiting")
+        questions = page.get_by_test_id("question")
+        await expect(questions).to_have_count(2, timeout=WAIT_MS)
+        # Oldest first, with the tool and its arguments.
+        await expect(questions.nth(0)).to_contain_text("refund", timeout=WAIT_MS)
+        await expect(questions.nth(0).get_by_test_id("question-input")).to_contain_text("100")
+        await expect(questions.nth(1).get_by_test_id("question-input")).to_contain_text("900")
+        await questions.nth(0).get_by_role("button", name="Approve").click()
+        await expect(questions).to_have_count(1, timeout=WAIT_MS)
+        await questions.nth(0).get_by_label("reason").fill("over the limit")
+        await questions.nth(0).get_by_role("button", name="Reject").click()
+        await expect(page.get_by_text("Nothing is waiting.")).to_be_visible(timeout=WAIT_MS)
+        await page.goto(f"{url}/#/turn/{agent.name}/{first.turn_id}")
+        await expect(page.get_by_test_id("outcome")).to_contain_text(
+            "refunded 100", timeout=WAIT_MS
+        )
+        await page.goto(f"{url}/#/turn/{agent.name}/{second.turn_id}")
+        await expect(page.get_by_test_id("outcome")).to_contain_text(
+            "not refunded: over the limit", timeout=WAIT_MS
+        )
+    assert ran == [100]

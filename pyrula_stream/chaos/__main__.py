@@ -5,7 +5,8 @@ names one, runs the experiment, prints a summary and, as the last line, one JSON
 Exit code 0 when ``lost``, ``duplicate_terminal``, ``duplicate_events``,
 ``repeated_llm_after_journal`` and ``duplicate_effects`` are all 0 (with ``--hostile``
 also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken`` and
-``hostile_dlq_doubled``), else 1.
+``hostile_dlq_doubled``; with ``--approvals`` also ``approved_not_run``, ``rejected_ran``,
+``answers_lost`` and ``answers_doubled``), else 1.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import sys
 from typing import Any
 
+from pyrula_stream.chaos.approvals import APPROVAL_KEYS
 from pyrula_stream.chaos.harness import (
     GATE_KEYS,
     THREAD_GATE_KEYS,
@@ -82,6 +84,11 @@ EXPLAIN = {
     "hostile_dlq_doubled": "hostile records dead-lettered more than once",
     "control_skips_uncounted": "workers whose skipped-control count is below the unreadable sent",
     "control_skips_unread": "workers whose /metrics did not answer (a mesh serves none)",
+    "approved_not_run": "approved gated calls whose tool never took effect (--approvals)",
+    "rejected_ran": "rejected or expired gated calls whose tool took effect (--approvals)",
+    "answers_lost": "answers sent that no gated tool:result reflects (--approvals)",
+    "answers_doubled": "questions answered (or their result published) twice (--approvals)",
+    "questions_unanswered": "turns whose question the reviewer never answered (--approvals)",
 }
 
 
@@ -110,6 +117,7 @@ def summary(result: ChaosResult) -> str:
         n = c.get(key, 0)
         gated = key in GATE_KEYS or key in SUBAGENT_KEYS or key in THREAD_GATE_KEYS
         gated = gated or (key in HOSTILE_KEYS and "hostile_not_in_dlq" in c)
+        gated = gated or (key in APPROVAL_KEYS and "approved_not_run" in c)
         mark = "FAIL" if gated and n else ("note" if n else " ok ")
         lines.append(f"[{mark}] {key:<28} {n:>5}  {text}")
         for example in result.examples.get(key, [])[:3]:
@@ -131,6 +139,8 @@ def summary(result: ChaosResult) -> str:
     failed = [k for k in GATE_KEYS if c.get(k, 1)] + [k for k in SUBAGENT_KEYS if c.get(k, 0)]
     if "hostile_not_in_dlq" in c:
         failed += [k for k in HOSTILE_KEYS if c.get(k, 1)]
+    if "approved_not_run" in c:
+        failed += [k for k in APPROVAL_KEYS if c.get(k, 1)]
     lines.append("PASS" if result.ok else "FAIL: " + ", ".join(failed))
     return "\n".join(lines)
 
@@ -204,6 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="how many hostile records (default: half of --turns, at least 20)",
     )
+    p.add_argument(
+        "--approvals",
+        action="store_true",
+        help="each turn makes one approval-gated call that a reviewer answers (approve or "
+        "reject at random delays); gate approved_not_run, rejected_ran, answers_lost and "
+        "answers_doubled",
+    )
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
@@ -241,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir=args.run_dir,
         keep_run_dir=args.keep,
         subagents=args.subagents,
+        approvals=args.approvals,
         hostile=(
             (args.hostile_records if args.hostile_records is not None else max(20, args.turns // 2))
             if args.hostile

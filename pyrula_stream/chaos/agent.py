@@ -9,7 +9,10 @@ it through the environment, so each run gets its own agent name (hence its own t
 - ``PYRULA_CHAOS_EFFECTS``: the effects file the tool appends to;
 - ``PYRULA_CHAOS_SUBAGENTS=1``: after its tool loop each turn calls two children on
   ``<agent>-child`` (``chaos_child``, model-free), one with ``call_agent`` and one with
-  ``gather_subagents``.
+  ``gather_subagents``;
+- ``PYRULA_CHAOS_APPROVALS=1``: the agent opts in (``human_in_the_loop``) and each turn
+  then calls ``gated_effect`` directly, which waits for the harness's reviewer and
+  records its effect in ``PYRULA_CHAOS_GATED_EFFECTS`` only when approved.
 
 The tool dedupes on ``ctx.idempotency_key`` (see ``effects.py``).
 """
@@ -23,7 +26,9 @@ from typing import Any
 from pyrula_stream.agent import kafka_agent
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
+    APPROVALS_ENV,
     EFFECTS_ENV,
+    GATED_EFFECTS_ENV,
     MODEL_URL_ENV,
     PARTITIONS_ENV,
     SUBAGENTS_ENV,
@@ -31,6 +36,7 @@ from pyrula_stream.chaos.effects import (
 )
 from pyrula_stream.chaos.model_server import MODEL, prompt_for
 from pyrula_stream.context import AgentContext
+from pyrula_stream.errors import ToolCallRejected
 from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.llm.fake import FakeLLM
@@ -49,6 +55,17 @@ async def record_effect(ctx: ToolContext, turn: str) -> dict[str, Any]:
     await asyncio.to_thread(apply_effect_once, path, key, turn)
     # The same answer whether it applied now or was deduped: the result is deterministic.
     return {"turn": turn, "key": key, "recorded": True}
+
+
+@tool(requires_approval=True)
+async def gated_effect(ctx: ToolContext, turn: str) -> dict[str, Any]:
+    """An effect a reviewer must approve (exactly once per idempotency key)."""
+    path = os.environ.get(GATED_EFFECTS_ENV)
+    key = ctx.idempotency_key
+    if not path or not key:
+        raise RuntimeError(f"gated_effect needs ${GATED_EFFECTS_ENV} and an idempotency key")
+    await asyncio.to_thread(apply_effect_once, path, key, turn)
+    return {"turn": turn, "approved": True}
 
 
 def chaos_llm() -> LLMClient:
@@ -80,6 +97,7 @@ async def chaos_child(ctx: AgentContext, parent: str, i: int) -> dict[str, Any]:
     limits=AgentLimits(max_llm_calls=4, max_tool_calls=2),
     partitions=int(os.environ.get(PARTITIONS_ENV, "6")),
     timeout=300.0,
+    human_in_the_loop=os.environ.get(APPROVALS_ENV) == "1",
 )
 async def chaos(ctx: AgentContext, n: int) -> dict[str, Any]:
     # history=False: the model server reads the turn from the request; the thread still
@@ -87,6 +105,12 @@ async def chaos(ctx: AgentContext, n: int) -> dict[str, Any]:
     answer = await ctx.llm.run(
         [{"role": "user", "content": prompt_for(ctx.turn_id, n)}], system=SYSTEM, history=False
     )
+    if os.environ.get(APPROVALS_ENV) == "1":
+        try:
+            gated = await gated_effect(ctx, turn=ctx.turn_id)
+        except ToolCallRejected as exc:
+            gated = {"turn": ctx.turn_id, "rejected": exc.reason, "expired": exc.expired}
+        return {"turn": ctx.turn_id, "n": n, "answer": answer, "gated": gated}
     if os.environ.get(SUBAGENTS_ENV) != "1":
         return {"turn": ctx.turn_id, "n": n, "answer": answer}
     first = await ctx.call_agent(chaos_child, parent=ctx.turn_id, i=0)

@@ -22,6 +22,10 @@ MODEL_URL_ENV = "PYRULA_CHAOS_MODEL_URL"
 EFFECTS_ENV = "PYRULA_CHAOS_EFFECTS"
 SUBAGENTS_ENV = "PYRULA_CHAOS_SUBAGENTS"
 """Set to 1: each chaos turn also calls two children on the ``<agent>-child`` agent."""
+APPROVALS_ENV = "PYRULA_CHAOS_APPROVALS"
+"""Set to 1: each chaos turn makes one approval-gated call (``chaos/approvals.py``)."""
+GATED_EFFECTS_ENV = "PYRULA_CHAOS_GATED_EFFECTS"
+"""The effects file of the gated tool (apart: the checks of ``record_effect`` stay as they are)."""
 
 
 def read_effects(path: str) -> Iterator[dict[str, Any]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import random
 import shutil
 import tempfile
@@ -29,23 +28,25 @@ from typing import Any
 
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos import hostile, hostile_check, verify
+from pyrula_stream.chaos.approvals import APPROVAL_KEYS, Reviewer, check_approvals, read_answers
 from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, run_broker
 from pyrula_stream.chaos.cluster import ClusterKiller, cluster_counts
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
+    APPROVALS_ENV,
     EFFECTS_ENV,
+    GATED_EFFECTS_ENV,
     MODEL_URL_ENV,
     PARTITIONS_ENV,
     SUBAGENTS_ENV,
 )
 from pyrula_stream.chaos.hostile import Context, HostileSender
+from pyrula_stream.chaos.monitor import EventMonitor, replies_watch
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
 from pyrula_stream.chaos.processes import AGENT_SPEC, CHILD_SPEC, ModelServer, Worker, child_env
 from pyrula_stream.client import KafkaAgentClient
-from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
-from pyrula_stream.kafka.io import PartitionReader
 from pyrula_stream.kafka.local_cluster import LocalCluster
 
 GATE_KEYS = (
@@ -94,6 +95,8 @@ class ChaosConfig:
     """``--hostile``: this many generated hostile records go out among the valid turns."""
     hostile_settle_s: float = 60.0
     """How long to wait, after the last valid turn, for the hostile records' outcomes."""
+    approvals: bool = False
+    """``--approvals``: each turn makes one gated call that a reviewer thread answers."""
 
 
 @dataclass
@@ -110,64 +113,14 @@ class ChaosResult:
         gated = GATE_KEYS + (THREAD_GATE_KEYS if "thread_turns_missing" in self.counts else ())
         if "hostile_not_in_dlq" in self.counts:
             gated += hostile_check.HOSTILE_KEYS
+        if "approved_not_run" in self.counts:
+            gated += APPROVAL_KEYS
         subagents_ok = all(self.counts.get(k, 0) == 0 for k in verify.SUBAGENT_KEYS)
         # Broker kills prove something only if leaders and a coordinator really moved.
         cluster_ok = not self.counts.get("broker_kills") or all(
             self.counts.get(k, 0) >= 1 for k in ("leader_changes_seen", "coordinator_moves_seen")
         )
         return subagents_ok and cluster_ok and all(self.counts.get(k, 1) == 0 for k in gated)
-
-
-def _replies_watch(bootstrap: str, topic: str, partitions: int) -> Callable[[], PartitionReader]:
-    """Opens a read_committed reader of the parent's replies, at their end now."""
-
-    def open_reader() -> PartitionReader:
-        reader = PartitionReader(
-            bootstrap, topic, client_id=f"chaos-replies-{uuid.uuid4().hex[:6]}"
-        )
-        reader.seek_partitions(list(range(partitions)), int(time.time() * 1000))
-        return reader
-
-    return open_reader
-
-
-class EventMonitor(threading.Thread):
-    """Follows the events topic (read_committed) during the run: which turns have ended."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        super().__init__(name="chaos-event-monitor", daemon=True)
-        client_id = f"chaos-monitor-{uuid.uuid4().hex[:6]}"
-        self._reader = PartitionReader(bootstrap, topic, client_id=client_id)
-        self._reader.seek_partitions(list(range(partitions)), None)
-        self.finished: set[str] = set()
-        self.finish_times: list[float] = []
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self._halt.is_set():
-                for _, value, headers, _, _ in self._reader.poll(0.1):
-                    if value is None:
-                        continue
-                    event = decode_event(value, headers)
-                    if event.is_terminal and event.turn_id not in self.finished:
-                        self.finished.add(event.turn_id)
-                        self.finish_times.append(time.monotonic())
-        finally:
-            self._reader.close()
-
-    def stop(self) -> None:
-        self._halt.set()
-        if self.is_alive():
-            self.join(10)
-
-    def longest_stall(self, start: float, end: float) -> tuple[float, float]:
-        """The longest time (and when, from ``start``) no turn ended while some were open."""
-        marks = [start, *sorted(t for t in self.finish_times if start <= t <= end), end]
-        gap, at = max(
-            ((b - a, a - start) for a, b in itertools.pairwise(marks)), default=(0.0, 0.0)
-        )
-        return round(gap, 1), round(at, 1)
 
 
 async def submit_all(
@@ -238,6 +191,7 @@ class _Run:
         self.lock = threading.Lock()
         self.say = cfg.log
         self.hostile: HostileSender | None = None
+        self.reviewer: Reviewer | None = None
         self.control_skips: dict[str, int] = {}
         """Each worker's count of skipped control records once the hostile ones settled."""
 
@@ -391,6 +345,10 @@ class _Run:
             hostile_check.check_control_counts(self.hostile.sent, self.control_skips, f)
             for error in self.hostile.errors[:3]:
                 f.add("hostile_not_in_dlq", 0, example=f"not sent: {error}")
+        if self.reviewer is not None:
+            answers = read_answers(self.run_dir / "answers.jsonl")
+            gated = str(self.run_dir / "gated-effects.jsonl")
+            check_approvals(ids, events, journal, answers, gated, self.reviewer.errors, f)
         if self.cfg.subagents:
             child = AgentTopics.for_agent(f"{self.agent}-child", DEFAULT_PREFIX)
             verify.check_subagents(
@@ -461,6 +419,8 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     MODEL_URL_ENV: url,
                     EFFECTS_ENV: str(run.effects),
                     SUBAGENTS_ENV: "1" if cfg.subagents else "0",
+                    APPROVALS_ENV: "1" if cfg.approvals else "0",
+                    GATED_EFFECTS_ENV: str(run_dir / "gated-effects.jsonl"),
                 }
             )
             worker_args = ["--group-protocol", cfg.group_protocol]
@@ -486,6 +446,11 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             monitor = EventMonitor(bootstrap, run.topics.events, cfg.partitions)
             monitor.start()
             mon = monitor
+            if cfg.approvals:
+                run.reviewer = Reviewer(
+                    bootstrap, agent, run_dir / "answers.jsonl", random.Random(f"{seed}-r"), say
+                )
+                run.reviewer.start()
             if cfg.hostile:
                 run.hostile = HostileSender(
                     bootstrap,
@@ -505,7 +470,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 lambda: run.finished(mon),
                 say,
                 run.lock,
-                replies=_replies_watch(bootstrap, run.topics.replies, cfg.partitions)
+                replies=replies_watch(bootstrap, run.topics.replies, cfg.partitions)
                 if cfg.subagents
                 else None,
             )
@@ -542,6 +507,8 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             cleanup: list[Callable[[], object]] = []
             if monkey is not None:
                 cleanup.append(monkey.stop)
+            if run.reviewer is not None:
+                cleanup.append(run.reviewer.stop)
             cleanup += [w.kill for w in workers]
             cleanup.append(lambda: server.stop(5))
             if monitor is not None:

@@ -20,8 +20,9 @@ kind must lead to (``expect``) is what the runtime documents (docs/hostile-input
 - ``ignored`` (``control_unknown_turn``): a readable cancel or terminate for a turn that
   does not exist is remembered in case the turn arrives; nothing runs, nothing is written.
 
-This runtime has no signal topic (``ctx.wait_for_signal`` is refused): cancel and
-terminate records on ``<agent>.control`` are its signals.
+Cancel and terminate records on ``<agent>.control`` are the control signals sent here;
+signals for a waiting turn (``ctx.wait_for_signal``) ride ``<agent>.replies`` and are not
+among the generated records yet (``--approvals`` answers real questions instead).
 """
 
 from __future__ import annotations

@@ -109,6 +109,14 @@ def format_event(event: Any) -> str:
             f"{data.get('tool')} {data.get('status')}: {str(data.get('output', ''))[:100]}"
         ),
         "status": lambda: str(data.get("text", "")),
+        "run:interrupted": lambda: (
+            f"{data.get('reason')} {data.get('key')}"
+            + (
+                f" {data.get('tool_name')}({json.dumps(data.get('tool_input', {}))})"
+                if data.get("tool_name")
+                else f" {json.dumps(data.get('question'), ensure_ascii=False)[:100]}"
+            )
+        ),
         "run:complete": lambda: json.dumps(data.get("result"), ensure_ascii=False)[:200],
         "run:error": lambda: f"{data.get('code')}: {data.get('message')}",
     }.get(event.type, lambda: json.dumps(data)[:200])()

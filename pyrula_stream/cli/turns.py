@@ -109,6 +109,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_tail(args: argparse.Namespace) -> int:
     from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.cli.answers import answer_command
     from pyrula_stream.client import missing_agent_topic
     from pyrula_stream.events import decode_event
     from pyrula_stream.kafka.consumers import reader_group_id
@@ -142,6 +143,10 @@ def cmd_tail(args: argparse.Namespace) -> int:
                     continue
                 event = decode_event(value, headers, codec)
                 print(format_event(event), flush=True)
+                if event.type == "run:interrupted":  # what answers it, ready to paste
+                    asks = str(event.data.get("key"))
+                    line = answer_command(args.agent, event.turn_id, asks)
+                    print(f"  answer: {line}", flush=True)
                 if args.turn and event.is_terminal:
                     return 0
     except UnknownTopicError as exc:

@@ -27,6 +27,8 @@ from pyrula_stream.serde import (
     PROGRESS,
     REPLY,
     REPLY_CURSOR_KEY,
+    SIGNAL,
+    TAKE_SIGNAL_KIND,
     TERMINAL,
     JournalEntry,
     RunningFingerprint,
@@ -128,6 +130,8 @@ class TurnJournal:
     (the shared empty frozenset for every other turn: an empty set is 216 bytes)."""
     replies: dict[str, dict[str, Any]] = field(default_factory=dict)
     park: dict[str, Any] | None = None
+    signals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Signals and answers taken in for this turn, by signal id (``signals.py``)."""
 
     @property
     def attempt(self) -> int:
@@ -154,6 +158,7 @@ class TurnJournal:
             or self.raw_progress
             or self.terminal_ms is not None
             or self.replies
+            or self.signals
             or self.park is not None
         )
 
@@ -166,6 +171,12 @@ class TurnJournal:
             self.terminal_ms = ts_ms if value is not None else None
         elif suffix == PARK:
             self.park = _entry_data(key, value)
+        elif suffix.startswith(SIGNAL):
+            signal = _entry_data(key, value)
+            if signal is None:
+                self.signals.pop(suffix[len(SIGNAL) :], None)
+            else:
+                self.signals[suffix[len(SIGNAL) :]] = signal
         elif suffix.startswith(REPLY):
             reply = _entry_data(key, value)
             if reply is None:
@@ -219,7 +230,19 @@ class TurnJournal:
         for child, data in self.replies.items():
             entry = JournalEntry(tid, -1, REPLY_ENTRY_KIND, child, data=data)
             out.append((REPLY + child, encode("journal_entry", entry)))
+        for signal_id, data in self.signals.items():
+            entry = JournalEntry(tid, -1, SIGNAL_ENTRY_KIND, str(data.get("name")), data=data)
+            out.append((SIGNAL + signal_id, encode("journal_entry", entry)))
         return out
+
+    def taken_signals(self) -> set[str]:
+        """The ids of the signals this turn's journaled waits took."""
+        self.materialize()
+        return {
+            str(e.data.get("signal_id"))
+            for e in self.steps.values()
+            if e.kind == TAKE_SIGNAL_KIND and e.data.get("signal_id")
+        }
 
     def step_indices(self) -> set[int]:
         return set(self.steps) | set(self.raw_steps)
@@ -250,6 +273,9 @@ class TurnJournal:
 
 REPLY_ENTRY_KIND = "reply"
 """The kind of a reply's journal entry (``subagents.REPLY_KIND``; restore reads only its data)."""
+
+SIGNAL_ENTRY_KIND = "signal"
+"""The kind of a signal's journal entry (``signals.SIGNAL_KIND``)."""
 
 _FRAME = struct.Struct(">HI")
 

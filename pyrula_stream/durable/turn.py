@@ -49,6 +49,7 @@ from pyrula_stream.serde import (
     TurnRequest,
     TurnResult,
 )
+from pyrula_stream.signals import signal_key
 from pyrula_stream.subagents import Park, park_key, reply_key, reply_record
 from pyrula_stream.threads import ThreadHandle, closing_writes, thread_records
 
@@ -436,6 +437,7 @@ class TurnRuntime:
         if self.journal.progress is not None or self.journal.raw_progress or self.progress_sent:
             records.append(self.journal_record(None, serde.journal_key(self.turn_id, -1, PROGRESS)))
         keys = [reply_key(self.turn_id, child) for child in sorted(self.journal.replies)]
+        keys += [signal_key(self.turn_id, sid) for sid in sorted(self.journal.signals)]
         if self.journal.park is not None or self.parked is not None:
             keys.append(park_key(self.turn_id))
         records += [self.journal_record(None, k) for k in keys]

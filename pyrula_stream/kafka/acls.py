@@ -136,6 +136,9 @@ def agent_acls(
             Acl(c, "TOPIC", f"{base}.events", "READ", why="stream a turn's events"),
             Acl(c, "TOPIC", f"{base}.results", "READ", why="read turn results"),
             Acl(c, "TOPIC", f"{base}.threads", "DESCRIBE", why="delete_thread: topic check"),
+            Acl(c, "TOPIC", f"{base}.replies", "WRITE", why="signals and answers to questions"),
+            Acl(c, "TOPIC", f"{base}.journal", "READ", why="a signal's receipt; pending"),
+            Acl(c, "TOPIC", f"{base}.dlq", "READ", why="a refused signal's reason"),
             Acl(c, "GROUP", readers, "DESCRIBE", why="event readers"),
         ]
     for s in [p for p in (status_principal, gateway_principal) if p is not None]:

@@ -74,6 +74,10 @@ class TurnLookup:
             return None
         return partition_for(key.encode(), len(meta.partitions))
 
+    def end_offset(self, topic: str, partition: int) -> int:
+        """The partition's end now (where a reader of what comes next starts)."""
+        return int(watermarks(self._consumer, topic, partition, timeout_s=self.timeout_s)[1])
+
     def read(
         self,
         topic: str,

@@ -33,9 +33,11 @@ class MCPServer:
     the session (starting a ``command=`` server, which ``npx`` or ``uvx`` can make slow)
     is bounded by ``connect_timeout`` instead, not counted in ``timeout``.
     ``tool_names`` maps an MCP tool name to the name the model sees (default
-    ``<server>_<tool>``). ``requires_approval`` is refused when an agent is bound: a Kafka
-    consumer cannot wait for a person. The repr shows no header, variable or argument
-    value, nor a URL's password or query values: they may be credentials.
+    ``<server>_<tool>``). ``requires_approval`` (``True``, or MCP tool names) gates those
+    tools for a reviewer as ``@tool(requires_approval=True)`` does: only an agent bound
+    with ``human_in_the_loop=True`` may use such a server. The repr shows no header,
+    variable or argument value, nor a URL's password or query values: they may be
+    credentials.
     """
 
     name: str

@@ -115,6 +115,15 @@ def checked_reply(result: CallToolResult, tool: str) -> _Reply:
         return _Reply(value if value is not None else text, text, bool(result.is_error))
 
 
+def server_gates(server: MCPServer, listing: MCPToolListing) -> bool:
+    """Whether the server's ``requires_approval`` names this tool (by its MCP name or the
+    name the model sees), or is ``True`` for all of them."""
+    gated = server.requires_approval
+    if isinstance(gated, bool):
+        return gated
+    return listing.tool in gated or listing.name in gated
+
+
 class MCPTool(ToolCallable):
     """A discovered MCP tool bound to the worker's connection to its server."""
 
@@ -130,7 +139,7 @@ class MCPTool(ToolCallable):
             cache_ttl=None,
             writes=False,
             read_only=listing.read_only,
-            requires_approval=False,
+            requires_approval=server_gates(server, listing),
             approval_timeout=None,
             is_async=True,
         )

@@ -112,7 +112,9 @@ class TurnExecutor:
         try:
             await self._run_body(runtime)
         except TurnParked as wait:
-            await runtime.park(Park(runtime.request, wait.children, wait.wake_at_ms))
+            await runtime.park(
+                Park(runtime.request, wait.children, wait.wake_at_ms, wait.signals, wait.question)
+            )
         except asyncio.CancelledError:
             raise
         except Poison as exc:
@@ -172,7 +174,12 @@ class TurnExecutor:
         runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
         limits = inherited_limits(self.agent.limits, request.lineage)
         tool_calls = ToolCalls(
-            runtime, limits, http=self.http, deps=self.agent.deps, cache_store=self.cache
+            runtime,
+            limits,
+            http=self.http,
+            deps=self.agent.deps,
+            cache_store=self.cache,
+            human_in_the_loop=self.agent.human_in_the_loop,
         )
         llm = self.llm if runtime.branch is None else runtime.branch.llm(self.llm)
         output = self.agent.output

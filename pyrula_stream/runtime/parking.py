@@ -34,6 +34,13 @@ from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.records import dead_letter
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
+from pyrula_stream.signals import (
+    Signal,
+    is_signal,
+    parse_signal,
+    signal_journal_record,
+    signal_refusal,
+)
 from pyrula_stream.subagents import (
     CALL_KIND,
     Park,
@@ -136,7 +143,7 @@ class ParkedTurns:
             except Exception as exc:  # a journal record we cannot read: leave it parked
                 log.error("park record of %s unreadable, turn left parked: %s", turn_id, exc)
                 continue
-            ps.parked[turn_id] = ParkedTurn(park.wake_at_ms, park.children)
+            ps.parked[turn_id] = ParkedTurn(park.wake_at_ms, park.children, park.signals)
             if self._cancelled(turn_id):
                 self.resume(partition, turn_id)
             else:
@@ -150,7 +157,12 @@ class ParkedTurns:
         if ps is None or parked is None:
             return
         journal = ps.journal.turns.get(turn_id)
-        if parked.ready(journal.replies if journal is not None else {}, _now_ms()):
+        if journal is not None and parked.ready(
+            journal.replies, _now_ms(), _pending_names(journal) if parked.signals else ()
+        ):
+            self.resume(partition, turn_id)
+            return
+        if journal is None and parked.ready({}, _now_ms()):
             self.resume(partition, turn_id)
             return
         if journal is not None:
@@ -235,6 +247,8 @@ class ParkedTurns:
         waiting.add_done_callback(partial(self._decided, p))
 
     def _call_commit(self, record: ConsumedRecord) -> asyncio.Future[None] | None:
+        if is_signal(record.headers):  # a signal answers no call: nothing to wait for
+            return None
         try:
             reply = parse_reply(record.value)
         except Exception:  # an unreadable reply is refused without waiting, by _decide
@@ -274,6 +288,9 @@ class ParkedTurns:
     ) -> None:
         """Take the reply or dead-letter it, with the replies position, in the next commit."""
         p = record.partition
+        if is_signal(record.headers):
+            self._decide_signal(ps, record, topics, worker_id, committer)
+            return
         records = [cursor_record(topics.journal, p, record.offset + 1)]
         reply: Reply | None = None
         try:
@@ -313,6 +330,80 @@ class ParkedTurns:
 
             committed.add_done_callback(on_commit)
 
+    def _decide_signal(
+        self,
+        ps: PartitionState,
+        record: ConsumedRecord,
+        topics: AgentTopics,
+        worker_id: str,
+        committer: GroupCommitter,
+    ) -> None:
+        """Journal the signal for its turn, or dead-letter it (``signal_refused``) with
+        the reason its sender reads, with the replies position, in the next commit."""
+        p = record.partition
+        records = [cursor_record(topics.journal, p, record.offset + 1)]
+        signal: Signal | None = None
+        try:
+            signal = parse_signal(record.value, record.offset)
+            journal = _journal_of(ps, signal.turn_id)
+            ended = signal.turn_id in ps.finished or (
+                journal is not None and journal.terminal_ms is not None
+            )
+            question = (journal.park or {}).get("question") if journal is not None else None
+            asked = question.get("key") if isinstance(question, dict) else None
+            why = signal_refusal(None if journal is None else journal.signals, ended, signal, asked)
+        except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
+            why = bad_record_reason(exc)
+        if why is None and signal is not None:
+            records.append(signal_journal_record(topics.journal, p, signal))
+        else:
+            signal = None
+            source = f"{topics.replies}[{p}]@{record.offset}"
+            log.warning("refused the signal at %s: %s", source, why)
+            records.append(
+                dead_letter(
+                    topics.dlq,
+                    f"signal refused: {why}",
+                    ErrorCode.SIGNAL_REFUSED,
+                    worker=worker_id,
+                    key=record.key.encode(),
+                    value=record.value,
+                    headers=[(k, v.encode()) for k, v in record.headers.items()],
+                    source=source,
+                )
+            )
+        committed = committer.durable_records(replies_owner(p), records)
+        if signal is not None:
+            taken = signal
+
+            def on_commit(fut: asyncio.Future[None]) -> None:
+                if not fut.cancelled() and fut.exception() is None:
+                    self.signal_committed(p, taken)
+
+            committed.add_done_callback(on_commit)
+
+    def signal_committed(self, partition: int, signal: Signal) -> None:
+        """The signal is durable in the turn's journal: record it and wake the turn if it
+        waits for that name."""
+        ps = self._parts.get(partition)
+        if ps is None:
+            return
+        turn_id = signal.turn_id
+        journal = ps.journal.turns.get(turn_id)
+        if journal is not None:
+            journal.signals[signal.signal_id] = signal.data()
+        elif turn_id in ps.parked:
+            journal = ps.journal.parked.get(turn_id)
+            if journal is None:
+                return
+            journal.signals[signal.signal_id] = signal.data()
+            ps.journal.parked.put(journal)
+        else:
+            return
+        parked = ps.parked.get(turn_id)
+        if parked is not None and signal.name in parked.signals:
+            self.resume(partition, turn_id)
+
     def reply_committed(self, partition: int, reply: Reply) -> None:
         """The reply is durable in the parent's journal: record it and wake the parent."""
         ps = self._parts.get(partition)
@@ -333,6 +424,12 @@ class ParkedTurns:
         parked = ps.parked.get(parent)
         if parked is not None and parked.ready(journal.replies, _now_ms()):
             self.resume(partition, parent)
+
+
+def _pending_names(journal: TurnJournal) -> set[str]:
+    """The names of the turn's journaled signals that no wait took yet."""
+    taken = journal.taken_signals()
+    return {str(s.get("name")) for sid, s in journal.signals.items() if sid not in taken}
 
 
 def _journal_of(ps: PartitionState, turn_id: str) -> TurnJournal | None:

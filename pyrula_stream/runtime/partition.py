@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from pyrula_stream.durable.journal import PartitionJournal
@@ -69,10 +69,18 @@ class ParkedTurn:
 
     wake_at_ms: int | None = None
     children: tuple[str, ...] = ()
+    signals: tuple[str, ...] = ()
+    """The signal names it waits for (one of them is enough)."""
 
-    def ready(self, replies: Mapping[str, object], now_ms: int) -> bool:
-        """Whether the turn can resume: every awaited reply is in, or its time has come."""
+    def ready(
+        self, replies: Mapping[str, object], now_ms: int, pending: Collection[str] = ()
+    ) -> bool:
+        """Whether the turn can resume: every awaited reply is in, a signal it waits for
+        is pending (``pending``: the names of the signals no wait took yet), or its time
+        has come."""
         if self.wake_at_ms is not None and now_ms >= self.wake_at_ms:
+            return True
+        if self.signals and any(name in pending for name in self.signals):
             return True
         return bool(self.children) and all(c in replies for c in self.children)
 

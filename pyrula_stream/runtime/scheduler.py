@@ -231,7 +231,7 @@ class TurnScheduler:
         if ps is None or runtime.parked is None:
             return
         park = runtime.parked
-        ps.parked[runtime.turn_id] = ParkedTurn(park.wake_at_ms, park.children)
+        ps.parked[runtime.turn_id] = ParkedTurn(park.wake_at_ms, park.children, park.signals)
         self._release(ps, queued)
         self.parked.arm(ps.partition, runtime.turn_id)
 
@@ -343,6 +343,7 @@ class TurnScheduler:
             progress=old.journal.progress,
             replies=old.journal.replies,
             park=old.journal.park,
+            signals=old.journal.signals,
         )
         self._parts[running.partition].journal.turns[turn_id] = journal
         queued = QueuedTurn(running.offset, old.request)

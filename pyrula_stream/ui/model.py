@@ -306,7 +306,24 @@ def _run_end(turn: TurnView, event: Event) -> None:
         turn.status = CANCELLED if event.data.get("code") == "cancelled" else FAILED
 
 
+def _interrupted(turn: TurnView, event: Event) -> None:
+    """A question for a person: a step of the timeline (the Waiting view lists them)."""
+    data = event.data
+    what = data.get("tool_name") or data.get("question")
+    turn.steps.append(
+        {
+            "kind": "status",
+            "attempt": event.attempt,
+            "state": "done",
+            "text": f"waiting for a person: {data.get('reason')} {data.get('key')} ({what})",
+            "tool": data.get("tool_name"),
+            "ts_ms": event.ts_ms,
+        }
+    )
+
+
 _HANDLERS: dict[str, Callable[[TurnView, Event], None]] = {
+    EventType.RUN_INTERRUPTED: _interrupted,
     EventType.RUN_START: _run_start,
     EventType.LLM_DELTA: _llm_delta,
     EventType.LLM_COMPLETE: _llm_complete,

@@ -7,6 +7,10 @@ server-sent-events stream of changes, over the shared ``EventFeed``.
 - ``GET /api/turns/AGENT/TURN_ID``: one turn (read by id from Kafka when not held).
 - ``POST /api/turns/AGENT/TURN_ID/cancel|terminate``: only with ``allow_actions``; sent to
   the control topic by ``KafkaAgentClient``, as ``client.cancel``/``terminate`` do.
+- ``GET /api/waiting``: the open questions of the followed agents, oldest first
+  (``client.pending``).
+- ``POST /api/questions/AGENT/TURN_ID/approve|reject`` (JSON ``key``, ``reason``): only
+  with ``allow_actions``; the answer, sent as ``client.approve``/``reject`` do.
 
 Every route sits behind ``HTTPGuard`` (Host, Origin, API keys with a login form).
 """
@@ -32,7 +36,7 @@ from starlette.staticfiles import StaticFiles
 
 from pyrula_stream.client import KafkaAgentClient
 from pyrula_stream.errors import PyrulaError
-from pyrula_stream.http_guard import NO_KEYS, ASGIApp, HTTPAccess, HTTPGuard
+from pyrula_stream.http_guard import NO_KEYS, ASGIApp, HTTPAccess, HTTPGuard, principal_of
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import UIState
 
@@ -56,7 +60,8 @@ class UIOptions:
 def exposure(options: UIOptions) -> str:
     """What a stranger could do with this UI (for the refusal to serve it unguarded)."""
     exposes = "read every turn's parameters, model output, tool calls and dead letters"
-    return exposes + (", and cancel or terminate any turn" if options.allow_actions else "")
+    acts = ", and cancel or terminate any turn and answer its questions"
+    return exposes + (acts if options.allow_actions else "")
 
 
 class UIApp:
@@ -73,6 +78,8 @@ class UIApp:
                 Route("/api/live", self.live),
                 Route("/api/turns/{agent}/{turn_id}", self.turn),
                 Route("/api/turns/{agent}/{turn_id}/{action}", self.action, methods=["POST"]),
+                Route("/api/waiting", self.waiting),
+                Route("/api/questions/{agent}/{turn_id}/{answer}", self.answer, methods=["POST"]),
                 Mount("/static", StaticFiles(directory=STATIC), name="static"),
             ],
             lifespan=self.lifespan,
@@ -170,15 +177,10 @@ class UIApp:
             return JSONResponse({"error": f"missing header {ACTION_HEADER}"}, 400)
         agent, turn_id = request.path_params["agent"], request.path_params["turn_id"]
         action = request.path_params["action"]
-        if self._client is None:
-            self._client = KafkaAgentClient(
-                self.feed.options.bootstrap_servers,
-                prefix=self.feed.options.prefix,
-                kafka_config=self.feed.options.kafka_config,
-            )
+        client = self.client()
         send: dict[str, Callable[..., Awaitable[object]]] = {
-            "cancel": self._client.cancel,
-            "terminate": self._client.terminate,
+            "cancel": client.cancel,
+            "terminate": client.terminate,
         }
         if action not in send:
             return JSONResponse({"error": f"unknown action {action!r}: cancel or terminate"}, 404)
@@ -187,6 +189,57 @@ class UIApp:
         except PyrulaError as exc:
             return JSONResponse({"error": str(exc)}, 400)
         return JSONResponse({"sent": action, "turn_id": turn_id})
+
+    def client(self) -> KafkaAgentClient:
+        if self._client is None:
+            self._client = KafkaAgentClient(
+                self.feed.options.bootstrap_servers,
+                prefix=self.feed.options.prefix,
+                kafka_config=self.feed.options.kafka_config,
+            )
+        return self._client
+
+    async def waiting(self, request: Request) -> Response:
+        """Every followed agent's open questions, oldest first."""
+        found: list[dict[str, Any]] = []
+        errors: list[str] = []
+        for agent in sorted(self.state.agents | set(self.feed.options.agents or ())):
+            try:
+                found += [q.as_dict() for q in await self.client().pending(agent)]
+            except PyrulaError as exc:  # one agent's missing topic must not hide the rest
+                errors.append(f"{agent}: {exc}")
+        found.sort(key=lambda q: (q["asked_ms"], q["turn_id"]))
+        return JSONResponse({"questions": found, "errors": errors}, headers=NO_STORE)
+
+    async def answer(self, request: Request) -> Response:
+        if not self.options.allow_actions:
+            return JSONResponse(
+                {"error": "actions are off; start the UI with --allow-actions"}, 403
+            )
+        if ACTION_HEADER not in request.headers:
+            return JSONResponse({"error": f"missing header {ACTION_HEADER}"}, 400)
+        agent, turn_id = request.path_params["agent"], request.path_params["turn_id"]
+        answer = request.path_params["answer"]
+        if answer not in ("approve", "reject"):
+            return JSONResponse({"error": f"unknown answer {answer!r}: approve or reject"}, 404)
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("key"), str):
+            return JSONResponse({"error": "send JSON with the question's key"}, 400)
+        reason = body.get("reason") if isinstance(body.get("reason"), str) else None
+        client = self.client()
+        send = client.approve if answer == "approve" else client.reject
+        sender = principal_of(request.scope) or "pyrula-stream ui"  # the API key's name
+        try:
+            receipt = await send(agent, turn_id, body["key"], reason=reason or None, sender=sender)
+        except PyrulaError as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        return JSONResponse({"sent": answer, "key": body["key"], "accepted": receipt.accepted})
+
+
+NO_STORE = {"cache-control": "no-store"}
 
 
 class UIServer(uvicorn.Server):

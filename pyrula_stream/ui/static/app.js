@@ -1,4 +1,5 @@
-// pyrula-stream ui: one page, three views (turns, a turn's timeline, dead letters),
+// pyrula-stream ui: one page, four views (turns, a turn's timeline, the questions
+// waiting for a person, dead letters),
 // kept current by one server-sent-events stream. Everything read from Kafka is escaped.
 "use strict";
 
@@ -11,6 +12,8 @@ const state = {
   filters: { agent: "", status: "", thread: "", q: "" },
   notice: "",
   paramsOpen: false,
+  waiting: { questions: [], errors: [], loaded: false },
+  reasons: new Map(), // "turn_id/key" -> the reason typed so far (survives re-renders)
 };
 
 const view = document.getElementById("view");
@@ -137,8 +140,11 @@ function route() {
     connect();
     if (m) load(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
   }
-  document.getElementById("nav-turns").classList.toggle("on", !hash.startsWith("#/dlq"));
+  const other = hash.startsWith("#/dlq") || hash.startsWith("#/waiting");
+  document.getElementById("nav-turns").classList.toggle("on", !other);
+  document.getElementById("nav-waiting").classList.toggle("on", hash.startsWith("#/waiting"));
   document.getElementById("nav-dlq").classList.toggle("on", hash.startsWith("#/dlq"));
+  if (hash.startsWith("#/waiting")) loadWaiting();
   render();
 }
 
@@ -159,6 +165,7 @@ function render() {
   const count = state.deadLetters.size;
   document.getElementById("dlq-count").textContent = count ? String(count) : "";
   if (hash.startsWith("#/dlq")) renderDeadLetters();
+  else if (hash.startsWith("#/waiting")) renderWaiting();
   else if (state.watched) renderTurn();
   else renderTurns();
 }
@@ -397,6 +404,73 @@ async function act(t, action) {
   const body = await res.json();
   if (!res.ok) alert(body.error);
 }
+
+// -- questions waiting for a person ----------------------------------------------------
+
+async function loadWaiting() {
+  const res = await fetch("/api/waiting");
+  const body = await res.json();
+  state.waiting = { questions: body.questions || [], errors: body.errors || [], loaded: true };
+  document.getElementById("waiting-count").textContent = state.waiting.questions.length ? String(state.waiting.questions.length) : "";
+  if ((location.hash || "").startsWith("#/waiting") && !(document.activeElement && document.activeElement.closest && document.activeElement.closest(".question"))) renderWaiting();
+}
+
+function renderWaiting() {
+  const w = state.waiting;
+  const args = (q) => q.tool_name
+    ? `<div class="line"><span class="kind">${esc(q.tool_name)}</span></div><pre data-testid="question-input">${esc(json(q.tool_input))}</pre>`
+    : `<pre data-testid="question-input">${esc(json(q.question))}</pre>`;
+  const buttons = (q, i) => state.config.allow_actions ? `
+      <div class="actions">
+        <input class="reason" id="reason-${i}" data-i="${i}" placeholder="reason (optional)" aria-label="reason" value="${esc(state.reasons.get(`${q.turn_id}/${q.key}`) || "")}">
+        <button data-answer="approve" data-i="${i}">Approve</button>
+        <button class="danger" data-answer="reject" data-i="${i}">Reject</button>
+      </div>` : "";
+  view.innerHTML = `
+    <section class="page-head">
+      <h1>Waiting</h1>
+      <p class="sub">turns parked on a question for a person, oldest first${state.config.allow_actions ? "" : " · start the UI with <code>--allow-actions</code> to answer here"}</p>
+    </section>
+    ${w.errors.map((e) => `<p class="note">${esc(e)}</p>`).join("")}
+    ${!w.loaded ? `<div class="empty">Loading…</div>` : w.questions.length ? "" : `<div class="empty">Nothing is waiting.</div>`}
+    <ol class="letters">${w.questions.map((q, i) => `
+      <li class="letter question" data-testid="question" data-turn="${esc(q.turn_id)}">
+        <div class="line"><code>${esc(q.reason)}</code><span class="agent">${esc(q.agent)}</span>
+          <a class="mono" href="${turnLink(q)}" data-testid="question-turn">${esc(q.turn_id.slice(0, 12))}</a>
+          <span class="grow"></span><span class="dim">asked ${clock(q.asked_ms)}${q.deadline_ms ? ` · expires ${clock(q.deadline_ms)}` : ""}</span></div>
+        <p class="mono dim" data-testid="question-key">${esc(q.key)}</p>
+        ${args(q)}
+        ${buttons(q, i)}
+      </li>`).join("")}</ol>`;
+  const focused = document.activeElement && document.activeElement.id;
+  for (const input of view.querySelectorAll("input.reason")) {
+    const q = w.questions[Number(input.dataset.i)];
+    input.addEventListener("input", () => state.reasons.set(`${q.turn_id}/${q.key}`, input.value));
+  }
+  if (focused && focused.startsWith("reason-") && document.getElementById(focused)) {
+    const input = document.getElementById(focused);
+    input.focus();
+    input.setSelectionRange(input.value.length, input.value.length);
+  }
+  for (const b of view.querySelectorAll("[data-answer]")) {
+    const q = w.questions[Number(b.dataset.i)];
+    b.addEventListener("click", () => answer(q, b.dataset.answer, state.reasons.get(`${q.turn_id}/${q.key}`) || ""));
+  }
+}
+
+async function answer(q, verdict, reason) {
+  const res = await fetch(`/api/questions/${encodeURIComponent(q.agent)}/${encodeURIComponent(q.turn_id)}/${verdict}`, {
+    method: "POST",
+    headers: { "x-pyrula-action": verdict, "content-type": "application/json" },
+    body: JSON.stringify({ key: q.key, reason }),
+  });
+  const body = await res.json();
+  if (!res.ok) alert(body.error);
+  if (document.activeElement) document.activeElement.blur();
+  await loadWaiting();
+}
+
+setInterval(() => { if ((location.hash || "").startsWith("#/waiting")) loadWaiting(); }, 2000);
 
 // -- dead letters ---------------------------------------------------------------------
 
