@@ -31,6 +31,7 @@ from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.output import OutputSpec
 from pyrula_stream.serde import WireFormat
+from pyrula_stream.tenants import OnQuota, Tenancy, TenantLimits, TenantSource, check_tenancy
 from pyrula_stream.tools import ToolCallable, check_bindable
 
 _AGENT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
@@ -125,6 +126,8 @@ class KafkaAgent:
     output_retries: int = 1
     event_format: WireFormat = "avro"
     trust_domain: str | None = None
+    tenancy: Tenancy = field(default_factory=Tenancy)
+    """Where a turn's tenant comes from and what each tenant may use (``tenants.py``)."""
 
     @property
     def shared_prefix(self) -> str:
@@ -182,6 +185,10 @@ def kafka_agent(
     output_retries: int = 1,
     event_format: WireFormat = "avro",
     trust_domain: str | None = None,
+    tenant: TenantSource | None = None,
+    tenant_limits: TenantLimits | None = None,
+    tenant_overrides: Mapping[str, TenantLimits] | None = None,
+    on_quota: OnQuota = "defer",
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
@@ -203,6 +210,11 @@ def kafka_agent(
     (``<prefix>.<domain>.memory``, ``<prefix>.<domain>.cache``) instead of the shared
     ``<prefix>.memory`` / ``<prefix>.cache``: agents in other domains neither read nor
     poison them, and ``pyrula-stream acls`` grants only the domain's topics.
+    ``tenant`` says whose a turn is: ``"key"`` (the record key), ``"header:<name>"``, or a
+    function of the request; workers admit turns round-robin across tenants and hold
+    each to ``tenant_limits`` (or its entry in ``tenant_overrides``); a turn over a quota
+    is deferred (``on_quota="defer"``) or fails with ``budget_exceeded`` (``"fail"``).
+    See docs/tenants.md.
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
@@ -231,6 +243,9 @@ def kafka_agent(
             output_retries=output_retries,
             event_format=event_format,
             trust_domain=trust_domain,
+            tenancy=Tenancy(
+                tenant, tenant_limits or TenantLimits(), dict(tenant_overrides or {}), on_quota
+            ),
         )
         for check in _BIND_CHECKS:
             check(agent)
@@ -369,6 +384,11 @@ def _check_output_type(agent: KafkaAgent) -> None:
         ) from None
 
 
+def _check_tenancy(agent: KafkaAgent) -> None:
+    """A tenant source the worker could not read would put every turn in one tenant."""
+    check_tenancy(agent.name, agent.tenancy)
+
+
 _BIND_CHECKS: tuple[Callable[[KafkaAgent], None], ...] = (
     _check_name,
     _check_body,
@@ -380,5 +400,6 @@ _BIND_CHECKS: tuple[Callable[[KafkaAgent], None], ...] = (
     _check_outputs,
     _check_trust_domain,
     _check_output_type,
+    _check_tenancy,
 )
 """What ``@kafka_agent`` refuses, in the order it asks."""

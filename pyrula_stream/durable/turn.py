@@ -371,6 +371,7 @@ class TurnRuntime:
             duration_ms=now - started if started else 0,
             thread_id=self.request.thread_id,
             correlation_id=self.request.correlation_id,
+            tenant=self.request.tenant,
         )
         return result_records(
             routing.results_topics(),

@@ -574,7 +574,8 @@ class KafkaWorker(RunsInBackground):
         self.committer.offsets_changed()
 
     def _on_turn_record(self, record: TurnRecord) -> None:
-        p, offset, request = record.partition, record.offset, record.request
+        p, offset = record.partition, record.offset
+        request = self.agent.tenancy.resolve(record.request, record.headers)
         ps = self._parts.get(p)
         if ps is None:
             return
@@ -663,9 +664,4 @@ class KafkaWorker(RunsInBackground):
         return out
 
 
-__all__: Sequence[str] = [
-    "KafkaWorker",
-    "PoisonOptions",
-    "SessionLost",
-    "WorkerOptions",
-]
+__all__: Sequence[str] = ["KafkaWorker", "PoisonOptions", "SessionLost", "WorkerOptions"]
