@@ -67,6 +67,10 @@ class AgentTopics:
     results: str
     threads: str
     """Thread messages: the conversation a thread's next turn continues."""
+    tenants: str
+    """Operators' tenant limits, keyed by tenant (``pyrula-stream tenants set``)."""
+    tenant_usage: str
+    """What each tenant used, per window and model call, shared by the worker group."""
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
@@ -81,6 +85,8 @@ class AgentTopics:
             f"{base}.replies",
             f"{base}.results",
             f"{base}.threads",
+            f"{base}.tenants",
+            f"{base}.tenant-usage",
         )
 
 
@@ -146,6 +152,7 @@ class KafkaAgent:
             partitions=self.partitions,
             keep_history=self.keep_history,
             history_retention_ms=self.history_retention_ms,
+            tenants=self.tenancy.enabled,
         )
 
     @cached_property

@@ -41,6 +41,7 @@ class EventType(StrEnum):
     STATUS = "status"
     RUN_COMPLETE = "run:complete"
     RUN_ERROR = "run:error"
+    RUN_DEFERRED = "run:deferred"
 
     @property
     def is_terminal(self) -> bool:
@@ -209,6 +210,20 @@ class Status:
         if self.dropped_events is not None:
             data["dropped_events"] = self.dropped_events
         return data
+
+
+@dataclass(frozen=True, slots=True)
+class RunDeferred:
+    """The turn's tenant is over a quota: the turn waits, parked with a durable timer,
+    until ``resume_at`` (epoch milliseconds), when its tenant's window has room."""
+
+    type: ClassVar[EventType] = EventType.RUN_DEFERRED
+    reason: str
+    tenant: str
+    resume_at: int
+
+    def data(self) -> dict[str, Any]:
+        return {"reason": self.reason, "tenant": self.tenant, "resume_at": self.resume_at}
 
 
 @dataclass(frozen=True, slots=True)

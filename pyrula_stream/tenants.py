@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pyrula_stream.errors import AgentRegistrationError
+from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import TurnRequest
 
 DEFAULT_TENANT = "default"
@@ -132,6 +133,41 @@ class Tenancy:
         return replace(request, tenant=self.tenant_of(request, headers))
 
 
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """Why a turn may not start now, and when its tenant's window has room again."""
+
+    reason: str
+    """The limit that is reached: ``turns_per_minute``, ``tokens_per_minute``, ..."""
+    tenant: str
+    resume_at_ms: int
+
+
+class TenantMeter(Protocol):
+    """What a turn asks of its tenant's quotas; the worker implements it
+    (``runtime/quotas.py``), the step kernel and the tool loop call it."""
+
+    tenant: str
+    on_quota: OnQuota
+
+    def admission(self) -> Deferral | None:
+        """``None`` when the turn may start now."""
+        ...
+
+    def turn_started(self) -> list[OutRecord]:
+        """The usage record of the turn's start, to commit with its start step."""
+        ...
+
+    def before_model_call(self) -> None:
+        """Raise ``BudgetExceeded`` (``reason: "tenant_quota"``) when the tenant's token
+        or cost cap is reached."""
+        ...
+
+    def model_used(self, call: int, tokens: int, cost_usd: float) -> list[OutRecord]:
+        """The usage record of model call ``call``, to commit with its journal step."""
+        ...
+
+
 def check_tenancy(agent_name: str, tenancy: Tenancy) -> None:
     """Refuse a source or quota mode that would mean nothing at run time."""
     source = tenancy.source
@@ -164,9 +200,11 @@ def check_tenancy(agent_name: str, tenancy: Tenancy) -> None:
 __all__ = [
     "DEFAULT_TENANT",
     "LIMIT_FIELDS",
+    "Deferral",
     "OnQuota",
     "Tenancy",
     "TenantLimits",
+    "TenantMeter",
     "TenantSource",
     "check_tenancy",
     "parse_limit",

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from pyrula_stream.cli import cluster, gateway, running, turns
+from pyrula_stream.cli import cluster, gateway, running, tenants, turns
 from pyrula_stream.cli.common import format_event, load_agent
 from pyrula_stream.errors import BrokerUnavailableError, PyrulaError, UserError
 
@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrula-stream", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (cluster, running, turns, gateway):
+    for module in (cluster, running, turns, tenants, gateway):
         module.register(sub)
     return parser
 

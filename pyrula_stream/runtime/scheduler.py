@@ -35,6 +35,7 @@ from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.fairness import FairQueue, TenantRoom, tenant_of
 from pyrula_stream.runtime.parking import ParkedTurns
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
+from pyrula_stream.runtime.quotas import TenantQuotas
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.tenants import DEFAULT_TENANT, TenantLimits
 from pyrula_stream.versions import known_versions, missing_version
@@ -72,6 +73,7 @@ class TurnScheduler:
         executor: Callable[[], TurnExecutor],
         writer_codec: Callable[[], serde.ValueCodec],
         stopping: Callable[[], bool],
+        quotas: TenantQuotas | None = None,
     ) -> None:
         self.agent = agent
         self.options = options
@@ -85,8 +87,11 @@ class TurnScheduler:
         self._running: dict[str, RunningTurn] = {}
         self._waiting = FairQueue()
         """Ready turns waiting for a slot, served round-robin across tenants."""
-        self.tenant_limits: Callable[[str], TenantLimits] = agent.tenancy.limits_for
-        """A tenant's limits now (the worker points it at the operators' overrides)."""
+        self.quotas = quotas
+        """The tenants' shared usage and operators' overrides (agents with ``tenant=``)."""
+        self.tenant_limits: Callable[[str], TenantLimits] = (
+            quotas.limits_for if quotas is not None else agent.tenancy.limits_for
+        )
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._undeliverable: dict[str, str] = {}
         """Turns being ended because their records keep failing delivery, with why."""
@@ -212,7 +217,10 @@ class TurnScheduler:
         if cancel is not None:
             runtime.cancel_reason = cancel[1]
         if agent.tenancy.enabled:  # every event of the turn says whose it is
-            runtime.events.common["tenant"] = request.tenant or DEFAULT_TENANT
+            tenant = request.tenant or DEFAULT_TENANT
+            runtime.events.common["tenant"] = tenant
+            if self.quotas is not None:
+                runtime.meter = self.quotas.meter(tenant, request.turn_id, agent.tenancy.on_quota)
         return runtime
 
     # -- a turn's end ---------------------------------------------------------------------
