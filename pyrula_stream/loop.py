@@ -316,6 +316,7 @@ class ToolLoop:
                 return []
             call = Spend()
             bill(call, live_response[0], self.limits, self.llm.model)
+            turn.telemetry.tenant_used(call.billed_tokens)
             return turn.meter.model_used(index, call.billed_tokens, call.cost_usd)
 
         cost_before = turn.spend.cost_usd

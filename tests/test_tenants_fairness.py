@@ -136,3 +136,34 @@ async def test_a_tenants_flood_does_not_hold_back_another_tenant(
     assert tenants.count("B") == 20
     a_before = tenants[:last_b].count("A")
     assert a_before < 1000, f"{a_before} of A's 2,000 turns finished before B's last one"
+
+
+async def test_metrics_label_the_first_20_tenants_and_count_the_rest_as_other(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """22 tenants, one turn each: 20 series by name, one ``other`` holding two turns."""
+
+    @kafka_agent(
+        name=unique_name("tenantmetrics"),
+        llm=FakeLLM(["ok"]),
+        partitions=1,
+        tenant="key",
+    )
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "hi"}])
+
+    async with running_worker(agent, kafka_bootstrap_servers) as worker:
+        for n in range(22):
+            events = await client.run(agent.name, thread_id=f"tenant-{n}", timeout=60)
+            assert events[-1].type == "run:complete"
+        exposition = worker.metrics.exposition().decode()
+
+    counts: dict[str, float] = {}
+    for line in exposition.splitlines():
+        if line.startswith("pyrula_tenant_turns_total{"):
+            labels, value = line.rsplit(" ", 1)
+            tenant = labels.split('tenant="', 1)[1].split('"', 1)[0]
+            counts[tenant] = counts.get(tenant, 0) + float(value)
+    assert len(counts) == 21 and counts["other"] == 2
+    assert sum(counts.values()) == 22
+    assert "pyrula_tenant_model_tokens_total{" in exposition

@@ -256,6 +256,7 @@ class TurnExecutor:
                 )
             )
             return True
+        runtime.telemetry.deferred(deferral.reason)
         runtime.emit(RunDeferred(deferral.reason, deferral.tenant, deferral.resume_at_ms))
         raise TurnParked(wake_at_ms=deferral.resume_at_ms)
 

@@ -218,7 +218,7 @@ class TurnScheduler:
             runtime.cancel_reason = cancel[1]
         if agent.tenancy.enabled:  # every event of the turn says whose it is
             tenant = request.tenant or DEFAULT_TENANT
-            runtime.events.common["tenant"] = tenant
+            runtime.events.common["tenant"] = runtime.telemetry.tenant = tenant
             if self.quotas is not None:
                 runtime.meter = self.quotas.meter(tenant, request.turn_id, agent.tenancy.on_quota)
         return runtime
