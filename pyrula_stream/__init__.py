@@ -55,6 +55,7 @@ from pyrula_stream.mesh import MeshWorker
 from pyrula_stream.retry import RetryPolicy
 from pyrula_stream.runtime.worker import KafkaWorker, PoisonOptions, WorkerOptions
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.tenants import TenantLimits
 from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tools import ToolContext, tool
 
@@ -92,6 +93,7 @@ __all__ = [
     "ReplayInputChanged",
     "RetryPolicy",
     "SubAgentError",
+    "TenantLimits",
     "ThreadHandle",
     "ToolCallFailed",
     "ToolCallRejected",

@@ -49,6 +49,7 @@ def test_exported_names_are_pinned() -> None:
             "ReplayInputChanged",
             "RetryPolicy",
             "SubAgentError",
+            "TenantLimits",
             "ToolCallFailed",
             "ToolCallRejected",
             "ToolContext",
