@@ -303,13 +303,15 @@ def test_submit_to_a_wrong_address_fails_at_its_timeout_with_one_clear_line() ->
 
 
 def test_each_cli_module_registers_its_commands() -> None:
-    """The command list is the union of what cluster, running, turns and gateway register."""
+    """The command list is the union of what cluster, running, turns, tenants and gateway
+    register."""
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert list(commands.choices) == [
         *["broker", "topics", "schema", "acls"],
         *["worker", "mcp", "ui"],
         *["submit", "status", "tail", "turn", "thread", "replay"],
+        "tenants",
         "gateway",
     ]
     args = parser.parse_args(["thread", "delete", "triage", "t-1", "--timeout", "5"])
