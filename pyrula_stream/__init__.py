@@ -58,6 +58,7 @@ from pyrula_stream.retry import RetryPolicy
 from pyrula_stream.runtime.worker import KafkaWorker, PoisonOptions, WorkerOptions
 from pyrula_stream.serde import TurnRequest
 from pyrula_stream.signals import Signal
+from pyrula_stream.tenants import TenantLimits
 from pyrula_stream.threads import ThreadHandle
 from pyrula_stream.tools import ToolContext, tool
 
@@ -97,6 +98,7 @@ __all__ = [
     "Signal",
     "SignalRefused",
     "SubAgentError",
+    "TenantLimits",
     "ThreadHandle",
     "ToolCallFailed",
     "ToolCallRejected",

@@ -32,6 +32,7 @@ from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.output import OutputSpec
 from pyrula_stream.serde import WireFormat
+from pyrula_stream.tenants import OnQuota, Tenancy, TenantLimits, TenantSource, check_tenancy
 from pyrula_stream.tools import (
     HUMAN_IN_THE_LOOP_HINT,
     KAFKA_APPROVAL_LIMIT,
@@ -72,6 +73,10 @@ class AgentTopics:
     results: str
     threads: str
     """Thread messages: the conversation a thread's next turn continues."""
+    tenants: str
+    """Operators' tenant limits, keyed by tenant (``pyrula-stream tenants set``)."""
+    tenant_usage: str
+    """What each tenant used, per window and model call, shared by the worker group."""
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
@@ -86,6 +91,8 @@ class AgentTopics:
             f"{base}.replies",
             f"{base}.results",
             f"{base}.threads",
+            f"{base}.tenants",
+            f"{base}.tenant-usage",
         )
 
 
@@ -133,6 +140,8 @@ class KafkaAgent:
     trust_domain: str | None = None
     human_in_the_loop: bool = False
     """Opted in to parking turns for a person (tool approvals, ``ctx.interrupt``)."""
+    tenancy: Tenancy = field(default_factory=Tenancy)
+    """Where a turn's tenant comes from and what each tenant may use (``tenants.py``)."""
 
     @property
     def shared_prefix(self) -> str:
@@ -151,6 +160,7 @@ class KafkaAgent:
             partitions=self.partitions,
             keep_history=self.keep_history,
             history_retention_ms=self.history_retention_ms,
+            tenants=self.tenancy.enabled,
         )
 
     @cached_property
@@ -191,6 +201,10 @@ def kafka_agent(
     event_format: WireFormat = "avro",
     trust_domain: str | None = None,
     human_in_the_loop: bool = False,
+    tenant: TenantSource | None = None,
+    tenant_limits: TenantLimits | None = None,
+    tenant_overrides: Mapping[str, TenantLimits] | None = None,
+    on_quota: OnQuota = "defer",
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
@@ -215,6 +229,11 @@ def kafka_agent(
     ``human_in_the_loop=True`` lets the agent offer approval-gated tools (and MCP servers
     with ``requires_approval``) and call ``ctx.interrupt``: the turn parks until someone
     answers (``pyrula-stream approve|reject``, ``KafkaAgentClient.resume``).
+    ``tenant`` says whose a turn is: ``"key"`` (the record key), ``"header:<name>"``, or a
+    function of the request; workers admit turns round-robin across tenants and hold
+    each to ``tenant_limits`` (or its entry in ``tenant_overrides``); a turn over a quota
+    is deferred (``on_quota="defer"``) or fails with ``budget_exceeded`` (``"fail"``).
+    See docs/tenants.md.
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
@@ -244,6 +263,9 @@ def kafka_agent(
             event_format=event_format,
             trust_domain=trust_domain,
             human_in_the_loop=human_in_the_loop,
+            tenancy=Tenancy(
+                tenant, tenant_limits or TenantLimits(), dict(tenant_overrides or {}), on_quota
+            ),
         )
         for check in _BIND_CHECKS:
             check(agent)
@@ -382,6 +404,11 @@ def _check_output_type(agent: KafkaAgent) -> None:
         ) from None
 
 
+def _check_tenancy(agent: KafkaAgent) -> None:
+    """A tenant source the worker could not read would put every turn in one tenant."""
+    check_tenancy(agent.name, agent.tenancy)
+
+
 _BIND_CHECKS: tuple[Callable[[KafkaAgent], None], ...] = (
     _check_name,
     _check_body,
@@ -393,5 +420,6 @@ _BIND_CHECKS: tuple[Callable[[KafkaAgent], None], ...] = (
     _check_outputs,
     _check_trust_domain,
     _check_output_type,
+    _check_tenancy,
 )
 """What ``@kafka_agent`` refuses, in the order it asks."""

@@ -42,6 +42,7 @@ class EventType(StrEnum):
     RUN_INTERRUPTED = "run:interrupted"
     RUN_COMPLETE = "run:complete"
     RUN_ERROR = "run:error"
+    RUN_DEFERRED = "run:deferred"
 
     @property
     def is_terminal(self) -> bool:
@@ -242,6 +243,20 @@ class RunInterrupted:
         if self.deadline_ms is not None:
             data["deadline_ms"] = self.deadline_ms
         return data
+
+
+@dataclass(frozen=True, slots=True)
+class RunDeferred:
+    """The turn's tenant is over a quota: the turn waits, parked with a durable timer,
+    until ``resume_at`` (epoch milliseconds), when its tenant's window has room."""
+
+    type: ClassVar[EventType] = EventType.RUN_DEFERRED
+    reason: str
+    tenant: str
+    resume_at: int
+
+    def data(self) -> dict[str, Any]:
+        return {"reason": self.reason, "tenant": self.tenant, "resume_at": self.resume_at}
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from pyrula_stream.errors import (
 from pyrula_stream.events import LlmComplete, LlmDelta
 from pyrula_stream.limits import (
     AgentLimits,
+    Spend,
     bill,
     check_model_budget,
     check_tool_budget,
@@ -43,6 +44,7 @@ from pyrula_stream.llm.base import (
     ToolDefinition,
     ToolUseBlock,
 )
+from pyrula_stream.records import OutRecord
 from pyrula_stream.serde import RunningFingerprint
 from pyrula_stream.subagents import TurnParked
 from pyrula_stream.tool_calls import MAX_UNKNOWN_NAME, ToolCall, ToolCalls
@@ -280,6 +282,8 @@ class ToolLoop:
             check_model_budget(
                 self.limits, turn.spend, self.llm.model, messages, system, definitions
             )
+            if turn.meter is not None:  # the tenant's token and cost caps, group-wide
+                turn.meter.before_model_call()
             try:
                 response = await self._stream_model(index, messages, definitions, system)
             except PROVIDER_FAILURES as exc:
@@ -311,9 +315,20 @@ class ToolLoop:
                 )
             ]
 
+        def usage(data: StepData) -> list[OutRecord]:
+            """The tenant's usage of this call, committed with its step (never replayed)."""
+            if turn.meter is None or "error" in data:
+                return []
+            call = Spend()
+            bill(call, live_response[0], self.limits, self.llm.model)
+            turn.telemetry.tenant_used(call.billed_tokens)
+            return turn.meter.model_used(index, call.billed_tokens, call.cost_usd)
+
         cost_before = turn.spend.cost_usd
         with turn.telemetry.model_call(self.llm) as observed:
-            data, replayed = await turn.durable_step("llm", "llm", input_hash, live, events)
+            data, replayed = await turn.durable_step(
+                "llm", "llm", input_hash, live, events, effects=usage
+            )
             response = None
             if "error" not in data:
                 response = (

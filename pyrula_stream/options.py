@@ -67,9 +67,14 @@ class WorkerOptions:
     ``max_delivery_attempts``: a record the broker keeps refusing aborts each transaction
     it rides; after this many commits in a row its turn ends with ``record_undeliverable``
     (a record of no turn goes to the DLQ instead), so the partition moves on.
+    ``max_queued_turns``: how far the worker reads ahead, in turns waiting for a slot,
+    before it stops fetching. Fair admission picks among the turns it has read, so a
+    tenant's flood delays another tenant's turn that comes after it in a partition only
+    until the queue drops below this (docs/tenants.md gives the bound).
     """
 
     max_concurrent_turns: int = 50
+    max_queued_turns: int = 1000
     shutdown_grace: float = 30.0
     cancel_timeout: float = 5.0
     poison: PoisonOptions = field(default_factory=PoisonOptions)

@@ -61,6 +61,8 @@ class TurnRequest:
     correlation_id: str | None = None
     reply_headers: tuple[tuple[str, str], ...] = ()
     record_key: str | None = None
+    tenant: str | None = None
+    """Who the turn belongs to (``@kafka_agent(tenant=...)``), set when it is read."""
 
     @property
     def key(self) -> str:
@@ -91,6 +93,7 @@ class TurnResult:
     duration_ms: int = 0
     thread_id: str | None = None
     correlation_id: str | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +248,25 @@ def parsed_schema(record: str) -> Any:
     return fastavro.parse_schema(json.loads(text))
 
 
+ADDED_FIELDS: dict[str, tuple[str, ...]] = {"turn_result": ("tenant",)}
+"""Fields appended to a schema after its first release, oldest first. Schemaless Avro
+carries no writer schema, so a record written before a field existed is read with the
+schema as it was then (the reader's defaults fill the rest)."""
+
+
+@cache
+def older_writer_schemas(record: str) -> tuple[Any, ...]:
+    """The record's earlier writer schemas, newest first (one per appended field)."""
+    schema = json.loads(
+        resources.files("pyrula_stream").joinpath(f"schemas/{record}.avsc").read_text()
+    )
+    out = []
+    for name in reversed(ADDED_FIELDS.get(record, ())):
+        schema = {**schema, "fields": [f for f in schema["fields"] if f["name"] != name]}
+        out.append(fastavro.parse_schema(schema))
+    return tuple(out)
+
+
 _JSON_FIELDS = {
     "turn_request": ("params", "metadata"),
     "event": ("data",),
@@ -366,12 +388,25 @@ def _decode_body(
     try:
         decoded = fastavro.schemaless_reader(io.BytesIO(payload), parsed_schema(record), None)
     except Exception as exc:  # fastavro raises many types on corrupt input
-        raise MalformedRecordError(
-            f"value does not decode as {record}.avsc: {type(exc).__name__}: {exc}"[:500]
-        ) from None
+        decoded = _decode_older(record, payload)
+        if decoded is None:
+            raise MalformedRecordError(
+                f"value does not decode as {record}.avsc: {type(exc).__name__}: {exc}"[:500]
+            ) from None
     if not isinstance(decoded, dict):
         raise MalformedRecordError(f"value of {record} is not a record")
     return decoded
+
+
+def _decode_older(record: str, payload: bytes) -> Any:
+    """The value read as written before a field was appended (``ADDED_FIELDS``), or
+    ``None`` when no earlier schema reads it either."""
+    for writer in older_writer_schemas(record):
+        try:
+            return fastavro.schemaless_reader(io.BytesIO(payload), writer, parsed_schema(record))
+        except Exception:
+            continue
+    return None
 
 
 def _load_json_fields(

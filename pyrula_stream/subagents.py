@@ -213,6 +213,7 @@ class Park:
                 "correlation_id": req.correlation_id,
                 "reply_headers": [list(h) for h in req.reply_headers],
                 "record_key": req.record_key,
+                "tenant": req.tenant,
             },
             "children": list(self.children),
             "wake_at_ms": self.wake_at_ms,
@@ -235,6 +236,7 @@ class Park:
             correlation_id=r.get("correlation_id"),
             reply_headers=tuple((str(k), str(v)) for k, v in r.get("reply_headers") or ()),
             record_key=r.get("record_key"),
+            tenant=r.get("tenant"),
         )
         wake = data.get("wake_at_ms")
         return cls(

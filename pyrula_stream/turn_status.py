@@ -18,9 +18,15 @@ from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.group import record_turn_id
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.turn_lookup import TurnLookup
-from pyrula_stream.serde import PROGRESS, TERMINAL, decode_journal_entry, parse_journal_key
+from pyrula_stream.serde import (
+    PARK,
+    PROGRESS,
+    TERMINAL,
+    decode_journal_entry,
+    parse_journal_key,
+)
 
-TurnState = Literal["queued", "running", "completed", "failed", "unknown"]
+TurnState = Literal["queued", "running", "deferred", "completed", "failed", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,9 @@ class TurnStatus:
     no worker started it yet. ``running``: its ``attempt`` and ``last_step`` (e.g.
     ``llm``, ``tool:lookup_order``). ``completed`` / ``failed`` (with ``code``): ended;
     ``events`` is how many it published (0 once only its results record is left).
-    ``unknown``: nothing of the turn is on its key's partition.
+    ``deferred``: its tenant was over a quota before it started; it is parked until
+    ``resume_at`` (epoch ms). ``unknown``: nothing of the turn is on its key's partition.
+    ``tenant``: whose turn it is (agents with ``tenant=``), where the records say.
     """
 
     turn_id: str
@@ -40,6 +48,8 @@ class TurnStatus:
     last_step: str | None = None
     code: str | None = None
     events: int = 0
+    tenant: str | None = None
+    resume_at: int | None = None
 
 
 def read_turn_status(
@@ -104,16 +114,30 @@ def journal_status(turn_id: str, records: list[ConsumedRecord]) -> TurnStatus | 
     live = {k: decode_journal_entry(v, {}) for k, v in latest.items() if v is not None}
     steps = sorted(((int(k), e) for k, e in live.items() if k.isdigit()), key=lambda s: s[0])
     progress = live.get(PROGRESS)
+    park = live.get(PARK)
+    if not steps and park is not None:  # parked before its start: deferred by a quota
+        request = park.data.get("request") or {}
+        wake = park.data.get("wake_at_ms")
+        return TurnStatus(
+            turn_id,
+            "deferred",
+            attempt=park.attempt,
+            events=int(progress.data.get("next_seq") or 0) if progress else 0,
+            tenant=request.get("tenant"),
+            resume_at=int(wake) if wake else None,
+        )
     if not steps and progress is None:
         return None
     last = steps[-1][1] if steps else None
     attempts = [e.attempt for _, e in steps] + ([progress.attempt] if progress else [])
+    start = steps[0][1] if steps and steps[0][1].kind == "start" else None
     return TurnStatus(
         turn_id,
         "running",
         attempt=max(attempts),
         last_step=None if last is None else _step_name(last.kind, last.name),
         events=int(progress.data.get("next_seq") or 0) if progress else 0,
+        tenant=start.data.get("tenant") if start is not None else None,
     )
 
 
@@ -135,6 +159,7 @@ def result_status(
                 "failed" if failed else "completed",
                 attempt=int(body.get("attempt") or 0),
                 code=body.get("error_code"),
+                tenant=body.get("tenant"),
             )
     return None
 

@@ -45,6 +45,7 @@ FLOORS: dict[str, int] = {
     "agent": 4,
     "agent_tool": 4,
     "limits": 4,
+    "tenants": 4,
     "output": 4,
     "options": 4,
     "threads": 4,

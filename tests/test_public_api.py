@@ -51,6 +51,7 @@ def test_exported_names_are_pinned() -> None:
             "Signal",
             "SignalRefused",
             "SubAgentError",
+            "TenantLimits",
             "ToolCallFailed",
             "ToolCallRejected",
             "ToolContext",

@@ -34,6 +34,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     largest = max(rs, key=lambda r: r["live_entries"]) if rs else {}
     sub = results.get("subagents", {})
     gw = results.get("gateway", {})
+    fair = results.get("fairness", {})
     cpu = results.get("cpu", {})
     base = results.get("baseline") or {}
     return {
@@ -89,6 +90,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "gateway_added_p50_ms": gw.get("gateway_added_p50_ms"),
         "gateway_added_p99_ms": gw.get("gateway_added_p99_ms"),
         "gateway_rss_kb_per_stream": gw.get("gateway_rss_kb_per_stream"),
+        "tenant_isolation_p99_ratio": fair.get("tenant_isolation_p99_ratio"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),

@@ -19,6 +19,7 @@ from typing import Any
 
 from pyrula_stream.bench.concurrency import run_in_subprocess
 from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, broker_pid, measure_processes, run_cpu
+from pyrula_stream.bench.fairness import run_fairness
 from pyrula_stream.bench.floor import FloorLatency, run_floor, run_floor_latency
 from pyrula_stream.bench.framework import run_framework
 from pyrula_stream.bench.gateway import run_gateway
@@ -46,6 +47,7 @@ PHASES = (
     "soak",
     "subagents",
     "gateway",
+    "fairness",
     "telemetry",
 )
 """``telemetry`` runs last: it installs the OpenTelemetry SDK for the rest of the process."""
@@ -83,6 +85,8 @@ class BenchConfig:
     parked_turns: int = 50_000
     call_round_trips: int = 100
     gateway_streams: int = 500
+    fairness_flood: int = 5000
+    fairness_paced: int = 50
     phases: tuple[str, ...] = PHASES
     profile: bool = False
     quick: bool = False
@@ -113,6 +117,8 @@ class BenchConfig:
             "parked_turns": 200,
             "call_round_trips": 5,
             "gateway_streams": 10,
+            "fairness_flood": 200,
+            "fairness_paced": 10,
             "quick": True,
         }
         return cls(**{**sizes, **overrides})
@@ -426,6 +432,18 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
         )
         results["gateway"] = await run_gateway(
             bootstrap, streams=config.gateway_streams, keep_topics=config.keep_topics
+        )
+    if "fairness" in config.phases:
+        progress(
+            f"fairness: tenant A floods {config.fairness_flood} turns, tenant B sends "
+            f"{config.fairness_paced} paced turns (and as many alone first)"
+        )
+        results["fairness"] = await run_fairness(
+            bootstrap,
+            flood=config.fairness_flood,
+            paced=config.fairness_paced,
+            partitions=config.partitions,
+            keep_topics=config.keep_topics,
         )
     if "telemetry" in config.phases:
         progress(

@@ -195,7 +195,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             kafka_config=kafka_config_from(args),
         ) as client:
             status = await client.status(args.agent, args.turn_id, key=args.key)
-        print(json.dumps(dataclasses.asdict(status)))
+        shown = dataclasses.asdict(status)
+        for name in ("tenant", "resume_at"):  # only for agents with tenants, when known
+            if shown[name] is None:
+                del shown[name]
+        print(json.dumps(shown))
         return 0
 
     return asyncio.run(main())

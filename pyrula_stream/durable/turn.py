@@ -51,6 +51,7 @@ from pyrula_stream.serde import (
 )
 from pyrula_stream.signals import signal_key
 from pyrula_stream.subagents import Park, park_key, reply_key, reply_record
+from pyrula_stream.tenants import TenantMeter
 from pyrula_stream.threads import ThreadHandle, closing_writes, thread_records
 
 if TYPE_CHECKING:
@@ -96,6 +97,9 @@ class TurnRuntime:
     max_event_payload_bytes: int | None = None
     codec: serde.ValueCodec = serde.SCHEMALESS  # how event values are framed
     spend: Spend = field(default_factory=Spend)
+    meter: TenantMeter | None = None
+    """The turn's tenant's quotas (agents with ``tenant=``): checked before it starts and
+    before each model call; its usage records commit with the steps that incurred it."""
     cancel_reason: str | None = None
     committed_seq: int = 0
     finished: bool = False
@@ -398,6 +402,7 @@ class TurnRuntime:
             duration_ms=now - started if started else 0,
             thread_id=self.request.thread_id,
             correlation_id=self.request.correlation_id,
+            tenant=self.request.tenant,
         )
         return result_records(
             routing.results_topics(),

@@ -106,11 +106,14 @@ def agent_topic_specs(
     partitions: int = DEFAULT_PARTITIONS,
     keep_history: bool = False,
     history_retention_ms: int | None = None,
+    tenants: bool = False,
 ) -> list[TopicSpec]:
     """The agent's topics from ``topics/agent.yaml`` (``<agent>.history`` only with
-    ``keep_history``, its ``retention.ms`` overridden by ``history_retention_ms``)."""
+    ``keep_history``, its ``retention.ms`` overridden by ``history_retention_ms``; the
+    tenants and tenant-usage topics only with ``tenants``)."""
     fill = {"prefix": prefix, "agent": agent, "partitions": str(partitions)}
-    specs = topic_specs("agent.yaml", fill, options={"keep_history": keep_history})
+    chosen = {"keep_history": keep_history, "tenants": tenants}
+    specs = topic_specs("agent.yaml", fill, options=chosen)
     if history_retention_ms is not None:
         for spec in specs:
             if spec.name == f"{prefix}.{agent}.history":

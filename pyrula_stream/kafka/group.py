@@ -14,7 +14,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -60,6 +60,8 @@ class TurnRecord:
     request: TurnRequest
     trace: dict[str, str] | None = None
     """The W3C trace context (``traceparent``, ``tracestate``) of the request's headers."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """The record's headers (a tenant may come from one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +214,7 @@ class TurnConsumer:
                 msg.topic(), partition, offset, msg.key(), msg.value(), raw_headers
             )
             return BadRecord(partition, offset, bad_record_reason(exc), source)
-        return TurnRecord(partition, offset, request, trace)
+        return TurnRecord(partition, offset, request, trace, headers)
 
     def _check_placement(self, request: TurnRequest, key: bytes | None, partition: int) -> None:
         """A sub-agent request sits where its caller put it: keyed by its turn id, on that

@@ -24,6 +24,10 @@ SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 TURN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 UNKNOWN_TOOL = "unknown"
+MAX_TENANT_LABELS = 20
+"""Tenants a worker labels by name: the first 20 it sees; later ones share ``other``, so
+a tenant id taken from outside input cannot blow up the series count."""
+OTHER_TENANT = "other"
 """The ``tool`` label of a call to a tool the agent does not have (its name is the
 model's text, so it is not a bounded label value)."""
 
@@ -117,6 +121,25 @@ class WorkerMetrics:
             ["agent", "provider", "model"],
             registry=r,
         )
+        self.tenant_turns = Counter(
+            "pyrula_tenant_turns",
+            "Turns that ended, by tenant (the first 20 tenants seen, then 'other') and outcome.",
+            ["agent", "tenant", "outcome"],
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            "pyrula_tenant_model_tokens",
+            "Tokens of live model calls counted against tenant quotas, by tenant.",
+            ["agent", "tenant"],
+            registry=r,
+        )
+        self.tenant_deferred = Counter(
+            "pyrula_tenant_deferred",
+            "Turns deferred because their tenant was over a quota, by tenant and limit.",
+            ["agent", "tenant", "reason"],
+            registry=r,
+        )
+        self._tenants: set[str] = set()
         self.tool_calls = Counter(
             "pyrula_tool_calls",
             "Live tool calls by tool and status (ok, error).",
@@ -229,6 +252,29 @@ class WorkerMetrics:
             self._child(self.turn_failures, code).inc()
         if seconds is not None:
             self._child(self.turn_duration, outcome).observe(max(0.0, seconds))
+
+    # -- tenants --------------------------------------------------------------------------
+
+    def tenant_label(self, tenant: str) -> str:
+        """The tenant's label value: its id for the first ``MAX_TENANT_LABELS``, else
+        ``other``."""
+        if tenant in self._tenants:
+            return tenant
+        if len(self._tenants) < MAX_TENANT_LABELS:
+            self._tenants.add(tenant)
+            return tenant
+        return OTHER_TENANT
+
+    def tenant_turn_ended(self, tenant: str, code: str | None) -> None:
+        outcome = "failed" if code else "completed"
+        self._child(self.tenant_turns, self.tenant_label(tenant), outcome).inc()
+
+    def tenant_used(self, tenant: str, tokens: int) -> None:
+        if tokens:
+            self._child(self.tenant_tokens, self.tenant_label(tenant)).inc(tokens)
+
+    def tenant_deferred_turn(self, tenant: str, reason: str) -> None:
+        self._child(self.tenant_deferred, self.tenant_label(tenant), reason).inc()
 
     # -- steps ----------------------------------------------------------------------------
 

@@ -108,6 +108,8 @@ class TurnTelemetry:
     tracer: Tracer = field(default_factory=NoOpTracer)
     step_spans: bool = False
     """A span per step (``PYRULA_TRACE_STEP_SPANS``) instead of an event on the turn's."""
+    tenant: str | None = None
+    """The turn's tenant (agents with ``tenant=``): its metrics carry a ``tenant`` label."""
     span: Span | None = field(default=None, init=False)
     _totals: list[int] | None = field(default=None, init=False)
     """This attempt's model calls, tool calls, input and output tokens (for its span)."""
@@ -239,6 +241,19 @@ class TurnTelemetry:
         if self.metrics is not None:
             started = started_ms / 1000 if started_ms else self._attempt_started
             self.metrics.turn_ended(code, time.time() - started)
+            if self.tenant is not None:
+                self.metrics.tenant_turn_ended(self.tenant, code)
+
+    def tenant_used(self, tokens: int) -> None:
+        """A live model call's tokens, counted against the tenant's quota."""
+        if self.metrics is not None and self.tenant is not None:
+            self.metrics.tenant_used(self.tenant, tokens)
+
+    def deferred(self, reason: str) -> None:
+        """The turn was deferred: its tenant reached ``reason`` (a limit's name)."""
+        log.info("turn deferred: tenant %s reached %s", self.tenant, reason)
+        if self.metrics is not None and self.tenant is not None:
+            self.metrics.tenant_deferred_turn(self.tenant, reason)
 
     @contextmanager
     def model_call(self, llm: LLMClient) -> Iterator[ModelCallObserver]:

@@ -25,7 +25,7 @@ from pyrula_stream.durable.branch import Branch, branch_of
 from pyrula_stream.durable.steps import StepData
 from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
-from pyrula_stream.events import RunComplete, RunError, RunStart
+from pyrula_stream.events import RunComplete, RunDeferred, RunError, RunStart
 from pyrula_stream.history import TurnRecording
 from pyrula_stream.kafka.memory_store import KafkaMemory
 from pyrula_stream.llm.base import LLMClient
@@ -110,6 +110,8 @@ class TurnExecutor:
                 return
             await runtime.begin_attempt(stalled)
         try:
+            if await self._over_quota(runtime):
+                return
             await self._run_body(runtime)
         except TurnParked as wait:
             await runtime.park(
@@ -163,12 +165,14 @@ class TurnExecutor:
             runtime.branch.prefill(runtime.journal)
             if runtime.thread is None and original is not None:  # its thread, as it was
                 runtime.thread = original.thread_handle()
+        meter = runtime.meter
         data, _ = await runtime.durable_step(
             "start",
             "start",
             "",
             self._start_data(request, runtime, version),
             lambda d: [_run_start(d)],
+            effects=(lambda _: meter.turn_started()) if meter is not None else None,
         )
         # The wall-time budget counts from the first attempt's start, on any worker.
         runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
@@ -235,6 +239,34 @@ class TurnExecutor:
             value = await self._validated(output, loop, result)
         await runtime.finish(RunComplete(value, runtime.spend.as_dict()))
 
+    async def _over_quota(self, runtime: TurnRuntime) -> bool:
+        """Before a turn starts (not once it has): whether its tenant is over a quota.
+        Then it is deferred (``run:deferred``, parked with a durable timer until the
+        window has room) or, with ``on_quota="fail"``, ends with ``budget_exceeded``."""
+        meter = runtime.meter
+        if meter is None or runtime.journal.steps.get(0) is not None:
+            return False
+        deferral = meter.admission()
+        if deferral is None:
+            return False
+        if meter.on_quota == "fail":
+            await runtime.finish(
+                RunError(
+                    code=ErrorCode.BUDGET_EXCEEDED,
+                    message=f"tenant {deferral.tenant!r} reached its {deferral.reason}",
+                    error_type="BudgetExceeded",
+                    detail={
+                        "reason": "tenant_quota",
+                        "limit": deferral.reason,
+                        "tenant": deferral.tenant,
+                    },
+                )
+            )
+            return True
+        runtime.telemetry.deferred(deferral.reason)
+        runtime.emit(RunDeferred(deferral.reason, deferral.tenant, deferral.resume_at_ms))
+        raise TurnParked(wake_at_ms=deferral.resume_at_ms)
+
     def _mcp_toolbox(self, runtime: TurnRuntime) -> MCPToolbox | None:
         """MCP: the turn's view of the agent's servers (discovered on first use)."""
         if not self.agent.mcp_servers or self.mcp_pool is None:
@@ -268,6 +300,8 @@ class TurnExecutor:
             }
             if version is not None:
                 data["version"] = version
+            if request.tenant is not None:  # what `status` says of a running turn
+                data["tenant"] = request.tenant
             return data
 
         return live

@@ -1,7 +1,8 @@
 """Which turns run on a worker now: admission, concurrency slots, cancels, restarts.
 
-The worker hands every turn that may start to ``admit``; the scheduler starts it as a task
-when a slot is free (``max_concurrent_turns``) or queues it. A finished turn frees its
+The worker hands every turn that may start to ``admit``; the scheduler queues it with its
+tenant's and starts turns, round-robin across tenants (``runtime/fairness.py``), while a
+slot is free (``max_concurrent_turns``). A finished turn frees its
 slot, lets its input offset be committed and starts the next turn of its key; a parked
 turn frees all of that and leaves only its journal (``ParkedTurns`` wakes it). Cancel and
 terminate requests from the control topic land here, as do the turns of an aborted
@@ -31,9 +32,12 @@ from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import ControlRequest
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
+from pyrula_stream.runtime.fairness import FairQueue, TenantRoom, tenant_of
 from pyrula_stream.runtime.parking import ParkedTurns
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
+from pyrula_stream.runtime.quotas import TenantQuotas
 from pyrula_stream.serde import TurnRequest
+from pyrula_stream.tenants import DEFAULT_TENANT, TenantLimits
 from pyrula_stream.versions import known_versions, missing_version
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,7 @@ class TurnScheduler:
         executor: Callable[[], TurnExecutor],
         writer_codec: Callable[[], serde.ValueCodec],
         stopping: Callable[[], bool],
+        quotas: TenantQuotas | None = None,
     ) -> None:
         self.agent = agent
         self.options = options
@@ -80,7 +85,13 @@ class TurnScheduler:
         self._writer_codec = writer_codec
         self._stopping = stopping
         self._running: dict[str, RunningTurn] = {}
-        self._waiting: list[tuple[int, QueuedTurn]] = []
+        self._waiting = FairQueue()
+        """Ready turns waiting for a slot, served round-robin across tenants."""
+        self.quotas = quotas
+        """The tenants' shared usage and operators' overrides (agents with ``tenant=``)."""
+        self.tenant_limits: Callable[[str], TenantLimits] = (
+            quotas.limits_for if quotas is not None else agent.tenancy.limits_for
+        )
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._undeliverable: dict[str, str] = {}
         """Turns being ended because their records keep failing delivery, with why."""
@@ -121,20 +132,28 @@ class TurnScheduler:
                     f"the record at {self.agent.topics.turns}[{partition}]@{queued.offset} "
                     f"was running alone when {guard.options.max_retries} worker processes died"
                 )
-        if len(self._running) >= self.options.max_concurrent_turns:
-            self._waiting.append((partition, queued))
-        else:
-            self._start(partition, queued)
+        self._waiting.push(partition, queued)  # a free slot goes to the tenants in turn
+        if len(self._running) < self.options.max_concurrent_turns:
+            self.fill_slots()
 
     def fill_slots(self) -> bool:
-        """Start waiting turns while slots are free; whether the worker is full (and its
-        consumer should pause fetching)."""
+        """Start waiting turns, round-robin across tenants, while slots are free; whether
+        the worker has read far enough ahead (and its consumer should pause fetching)."""
         limit = self.options.max_concurrent_turns
+        room = self._room()
         while self._waiting and len(self._running) < limit:
-            p, queued = self._waiting.pop(0)
+            item = self._waiting.pop(room.has_room)
+            if item is None:
+                break  # every waiting tenant is at its max_concurrent_turns
+            p, queued = item
             if p in self._parts:
+                room.started(tenant_of(queued))
                 self._start(p, queued)
-        return len(self._running) + len(self._waiting) >= limit
+        return len(self._waiting) >= max(self.options.max_queued_turns, 1)
+
+    def _room(self) -> TenantRoom:
+        tenants = (r.runtime.request.tenant or DEFAULT_TENANT for r in self._running.values())
+        return TenantRoom(self.tenant_limits, tenants)
 
     def _start(self, partition: int, queued: QueuedTurn) -> None:
         ps = self._parts[partition]
@@ -197,6 +216,11 @@ class TurnScheduler:
         cancel = self._cancels.get(request.turn_id)
         if cancel is not None:
             runtime.cancel_reason = cancel[1]
+        if agent.tenancy.enabled:  # every event of the turn says whose it is
+            tenant = request.tenant or DEFAULT_TENANT
+            runtime.events.common["tenant"] = runtime.telemetry.tenant = tenant
+            if self.quotas is not None:
+                runtime.meter = self.quotas.meter(tenant, request.turn_id, agent.tenancy.on_quota)
         return runtime
 
     # -- a turn's end ---------------------------------------------------------------------
@@ -280,7 +304,7 @@ class TurnScheduler:
     def stop_partitions(self, partitions: set[int]) -> dict[str, asyncio.Task[None]]:
         """Cancel the partitions' turns and forget their waiting ones (a revoke); the
         cancelled tasks, by turn id, for the caller to wait on."""
-        self._waiting = [(p, q) for p, q in self._waiting if p not in partitions]
+        self._waiting.drop_partitions(partitions)
         lost = {t: r.task for t, r in self._running.items() if r.partition in partitions}
         for turn_id, task in lost.items():
             task.cancel()

@@ -24,6 +24,7 @@ from pyrula_stream.kafka.admin import apply_topics, broker_answers, missing_topi
 from pyrula_stream.kafka.cache_store import KafkaCacheStore
 from pyrula_stream.kafka.memory_store import KafkaMemory
 from pyrula_stream.options import WorkerOptions
+from pyrula_stream.runtime.quotas import TenantQuotas
 from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,17 @@ class TopicProbe:
         return not absent
 
 
+def tenant_quotas(
+    agent: KafkaAgent, bootstrap_servers: str, options: WorkerOptions, worker_id: str
+) -> TenantQuotas | None:
+    """The tenants' shared usage and limits, for an agent with ``tenant=``."""
+    if not agent.tenancy.enabled:
+        return None
+    return TenantQuotas(
+        agent, bootstrap_servers, worker_id=worker_id, kafka_config=options.kafka_config
+    )
+
+
 @contextlib.asynccontextmanager
 async def shared_stores(
     agent: KafkaAgent,
@@ -117,12 +129,16 @@ async def shared_stores(
     *,
     worker_id: str,
     state_dir: Path,
+    quotas: TenantQuotas | None = None,
 ) -> AsyncIterator[tuple[CacheStore, KafkaMemory | None]]:
     """The tool cache (in process unless ``shared_tool_cache``) and the Kafka memory
-    store (unless another ``memory_backend`` is given), each read to its end first."""
+    store (unless another ``memory_backend`` is given), each read to its end first; the
+    tenants' usage and limits (``quotas``) read to their end too."""
     cache: CacheStore = InProcessCacheStore()
     memory: KafkaMemory | None = None
     try:
+        if quotas is not None:
+            await asyncio.to_thread(quotas.start)
         if options.shared_tool_cache:
             shared = KafkaCacheStore(
                 bootstrap_servers,
@@ -147,3 +163,5 @@ async def shared_stores(
             await asyncio.to_thread(cache.close)
         if memory is not None:
             await asyncio.to_thread(memory.close)
+        if quotas is not None:
+            await asyncio.to_thread(quotas.close)

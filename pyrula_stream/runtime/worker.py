@@ -66,6 +66,7 @@ from pyrula_stream.runtime.startup import (
     TopicProbe,
     check_topics,
     shared_stores,
+    tenant_quotas,
     wait_for_broker,
 )
 from pyrula_stream.serde import DEAD_LETTERED_PREFIX, INTAKE_MARK_KEY, JournalEntry
@@ -132,6 +133,7 @@ class KafkaWorker(RunsInBackground):
         self._cache: CacheStore = InProcessCacheStore()
         self._memory: KafkaMemory | None = None
         self._parts: dict[int, PartitionState] = {}
+        self._quotas = tenant_quotas(agent, bootstrap_servers, self.options, self.worker_id)
         self._scheduler = TurnScheduler(
             agent,
             self.options,
@@ -141,6 +143,7 @@ class KafkaWorker(RunsInBackground):
             executor=self._running_executor,
             writer_codec=lambda: self._writer_codec,
             stopping=lambda: self._stop_requested,
+            quotas=self._quotas,
         )
         self._parked = self._scheduler.parked
         self.metrics.watch_parked(lambda: self._parked.count)
@@ -278,6 +281,7 @@ class KafkaWorker(RunsInBackground):
                 self.options,
                 worker_id=self.worker_id,
                 state_dir=self._state_dir,
+                quotas=self._quotas,
             )
             async with (
                 stores as (self._cache, self._memory),
@@ -575,7 +579,8 @@ class KafkaWorker(RunsInBackground):
         self.committer.offsets_changed()
 
     def _on_turn_record(self, record: TurnRecord) -> None:
-        p, offset, request = record.partition, record.offset, record.request
+        p, offset = record.partition, record.offset
+        request = self.agent.tenancy.resolve(record.request, record.headers)
         ps = self._parts.get(p)
         if ps is None:
             return
@@ -664,9 +669,4 @@ class KafkaWorker(RunsInBackground):
         return out
 
 
-__all__: Sequence[str] = [
-    "KafkaWorker",
-    "PoisonOptions",
-    "SessionLost",
-    "WorkerOptions",
-]
+__all__: Sequence[str] = ["KafkaWorker", "PoisonOptions", "SessionLost", "WorkerOptions"]

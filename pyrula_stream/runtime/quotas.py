@@ -1,0 +1,325 @@
+"""Per-tenant quotas shared by a worker group: windowed usage and operators' overrides.
+
+Two compacted topics per agent with ``tenant=``, each a global table every worker reads:
+
+- ``<prefix>.<agent>.tenant-usage``: one record per thing that used a quota (a turn's
+  start, a model call), keyed ``tenant/window/turn/what``, written as an effect of the
+  journal step that incurred it, in that step's transaction. A replayed step writes
+  nothing, a rerun after an abort writes the same key again, and readers fold each key
+  once: usage is counted from what the journal records, never twice.
+- ``<prefix>.<agent>.tenants``: operators' limits by tenant (``pyrula-stream tenants
+  set``), over the code's; read live, so a change holds without a restart.
+
+A worker adds its own usage to its view when it writes the record (before the commit: a
+write that aborts only makes it stricter until the window ends) and other workers' when
+their commit reaches it. docs/tenants.md derives how far over a quota a group can go.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.errors import BudgetExceeded
+from pyrula_stream.kafka.admin import apply_topics
+from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.kafka.table import GlobalTable
+from pyrula_stream.records import JSON_CONTENT_TYPE, OutRecord
+from pyrula_stream.tenants import LIMIT_FIELDS, Deferral, OnQuota, TenantLimits
+
+log = logging.getLogger(__name__)
+
+MINUTE_MS = 60_000
+DAY_MS = 86_400_000
+KEPT_MINUTES = 3
+"""Minute windows kept in memory (the current one and a little slack for late records)."""
+KEPT_DAYS = 2
+
+
+@dataclass
+class Usage:
+    """One tenant's use in one window."""
+
+    turns: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+@dataclass
+class UsageWindows:
+    """Usage records folded into per-tenant minute and day totals (not thread-safe)."""
+
+    minutes: dict[tuple[str, int], Usage] = field(default_factory=dict)
+    days: dict[tuple[str, int], Usage] = field(default_factory=dict)
+    seen: dict[int, set[str]] = field(default_factory=dict)
+    """Keys folded in, by minute window: a key read twice (a rerun's write, a re-read
+    after compaction) counts once."""
+
+    def fold(self, key: str, body: Mapping[str, Any]) -> None:
+        ts = int(body.get("ts_ms") or 0)
+        minute, day = ts // MINUTE_MS, ts // DAY_MS
+        tenant = str(body["tenant"])
+        seen = self.seen.setdefault(minute, set())
+        if key in seen:
+            return
+        seen.add(key)
+        for window in (
+            self.minutes.setdefault((tenant, minute), Usage()),
+            self.days.setdefault((tenant, day), Usage()),
+        ):
+            window.turns += int(body.get("turns") or 0)
+            window.tokens += int(body.get("tokens") or 0)
+            window.cost_usd += float(body.get("cost_usd") or 0.0)
+
+    def current(self, tenant: str, now_ms: int) -> tuple[Usage, Usage]:
+        """Copies of the tenant's minute and day totals at ``now_ms``."""
+        minute = self.minutes.get((tenant, now_ms // MINUTE_MS), Usage())
+        day = self.days.get((tenant, now_ms // DAY_MS), Usage())
+        return Usage(**vars(minute)), Usage(**vars(day))
+
+    def expire(self, now_ms: int) -> None:
+        """Drop windows nothing asks about any more."""
+        oldest_minute = now_ms // MINUTE_MS - KEPT_MINUTES
+        oldest_day = now_ms // DAY_MS - KEPT_DAYS
+        self.minutes = {k: v for k, v in self.minutes.items() if k[1] >= oldest_minute}
+        self.days = {k: v for k, v in self.days.items() if k[1] >= oldest_day}
+        self.seen = {m: keys for m, keys in self.seen.items() if m >= oldest_minute}
+
+
+def _usage_body(record: ConsumedRecord) -> dict[str, Any] | None:
+    if record.value is None:
+        return None
+    body = json.loads(record.value)
+    if not isinstance(body, dict) or not isinstance(body.get("tenant"), str):
+        raise ValueError("a tenant-usage record must be a JSON object with a tenant")
+    return body
+
+
+def fold_usage(records: list[ConsumedRecord], now_ms: int) -> dict[str, tuple[Usage, Usage]]:
+    """Each tenant's minute and day usage at ``now_ms`` from the usage topic's records
+    (``pyrula-stream tenants show``); unreadable records are skipped."""
+    windows = UsageWindows()
+    for record in records:
+        try:
+            body = _usage_body(record)
+        except ValueError:
+            continue
+        if body is not None:
+            windows.fold(record.key, body)
+    tenants = {t for t, _ in windows.days} | {t for t, _ in windows.minutes}
+    return {t: windows.current(t, now_ms) for t in tenants}
+
+
+def usage_key(tenant: str, minute: int, turn_id: str, what: str) -> str:
+    return f"{tenant}/{minute}/{turn_id}/{what}"
+
+
+def override_value(limits: Mapping[str, Any]) -> bytes:
+    """An operator's override as the tenants topic holds it (JSON of the set fields)."""
+    return json.dumps({k: v for k, v in limits.items() if k in LIMIT_FIELDS}).encode()
+
+
+def parse_override(value: bytes, base: TenantLimits) -> TenantLimits:
+    """An override record over the code's limits (fields it leaves out keep theirs)."""
+    body = json.loads(value)
+    if not isinstance(body, dict):
+        raise ValueError("a tenant override must be a JSON object")
+    return base.updated(**{k: v for k, v in body.items() if k in LIMIT_FIELDS})
+
+
+class TenantQuotas:
+    """A worker's view of every tenant's usage and limits (thread-safe: the tables'
+    follower threads fold records in while the event loop reads)."""
+
+    def __init__(
+        self,
+        agent: KafkaAgent,
+        bootstrap_servers: str,
+        *,
+        worker_id: str,
+        kafka_config: Mapping[str, Any] | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.agent = agent
+        self.tenancy = agent.tenancy
+        self.bootstrap_servers = bootstrap_servers
+        self.kafka_config = kafka_config
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._windows = UsageWindows()
+        self._overrides: dict[str, TenantLimits] = {}
+        self._worker_id = worker_id
+        self._tables: list[GlobalTable] = []
+
+    # -- lifecycle (blocking; the worker runs these in a thread) --------------------------
+
+    def start(self) -> None:
+        """Create the two topics if missing, read both to their end, then follow them
+        (again after ``close``: a worker that lost Kafka starts its stores anew)."""
+        specs = [s for s in self.agent.topic_specs() if s.name in self._topic_names()]
+        apply_topics(self.bootstrap_servers, specs, self._timeout_s, kafka_config=self.kafka_config)
+        topics = self.agent.topics
+        for topic, apply, tick in (
+            (topics.tenants, self._apply_override, None),
+            (topics.tenant_usage, self._apply_usage, self._expire),
+        ):
+            table = GlobalTable(
+                self.bootstrap_servers,
+                topic,
+                client_id=f"{self._worker_id}-{topic}",
+                apply=apply,
+                tick=tick,
+                kafka_config=self.kafka_config,
+                group_id=f"{topic}.readers",
+            )
+            self._tables.append(table)
+            table.start(timeout_s=self._timeout_s)
+
+    def close(self) -> None:
+        tables, self._tables = self._tables, []
+        for table in tables:
+            table.stop()
+
+    def _topic_names(self) -> set[str]:
+        return {self.agent.topics.tenants, self.agent.topics.tenant_usage}
+
+    # -- reading --------------------------------------------------------------------------
+
+    def limits_for(self, tenant: str) -> TenantLimits:
+        """The tenant's limits now: an operator's override, else the code's."""
+        return self.tenancy.limits_for(tenant, self._overrides)
+
+    def usage(self, tenant: str, now_ms: int | None = None) -> tuple[Usage, Usage]:
+        """The tenant's use in the current minute and the current (UTC) day."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            return self._windows.current(tenant, now)
+
+    def reached(self, tenant: str, *, starting: bool) -> Deferral | None:
+        """The first limit the tenant has reached now (``starting``: a new turn, which
+        the turn rate also caps), with when its window ends."""
+        now = int(time.time() * 1000)
+        lim = self.limits_for(tenant)
+        minute, day = self.usage(tenant, now)
+        next_minute = (now // MINUTE_MS + 1) * MINUTE_MS
+        next_day = (now // DAY_MS + 1) * DAY_MS
+        checks: list[tuple[str, bool, int]] = [
+            (
+                "tokens_per_minute",
+                lim.tokens_per_minute is not None and minute.tokens >= lim.tokens_per_minute,
+                next_minute,
+            ),
+            (
+                "cost_per_day_usd",
+                lim.cost_per_day_usd is not None and day.cost_usd >= lim.cost_per_day_usd,
+                next_day,
+            ),
+        ]
+        if starting:
+            checks.insert(
+                0,
+                (
+                    "turns_per_minute",
+                    lim.turns_per_minute is not None and minute.turns >= lim.turns_per_minute,
+                    next_minute,
+                ),
+            )
+        for reason, hit, resume_at in checks:
+            if hit:
+                return Deferral(reason, tenant, resume_at)
+        return None
+
+    # -- writing --------------------------------------------------------------------------
+
+    def usage_record(
+        self,
+        tenant: str,
+        turn_id: str,
+        what: str,
+        *,
+        turns: int = 0,
+        tokens: int = 0,
+        cost_usd: float = 0.0,
+    ) -> OutRecord:
+        """The usage record (for the step's transaction), folded into this view now."""
+        now = int(time.time() * 1000)
+        key = usage_key(tenant, now // MINUTE_MS, turn_id, what)
+        body = {"tenant": tenant, "ts_ms": now, "turns": turns, "tokens": tokens}
+        body["cost_usd"] = cost_usd
+        value = json.dumps(body).encode()
+        with self._lock:
+            self._windows.fold(key, body)
+        return OutRecord(self.agent.topics.tenant_usage, key.encode(), value, [JSON_CONTENT_TYPE])
+
+    def meter(self, tenant: str, turn_id: str, on_quota: OnQuota) -> TurnMeter:
+        return TurnMeter(self, tenant, turn_id, on_quota)
+
+    # -- folding (table threads) ----------------------------------------------------------
+
+    def _apply_usage(self, record: ConsumedRecord) -> None:
+        body = _usage_body(record)
+        if body is not None:
+            with self._lock:
+                self._windows.fold(record.key, body)
+
+    def _apply_override(self, record: ConsumedRecord) -> None:
+        tenant = record.key
+        if record.value is None:
+            self._overrides.pop(tenant, None)
+            return
+        limits = parse_override(record.value, self.tenancy.limits_for(tenant))
+        self._overrides = {**self._overrides, tenant: limits}  # readers see old or new
+        log.info("tenant %s of %s: limits now %s", tenant, self.agent.name, limits.as_dict())
+
+    def _expire(self) -> None:
+        """Drop windows nothing asks about any more (the day's totals stay)."""
+        with self._lock:
+            self._windows.expire(int(time.time() * 1000))
+
+
+@dataclass
+class TurnMeter:
+    """One turn's view of its tenant's quotas (``tenants.TenantMeter``)."""
+
+    quotas: TenantQuotas
+    tenant: str
+    turn_id: str
+    on_quota: OnQuota
+
+    def admission(self) -> Deferral | None:
+        return self.quotas.reached(self.tenant, starting=True)
+
+    def turn_started(self) -> list[OutRecord]:
+        return [self.quotas.usage_record(self.tenant, self.turn_id, "start", turns=1)]
+
+    def before_model_call(self) -> None:
+        reached = self.quotas.reached(self.tenant, starting=False)
+        if reached is not None:
+            raise BudgetExceeded(
+                f"tenant {self.tenant!r} reached its {reached.reason} "
+                f"({self.quotas.limits_for(self.tenant).as_dict()[reached.reason]})",
+                detail={"reason": "tenant_quota", "limit": reached.reason, "tenant": self.tenant},
+            )
+
+    def model_used(self, call: int, tokens: int, cost_usd: float) -> list[OutRecord]:
+        record = self.quotas.usage_record(
+            self.tenant, self.turn_id, f"llm{call}", tokens=tokens, cost_usd=cost_usd
+        )
+        return [record]
+
+
+__all__ = [
+    "TenantQuotas",
+    "TurnMeter",
+    "Usage",
+    "UsageWindows",
+    "fold_usage",
+    "override_value",
+    "parse_override",
+]
