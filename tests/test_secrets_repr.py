@@ -37,7 +37,9 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
+from pyrula_stream.kafka.group import TurnRecord
 from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call
+from pyrula_stream.serde import TurnRequest
 from pyrula_stream.testing import running_worker, unique_name
 
 MARK = "Zq7mArKed9secret"
@@ -244,6 +246,9 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "pyrula_stream.tools.ToolContext": lambda: ToolContext(httpx.AsyncClient(), deps=_Deps()),
     "pyrula_stream.http_guard.HTTPAccess": lambda: _http_access(),
     "pyrula_stream.gateway.options.AppOptions": lambda: _app_options(),
+    "pyrula_stream.kafka.group.TurnRecord": lambda: TurnRecord(
+        0, 0, TurnRequest("t-1", "triage", {}), headers={"authorization": f"Bearer {MARK}"}
+    ),
 }
 
 

@@ -310,12 +310,13 @@ async def test_the_clients_rights_cover_get_thread_and_delete_thread(
 async def test_a_client_reads_only_events_and_the_status_reader_the_rest(
     secured_kafka: Secured,
 ) -> None:
-    """Other clients' requests (turns) and model output (journal) are the status
-    reader's; another agent's events are nobody's but its own clients'."""
+    """Other clients' requests (turns) are the status reader's; another agent's events
+    and journal are nobody's but its own clients' (who read their agent's journal for a
+    signal's receipt and the open questions)."""
     client_a = secured_kafka.settings("client_a")
     for topic in (
         f"pyrula.{AGENT_A}.turns",
-        f"pyrula.{AGENT_A}.journal",
+        f"pyrula.{AGENT_B}.journal",
         f"pyrula.{AGENT_B}.events",
     ):
         with pytest.raises(KafkaAuthorizationError, match=rf"User:client_a .* READ topic {topic}"):

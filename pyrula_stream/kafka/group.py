@@ -60,8 +60,9 @@ class TurnRecord:
     request: TurnRequest
     trace: dict[str, str] | None = None
     """The W3C trace context (``traceparent``, ``tracestate``) of the request's headers."""
-    headers: Mapping[str, str] = field(default_factory=dict)
-    """The record's headers (a tenant may come from one)."""
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The record's headers (a tenant may come from one); never in a repr or a log line,
+    since a producer may put a credential there."""
 
 
 @dataclass(frozen=True, slots=True)
