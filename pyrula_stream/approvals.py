@@ -26,6 +26,7 @@ from pyrula_stream.durable.steps import StepData
 from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ErrorCode, ReplayInputChanged
 from pyrula_stream.events import RunInterrupted
+from pyrula_stream.serde import TAKE_SIGNAL_KIND
 from pyrula_stream.signals import Signal
 from pyrula_stream.subagents import TurnParked
 from pyrula_stream.tools import ToolCallable
@@ -87,6 +88,24 @@ def new_question(journal: TurnJournal, key: str, reason: str, **fields: Any) -> 
     now = int(time.time() * 1000)
     deadline = None if timeout_s is None else now + int(timeout_s * 1000)
     return Question(key, reason, now, deadline, **fields)
+
+
+def question_expired(journal: TurnJournal, key: str, now_ms: int) -> bool:
+    """Whether the question ``key`` timed out: its deadline has passed (the timer may not
+    have fired yet) or a step journaled the expiry. An answer after that changes nothing."""
+    asked = (journal.park or {}).get("question")
+    if isinstance(asked, dict) and asked.get("key") == key:
+        deadline = asked.get("deadline_ms")
+        if isinstance(deadline, int) and now_ms >= deadline:
+            return True
+    journal.materialize()
+    for entry in journal.steps.values():
+        data = entry.data if isinstance(entry.data, dict) else {}
+        if data.get("approval_key") == key and data.get("approval") == "expired":
+            return True
+        if entry.kind == TAKE_SIGNAL_KIND and entry.name == key and data.get("timeout"):
+            return True
+    return False
 
 
 def answer_for(journal: TurnJournal, key: str) -> Signal | None:

@@ -9,11 +9,14 @@ also carries the partition's input offset (as a sub-agent's reply is taken): a c
 before that commit reads it again, after it the signal is in the journal.
 
 A signal the turn is not waiting for yet stays in the journal (pending) until a wait for
-its name takes it or the turn ends (the terminal transaction tombstones it). A signal for
-a turn this partition does not know, or that has ended, is dead-lettered with code
+its name takes it or the turn ends (the terminal transaction tombstones it); that holds
+once the worker has read the turn's request (a signal for a turn not read yet waits for
+the read, ``runtime/parking.py``). A signal for a turn this partition does not know, or
+that has ended, is dead-lettered with code
 ``signal_refused`` and the reason, where its sender looks for the outcome
 (``client_signals``). An *answer* (to an interrupt or a tool approval) is a signal whose
-name is the question's key; a second answer to the same key is refused the same way.
+name is the question's key; a second answer to the same key, or one after the
+question's deadline, is refused the same way.
 """
 
 from __future__ import annotations
@@ -160,7 +163,15 @@ def signal_journal_record(topic: str, partition: int, signal: Signal) -> OutReco
     )
 
 
-REFUSAL_REASONS = ("unknown", "ended", "already_answered", "not_asked", "duplicate", "malformed")
+REFUSAL_REASONS = (
+    "unknown",
+    "ended",
+    "already_answered",
+    "expired",
+    "not_asked",
+    "duplicate",
+    "malformed",
+)
 """What ``SignalRefused.reason`` can say (the dead letter's reason starts with it)."""
 
 
@@ -169,12 +180,14 @@ def signal_refusal(
     ended: bool,
     signal: Signal,
     asked: str | None = None,
+    expired: bool = False,
 ) -> str | None:
     """Why ``signal`` must not be taken, as ``"<reason>: <words>"`` (``None``: take it).
     ``signals``: the turn's journaled signals, ``None`` when this partition knows no
-    such turn; ``asked``: the key of the question the turn last parked on. An answer
-    names that question: one to a question not asked (yet) is refused, so nothing is
-    approved before a reviewer could see what."""
+    such turn; ``asked``: the key of the question the turn last parked on; ``expired``:
+    that question's deadline has passed (its timeout answers it). An answer names that
+    question: one to a question not asked (yet) is refused, so nothing is approved
+    before a reviewer could see what."""
     turn = signal.turn_id
     if ended:
         return f"ended: turn {turn} has ended"
@@ -186,6 +199,8 @@ def signal_refusal(
         s.get("answer") and s.get("name") == signal.name for s in signals.values()
     ):
         return f"already_answered: question {signal.name} of turn {turn} was already answered"
+    if signal.answer and expired:
+        return f"expired: question {signal.name} of turn {turn} expired before this answer"
     if signal.answer and signal.name != asked:
         return f"not_asked: turn {turn} has not asked {signal.name} (its question: {asked})"
     return None

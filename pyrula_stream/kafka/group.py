@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.config import resolve
 from pyrula_stream.kafka.consumers import group_consumer, raise_if_denied
+from pyrula_stream.kafka.offsets import watermarks
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.observability.tracing import carrier_from_headers
 from pyrula_stream.records import SourceRecord
@@ -299,6 +300,16 @@ class TurnConsumer:
     def client(self) -> Consumer:
         """The underlying consumer, for the transactional writer's offset commits."""
         return self._consumer
+
+    def position(self, partition: int) -> int:
+        """Where reading the partition has got to (librdkafka moves it past transaction
+        markers); -1 before the first fetch."""
+        (tp,) = self._consumer.position([TopicPartition(self.topic, partition)])
+        return int(tp.offset)
+
+    def end_offset(self, partition: int) -> int:
+        """The partition's last stable offset, asked of the broker (blocking: a thread)."""
+        return watermarks(self._consumer, self.topic, partition, timeout_s=10.0)[1]
 
     def set_paused(self, paused: bool) -> None:
         """Stop (or restart) fetching every assigned partition; the group keeps them."""

@@ -15,6 +15,10 @@ A reply to a call whose commit is still in flight here therefore waits for that 
 (and the partition's later replies wait behind it, so the read position stays in order):
 if it committed the reply is taken, if it aborted the reply was not genuine (an aborted
 transaction aborts the child's request too) and is dead-lettered.
+
+A signal for a turn the partition does not know waits the same way, for the turns
+consumer to read as far as the turns partition reached when the signal was read (at most
+``SIGNAL_HOLD_S``): its sender wrote the request first, but another consumer reads it.
 """
 
 from __future__ import annotations
@@ -25,13 +29,15 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 from pyrula_stream.agent import AgentTopics
+from pyrula_stream.approvals import question_expired
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ErrorCode
 from pyrula_stream.kafka.offsets import ConsumedRecord
-from pyrula_stream.records import dead_letter
+from pyrula_stream.records import OutRecord, dead_letter
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
 from pyrula_stream.signals import (
@@ -98,6 +104,18 @@ def call_committing(runtime: TurnRuntime | None, reply: Reply) -> asyncio.Future
     return None
 
 
+SIGNAL_HOLD_S = 10.0
+"""How long a signal for a turn not read yet waits for the turns to be read that far."""
+
+
+class TurnsReader(Protocol):
+    """What parking asks of the turns consumer."""
+
+    def position(self, partition: int) -> int: ...
+
+    def end_offset(self, partition: int) -> int: ...
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -121,6 +139,11 @@ class ParkedTurns:
         self._admit = admit
         self._cancelled = cancelled
         self._running = running
+        self.turns_reader: TurnsReader | None = None
+        """The worker's turns consumer (set per session): how far it has read."""
+        self._holds: list[tuple[int, int, float, asyncio.Future[None]]] = []
+        """Signals waiting for the turns partition to be read to an offset: (partition,
+        offset, give-up time, released)."""
         self._deciding: dict[int, tuple[PartitionState, asyncio.Future[None]]] = {}
         """Per partition, the last reply still waiting for its call's commit (with the
         partition state it was read for: a reassigned partition does not wait on it)."""
@@ -227,11 +250,12 @@ class ParkedTurns:
     def take_reply(
         self, record: ConsumedRecord, topics: AgentTopics, worker_id: str, committer: GroupCommitter
     ) -> None:
-        """A child's outcome: journal it with the replies position in one transaction
-        that also carries the input offsets (a worker that lost the partition is fenced).
-        A record that is not the reply to a call the parent made and still waits for is
-        dead-lettered in that transaction instead, with the reason. A reply to a call
-        whose commit is still in flight here is decided once that commit is (in order)."""
+        """A child's outcome or a signal: journal it with the replies position in one
+        transaction that also carries the input offsets (a worker that lost the partition
+        is fenced). A record that is not the reply to a call the parent made and still
+        waits for is dead-lettered in that transaction instead, with the reason. A reply
+        to a call whose commit is still in flight here, and a signal for a turn whose
+        request this worker has not read yet, are decided later (in order)."""
         p = record.partition
         ps = self._parts.get(p)
         if ps is None:
@@ -239,7 +263,7 @@ class ParkedTurns:
         decide = partial(self._decide, ps, record, topics, worker_id, committer)
         earlier = self._deciding.get(p)
         ahead = earlier[1] if earlier is not None and earlier[0] is ps else None
-        if ahead is None and self._call_commit(record) is None:
+        if ahead is None and self._call_commit(record) is None and not self._unread(ps, record):
             decide()
             return
         waiting = asyncio.ensure_future(self._decide_later(ps, record, ahead, decide))
@@ -255,6 +279,22 @@ class ParkedTurns:
             return None
         return call_committing(self._running(reply.parent_turn_id), reply)
 
+    def _unread(self, ps: PartitionState, record: ConsumedRecord) -> bool:
+        """Whether the record is a signal for a turn this partition does not know: its
+        request may still be unread (a client sends the request first, but another
+        consumer reads the turns)."""
+        if self.turns_reader is None or not is_signal(record.headers):
+            return False
+        try:
+            turn_id = parse_signal(record.value, record.offset).turn_id
+        except Exception:  # refused without waiting, by _decide
+            return False
+        return (
+            _journal_of(ps, turn_id) is None
+            and turn_id not in ps.finished
+            and turn_id not in ps.queued_ids
+        )
+
     async def _decide_later(
         self,
         ps: PartitionState,
@@ -268,8 +308,48 @@ class ParkedTurns:
         if commit is not None:
             log.debug("reply at offset %d waits for the commit of its call", record.offset)
             await asyncio.wait([commit])
+        if self._parts.get(record.partition) is ps and self._unread(ps, record):
+            await self._read_turns_to_end(record.partition)
         if self._parts.get(record.partition) is ps:  # else revoked: the new owner reads it
             decide()
+
+    async def _read_turns_to_end(self, partition: int) -> None:
+        """Wait until this worker has read the turns partition as far as it reached now
+        (at most ``SIGNAL_HOLD_S``): a request sent before the signal is then known."""
+        reader = self.turns_reader
+        if reader is None:
+            return
+        try:
+            end = await asyncio.to_thread(reader.end_offset, partition)
+        except Exception as exc:  # the broker did not say: decide on what is known
+            log.warning("end of turns partition %d unknown: %s", partition, exc)
+            return
+        held = asyncio.get_running_loop().create_future()
+        self._holds.append((partition, end, time.monotonic() + SIGNAL_HOLD_S, held))
+        await held
+
+    @property
+    def held(self) -> int:
+        return len(self._holds)
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._holds)
+
+    def turns_read(self) -> None:
+        """The worker has handled all it polled from the turns topic: release the signals
+        held for a partition read as far as they wait for (or held long enough)."""
+        reader, now = self.turns_reader, time.monotonic()
+        keep: list[tuple[int, int, float, asyncio.Future[None]]] = []
+        for hold in self._holds:
+            partition, end, give_up, held = hold
+            gone = reader is None or partition not in self._parts
+            if gone or now >= give_up or (reader is not None and reader.position(partition) >= end):
+                if not held.done():
+                    held.set_result(None)
+            else:
+                keep.append(hold)
+        self._holds = keep
 
     def _decided(self, partition: int, done: asyncio.Future[None]) -> None:
         last = self._deciding.get(partition)
@@ -286,101 +366,55 @@ class ParkedTurns:
         worker_id: str,
         committer: GroupCommitter,
     ) -> None:
-        """Take the reply or dead-letter it, with the replies position, in the next commit."""
+        """Take the reply or signal, or dead-letter it, with the replies position, in the
+        next commit."""
         p = record.partition
-        if is_signal(record.headers):
-            self._decide_signal(ps, record, topics, worker_id, committer)
-            return
-        records = [cursor_record(topics.journal, p, record.offset + 1)]
-        reply: Reply | None = None
+        taken: Reply | Signal | None
         try:
-            reply = parse_reply(record.value)
-            why = refusal(
-                _journal_of(ps, reply.parent_turn_id),
-                reply.parent_turn_id in ps.finished,
-                reply,
-            )
-        except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
-            why = bad_record_reason(exc)
-        if why is None and reply is not None:
-            records.append(reply_journal_record(topics.journal, p, reply))
-        else:
-            reply = None
-            source = f"{topics.replies}[{p}]@{record.offset}"
-            log.warning("dead-lettered the reply at %s: %s", source, why)
-            records.append(
-                dead_letter(
-                    topics.dlq,
-                    f"reply refused: {why}",
-                    ErrorCode.UNSOLICITED_REPLY,
-                    worker=worker_id,
-                    key=record.key.encode(),
-                    value=record.value,
-                    headers=[(k, v.encode()) for k, v in record.headers.items()],
-                    source=source,
+            if is_signal(record.headers):
+                taken = parse_signal(record.value, record.offset)
+                why = self._signal_refusal(ps, taken)
+            else:
+                taken = parse_reply(record.value)
+                why = refusal(
+                    _journal_of(ps, taken.parent_turn_id),
+                    taken.parent_turn_id in ps.finished,
+                    taken,
                 )
-            )
-        committed = committer.durable_records(replies_owner(p), records)
-        if reply is not None:
-            taken = reply
-
-            def on_commit(fut: asyncio.Future[None]) -> None:
-                if not fut.cancelled() and fut.exception() is None:
-                    self.reply_committed(p, taken)
-
-            committed.add_done_callback(on_commit)
-
-    def _decide_signal(
-        self,
-        ps: PartitionState,
-        record: ConsumedRecord,
-        topics: AgentTopics,
-        worker_id: str,
-        committer: GroupCommitter,
-    ) -> None:
-        """Journal the signal for its turn, or dead-letter it (``signal_refused``) with
-        the reason its sender reads, with the replies position, in the next commit."""
-        p = record.partition
+        except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
+            taken, why = None, bad_record_reason(exc)
         records = [cursor_record(topics.journal, p, record.offset + 1)]
-        signal: Signal | None = None
-        try:
-            signal = parse_signal(record.value, record.offset)
-            journal = _journal_of(ps, signal.turn_id)
-            ended = signal.turn_id in ps.finished or (
-                journal is not None and journal.terminal_ms is not None
-            )
-            question = (journal.park or {}).get("question") if journal is not None else None
-            asked = question.get("key") if isinstance(question, dict) else None
-            why = signal_refusal(None if journal is None else journal.signals, ended, signal, asked)
-        except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
-            why = bad_record_reason(exc)
-        if why is None and signal is not None:
-            records.append(signal_journal_record(topics.journal, p, signal))
+        if why is None and isinstance(taken, Signal):
+            records.append(signal_journal_record(topics.journal, p, taken))
+        elif why is None and isinstance(taken, Reply):
+            records.append(reply_journal_record(topics.journal, p, taken))
         else:
-            signal = None
-            source = f"{topics.replies}[{p}]@{record.offset}"
-            log.warning("refused the signal at %s: %s", source, why)
-            records.append(
-                dead_letter(
-                    topics.dlq,
-                    f"signal refused: {why}",
-                    ErrorCode.SIGNAL_REFUSED,
-                    worker=worker_id,
-                    key=record.key.encode(),
-                    value=record.value,
-                    headers=[(k, v.encode()) for k, v in record.headers.items()],
-                    source=source,
-                )
-            )
+            taken = None
+            records.append(_refusal_letter(record, topics, worker_id, str(why)))
         committed = committer.durable_records(replies_owner(p), records)
-        if signal is not None:
-            taken = signal
+        if taken is not None:
+            committed.add_done_callback(partial(self._on_taken, p, taken))
 
-            def on_commit(fut: asyncio.Future[None]) -> None:
-                if not fut.cancelled() and fut.exception() is None:
-                    self.signal_committed(p, taken)
+    def _signal_refusal(self, ps: PartitionState, signal: Signal) -> str | None:
+        journal = _journal_of(ps, signal.turn_id)
+        ended = signal.turn_id in ps.finished or (
+            journal is not None and journal.terminal_ms is not None
+        )
+        if journal is None and signal.turn_id in ps.queued_ids:
+            return signal_refusal({}, ended, signal)  # read, waiting for a slot: kept
+        question = (journal.park or {}).get("question") if journal is not None else None
+        asked = question.get("key") if isinstance(question, dict) else None
+        expired = journal is not None and question_expired(journal, signal.name, _now_ms())
+        signals = None if journal is None else journal.signals
+        return signal_refusal(signals, ended, signal, asked, expired and signal.answer)
 
-            committed.add_done_callback(on_commit)
+    def _on_taken(self, partition: int, taken: Reply | Signal, fut: asyncio.Future[None]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return  # aborted: the record is read again
+        if isinstance(taken, Signal):
+            self.signal_committed(partition, taken)
+        else:
+            self.reply_committed(partition, taken)
 
     def signal_committed(self, partition: int, signal: Signal) -> None:
         """The signal is durable in the turn's journal: record it and wake the turn if it
@@ -390,6 +424,8 @@ class ParkedTurns:
             return
         turn_id = signal.turn_id
         journal = ps.journal.turns.get(turn_id)
+        if journal is None and turn_id in ps.queued_ids and turn_id not in ps.parked:
+            journal = ps.journal.turns[turn_id] = TurnJournal(turn_id)  # it starts on this
         if journal is not None:
             journal.signals[signal.signal_id] = signal.data()
         elif turn_id in ps.parked:
@@ -424,6 +460,28 @@ class ParkedTurns:
         parked = ps.parked.get(parent)
         if parked is not None and parked.ready(journal.replies, _now_ms()):
             self.resume(partition, parent)
+
+
+def _refusal_letter(
+    record: ConsumedRecord, topics: AgentTopics, worker_id: str, why: str
+) -> OutRecord:
+    """The dead letter of a refused reply or signal: the reason its sender reads."""
+    signal = is_signal(record.headers)
+    what, code = (
+        ("signal", ErrorCode.SIGNAL_REFUSED) if signal else ("reply", ErrorCode.UNSOLICITED_REPLY)
+    )
+    source = f"{topics.replies}[{record.partition}]@{record.offset}"
+    log.warning("refused the %s at %s: %s", what, source, why)
+    return dead_letter(
+        topics.dlq,
+        f"{what} refused: {why}",
+        code,
+        worker=worker_id,
+        key=record.key.encode(),
+        value=record.value,
+        headers=[(k, v.encode()) for k, v in record.headers.items()],
+        source=source,
+    )
 
 
 def _pending_names(journal: TurnJournal) -> set[str]:

@@ -101,6 +101,10 @@ class TurnScheduler:
     def running_count(self) -> int:
         return len(self._running)
 
+    @property
+    def waiting_count(self) -> int:
+        return len(self._waiting)
+
     def runtime_of(self, turn_id: str) -> TurnRuntime | None:
         """The turn's runtime if it has a task here now."""
         running = self._running.get(turn_id)

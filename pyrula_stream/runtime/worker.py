@@ -192,6 +192,16 @@ class KafkaWorker(RunsInBackground):
         return self._scheduler.running_count
 
     @property
+    def queued_turns(self) -> int:
+        """Turns read and ready to start, waiting for a slot (or for their tenant's room)."""
+        return self._scheduler.waiting_count
+
+    @property
+    def held_signals(self) -> int:
+        """Signals waiting for this worker to read their turn's request."""
+        return self._parked.held
+
+    @property
     def parked_turns(self) -> int:
         """Turns of this worker's partitions that only their journal holds now."""
         return self._parked.count
@@ -357,6 +367,7 @@ class KafkaWorker(RunsInBackground):
             committer=committer,
         )
         session.consumer.subscribe(self._on_assign_cb, self._on_revoke_cb)
+        self._parked.turns_reader = session.consumer
         committer_task = asyncio.create_task(session.committer.run(), name="committer")
         self._ready = True
         self._joined.set()
@@ -364,6 +375,8 @@ class KafkaWorker(RunsInBackground):
             await self._poll_loop(session, committer_task)
         finally:
             self._ready = False
+            self._parked.turns_reader = None
+            self._parked.turns_read()  # releases what waited on this session's reads
             await self._drain()
             committer_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, ProducerFenced):
@@ -383,6 +396,8 @@ class KafkaWorker(RunsInBackground):
                     self._on_bad_record(item)
                 else:
                     self._on_turn_record(item)
+            if self._parked.holding:
+                self._parked.turns_read()
             for value in session.control.poll():
                 self._on_control_record(value)
             for reply in session.replies.poll():
