@@ -49,11 +49,12 @@ def _worker_process(
     steps: int,
     partitions: int,
     concurrency: int,
+    latency_s: float,
     owned: Any,
     stop: Any,
 ) -> None:
     """The spawned interpreter: one worker until ``stop``; ``owned`` is its partition count."""
-    agent = tool_turn_agent(name, latency_s=0.0, partitions=partitions, steps=steps)
+    agent = tool_turn_agent(name, latency_s=latency_s, partitions=partitions, steps=steps)
 
     async def main() -> None:
         options = WorkerOptions(max_concurrent_turns=concurrency)
@@ -104,17 +105,25 @@ class _Workers:
 
 
 @contextlib.asynccontextmanager
-async def _worker_processes(
-    bootstrap: str, name: str, *, count: int, steps: int, partitions: int, concurrency: int
+async def worker_processes(
+    bootstrap: str,
+    name: str,
+    *,
+    count: int,
+    steps: int,
+    partitions: int,
+    concurrency: int,
+    latency_s: float = 0.0,
 ) -> AsyncIterator[_Workers]:
-    """``count`` spawned workers of one group, yielded once they share every partition."""
+    """``count`` spawned workers of one group (``tool_turn_agent(name, ...)``, a model of
+    ``latency_s``), yielded once they share every partition."""
     context = multiprocessing.get_context("spawn")
     stop = context.Event()
     owned = [context.Value("i", 0) for _ in range(count)]
     procs = [
         context.Process(
             target=_worker_process,
-            args=(bootstrap, name, steps, partitions, concurrency, owned[i], stop),
+            args=(bootstrap, name, steps, partitions, concurrency, latency_s, owned[i], stop),
             name=f"cpu-worker-{i}",
             daemon=True,
         )
@@ -161,7 +170,7 @@ async def measure_processes(
     reader = CompletionReader(bootstrap, agent.topics.events, partitions)
     here = os.getpid()
     try:
-        async with _worker_processes(
+        async with worker_processes(
             bootstrap,
             agent.name,
             count=processes,

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream.bench.concurrency import run_in_subprocess
+from pyrula_stream.bench.concurrency import run_concurrency
 from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, broker_pid, measure_processes, run_cpu
 from pyrula_stream.bench.fairness import run_fairness
 from pyrula_stream.bench.floor import FloorLatency, run_floor, run_floor_latency
@@ -364,10 +364,9 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
     if "concurrency" in config.phases:
         progress(
             f"concurrency: {config.in_flight} in flight x {config.in_flight_waves} waves, "
-            f"{config.in_flight_model_s:g} s model (fresh process)"
+            f"{config.in_flight_model_s:g} s model (a spawned worker)"
         )
-        results["concurrency"] = await asyncio.to_thread(
-            run_in_subprocess,
+        results["concurrency"] = await run_concurrency(
             bootstrap,
             in_flight=config.in_flight,
             model_latency_s=config.in_flight_model_s,
