@@ -14,13 +14,18 @@ from pyrula_stream.llm import AnthropicLLM, FallbackLLM, OpenAILLM
 RUNS = Path(os.environ.get("FAILOVER_RUNS", "/dev/null"))
 
 
-@tool
-async def charge(ctx: ToolContext, cents: int) -> str:
-    """Charges a card (an effect: the model's answer is durable before it runs)."""
+def _mark(cents: int) -> bool:
+    """Note one run of the tool; whether it is the first."""
     first = not RUNS.exists()
     with RUNS.open("a") as f:
         f.write(f"{cents}\n")
-    if first:
+    return first
+
+
+@tool
+async def charge(ctx: ToolContext, cents: int) -> str:
+    """Charges a card (an effect: the model's answer is durable before it runs)."""
+    if await asyncio.to_thread(_mark, cents):
         await asyncio.sleep(3600)  # the test SIGKILLs the worker here
     return "charged"
 
