@@ -9,20 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pyrula_stream import (
-    AgentContext,
-    KafkaAgentClient,
-    ToolCallRejected,
-    ToolContext,
-    WorkerOptions,
-    kafka_agent,
-    tool,
-)
+from pyrula_stream import AgentContext, KafkaAgentClient, ToolCallRejected, kafka_agent
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.testing import unique_name, wait_for
+from tests.approvals_kit import Refunds, Serve, hitl_agent
 
 ROOT = Path(__file__).parent.parent
-OPTIONS = WorkerOptions(shutdown_grace=0.2)
 
 
 async def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -38,7 +30,7 @@ async def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_signal_command_delivers_and_reports_a_refusal(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, serve: Serve
 ) -> None:
     @kafka_agent(name=unique_name("cli-signal"), llm=FakeLLM(["ok"]), partitions=1)
     async def agent(ctx: AgentContext) -> object:
@@ -46,7 +38,7 @@ async def test_signal_command_delivers_and_reports_a_refusal(
         return {"payload": signal.payload, "sender": signal.sender}
 
     bootstrap = ["--bootstrap-servers", kafka_bootstrap_servers]
-    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS) as worker:
+    async with serve(agent) as worker:
         handle = await client.submit(agent.name)
         await wait_for(lambda: worker.parked_turns == 1, 60, "the turn parked")
         sent = await cli(
@@ -62,31 +54,20 @@ async def test_signal_command_delivers_and_reports_a_refusal(
 
 
 async def test_pending_approve_reject_and_tail_show_the_question(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, serve: Serve, refunds: Refunds
 ) -> None:
-    ran: list[int] = []
+    refund = refunds.tool()
 
-    @tool(requires_approval=True)
-    async def refund(ctx: ToolContext, cents: int) -> str:
-        """Refund money."""
-        ran.append(cents)
-        return "refunded"
-
-    @kafka_agent(
-        name=unique_name("cli-approve"),
-        llm=FakeLLM(["x"]),
-        tools=[refund],
-        partitions=1,
-        human_in_the_loop=True,
-    )
-    async def agent(ctx: AgentContext, cents: int) -> str:
+    async def body(ctx: AgentContext, cents: int) -> str:
         try:
             return str(await refund(ctx, cents=cents))
         except ToolCallRejected as exc:
             return f"rejected: {exc.reason}"
 
+    agent = hitl_agent("cli-approve", body, [refund])
+
     bootstrap = ["--bootstrap-servers", kafka_bootstrap_servers]
-    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS) as worker:
+    async with serve(agent) as worker:
         first = await client.submit(agent.name, cents=1)
         second = await client.submit(agent.name, cents=2)
         await wait_for(lambda: worker.parked_turns == 2, 60, "both turns asked")
@@ -124,4 +105,4 @@ async def test_pending_approve_reject_and_tail_show_the_question(
     assert done[1][-1].data["result"] == "rejected: too much"
     answered = next(e.data for e in done[0] if e.type == "tool:result")
     assert answered["answered_by"] == "ana"
-    assert ran == [1]
+    assert refunds.ran == [1]
