@@ -71,7 +71,19 @@ async def test_pending_approve_reject_and_tail_show_the_question(
         first = await client.submit(agent.name, cents=1)
         second = await client.submit(agent.name, cents=2)
         await wait_for(lambda: worker.parked_turns == 2, 60, "both turns asked")
-        listed = await cli("pending", agent.name, *bootstrap)
+        listed, tailed = await asyncio.gather(  # two readers: run side by side
+            cli("pending", agent.name, *bootstrap),
+            cli(
+                "tail",
+                agent.name,
+                "--turn",
+                first.turn_id,
+                "--from-beginning",
+                "--timeout",
+                "3",
+                *bootstrap,
+            ),
+        )
         assert listed.returncode == 0, listed.stderr
         questions = [json.loads(line) for line in listed.stdout.splitlines()]
         assert {(q["turn_id"], q["tool_input"]["cents"]) for q in questions} == {
@@ -80,23 +92,13 @@ async def test_pending_approve_reject_and_tail_show_the_question(
         }
         key = questions[0]["key"]
         assert key == "tool_approval:refund#0"
-        tailed = await cli(
-            "tail",
-            agent.name,
-            "--turn",
-            first.turn_id,
-            "--from-beginning",
-            "--timeout",
-            "3",
-            *bootstrap,
-        )
         assert "run:interrupted" in tailed.stdout
         assert f"pyrula-stream approve|reject {agent.name} {first.turn_id} {key}" in tailed.stdout
-        ok = await cli("approve", agent.name, first.turn_id, key, "--as", "ana", *bootstrap)
-        assert ok.returncode == 0, ok.stderr
-        no = await cli(
-            "reject", agent.name, second.turn_id, key, "--reason", "too much", *bootstrap
+        ok, no = await asyncio.gather(  # answers to two different turns
+            cli("approve", agent.name, first.turn_id, key, "--as", "ana", *bootstrap),
+            cli("reject", agent.name, second.turn_id, key, "--reason", "too much", *bootstrap),
         )
+        assert ok.returncode == 0, ok.stderr
         assert no.returncode == 0, no.stderr
         done = [[e async for e in client.stream(agent.name, h.turn_id)] for h in (first, second)]
         again = await cli("approve", agent.name, first.turn_id, key, *bootstrap)
