@@ -70,6 +70,8 @@ class AnswerKiller(threading.Thread):
         self.journal, self.turns = topics.journal, topics.turns
         self.group = f"{DEFAULT_PREFIX}.{agent}.workers"
         self.kills: list[AnswerKill] = []
+        self.errors: list[str] = []
+        """Reads of the journal that failed (reported as ``answer_kill_errors``)."""
         self._targets: set[str] = set()
         self._owners: dict[int, str] = {}
         self._lock = threading.Lock()
@@ -95,7 +97,13 @@ class AnswerKiller(threading.Thread):
         self._refresher.start()
         try:
             while not self._halt.is_set():
-                for key, value, _, _, _ in self._reader.poll(0.02):
+                try:
+                    records = list(self._reader.poll(0.02))
+                except Exception as exc:  # the broker may be restarting: read on
+                    self.errors.append(repr(exc))
+                    self._halt.wait(0.5)
+                    continue
+                for key, value, _, _, _ in records:
                     turn_id, _, suffix = (key or b"").decode(errors="replace").rpartition("/")
                     if value is None or not suffix.startswith(SIGNAL):
                         continue
@@ -136,7 +144,11 @@ class AnswerKiller(threading.Thread):
 
 
 def check_answer_kills(
-    kills: list[AnswerKill], events: list[Record], gated_effects: str, f: Findings
+    kills: list[AnswerKill],
+    events: list[Record],
+    gated_effects: str,
+    f: Findings,
+    errors: list[str] | None = None,
 ) -> None:
     """``kills_after_answer``: targeted kills that came before the call went on (see the
     module docstring); ``answer_kills`` all targeted kills, ``answer_kills_owner`` those
@@ -161,6 +173,7 @@ def check_answer_kills(
         if effect.get("turn") in targets and "ts" in effect:
             mark(str(effect["turn"]), int(float(effect["ts"]) * 1000))
     f.counts["answer_kills"] = len(kills)
+    f.counts["answer_kill_errors"] = len(errors or [])
     f.counts["answer_kills_owner"] = sum(1 for k in kills if k.owner)
     f.counts["kills_after_answer"] = sum(
         1 for k in kills if k.turn_id in went_on and k.wall_ts * 1000 < went_on[k.turn_id]

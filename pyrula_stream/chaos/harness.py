@@ -352,7 +352,7 @@ class _Run:
             gated = str(self.run_dir / "gated-effects.jsonl")
             check_approvals(ids, events, journal, answers, gated, self.reviewer.errors, f)
             if self.killer is not None:
-                check_answer_kills(self.killer.kills, events, gated, f)
+                check_answer_kills(self.killer.kills, events, gated, f, self.killer.errors)
         if self.cfg.subagents:
             child = AgentTopics.for_agent(f"{self.agent}-child", DEFAULT_PREFIX)
             verify.check_subagents(
