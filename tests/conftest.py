@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 import pytest
 
-from pyrula_stream import KafkaAgentClient
+from pyrula_stream import KafkaAgent, KafkaAgentClient, KafkaWorker, WorkerOptions
+from pyrula_stream.testing import running_worker
+from tests.approvals_kit import HITL_OPTIONS, Refunds, Serve
 
 # litellm fetches its cost map from the internet when imported unless told to use the copy
 # it ships; the suite must not depend on the network (and LiteLLM's costs come from
@@ -27,6 +30,25 @@ if TYPE_CHECKING:  # the SDK is the `otel` extra: absent from the lowest-version
 async def client(kafka_bootstrap_servers: str) -> AsyncIterator[KafkaAgentClient]:
     async with KafkaAgentClient(kafka_bootstrap_servers) as c:
         yield c
+
+
+@pytest.fixture
+def refunds() -> Refunds:
+    """A fresh approval-gated ``refund`` tool (``refunds.tool()``) and the runs it made."""
+    return Refunds()
+
+
+@pytest.fixture
+def serve(kafka_bootstrap_servers: str) -> Serve:
+    """``async with serve(agent) as worker``: an in-process worker of ``agent`` on the
+    session's broker (``HITL_OPTIONS`` unless given), stopped gracefully on exit."""
+
+    def start(
+        agent: KafkaAgent, options: WorkerOptions = HITL_OPTIONS
+    ) -> AbstractAsyncContextManager[KafkaWorker]:
+        return running_worker(agent, kafka_bootstrap_servers, options)
+
+    return start
 
 
 _WATCHED = {"spans": False}

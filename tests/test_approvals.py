@@ -5,80 +5,40 @@ call raises ``ToolCallRejected``; a second answer is refused to its sender."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 
 from pyrula_stream import (
     AgentContext,
-    Event,
     KafkaAgentClient,
     SignalRefused,
     ToolCallRejected,
-    ToolContext,
-    WorkerOptions,
-    kafka_agent,
-    tool,
 )
-from pyrula_stream.llm import FakeLLM, reply_tool_call
-from pyrula_stream.testing import running_worker, unique_name, wait_for
-
-OPTIONS = WorkerOptions(shutdown_grace=0.2, max_concurrent_turns=4)
-
-
-async def _until(
-    client: KafkaAgentClient, agent: str, turn_id: str, kind: str
-) -> tuple[list[Event], Event]:
-    """The turn's events up to and including the first of type ``kind``."""
-    seen: list[Event] = []
-
-    async def read() -> Event:
-        async for event in client.stream(agent, turn_id):
-            seen.append(event)
-            if event.type == kind:
-                return event
-        raise AssertionError(f"turn ended without {kind}: {[(e.type, e.data) for e in seen]}")
-
-    found = await asyncio.wait_for(read(), 60)
-    return seen, found
+from pyrula_stream.llm import reply_tool_call
+from pyrula_stream.testing import wait_for
+from tests.approvals_kit import Refunds, Serve, all_events, hitl_agent, until
 
 
-async def _all(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
-    async def read() -> list[Event]:
-        return [e async for e in client.stream(agent, turn_id)]
+def _model_refunds(refunds: Refunds) -> Any:
+    """An agent whose model asks for a gated refund of 25,000 cents, then says done."""
+    refund = refunds.tool()
 
-    return await asyncio.wait_for(read(), 60)
-
-
-def _gated_agent(ran: list[int], **options: Any) -> Any:
-    @tool(requires_approval=True, **options)
-    async def refund(ctx: ToolContext, cents: int) -> str:
-        """Refund money."""
-        ran.append(cents)
-        return f"refunded {cents}"
-
-    @kafka_agent(
-        name=unique_name("approvals"),
-        llm=FakeLLM([reply_tool_call("refund", cents=25_000), "done"] * 4),
-        tools=[refund],
-        partitions=1,
-        human_in_the_loop=True,
-    )
     async def agent(ctx: AgentContext) -> str:
         return await ctx.llm.run([{"role": "user", "content": "refund me"}])
 
-    return agent
+    return hitl_agent(
+        "approvals", agent, [refund], [reply_tool_call("refund", cents=25_000), "done"] * 4
+    )
 
 
 async def test_approve_runs_the_tool_and_a_second_answer_is_refused(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    client: KafkaAgentClient, serve: Serve, refunds: Refunds
 ) -> None:
-    ran: list[int] = []
-    agent = _gated_agent(ran)
-    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS) as worker:
+    agent = _model_refunds(refunds)
+    async with serve(agent) as worker:
         handle = await client.submit(agent.name)
-        before, asked = await _until(client, agent.name, handle.turn_id, "run:interrupted")
+        before, asked = await until(client, agent.name, handle.turn_id, "run:interrupted")
         assert not [e for e in before if e.type == "tool:start"]
         assert asked.data["reason"] == "tool_approval"
         assert asked.data["tool_name"] == "refund"
@@ -86,7 +46,7 @@ async def test_approve_runs_the_tool_and_a_second_answer_is_refused(
         assert asked.data["tool_use_id"]
         key = asked.data["key"]
         assert key == "tool_approval:refund#0.0"
-        assert ran == []
+        assert refunds.ran == []
         await wait_for(lambda: worker.parked_turns == 1, 60, "the turn parked on its question")
         (question,) = await client.pending(agent.name)
         assert (question.turn_id, question.key, question.tool_name) == (
@@ -97,12 +57,12 @@ async def test_approve_runs_the_tool_and_a_second_answer_is_refused(
         assert question.tool_input == {"cents": 25_000}
         receipt = await client.approve(agent.name, handle.turn_id, key, sender="ana")
         assert receipt.accepted
-        events = await _all(client, agent.name, handle.turn_id)
+        events = await all_events(client, agent.name, handle.turn_id)
         with pytest.raises(SignalRefused) as second:
             await client.reject(agent.name, handle.turn_id, key)
         assert second.value.reason in ("already_answered", "ended")
         assert await client.pending(agent.name) == []
-    assert ran == [25_000]
+    assert refunds.ran == [25_000]
     types = [e.type for e in events]
     assert types.count("run:interrupted") == 1 and types.count("tool:start") == 1
     result = next(e.data for e in events if e.type == "tool:result")
@@ -114,62 +74,47 @@ async def test_approve_runs_the_tool_and_a_second_answer_is_refused(
 
 
 async def test_a_second_answer_while_the_turn_runs_on_is_refused(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    client: KafkaAgentClient, serve: Serve, refunds: Refunds
 ) -> None:
-    ran: list[int] = []
+    refund = refunds.tool()
 
-    @tool(requires_approval=True)
-    async def refund(ctx: ToolContext, cents: int) -> str:
-        """Refund money."""
-        ran.append(cents)
-        return "ok"
-
-    @kafka_agent(
-        name=unique_name("approvals"),
-        llm=FakeLLM(["done"]),
-        tools=[refund],
-        partitions=1,
-        human_in_the_loop=True,
-    )
-    async def agent(ctx: AgentContext) -> str:
+    async def body(ctx: AgentContext) -> str:
         await refund(ctx, cents=5)
         await ctx.wait_for_signal("finish")  # keeps the turn alive after the answer
         return "done"
 
-    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS):
+    agent = hitl_agent("approvals", body, [refund], ["done"])
+    async with serve(agent):
         handle = await client.submit(agent.name)
-        _, asked = await _until(client, agent.name, handle.turn_id, "run:interrupted")
+        _, asked = await until(client, agent.name, handle.turn_id, "run:interrupted")
         key = asked.data["key"]
         assert key == "tool_approval:refund#0"
         await client.approve(agent.name, handle.turn_id, key)
-        await _until(client, agent.name, handle.turn_id, "tool:result")
+        await until(client, agent.name, handle.turn_id, "tool:result")
         with pytest.raises(SignalRefused) as second:
             await client.reject(agent.name, handle.turn_id, key, reason="too late")
         assert second.value.reason == "already_answered"
         await client.signal(agent.name, handle.turn_id, "finish")
-        events = await _all(client, agent.name, handle.turn_id)
-    assert ran == [5]
+        events = await all_events(client, agent.name, handle.turn_id)
+    assert refunds.ran == [5]
     assert events[-1].type == "run:complete"
 
 
 async def test_reject_and_expire_deny_the_call_and_the_model_reads_why(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    client: KafkaAgentClient, serve: Serve, refunds: Refunds
 ) -> None:
-    ran: list[int] = []
-    rejected_agent = _gated_agent(ran)
-    expired_agent = _gated_agent(ran, approval_timeout=1.0)
-    async with (
-        running_worker(rejected_agent, kafka_bootstrap_servers, OPTIONS),
-        running_worker(expired_agent, kafka_bootstrap_servers, OPTIONS),
-    ):
+    expiring = Refunds(options={"approval_timeout": 1.0}, ran=refunds.ran)
+    rejected_agent = _model_refunds(refunds)
+    expired_agent = _model_refunds(expiring)
+    async with serve(rejected_agent), serve(expired_agent):
         handle = await client.submit(rejected_agent.name)
-        _, asked = await _until(client, rejected_agent.name, handle.turn_id, "run:interrupted")
+        _, asked = await until(client, rejected_agent.name, handle.turn_id, "run:interrupted")
         await client.reject(
             rejected_agent.name, handle.turn_id, asked.data["key"], reason="too big", sender="bo"
         )
-        rejected = await _all(client, rejected_agent.name, handle.turn_id)
+        rejected = await all_events(client, rejected_agent.name, handle.turn_id)
         expired = await client.run(expired_agent.name, timeout=60)
-    assert ran == [], "a denied call never runs"
+    assert refunds.ran == [], "a denied call never runs"
     for events, verdict in ((rejected, "rejected"), (expired, "expired")):
         types = [e.type for e in events]
         assert "tool:start" not in types, verdict
@@ -186,29 +131,18 @@ async def test_reject_and_expire_deny_the_call_and_the_model_reads_why(
 
 
 async def test_a_predicate_gates_only_the_calls_it_holds_for_and_a_direct_denial_raises(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    client: KafkaAgentClient, serve: Serve, refunds: Refunds
 ) -> None:
-    ran: list[int] = []
 
     def over_limit(args: Any) -> bool:
         if args["cents"] < 0:
             raise ValueError("negative")  # a predicate that raises asks
         return bool(args["cents"] > 10_000)
 
-    @tool(requires_approval=over_limit)
-    async def refund(ctx: ToolContext, cents: int) -> str:
-        """Refund money; large ones need a person."""
-        ran.append(cents)
-        return "refunded"
+    refunds.requires_approval = over_limit
+    refund = refunds.tool()
 
-    @kafka_agent(
-        name=unique_name("approvals"),
-        llm=FakeLLM(["x"]),
-        tools=[refund],
-        partitions=1,
-        human_in_the_loop=True,
-    )
-    async def agent(ctx: AgentContext) -> dict[str, Any]:
+    async def body(ctx: AgentContext) -> dict[str, Any]:
         small = await refund(ctx, cents=100)  # the predicate says no: runs, nothing asked
         try:
             await refund(ctx, cents=-1)
@@ -216,15 +150,16 @@ async def test_a_predicate_gates_only_the_calls_it_holds_for_and_a_direct_denial
             denied = {"tool": exc.tool_name, "reason": exc.reason, "expired": exc.expired}
         return {"small": small, "denied": denied}
 
-    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS):
+    agent = hitl_agent("approvals", body, [refund])
+    async with serve(agent):
         handle = await client.submit(agent.name)
-        before, asked = await _until(client, agent.name, handle.turn_id, "run:interrupted")
+        before, asked = await until(client, agent.name, handle.turn_id, "run:interrupted")
         assert asked.data["key"] == "tool_approval:refund#1"
         assert asked.data["tool_input"] == {"cents": -1}
         assert [e.data["input"] for e in before if e.type == "tool:start"] == [{"cents": 100}]
         await client.reject(agent.name, handle.turn_id, asked.data["key"], reason="no")
-        events = await _all(client, agent.name, handle.turn_id)
-    assert ran == [100]
+        events = await all_events(client, agent.name, handle.turn_id)
+    assert refunds.ran == [100]
     assert events[-1].data["result"] == {
         "small": "refunded",
         "denied": {"tool": "refund", "reason": "no", "expired": False},
@@ -232,78 +167,57 @@ async def test_a_predicate_gates_only_the_calls_it_holds_for_and_a_direct_denial
 
 
 async def test_interrupt_returns_the_answer_and_changed_arguments_fail_the_resume(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    client: KafkaAgentClient, serve: Serve, refunds: Refunds
 ) -> None:
     attempts: list[int] = []
 
-    @tool(requires_approval=True)
-    async def refund(ctx: ToolContext, cents: int) -> str:
-        """Refund money."""
-        return "refunded"
+    refund = refunds.tool()
 
-    @kafka_agent(
-        name=unique_name("approvals"),
-        llm=FakeLLM(["x"]),
-        tools=[refund],
-        partitions=1,
-        human_in_the_loop=True,
-    )
-    async def agent(ctx: AgentContext, which: str) -> Any:
+    async def body(ctx: AgentContext, which: str) -> Any:
         if which == "interrupt":
             return await ctx.interrupt({"ask": "ship it?"})
         attempts.append(1)
         return await refund(ctx, cents=len(attempts))  # not deterministic: 1, then 2
 
-    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS):
+    agent = hitl_agent("approvals", body, [refund])
+    async with serve(agent):
         asking = await client.submit(agent.name, which="interrupt")
-        _, asked = await _until(client, agent.name, asking.turn_id, "run:interrupted")
+        _, asked = await until(client, agent.name, asking.turn_id, "run:interrupted")
         assert asked.data["reason"] == "interrupt"
         assert asked.data["question"] == {"ask": "ship it?"}
         await client.resume(agent.name, asking.turn_id, asked.data["key"], {"ship": True})
-        answered = await _all(client, agent.name, asking.turn_id)
+        answered = await all_events(client, agent.name, asking.turn_id)
         changing = await client.submit(agent.name, which="changing")
-        _, asked = await _until(client, agent.name, changing.turn_id, "run:interrupted")
+        _, asked = await until(client, agent.name, changing.turn_id, "run:interrupted")
         await client.approve(agent.name, changing.turn_id, asked.data["key"])
-        changed = await _all(client, agent.name, changing.turn_id)
+        changed = await all_events(client, agent.name, changing.turn_id)
     assert answered[-1].data["result"] == {"ship": True}
     assert changed[-1].type == "run:error"
     assert changed[-1].data["code"] == "replay_input_changed"
 
 
 async def test_an_answer_to_a_question_not_asked_is_refused_and_approves_nothing(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    client: KafkaAgentClient, serve: Serve, refunds: Refunds
 ) -> None:
-    ran: list[int] = []
+    refund = refunds.tool()
 
-    @tool(requires_approval=True)
-    async def refund(ctx: ToolContext, cents: int) -> str:
-        """Refund money."""
-        ran.append(cents)
-        return "refunded"
-
-    @kafka_agent(
-        name=unique_name("approvals"),
-        llm=FakeLLM(["x"]),
-        tools=[refund],
-        partitions=1,
-        human_in_the_loop=True,
-    )
-    async def agent(ctx: AgentContext) -> str:
+    async def body(ctx: AgentContext) -> str:
         await ctx.wait_for_signal("start")
         try:
             return await refund(ctx, cents=7)
         except ToolCallRejected as exc:
             return f"rejected: {exc.reason}"
 
-    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS) as worker:
+    agent = hitl_agent("approvals", body, [refund])
+    async with serve(agent) as worker:
         handle = await client.submit(agent.name)
         await wait_for(lambda: worker.parked_turns == 1, 60, "the turn waits for 'start'")
         with pytest.raises(SignalRefused) as early:  # a pre-approval would run it unseen
             await client.approve(agent.name, handle.turn_id, "tool_approval:refund#0")
         assert early.value.reason == "not_asked"
         await client.signal(agent.name, handle.turn_id, "start")
-        _, asked = await _until(client, agent.name, handle.turn_id, "run:interrupted")
+        _, asked = await until(client, agent.name, handle.turn_id, "run:interrupted")
         await client.reject(agent.name, handle.turn_id, asked.data["key"], reason="later")
-        events = await _all(client, agent.name, handle.turn_id)
-    assert ran == []
+        events = await all_events(client, agent.name, handle.turn_id)
+    assert refunds.ran == []
     assert events[-1].data["result"] == "rejected: later"

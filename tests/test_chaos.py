@@ -6,6 +6,7 @@ harness with 20 turns, 2 workers and 2 kills (one right after a tool's side effe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -434,3 +435,43 @@ def test_approval_checks_count_unrun_approvals_run_rejections_and_lost_or_double
     assert f.counts["answers_lost"] == 1, f.examples
     assert f.counts["answers_doubled"] == 2, f.examples  # two answers journaled, two results
     assert f.counts["questions_unanswered"] == 0
+
+
+def _tool_start(turn: str, seq: int, ts_ms: int, offset: int) -> verify.Record:
+    data = {"call_key": "c", "tool": "gated_effect", "tool_use_id": None, "input": {}}
+    event = Event("tool:start", turn, "chaos", seq, 0, 1, data)
+    return verify.Record(
+        0,
+        offset,
+        turn,
+        serde.encode("event", event),
+        {serde.CONTENT_TYPE_HEADER: serde.content_type("event")},
+        ts_ms,
+    )
+
+
+def test_answer_kills_count_only_the_kills_before_the_gated_call_went_on(
+    tmp_path: Path,
+) -> None:
+    from pyrula_stream.chaos.answer_kills import AnswerKill, check_answer_kills
+
+    effects = str(tmp_path / "gated.jsonl")
+    (tmp_path / "gated.jsonl").write_text(
+        json.dumps({"key": "k", "turn": "ran-first", "applied": True, "ts": 1.0}) + "\n"
+    )
+    rejected = _gated_result("denied", 4, "rejected", 3)
+    events = [
+        _tool_start("early", 3, 5_000, 0),  # started after the kill at 4 s
+        _tool_start("late", 3, 3_000, 1),  # started before the kill
+        _tool_start("ran-first", 3, 9_000, 2),  # its effect (1 s) came before the kill
+        dataclasses.replace(rejected, ts_ms=8_000),  # denied after the kill
+    ]
+    kills = [
+        AnswerKill(turn, "chaos-1", owner=turn != "denied", wall_ts=4.0)
+        for turn in ("early", "late", "ran-first", "denied", "never-went-on")
+    ]
+    f = verify.Findings()
+    check_answer_kills(kills, events, effects, f)
+    assert f.counts["answer_kills"] == 5
+    assert f.counts["answer_kills_owner"] == 4
+    assert f.counts["kills_after_answer"] == 2  # early and denied

@@ -9,20 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pyrula_stream import (
-    AgentContext,
-    KafkaAgentClient,
-    ToolCallRejected,
-    ToolContext,
-    WorkerOptions,
-    kafka_agent,
-    tool,
-)
+from pyrula_stream import AgentContext, KafkaAgentClient, ToolCallRejected, kafka_agent
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.testing import unique_name, wait_for
+from tests.approvals_kit import Refunds, Serve, hitl_agent
 
 ROOT = Path(__file__).parent.parent
-OPTIONS = WorkerOptions(shutdown_grace=0.2)
 
 
 async def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -38,7 +30,7 @@ async def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_signal_command_delivers_and_reports_a_refusal(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, serve: Serve
 ) -> None:
     @kafka_agent(name=unique_name("cli-signal"), llm=FakeLLM(["ok"]), partitions=1)
     async def agent(ctx: AgentContext) -> object:
@@ -46,7 +38,7 @@ async def test_signal_command_delivers_and_reports_a_refusal(
         return {"payload": signal.payload, "sender": signal.sender}
 
     bootstrap = ["--bootstrap-servers", kafka_bootstrap_servers]
-    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS) as worker:
+    async with serve(agent) as worker:
         handle = await client.submit(agent.name)
         await wait_for(lambda: worker.parked_turns == 1, 60, "the turn parked")
         sent = await cli(
@@ -62,35 +54,36 @@ async def test_signal_command_delivers_and_reports_a_refusal(
 
 
 async def test_pending_approve_reject_and_tail_show_the_question(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, serve: Serve, refunds: Refunds
 ) -> None:
-    ran: list[int] = []
+    refund = refunds.tool()
 
-    @tool(requires_approval=True)
-    async def refund(ctx: ToolContext, cents: int) -> str:
-        """Refund money."""
-        ran.append(cents)
-        return "refunded"
-
-    @kafka_agent(
-        name=unique_name("cli-approve"),
-        llm=FakeLLM(["x"]),
-        tools=[refund],
-        partitions=1,
-        human_in_the_loop=True,
-    )
-    async def agent(ctx: AgentContext, cents: int) -> str:
+    async def body(ctx: AgentContext, cents: int) -> str:
         try:
             return str(await refund(ctx, cents=cents))
         except ToolCallRejected as exc:
             return f"rejected: {exc.reason}"
 
+    agent = hitl_agent("cli-approve", body, [refund])
+
     bootstrap = ["--bootstrap-servers", kafka_bootstrap_servers]
-    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS) as worker:
+    async with serve(agent) as worker:
         first = await client.submit(agent.name, cents=1)
         second = await client.submit(agent.name, cents=2)
         await wait_for(lambda: worker.parked_turns == 2, 60, "both turns asked")
-        listed = await cli("pending", agent.name, *bootstrap)
+        listed, tailed = await asyncio.gather(  # two readers: run side by side
+            cli("pending", agent.name, *bootstrap),
+            cli(
+                "tail",
+                agent.name,
+                "--turn",
+                first.turn_id,
+                "--from-beginning",
+                "--timeout",
+                "3",
+                *bootstrap,
+            ),
+        )
         assert listed.returncode == 0, listed.stderr
         questions = [json.loads(line) for line in listed.stdout.splitlines()]
         assert {(q["turn_id"], q["tool_input"]["cents"]) for q in questions} == {
@@ -99,23 +92,13 @@ async def test_pending_approve_reject_and_tail_show_the_question(
         }
         key = questions[0]["key"]
         assert key == "tool_approval:refund#0"
-        tailed = await cli(
-            "tail",
-            agent.name,
-            "--turn",
-            first.turn_id,
-            "--from-beginning",
-            "--timeout",
-            "3",
-            *bootstrap,
-        )
         assert "run:interrupted" in tailed.stdout
         assert f"pyrula-stream approve|reject {agent.name} {first.turn_id} {key}" in tailed.stdout
-        ok = await cli("approve", agent.name, first.turn_id, key, "--as", "ana", *bootstrap)
-        assert ok.returncode == 0, ok.stderr
-        no = await cli(
-            "reject", agent.name, second.turn_id, key, "--reason", "too much", *bootstrap
+        ok, no = await asyncio.gather(  # answers to two different turns
+            cli("approve", agent.name, first.turn_id, key, "--as", "ana", *bootstrap),
+            cli("reject", agent.name, second.turn_id, key, "--reason", "too much", *bootstrap),
         )
+        assert ok.returncode == 0, ok.stderr
         assert no.returncode == 0, no.stderr
         done = [[e async for e in client.stream(agent.name, h.turn_id)] for h in (first, second)]
         again = await cli("approve", agent.name, first.turn_id, key, *bootstrap)
@@ -124,4 +107,4 @@ async def test_pending_approve_reject_and_tail_show_the_question(
     assert done[1][-1].data["result"] == "rejected: too much"
     answered = next(e.data for e in done[0] if e.type == "tool:result")
     assert answered["answered_by"] == "ana"
-    assert ran == [1]
+    assert refunds.ran == [1]

@@ -55,7 +55,7 @@ async def test_a_wait_times_out_and_a_signal_is_taken_after_the_worker_was_kille
         await wait_for(parked, 60, "both turns parked on their waits")
         first.kill()
     # No worker runs: the signal waits on its topic, undecided.
-    sent = await client.signal(agent, signalled.turn_id, "go", "now", wait=1.0)
+    sent = await client.signal(agent, signalled.turn_id, "go", "now", wait=0.5)
     assert not sent.accepted
     with worker(tmp_path, kafka_bootstrap_servers, agent, "waiting-2"):
         timed_events = await stream(client, agent, timed.turn_id)

@@ -111,8 +111,10 @@ async def test_a_timeout_raises_wait_timeout_and_uncaught_ends_the_turn(
         return "signalled"
 
     async with running_worker(agent, kafka_bootstrap_servers, OPTIONS):
-        caught = await client.run(agent.name, catch=True, timeout=60)
-        uncaught = await client.run(agent.name, catch=False, timeout=60)
+        caught, uncaught = await asyncio.gather(  # independent turns: wait out both at once
+            client.run(agent.name, catch=True, timeout=60),
+            client.run(agent.name, catch=False, timeout=60),
+        )
     assert caught[-1].type == "run:complete" and caught[-1].data["result"] == "caught"
     assert uncaught[-1].type == "run:error"
     assert uncaught[-1].data["code"] == "wait_timeout"

@@ -23,9 +23,10 @@ from pyrula_stream.testing import running_worker, unique_name, wait_for
 QUICK_STOP = WorkerOptions(shutdown_grace=0.5)
 
 
-async def fresh_minute(room_s: float = 20.0) -> None:
+async def fresh_minute(room_s: float = 10.0) -> None:
     """Set-up, not an assertion: start where at least ``room_s`` of the current quota
-    minute is left, so the steps of a test fall in one window."""
+    minute is left, so the steps of a test fall in one window. Ten seconds hold a few
+    turns on a busy machine; more room only makes a deferred turn wait longer."""
     left = MINUTE_MS / 1000 - (time.time() % 60)
     if left < room_s:
         await asyncio.sleep(left + 0.2)
@@ -53,7 +54,7 @@ async def test_on_quota_fail_ends_the_turn_over_the_turn_rate(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
     agent = tenanted("qfail", TenantLimits(turns_per_minute=2), on_quota="fail")
-    await fresh_minute()
+    await fresh_minute(15)  # four turns
     async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
         runs = [
             await client.run(agent.name, metadata={"tenant": "acme"}, timeout=60) for _ in range(3)

@@ -34,6 +34,7 @@ HEADLINE = (
     "turns",
     "workers",
     "kills",
+    "kills_after_answer",
     "broker_restarts",
     "broker_kills",
     "leader_changes_seen",
@@ -92,6 +93,16 @@ EXPLAIN = {
 }
 
 
+def answer_kills(c: dict[str, object]) -> str:
+    """The ``--approvals`` part of the kills line: targeted kills and where they landed."""
+    if "answer_kills" not in c:
+        return ""
+    return (
+        f", {c['answer_kills']} right after an answer's commit ({c['answer_kills_owner']} "
+        f"on the turn's owner, {c['kills_after_answer']} before the gated call went on)"
+    )
+
+
 def summary(result: ChaosResult) -> str:
     c = result.counts
     lines = ["", "== chaos summary =="]
@@ -99,7 +110,8 @@ def summary(result: ChaosResult) -> str:
     lines.append(
         f"{c['turns']} turns, {c['workers']} workers, {c['kills']} kills "
         f"({c['kills_after_effect']} right after a side effect"
-        f"{f', {after_reply} right after a sub-agent reply' if after_reply else ''}), "
+        f"{f', {after_reply} right after a sub-agent reply' if after_reply else ''}"
+        f"{answer_kills(c)}), "
         f"{c.get('broker_restarts', 0)} broker restarts, {c['seconds']}s"
     )
     lines.append(

@@ -4,7 +4,9 @@ The chaos agent (``human_in_the_loop=True`` under ``PYRULA_CHAOS_APPROVALS=1``) 
 ``gated_effect`` from its body after the tool loop; the call parks the turn until the
 reviewer answers. The reviewer (a thread of the harness with its own
 ``KafkaAgentClient``) lists the open questions, picks approve or reject at random and
-answers each once, after a random delay, while the monkey SIGKILLs workers. Afterwards:
+answers each once, after a random delay, while the monkey SIGKILLs workers; for a share
+of the answers the worker that owns the turn is SIGKILLed the moment the answer commits
+(``answer_kills.py``). Afterwards:
 
 - ``approved_not_run``: approved calls whose tool never took effect;
 - ``rejected_ran``: rejected (or expired) calls whose tool took effect;
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pyrula_stream.chaos.answer_kills import TARGET_SHARE, AnswerKiller
 from pyrula_stream.chaos.effects import read_effects
 from pyrula_stream.chaos.verify import Findings, Record
 from pyrula_stream.client import KafkaAgentClient
@@ -48,10 +51,12 @@ class Reviewer(threading.Thread):
         say: Callable[[str], None],
         *,
         max_delay_s: float = 2.0,
+        killer: AnswerKiller | None = None,
     ) -> None:
         super().__init__(name="chaos-reviewer", daemon=True)
         self.bootstrap, self.agent, self.log_path = bootstrap, agent, log_path
         self.rng, self.say, self.max_delay_s = rng, say, max_delay_s
+        self.killer = killer
         self.seen: set[tuple[str, str]] = set()
         self.errors: list[str] = []
         self._halt = threading.Event()
@@ -87,6 +92,8 @@ class Reviewer(threading.Thread):
                     self.seen.add((q.turn_id, q.key))
                     answer = "approve" if self.rng.random() < 0.5 else "reject"
                     delay = self.rng.uniform(0, self.max_delay_s)
+                    if self.killer is not None and self.rng.random() < TARGET_SHARE:
+                        self.killer.target(q.turn_id)
                     task = asyncio.create_task(
                         self._answer(client, q.turn_id, q.key, answer, delay)
                     )
@@ -110,6 +117,8 @@ class Reviewer(threading.Thread):
             line["refused"] = exc.reason
         except Exception as exc:  # not sent: the check counts it as lost
             line["error"] = repr(exc)
+        if self.killer is not None and not line.get("accepted"):
+            self.killer.untarget(turn_id)
         self._log(line)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos import hostile, hostile_check, verify
+from pyrula_stream.chaos.answer_kills import AnswerKiller, check_answer_kills
 from pyrula_stream.chaos.approvals import APPROVAL_KEYS, Reviewer, check_approvals, read_answers
 from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, run_broker
 from pyrula_stream.chaos.cluster import ClusterKiller, cluster_counts
@@ -192,6 +193,7 @@ class _Run:
         self.say = cfg.log
         self.hostile: HostileSender | None = None
         self.reviewer: Reviewer | None = None
+        self.killer: AnswerKiller | None = None
         self.control_skips: dict[str, int] = {}
         """Each worker's count of skipped control records once the hostile ones settled."""
 
@@ -349,6 +351,8 @@ class _Run:
             answers = read_answers(self.run_dir / "answers.jsonl")
             gated = str(self.run_dir / "gated-effects.jsonl")
             check_approvals(ids, events, journal, answers, gated, self.reviewer.errors, f)
+            if self.killer is not None:
+                check_answer_kills(self.killer.kills, events, gated, f, self.killer.errors)
         if self.cfg.subagents:
             child = AgentTopics.for_agent(f"{self.agent}-child", DEFAULT_PREFIX)
             verify.check_subagents(
@@ -446,11 +450,6 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             monitor = EventMonitor(bootstrap, run.topics.events, cfg.partitions)
             monitor.start()
             mon = monitor
-            if cfg.approvals:
-                run.reviewer = Reviewer(
-                    bootstrap, agent, run_dir / "answers.jsonl", random.Random(f"{seed}-r"), say
-                )
-                run.reviewer.start()
             if cfg.hostile:
                 run.hostile = HostileSender(
                     bootstrap,
@@ -474,6 +473,17 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 if cfg.subagents
                 else None,
             )
+            if cfg.approvals:
+                run.killer = AnswerKiller(
+                    bootstrap, agent, cfg.partitions, monkey, random.Random(f"{seed}-k"),
+                    lambda: run.finished(mon),
+                )  # fmt: skip
+                run.killer.start()
+                run.reviewer = Reviewer(
+                    bootstrap, agent, run_dir / "answers.jsonl", random.Random(f"{seed}-r"), say,
+                    killer=run.killer,
+                )  # fmt: skip
+                run.reviewer.start()
             if isinstance(own, LocalCluster):
                 window = max(cfg.turns / cfg.rate, 2.0)
                 planned = cfg.broker_kills
@@ -509,6 +519,8 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 cleanup.append(monkey.stop)
             if run.reviewer is not None:
                 cleanup.append(run.reviewer.stop)
+            if run.killer is not None:
+                cleanup.append(run.killer.stop)
             cleanup += [w.kill for w in workers]
             cleanup.append(lambda: server.stop(5))
             if monitor is not None:

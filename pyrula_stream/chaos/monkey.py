@@ -5,6 +5,8 @@ Kinds of kill:
 - ``after_effect``: watch the effects file and SIGKILL the worker that just applied a side
   effect, within about a millisecond: it dies between the tool's effect and the commit of
   the tool's journal entry, so the next owner runs the tool again (and must dedupe);
+- ``after_answer`` (``--approvals``, made by ``answer_kills.AnswerKiller`` through
+  ``kill_and_restart``): the owner of a turn's partition as soon as its answer commits;
 - ``random``: a random live worker at a random moment (mid model call, mid commit, mid
   restore, ...);
 - ``after_reply`` (``--subagents``): follow the parent agent's replies topic
@@ -114,7 +116,7 @@ class Monkey(threading.Thread):
                 return
             if victim is None:
                 victim = self.rng.choice([w for w in self.workers if w.alive()] or self.workers)
-            self._kill_and_restart(victim, kind, detail)
+            self.kill_and_restart(victim, kind, detail)
 
     def _wait_for_effect(self, timeout_s: float) -> tuple[Worker | None, str]:
         """Tail the effects file; return the live worker that applies the next effect."""
@@ -172,7 +174,7 @@ class Monkey(threading.Thread):
                 w.start()
         self.log(f"  t={at:6.1f}s SIGKILL {', '.join(pids)} ({kind}: {detail}); restarted")
 
-    def _kill_and_restart(self, worker: Worker, kind: str, detail: str) -> None:
+    def kill_and_restart(self, worker: Worker, kind: str, detail: str) -> None:
         with self.lock:
             pid = worker.pid or -1
             if worker.proc is not None and not worker.alive():

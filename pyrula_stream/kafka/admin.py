@@ -202,6 +202,31 @@ def group_member_count(
     return len(description.members)
 
 
+def group_assignment(
+    bootstrap_servers: str,
+    group_id: str,
+    topic: str,
+    timeout_s: float = 5.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> dict[int, str] | None:
+    """Which member (by its ``client.id``) holds each assigned partition of ``topic`` now
+    (a partition mid-rebalance is absent); ``None`` when the cluster did not answer."""
+    admin = admin_client(bootstrap_servers, kafka_config)  # alive until its future resolves
+    futures = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)
+    try:
+        description = futures[group_id].result(timeout=timeout_s + 1)
+    except (TimeoutError, KafkaException):
+        return None
+    owners: dict[int, str] = {}
+    for member in description.members:
+        assignment = member.assignment.topic_partitions if member.assignment else []
+        for tp in assignment:
+            if tp.topic == topic:
+                owners[tp.partition] = str(member.client_id)
+    return owners
+
+
 def apply_topics(
     bootstrap_servers: str,
     specs: list[TopicSpec],
