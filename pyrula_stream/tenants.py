@@ -36,7 +36,8 @@ OnQuota = Literal["defer", "fail"]
 class TenantLimits:
     """What one tenant may use; ``None`` leaves a dimension uncapped.
 
-    ``max_concurrent_turns`` caps the tenant's turns running at once on one worker;
+    ``max_concurrent_turns`` caps the tenant's turns of this agent holding a task on one
+    worker (parked turns hold none), so a group of W workers runs at most W times it;
     ``turns_per_minute``, ``tokens_per_minute`` and ``cost_per_day_usd`` are windowed
     usage shared by the worker group (see docs/tenants.md for the over-quota bound).
     """
