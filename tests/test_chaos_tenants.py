@@ -58,9 +58,7 @@ def test_usage_within_the_bound_passes_and_one_past_it_is_an_overshoot() -> None
     assert any("tokens_per_minute" in e for e in f.examples["quota_overshoot"])
 
 
-def test_a_record_read_twice_counts_once_and_a_smaller_worker_slot_count_tightens_the_bound() -> (
-    None
-):
+def test_a_record_read_twice_counts_once_and_fewer_worker_slots_tighten_the_bound() -> None:
     turns_cap = LIMITS["t0"].turns_per_minute
     assert turns_cap is not None
     exact = starts("t0", turns_cap + turns_bound(WORKERS, 1))
