@@ -250,6 +250,8 @@ class AgentCalls:
             # The child's worker continues this turn's trace from the headers.
             traceparent=trace.get("traceparent"),
             tracestate=trace.get("tracestate"),
+            # The child runs as this turn's tenant (an agent without tenants passes it on).
+            tenant=turn.request.tenant or (parent.tenant if parent else None),
         )
 
     async def take(self, child: tuple[str, str], *, step: int | None = None) -> Reply:

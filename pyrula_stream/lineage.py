@@ -3,8 +3,9 @@
 A child turn request names its root turn, its parent (agent, prefix, turn, and the
 partition of the parent's turns topic, which is where the reply goes), its depth, the
 tightest depth limit above it, the budget its parent has left, and the W3C trace context
-(``traceparent``, ``tracestate``) when the parent had one. Readers in any language follow
-a tree from these headers.
+(``traceparent``, ``tracestate``) when the parent had one, and the tenant the parent ran
+as (``pyrula-tenant``: a sub-agent's turn is its parent's tenant's, ``tenants.py``).
+Readers in any language follow a tree from these headers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _FIELDS = {
     "cost_left_usd": "pyrula-budget-cost-left-usd",
     "traceparent": "traceparent",
     "tracestate": "tracestate",
+    "tenant": "pyrula-tenant",
 }
 _REQUIRED = frozenset(
     (
@@ -59,6 +61,8 @@ class Lineage:
     cost_left_usd: float | None = None
     traceparent: str | None = None
     tracestate: str | None = None
+    tenant: str | None = None
+    """The tenant of the call tree (the parent's), which a child inherits."""
 
     @property
     def replies_topic(self) -> str:
@@ -103,6 +107,7 @@ class Lineage:
                 cost_left_usd=float(raw["cost_left_usd"]) if raw["cost_left_usd"] else None,
                 traceparent=raw["traceparent"] or None,
                 tracestate=raw["tracestate"] or None,
+                tenant=raw["tenant"] or None,
             )
         except (TypeError, ValueError) as exc:
             raise MalformedRecordError(

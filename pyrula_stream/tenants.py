@@ -36,7 +36,8 @@ OnQuota = Literal["defer", "fail"]
 class TenantLimits:
     """What one tenant may use; ``None`` leaves a dimension uncapped.
 
-    ``max_concurrent_turns`` caps the tenant's turns running at once on one worker;
+    ``max_concurrent_turns`` caps the tenant's turns of this agent holding a task on one
+    worker (parked turns hold none), so a group of W workers runs at most W times it;
     ``turns_per_minute``, ``tokens_per_minute`` and ``cost_per_day_usd`` are windowed
     usage shared by the worker group (see docs/tenants.md for the over-quota bound).
     """
@@ -105,32 +106,40 @@ class Tenancy:
 
     def tenant_of(self, request: TurnRequest, headers: Mapping[str, str]) -> str:
         """The request's tenant by the agent's source; ``DEFAULT_TENANT`` when it names
-        none. A function that raises is a bug of the user's: its turn goes to the default
-        tenant rather than being lost."""
+        none (a sub-agent's turn then takes its parent's, ``resolve``)."""
+        return self._named(request, headers) or DEFAULT_TENANT
+
+    def _named(self, request: TurnRequest, headers: Mapping[str, str]) -> str | None:
+        """The tenant the source names, if any. A function that raises is a bug of the
+        user's: its turn goes to the default tenant rather than being lost. The key of a
+        sub-agent's request is its own turn id, which names no tenant."""
         source = self.source
         found: str | None
         if source is None:
-            return DEFAULT_TENANT
+            return None
         if callable(source):
             try:
                 found = source(request)
             except Exception:
                 found = None
         elif source == "key":
-            found = request.record_key or request.key
+            found = None if request.lineage is not None else request.record_key or request.key
         else:
             found = headers.get(source[len(HEADER_SOURCE) :])
         if not found:
-            return DEFAULT_TENANT
+            return None
         return str(found)[:MAX_TENANT_CHARS]
 
     def resolve(self, request: TurnRequest, headers: Mapping[str, str]) -> TurnRequest:
         """The request with its tenant set (a request that has one keeps it: a parked
-        turn resumes as the tenant it was read as). Admission counts a turn without a
-        tenant as ``DEFAULT_TENANT``'s."""
+        turn resumes as the tenant it was read as). A sub-agent's turn is its parent's
+        tenant's (``Lineage.tenant``) unless this agent's source names one of its own.
+        Admission counts a turn without a tenant as ``DEFAULT_TENANT``'s."""
         if request.tenant is not None or self.source is None:
             return request  # without a source nothing about tenants goes on the wire
-        return replace(request, tenant=self.tenant_of(request, headers))
+        inherited = request.lineage.tenant if request.lineage is not None else None
+        tenant = self._named(request, headers) or inherited or DEFAULT_TENANT
+        return replace(request, tenant=tenant)
 
 
 @dataclass(frozen=True, slots=True)

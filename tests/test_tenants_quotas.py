@@ -96,7 +96,7 @@ async def test_a_turn_over_the_turn_rate_is_deferred_then_resumes(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
     agent = tenanted("qdefer", TenantLimits(turns_per_minute=1))
-    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP) as worker:
         await fresh_minute()
         first = await client.run(agent.name, metadata={"tenant": "acme"}, timeout=60)
         handle = await client.submit(agent.name, metadata={"tenant": "acme"})
@@ -104,7 +104,21 @@ async def test_a_turn_over_the_turn_rate_is_deferred_then_resumes(
         deferred = await anext(stream)
         status = await client.status(agent.name, handle.turn_id)
         rest = [e async for e in stream]
+        sample = worker.metrics.registry.get_sample_value
+        tenant = {"agent": agent.name, "tenant": "acme"}
+        completed = {**tenant, "outcome": "completed"}
+        # Counted once the worker sees its terminal commit, which a reader may see first.
+        await wait_for(
+            lambda: sample("pyrula_tenant_turns_total", completed) == 2, 30, "both counted"
+        )
+        metrics = (
+            sample("pyrula_tenant_deferred_total", {**tenant, "reason": "turns_per_minute"}),
+            sample("pyrula_tenant_turns_total", completed),
+            sample("pyrula_tenant_model_tokens_total", tenant),
+        )
     assert first[-1].type == "run:complete"
+    assert metrics[:2] == (1, 2), "one deferral, two completed turns"
+    assert metrics[2] is not None and metrics[2] > 0
     assert deferred.type == "run:deferred"
     assert deferred.data["reason"] == "turns_per_minute"
     assert deferred.data["tenant"] == "acme"

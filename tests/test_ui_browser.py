@@ -297,16 +297,22 @@ async def events_of(client: KafkaAgentClient, agent: str, turn_id: str) -> list[
     return [e async for e in client.stream(agent, turn_id)]
 
 
-async def test_ui_links_sub_agent_calls_both_ways_and_filters_by_agent_and_thread(
+async def test_ui_links_sub_agent_calls_both_ways_and_filters_by_agent_thread_and_tenant(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
 ) -> None:
-    @kafka_agent(name=unique_name("refunds"), llm=FakeLLM(["ok"]), partitions=1)
+    # The children take their parent's tenant ("key" names none for a sub-agent).
+    @kafka_agent(name=unique_name("refunds"), llm=FakeLLM(["ok"]), partitions=1, tenant="key")
     async def refunds(ctx: AgentContext, order_id: str, cents: int) -> dict[str, Any]:
         if cents > 10_000:
             raise ValueError(f"a refund of {cents} needs a person")
         return {"order_id": order_id, "refunded": cents}
 
-    @kafka_agent(name=unique_name("triage"), llm=FakeLLM(["ok"]), partitions=1)
+    @kafka_agent(
+        name=unique_name("triage"),
+        llm=FakeLLM(["ok"]),
+        partitions=1,
+        tenant=lambda request: request.metadata.get("tenant"),
+    )
     async def triage(ctx: AgentContext, order_id: str) -> str:
         # Two calls in a row: the parent parks twice, so its reply steps are attempts 2 and 3.
         small = await ctx.call_agent(refunds, order_id=order_id, cents=500)
@@ -322,7 +328,13 @@ async def test_ui_links_sub_agent_calls_both_ways_and_filters_by_agent_and_threa
         running_worker(triage, kafka_bootstrap_servers),
         running_ui(feed, UIOptions(port=0)) as url,
     ):
-        events = await client.run(triage.name, order_id="7", thread_id="customer-42", timeout=120)
+        events = await client.run(
+            triage.name,
+            order_id="7",
+            thread_id="customer-42",
+            metadata={"tenant": "acme"},
+            timeout=120,
+        )
         assert events[-1].data["result"] == "refunded 500, escalated: agent_error"
         parent = events[0].turn_id
         children = [e.data["child_turn_id"] for e in events if e.type == "subagent:start"]
@@ -359,6 +371,20 @@ async def test_ui_links_sub_agent_calls_both_ways_and_filters_by_agent_and_threa
         await page.get_by_label("thread").fill("customer-42")
         await expect(rows).to_have_count(1)
         await expect(rows).to_have_attribute("data-turn-id", parent)
+
+        # Another tenant's turn (and its two children); then filter by tenant.
+        other = await client.run(triage.name, order_id="8", metadata={"tenant": "globex"})
+        assert other[-1].type == "run:complete"
+        await page.get_by_label("thread").fill("")
+        await expect(rows).to_have_count(6, timeout=WAIT_MS)
+        await page.get_by_label("tenant").select_option("acme")
+        await expect(rows).to_have_count(3)
+        for turn in (parent, *children):
+            await expect(page.locator(f'[data-turn-id="{turn}"]')).to_have_count(1)
+        await expect(rows.get_by_test_id("tenant")).to_have_text(["acme"] * 3)
+        await page.get_by_label("tenant").select_option("globex")
+        await expect(rows).to_have_count(3)
+        await expect(page.locator(f'[data-turn-id="{other[0].turn_id}"]')).to_have_count(1)
 
 
 async def test_ui_marks_a_crash_opens_an_evicted_turn_by_id_and_stays_bounded(

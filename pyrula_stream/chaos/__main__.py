@@ -6,7 +6,8 @@ Exit code 0 when ``lost``, ``duplicate_terminal``, ``duplicate_events``,
 ``repeated_llm_after_journal`` and ``duplicate_effects`` are all 0 (with ``--hostile``
 also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken`` and
 ``hostile_dlq_doubled``; with ``--approvals`` also ``approved_not_run``, ``rejected_ran``,
-``answers_lost`` and ``answers_doubled``), else 1.
+``answers_lost`` and ``answers_doubled``; with ``--tenants`` also ``quota_overshoot``, and
+at least one deferral), else 1.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pyrula_stream.chaos.harness import (
     run_chaos,
 )
 from pyrula_stream.chaos.hostile_check import HOSTILE_KEYS
+from pyrula_stream.chaos.tenants import DEFAULT_TIMEOUT_S, DEFAULT_TURNS, TENANT_KEYS
 from pyrula_stream.chaos.verify import SUBAGENT_KEYS
 from pyrula_stream.errors import PyrulaError
 
@@ -90,6 +92,9 @@ EXPLAIN = {
     "answers_lost": "answers sent that no gated tool:result reflects (--approvals)",
     "answers_doubled": "questions answered (or their result published) twice (--approvals)",
     "questions_unanswered": "turns whose question the reviewer never answered (--approvals)",
+    "quota_overshoot": "tenant windows whose usage passed the quota plus its documented "
+    "bound (--tenants)",
+    "tenant_quota_stops": "running turns stopped at their tenant's quota (--tenants)",
 }
 
 
@@ -130,6 +135,7 @@ def summary(result: ChaosResult) -> str:
         gated = key in GATE_KEYS or key in SUBAGENT_KEYS or key in THREAD_GATE_KEYS
         gated = gated or (key in HOSTILE_KEYS and "hostile_not_in_dlq" in c)
         gated = gated or (key in APPROVAL_KEYS and "approved_not_run" in c)
+        gated = gated or (key in TENANT_KEYS and "quota_overshoot" in c)
         mark = "FAIL" if gated and n else ("note" if n else " ok ")
         lines.append(f"[{mark}] {key:<28} {n:>5}  {text}")
         for example in result.examples.get(key, [])[:3]:
@@ -146,6 +152,13 @@ def summary(result: ChaosResult) -> str:
         lines += [f"  {n:>4} {text}" for n, text in result.worker_log[:12]]
     if c.get("run_dir"):
         lines.append(f"run files kept in {c['run_dir']}")
+    if "quota_overshoot" in c:
+        lines.append(
+            f"tenants: {c.get('deferrals')} deferrals {c.get('deferrals_by_reason')} of "
+            f"{c.get('deferred_turns')} turns, {c.get('tenant_quota_stops')} quota stops, "
+            f"{c.get('quota_windows')} windows, most past a cap {c.get('quota_most_past_cap')}, "
+            f"bounds {c.get('quota_bounds')}"
+        )
     if c.get("hostile_kinds"):
         lines.append(f"hostile records by kind: {c['hostile_kinds']}")
     failed = [k for k in GATE_KEYS if c.get(k, 1)] + [k for k in SUBAGENT_KEYS if c.get(k, 0)]
@@ -153,13 +166,18 @@ def summary(result: ChaosResult) -> str:
         failed += [k for k in HOSTILE_KEYS if c.get(k, 1)]
     if "approved_not_run" in c:
         failed += [k for k in APPROVAL_KEYS if c.get(k, 1)]
+    if "quota_overshoot" in c:
+        failed += [k for k in TENANT_KEYS if c.get(k, 1)]
+        failed += [] if c.get("deferrals") else ["deferrals (none: the quotas never bit)"]
     lines.append("PASS" if result.ok else "FAIL: " + ", ".join(failed))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pyrula_stream.chaos", description=__doc__)
-    p.add_argument("--turns", type=int, default=300)
+    p.add_argument(
+        "--turns", type=int, default=None, help=f"default 300 ({DEFAULT_TURNS} with --tenants)"
+    )
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--kills", type=int, default=8)
     p.add_argument(
@@ -199,8 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--timeout",
         type=float,
-        default=180.0,
-        help="seconds to wait for the last turns after the last submission",
+        default=None,
+        help="seconds to wait for the last turns after the last submission (default 180, "
+        f"{DEFAULT_TIMEOUT_S:.0f} with --tenants: deferred turns wait for later minutes)",
     )
     p.add_argument(
         "--fast-takeover",
@@ -233,9 +252,19 @@ def main(argv: list[str] | None = None) -> int:
         "reject at random delays); gate approved_not_run, rejected_ran, answers_lost and "
         "answers_doubled",
     )
+    p.add_argument(
+        "--tenants",
+        action="store_true",
+        help="spread the turns over three tenants with small turns_per_minute and "
+        "tokens_per_minute quotas (turns get deferred); gate quota_overshoot",
+    )
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
+    if args.turns is None:
+        args.turns = DEFAULT_TURNS if args.tenants else 300
+    if args.timeout is None:
+        args.timeout = DEFAULT_TIMEOUT_S if args.tenants else 180.0
     if args.turns < 1 or args.workers < 1 or min(args.kills, args.broker_restarts) < 0:
         p.error("--turns and --workers must be >= 1, --kills and --broker-restarts >= 0")
     if args.broker_kills and args.brokers < 3:
@@ -271,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_run_dir=args.keep,
         subagents=args.subagents,
         approvals=args.approvals,
+        tenants=args.tenants,
         hostile=(
             (args.hostile_records if args.hostile_records is not None else max(20, args.turns // 2))
             if args.hostile

@@ -12,7 +12,9 @@ it through the environment, so each run gets its own agent name (hence its own t
   ``gather_subagents``;
 - ``PYRULA_CHAOS_APPROVALS=1``: the agent opts in (``human_in_the_loop``) and each turn
   then calls ``gated_effect`` directly, which waits for the harness's reviewer and
-  records its effect in ``PYRULA_CHAOS_GATED_EFFECTS`` only when approved.
+  records its effect in ``PYRULA_CHAOS_GATED_EFFECTS`` only when approved;
+- ``PYRULA_CHAOS_TENANTS=1``: turns have tenants (``metadata["tenant"]``) held to the
+  small quotas of ``chaos/tenants.py``.
 
 The tool dedupes on ``ctx.idempotency_key`` (see ``effects.py``).
 """
@@ -35,6 +37,7 @@ from pyrula_stream.chaos.effects import (
     apply_effect_once,
 )
 from pyrula_stream.chaos.model_server import MODEL, prompt_for
+from pyrula_stream.chaos.tenants import TENANTS_ENV, tenancy_options
 from pyrula_stream.context import AgentContext
 from pyrula_stream.errors import ToolCallRejected
 from pyrula_stream.limits import AgentLimits
@@ -98,6 +101,7 @@ async def chaos_child(ctx: AgentContext, parent: str, i: int) -> dict[str, Any]:
     partitions=int(os.environ.get(PARTITIONS_ENV, "6")),
     timeout=300.0,
     human_in_the_loop=os.environ.get(APPROVALS_ENV) == "1",
+    **(tenancy_options() if os.environ.get(TENANTS_ENV) == "1" else {}),
 )
 async def chaos(ctx: AgentContext, n: int) -> dict[str, Any]:
     # history=False: the model server reads the turn from the request; the thread still

@@ -45,10 +45,18 @@ from pyrula_stream.chaos.hostile import Context, HostileSender
 from pyrula_stream.chaos.monitor import EventMonitor, replies_watch
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
 from pyrula_stream.chaos.processes import AGENT_SPEC, CHILD_SPEC, ModelServer, Worker, child_env
+from pyrula_stream.chaos.tenants import (
+    KILL_WINDOW_EXTRA_S,
+    TENANT_KEYS,
+    TENANTS_ENV,
+    check_tenants,
+    tenant_for,
+)
 from pyrula_stream.client import KafkaAgentClient
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.local_cluster import LocalCluster
+from pyrula_stream.options import WorkerOptions
 
 GATE_KEYS = (
     "lost",
@@ -98,6 +106,8 @@ class ChaosConfig:
     """How long to wait, after the last valid turn, for the hostile records' outcomes."""
     approvals: bool = False
     """``--approvals``: each turn makes one gated call that a reviewer thread answers."""
+    tenants: bool = False
+    """``--tenants``: turns spread over three tenants with small quotas (``tenants.py``)."""
 
 
 @dataclass
@@ -116,12 +126,21 @@ class ChaosResult:
             gated += hostile_check.HOSTILE_KEYS
         if "approved_not_run" in self.counts:
             gated += APPROVAL_KEYS
+        if "quota_overshoot" in self.counts:
+            gated += TENANT_KEYS
+        # A tenants run proves something only if the quotas really deferred turns.
+        tenants_ok = "quota_overshoot" not in self.counts or self.counts.get("deferrals", 0) >= 1
         subagents_ok = all(self.counts.get(k, 0) == 0 for k in verify.SUBAGENT_KEYS)
         # Broker kills prove something only if leaders and a coordinator really moved.
         cluster_ok = not self.counts.get("broker_kills") or all(
             self.counts.get(k, 0) >= 1 for k in ("leader_changes_seen", "coordinator_moves_seen")
         )
-        return subagents_ok and cluster_ok and all(self.counts.get(k, 1) == 0 for k in gated)
+        return (
+            tenants_ok
+            and subagents_ok
+            and cluster_ok
+            and all(self.counts.get(k, 1) == 0 for k in gated)
+        )
 
 
 async def submit_all(
@@ -132,9 +151,11 @@ async def submit_all(
     submitted: list[str],
     threads: dict[str, list[str]] | None = None,
     per_thread: int = 0,
+    tenants: bool = False,
 ) -> None:
     """Submit ``turns`` turns with ``KafkaAgentClient`` at ``rate`` per second; with
-    ``per_thread``, round-robin over ``turns / per_thread`` threads (in ``threads``).
+    ``per_thread``, round-robin over ``turns / per_thread`` threads (in ``threads``); with
+    ``tenants``, round-robin over the tenants of ``tenants.py``.
 
     The timeout outlasts a broker restart: a submit waits for the broker to come back.
     """
@@ -146,7 +167,8 @@ async def submit_all(
             if delay > 0:
                 await asyncio.sleep(delay)
             thread_id = f"thread-{i % count}" if count else None
-            handle = await client.submit(agent, n=i, thread_id=thread_id)
+            metadata = {"tenant": tenant_for(i)} if tenants else None
+            handle = await client.submit(agent, n=i, thread_id=thread_id, metadata=metadata)
             if thread_id is not None and threads is not None:
                 threads.setdefault(thread_id, []).append(handle.turn_id)
             submitted.append(handle.turn_id)
@@ -222,6 +244,7 @@ class _Run:
                         self.submitted,
                         self.threads,
                         cfg.turns_per_thread,
+                        cfg.tenants,
                     )
                 )
             except BaseException as exc:
@@ -353,6 +376,10 @@ class _Run:
             check_approvals(ids, events, journal, answers, gated, self.reviewer.errors, f)
             if self.killer is not None:
                 check_answer_kills(self.killer.kills, events, gated, f, self.killer.errors)
+        if self.cfg.tenants:
+            usage = read_topic(self.bootstrap, self.topics.tenant_usage)
+            slots = WorkerOptions().max_concurrent_turns  # the chaos workers' default
+            check_tenants(ids, events, usage, self.cfg.workers, slots, f)
         if self.cfg.subagents:
             child = AgentTopics.for_agent(f"{self.agent}-child", DEFAULT_PREFIX)
             verify.check_subagents(
@@ -424,6 +451,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     EFFECTS_ENV: str(run.effects),
                     SUBAGENTS_ENV: "1" if cfg.subagents else "0",
                     APPROVALS_ENV: "1" if cfg.approvals else "0",
+                    TENANTS_ENV: "1" if cfg.tenants else "0",
                     GATED_EFFECTS_ENV: str(run_dir / "gated-effects.jsonl"),
                 }
             )
@@ -458,9 +486,11 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     max(cfg.turns / cfg.rate, 2.0),
                     random.Random(f"{seed}-hostile"),
                 )
-            plan = kill_plan(
-                cfg.kills, max(cfg.turns / cfg.rate, 2.0), rng, after_reply=cfg.subagents
+            # Deferred turns start in later minutes: with tenants the kills reach them too.
+            kill_window = max(cfg.turns / cfg.rate, 2.0) + (
+                KILL_WINDOW_EXTRA_S if cfg.tenants else 0
             )
+            plan = kill_plan(cfg.kills, kill_window, rng, after_reply=cfg.subagents)
             monkey = Monkey(
                 workers,
                 plan,

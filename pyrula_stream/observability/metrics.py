@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -24,12 +24,32 @@ SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 TURN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 UNKNOWN_TOOL = "unknown"
+"""The ``tool`` label of a call to a tool the agent does not have (its name is the
+model's text, so it is not a bounded label value)."""
 MAX_TENANT_LABELS = 20
 """Tenants a worker labels by name: the first 20 it sees; later ones share ``other``, so
 a tenant id taken from outside input cannot blow up the series count."""
 OTHER_TENANT = "other"
-"""The ``tool`` label of a call to a tool the agent does not have (its name is the
-model's text, so it is not a bounded label value)."""
+
+TenantMetric = Literal["turns", "tokens", "deferred"]
+TENANT_METRICS: dict[TenantMetric, tuple[str, str, tuple[str, ...]]] = {
+    "turns": (
+        "pyrula_tenant_turns",
+        "Turns that ended, by tenant (the first 20 tenants seen, then 'other') and outcome.",
+        ("outcome",),
+    ),
+    "tokens": (
+        "pyrula_tenant_model_tokens",
+        "Tokens of live model calls counted against tenant quotas, by tenant.",
+        (),
+    ),
+    "deferred": (
+        "pyrula_tenant_deferred",
+        "Turns deferred because their tenant was over a quota, by tenant and limit.",
+        ("reason",),
+    ),
+}
+"""The per-tenant counters (name, help, labels after ``agent`` and ``tenant``)."""
 
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
 DLQ_CODE_HEADER = "pyrula.dlq.code"
@@ -121,24 +141,11 @@ class WorkerMetrics:
             ["agent", "provider", "model"],
             registry=r,
         )
-        self.tenant_turns = Counter(
-            "pyrula_tenant_turns",
-            "Turns that ended, by tenant (the first 20 tenants seen, then 'other') and outcome.",
-            ["agent", "tenant", "outcome"],
-            registry=r,
-        )
-        self.tenant_tokens = Counter(
-            "pyrula_tenant_model_tokens",
-            "Tokens of live model calls counted against tenant quotas, by tenant.",
-            ["agent", "tenant"],
-            registry=r,
-        )
-        self.tenant_deferred = Counter(
-            "pyrula_tenant_deferred",
-            "Turns deferred because their tenant was over a quota, by tenant and limit.",
-            ["agent", "tenant", "reason"],
-            registry=r,
-        )
+        self.tenant_metrics = {
+            kind: Counter(name, doc, ["agent", "tenant", *labels], registry=r)
+            for kind, (name, doc, labels) in TENANT_METRICS.items()
+        }
+        """The per-tenant series (``tenant_count``), by kind."""
         self._tenants: set[str] = set()
         self.tool_calls = Counter(
             "pyrula_tool_calls",
@@ -265,16 +272,12 @@ class WorkerMetrics:
             return tenant
         return OTHER_TENANT
 
-    def tenant_turn_ended(self, tenant: str, code: str | None) -> None:
-        outcome = "failed" if code else "completed"
-        self._child(self.tenant_turns, self.tenant_label(tenant), outcome).inc()
-
-    def tenant_used(self, tenant: str, tokens: int) -> None:
-        if tokens:
-            self._child(self.tenant_tokens, self.tenant_label(tenant)).inc(tokens)
-
-    def tenant_deferred_turn(self, tenant: str, reason: str) -> None:
-        self._child(self.tenant_deferred, self.tenant_label(tenant), reason).inc()
+    def tenant_count(self, kind: TenantMetric, tenant: str, *labels: str, amount: int = 1) -> None:
+        """Add ``amount`` to the tenant's series of ``TENANT_METRICS[kind]`` (``labels``:
+        its labels after ``tenant``), the tenant label capped by ``tenant_label``."""
+        if amount:
+            metric = self.tenant_metrics[kind]
+            self._child(metric, self.tenant_label(tenant), *labels).inc(amount)
 
     # -- steps ----------------------------------------------------------------------------
 

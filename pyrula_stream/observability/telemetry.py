@@ -40,7 +40,7 @@ from opentelemetry.trace import (
 
 from pyrula_stream.llm.base import LLMClient, ModelResponse
 from pyrula_stream.observability import logs
-from pyrula_stream.observability.metrics import WorkerMetrics
+from pyrula_stream.observability.metrics import TenantMetric, WorkerMetrics
 from pyrula_stream.observability.tracing import (
     TraceCarrier,
     context_of,
@@ -241,19 +241,21 @@ class TurnTelemetry:
         if self.metrics is not None:
             started = started_ms / 1000 if started_ms else self._attempt_started
             self.metrics.turn_ended(code, time.time() - started)
-            if self.tenant is not None:
-                self.metrics.tenant_turn_ended(self.tenant, code)
+        self._tenant_count("turns", "failed" if code else "completed")
 
     def tenant_used(self, tokens: int) -> None:
         """A live model call's tokens, counted against the tenant's quota."""
-        if self.metrics is not None and self.tenant is not None:
-            self.metrics.tenant_used(self.tenant, tokens)
+        self._tenant_count("tokens", amount=tokens)
 
     def deferred(self, reason: str) -> None:
         """The turn was deferred: its tenant reached ``reason`` (a limit's name)."""
         log.info("turn deferred: tenant %s reached %s", self.tenant, reason)
+        self._tenant_count("deferred", reason)
+
+    def _tenant_count(self, kind: TenantMetric, *labels: str, amount: int = 1) -> None:
+        """The turn's tenant's series of ``kind`` (agents with ``tenant=`` only)."""
         if self.metrics is not None and self.tenant is not None:
-            self.metrics.tenant_deferred_turn(self.tenant, reason)
+            self.metrics.tenant_count(kind, self.tenant, *labels, amount=amount)
 
     @contextmanager
     def model_call(self, llm: LLMClient) -> Iterator[ModelCallObserver]:

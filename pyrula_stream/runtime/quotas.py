@@ -209,29 +209,14 @@ class TenantQuotas:
         minute, day = self.usage(tenant, now)
         next_minute = (now // MINUTE_MS + 1) * MINUTE_MS
         next_day = (now // DAY_MS + 1) * DAY_MS
-        checks: list[tuple[str, bool, int]] = [
-            (
-                "tokens_per_minute",
-                lim.tokens_per_minute is not None and minute.tokens >= lim.tokens_per_minute,
-                next_minute,
-            ),
-            (
-                "cost_per_day_usd",
-                lim.cost_per_day_usd is not None and day.cost_usd >= lim.cost_per_day_usd,
-                next_day,
-            ),
-        ]
-        if starting:
-            checks.insert(
-                0,
-                (
-                    "turns_per_minute",
-                    lim.turns_per_minute is not None and minute.turns >= lim.turns_per_minute,
-                    next_minute,
-                ),
-            )
-        for reason, hit, resume_at in checks:
-            if hit:
+        checks = (  # a limit (a TenantLimits field), what its window used, when it ends
+            ("turns_per_minute", minute.turns, next_minute),
+            ("tokens_per_minute", minute.tokens, next_minute),
+            ("cost_per_day_usd", day.cost_usd, next_day),
+        )
+        for reason, used, resume_at in checks[0 if starting else 1 :]:
+            cap = getattr(lim, reason)
+            if cap is not None and used >= cap:
                 return Deferral(reason, tenant, resume_at)
         return None
 

@@ -44,6 +44,7 @@ class TurnView:
     ended_ms: int | None = None
     last_ms: int = 0
     thread_id: str | None = None
+    tenant: str | None = None  # agents with tenant=: every event names it
     worker: str | None = None
     parent: dict[str, str] | None = None  # a sub-agent's caller: agent and turn_id
     params: dict[str, Any] | None = None
@@ -70,6 +71,9 @@ class TurnView:
         if self.next_seq == 0 and event.seq > 0:
             self.partial = True
         self.next_seq = event.seq + 1
+        tenant = event.data.get("tenant")
+        if isinstance(tenant, str):
+            self.tenant = tenant
         if event.attempt > self.attempt:
             self._new_attempt(event)
         handler = _HANDLERS.get(event.type)
@@ -149,6 +153,7 @@ class TurnView:
             "ended_ms": self.ended_ms,
             "last_ms": self.last_ms,
             "thread_id": self.thread_id,
+            "tenant": self.tenant,
             "model_calls": self.model_calls,
             "tool_calls": self.tool_calls,
             "tokens": self.input_tokens + self.output_tokens,

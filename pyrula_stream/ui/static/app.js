@@ -9,7 +9,7 @@ const state = {
   deadLetters: new Map(), // "agent/partition/offset" -> dead letter
   turn: null, // the watched turn's detail
   watched: "", // "agent/turn_id" of the timeline on screen
-  filters: { agent: "", status: "", thread: "", q: "" },
+  filters: { agent: "", tenant: "", status: "", thread: "", q: "" },
   notice: "",
   paramsOpen: false,
   waiting: { questions: [], errors: [], loaded: false },
@@ -176,16 +176,22 @@ function renderTurns() {
   const f = state.filters;
   const rows = [...state.turns.values()]
     .filter((t) => !f.agent || t.agent === f.agent)
+    .filter((t) => !f.tenant || t.tenant === f.tenant)
     .filter((t) => !f.status || t.status === f.status)
     .filter((t) => !f.thread || (t.thread_id || "").includes(f.thread))
     .filter((t) => !f.q || t.turn_id.includes(f.q.trim()))
     .sort((a, b) => (b.started_ms || b.last_ms) - (a.started_ms || a.last_ms));
   const agents = [...new Set([...state.config.agents, ...[...state.turns.values()].map((t) => t.agent)])].sort();
+  const tenants = [...new Set([...state.turns.values()].map((t) => t.tenant).filter(Boolean))].sort();
+  if (f.tenant && !tenants.includes(f.tenant)) tenants.push(f.tenant);
   const option = (v, label, current) =>
     `<option value="${esc(v)}"${v === current ? " selected" : ""}>${esc(label)}</option>`;
   const running = [...state.turns.values()].filter((t) => t.status === "running").length;
   if (document.activeElement && document.activeElement.closest && document.activeElement.closest(".filters")) {
-    updateTurnRows(rows); // typing in a filter: keep the inputs, refresh the rows
+    // Typing in a filter: keep the inputs, refresh the rows and any new choices.
+    syncOptions("f-agent", option("", "all agents", f.agent) + agents.map((a) => option(a, a, f.agent)).join(""));
+    syncOptions("f-tenant", option("", "all tenants", f.tenant) + tenants.map((a) => option(a, a, f.tenant)).join(""));
+    updateTurnRows(rows);
     return;
   }
   view.innerHTML = `
@@ -195,13 +201,14 @@ function renderTurns() {
     </section>
     <form class="filters" onsubmit="return false">
       <select id="f-agent" aria-label="agent">${option("", "all agents", f.agent)}${agents.map((a) => option(a, a, f.agent)).join("")}</select>
+      <select id="f-tenant" aria-label="tenant">${option("", "all tenants", f.tenant)}${tenants.map((a) => option(a, a, f.tenant)).join("")}</select>
       <select id="f-status" aria-label="status">${["", "running", "completed", "failed", "cancelled"].map((s) => option(s, s || "any status", f.status)).join("")}</select>
       <input id="f-thread" placeholder="thread" value="${esc(f.thread)}" aria-label="thread">
       <input id="f-q" placeholder="search turn id (older turns load by id)" value="${esc(f.q)}" aria-label="turn id">
       <button id="f-open" type="button">Open</button>
     </form>
     <div id="turn-rows"></div>`;
-  for (const [id, key] of [["f-agent", "agent"], ["f-status", "status"], ["f-thread", "thread"], ["f-q", "q"]]) {
+  for (const [id, key] of [["f-agent", "agent"], ["f-tenant", "tenant"], ["f-status", "status"], ["f-thread", "thread"], ["f-q", "q"]]) {
     document.getElementById(id).addEventListener("input", (e) => {
       state.filters[key] = e.target.value;
       renderTurns();
@@ -210,6 +217,15 @@ function renderTurns() {
   document.getElementById("f-open").addEventListener("click", openById);
   document.getElementById("f-q").addEventListener("keydown", (e) => { if (e.key === "Enter") openById(); });
   updateTurnRows(rows);
+}
+
+function syncOptions(id, html) {
+  // Only when the choices changed: rewriting a select's options closes it.
+  const el = document.getElementById(id);
+  if (el && el.dataset.options !== html) {
+    el.innerHTML = html;
+    el.dataset.options = html;
+  }
 }
 
 function openById() {
@@ -233,9 +249,10 @@ function updateTurnRows(rows) {
     el.innerHTML = `<div class="empty">${esc(state.notice || hint)}</div>`;
     return;
   }
+  const tenantCol = [...state.turns.values()].some((t) => t.tenant); // agents with tenant=
   el.innerHTML = `
     <table class="turns">
-      <thead><tr><th>status</th><th>turn</th><th>agent</th><th>thread</th><th>attempt</th>
+      <thead><tr><th>status</th><th>turn</th><th>agent</th>${tenantCol ? "<th>tenant</th>" : ""}<th>thread</th><th>attempt</th>
         <th>started</th><th class="num">duration</th><th class="num">model calls</th>
         <th class="num">tool calls</th><th class="num">tokens</th><th class="num">cost</th></tr></thead>
       <tbody>${rows.map((t) => `
@@ -243,6 +260,7 @@ function updateTurnRows(rows) {
           <td>${badge(t.status)}${t.error_code ? ` <code class="err">${esc(t.error_code)}</code>` : ""}</td>
           <td><a class="mono" href="${turnLink(t)}">${esc(t.turn_id.slice(0, 12))}</a></td>
           <td>${esc(t.agent)}</td>
+          ${tenantCol ? `<td data-testid="tenant">${esc(t.tenant || "–")}</td>` : ""}
           <td class="mono dim">${esc(t.thread_id || "–")}</td>
           <td class="${t.attempt > 1 ? "warn" : "dim"}">${esc(t.attempt)}</td>
           <td class="dim">${clock(t.started_ms)}</td>
@@ -279,6 +297,7 @@ function renderTurn() {
     ["tokens", `${esc(t.input_tokens.toLocaleString())} in · ${esc(t.output_tokens.toLocaleString())} out`],
     ["cost", cost(t.cost_usd)],
   ];
+  if (t.tenant) facts.push(["tenant", esc(t.tenant)]);
   if (t.thread_id) facts.push(["thread", `<span class="mono">${esc(t.thread_id)}</span>`]);
   if (t.worker) facts.push(["worker", `<span class="mono">${esc(t.worker)}</span>`]);
   if (t.parent) {
