@@ -59,6 +59,10 @@ async def test_a_pinned_turn_survives_a_rolling_deploy_with_a_killed_worker(
         procs.append(old)
         handle = await client.submit(name, question="Where is order 7?")
         await wait_for(lambda: effects.exists() and "a " in effects.read_text(), 90, "tool on a")
+        # A read-only tool may start before the model's answer is committed; the turn is
+        # pinned once that commit lands (its llm:complete is read back).
+        stream = client.stream(name, handle.turn_id)
+        await asyncio.wait_for(anext(e async for e in stream if e.type == "llm:complete"), 90)
         old.kill()
 
         # New code only (version 2): the turn is left alone, not started, not committed.
