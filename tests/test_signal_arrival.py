@@ -22,15 +22,9 @@ from pyrula_stream import (
 )
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from tests.approvals_kit import all_events
 
 OPTIONS = WorkerOptions(shutdown_grace=0.2, max_concurrent_turns=1)
-
-
-async def _events(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
-    async def read() -> list[Event]:
-        return [e async for e in client.stream(agent, turn_id)]
-
-    return await asyncio.wait_for(read(), 60)
 
 
 def _waiting_agent(gate: asyncio.Event | None = None) -> Any:
@@ -62,8 +56,8 @@ async def test_a_signal_sent_before_its_worker_read_the_turn_waits_for_the_read(
         await wait_for(lambda: worker.held_signals == 1, 60, "the signal waits for the read")
         gate.set()  # the slot frees, the worker reads on and finds the turn
         assert (await sent).accepted
-        events = await _events(client, agent.name, unread.turn_id)
-        await _events(client, agent.name, blocker.turn_id)
+        events = await all_events(client, agent.name, unread.turn_id)
+        await all_events(client, agent.name, blocker.turn_id)
     assert events[-1].type == "run:complete", [(e.type, e.data) for e in events]
     assert events[-1].data["result"] == {"n": 1}
     assert read_topic(kafka_bootstrap_servers, agent.topics.dlq) == []
@@ -82,8 +76,8 @@ async def test_a_signal_for_a_turn_waiting_for_a_slot_is_kept_for_it(
         assert receipt.accepted, "the turn is read and waits for a slot: the signal is kept"
         assert worker.running_turns == 1 and worker.parked_turns == 0
         gate.set()
-        held = await _events(client, agent.name, blocker.turn_id)
-        events = await _events(client, agent.name, queued.turn_id)
+        held = await all_events(client, agent.name, blocker.turn_id)
+        events = await all_events(client, agent.name, queued.turn_id)
     assert held[-1].data["result"] == "held"
     assert events[-1].type == "run:complete" and events[-1].data["result"] == "early"
     assert [e.type for e in events].count("run:start") == 1
@@ -133,6 +127,6 @@ async def test_an_answer_after_its_question_expired_is_refused_as_expired(
             await client.approve(agent.name, handle.turn_id, key)
         assert late.value.reason == "expired"
         await client.signal(agent.name, handle.turn_id, "finish", "now")
-        events = await _events(client, agent.name, handle.turn_id)
+        events = await all_events(client, agent.name, handle.turn_id)
     assert ran == [], "an answer after the expiry approves nothing"
     assert events[-1].data["result"] == {"expired": True, "finish": "now"}

@@ -11,7 +11,6 @@ import pytest
 
 from pyrula_stream import (
     AgentContext,
-    Event,
     KafkaAgentClient,
     SignalRefused,
     WaitTimeout,
@@ -20,15 +19,9 @@ from pyrula_stream import (
 )
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from tests.approvals_kit import all_events
 
 OPTIONS = WorkerOptions(shutdown_grace=0.2, max_concurrent_turns=4)
-
-
-async def _events(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
-    async def read() -> list[Event]:
-        return [e async for e in client.stream(agent, turn_id)]
-
-    return await asyncio.wait_for(read(), 60)
 
 
 async def test_signals_before_during_and_after_the_wait_are_each_taken_once(
@@ -54,7 +47,7 @@ async def test_signals_before_during_and_after_the_wait_are_each_taken_once(
         early = await client.signal(agent.name, handle.turn_id, "early", {"n": 2})
         assert early.accepted  # kept in the journal: no wait for it yet
         await client.signal(agent.name, handle.turn_id, "ready")
-        events = await _events(client, agent.name, handle.turn_id)
+        events = await all_events(client, agent.name, handle.turn_id)
         assert events[-1].type == "run:complete", [(e.type, e.data) for e in events]
         result = events[-1].data["result"]
         assert result["first"] == {"n": 1} and result["sender"] == "ana"
@@ -91,7 +84,7 @@ async def test_two_signals_of_one_name_feed_two_waits_in_order(
         await wait_for(lambda: worker.parked_turns == 1, 60, "the turn parked")
         for n in (1, 2):
             assert (await client.signal(agent.name, handle.turn_id, "item", n)).accepted
-        events = await _events(client, agent.name, handle.turn_id)
+        events = await all_events(client, agent.name, handle.turn_id)
     assert events[-1].data["result"] == [1, 2]
 
 
