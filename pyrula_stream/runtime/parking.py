@@ -330,11 +330,8 @@ class ParkedTurns:
 
     @property
     def held(self) -> int:
+        """Signals waiting for the turns to be read (``turns_read`` releases them)."""
         return len(self._holds)
-
-    @property
-    def holding(self) -> bool:
-        return bool(self._holds)
 
     def turns_read(self) -> None:
         """The worker has handled all it polled from the turns topic: release the signals

@@ -396,7 +396,7 @@ class KafkaWorker(RunsInBackground):
                     self._on_bad_record(item)
                 else:
                     self._on_turn_record(item)
-            if self._parked.holding:
+            if self._parked.held:
                 self._parked.turns_read()
             for value in session.control.poll():
                 self._on_control_record(value)
