@@ -1,9 +1,9 @@
 """A turn on a real provider adapter (the Anthropic SDK against the local wire server),
 scraped and traced: model calls, tokens by kind and cost by provider and model, tools by
 status (an unknown tool under one bounded label), and the ``chat`` span's ``gen_ai.*``
-attributes as the OpenTelemetry GenAI conventions define them: as step events on the
-turn's ``invoke_agent`` span (the default) and as spans of their own
-(``PYRULA_TRACE_STEP_SPANS=1``)."""
+attributes as the OpenTelemetry GenAI conventions define them, in each
+``PYRULA_TRACE_STEPS`` mode: summed on the turn's ``invoke_agent`` span (the default, a
+failed step an event), an event per step on it, and a span per step."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.llm import LLMClient
-from pyrula_stream.observability.telemetry import STEP_SPANS_ENV
+from pyrula_stream.observability.telemetry import STEPS_ENV, StepMode
 from pyrula_stream.testing import running_worker, unique_name
 from tests.test_observability_metrics import scrape_until, value
 from tests.wire import fixtures
@@ -44,7 +44,7 @@ async def broken(ctx: ToolContext) -> str:
     raise RuntimeError("backend down")
 
 
-@pytest.mark.parametrize("step_spans", [False, True], ids=["step-events", "step-spans"])
+@pytest.mark.parametrize("mode", ["attributes", "events", "spans"])
 async def test_model_and_tool_metrics_and_genai_span_of_a_priced_provider(
     kafka_bootstrap_servers: str,
     client: KafkaAgentClient,
@@ -52,9 +52,9 @@ async def test_model_and_tool_metrics_and_genai_span_of_a_priced_provider(
     anthropic_llm: LLMClient,
     spans: InMemorySpanExporter,
     monkeypatch: pytest.MonkeyPatch,
-    step_spans: bool,
+    mode: StepMode,
 ) -> None:
-    monkeypatch.setenv(STEP_SPANS_ENV, "1" if step_spans else "0")
+    monkeypatch.setenv(STEPS_ENV, mode)
     anthropic_server.reply_stream(
         [
             ToolUse("toolu_1", "lookup", {"key": "k"}),
@@ -113,10 +113,13 @@ async def test_model_and_tool_metrics_and_genai_span_of_a_priced_provider(
     turn = dict(invoke.attributes or {})
     assert turn["gen_ai.usage.input_tokens"] == 11 + 100 + 40 + 13
     assert (turn["pyrula.model_calls"], turn["pyrula.tool_calls"]) == (2, 3)
-    chats, tools = _step_spans(spans, invoke) if step_spans else _step_events(invoke, agent.name)
+    if mode == "attributes":
+        _check_summed_steps(turn, invoke)
+        return
+    chats, tools = _step_spans(spans, invoke) if mode == "spans" else _step_events(invoke)
     assert len(chats) == 2
     first = chats[0]
-    if step_spans:
+    if mode == "spans":
         assert first["gen_ai.provider.name"] == "anthropic"
         assert first["gen_ai.request.model"] == first["gen_ai.response.model"] == MODEL
     else:  # the turn span names the provider and model once; equal ones are left out
@@ -136,10 +139,29 @@ async def test_model_and_tool_metrics_and_genai_span_of_a_priced_provider(
     assert all(t["gen_ai.tool.call.id"].startswith("toolu_") for t in tools.values())
 
 
+def _check_summed_steps(turn: dict[str, object], invoke: ReadableSpan) -> None:
+    """The default mode: the steps summed on the turn span, only the failed ones as events."""
+    assert turn["gen_ai.provider.name"] == "anthropic"
+    assert turn["gen_ai.request.model"] == MODEL
+    assert "gen_ai.response.model" not in turn  # equal to the request's: left out
+    assert turn["gen_ai.usage.cache_read.input_tokens"] == 100
+    assert turn["gen_ai.usage.cache_creation.input_tokens"] == 40
+    assert tuple(turn["gen_ai.response.finish_reasons"]) == ("end_turn",)  # type: ignore[arg-type]
+    assert turn["pyrula.tools"] == ("lookup", "broken", "unknown")
+    assert isinstance(turn["pyrula.model_duration_ms"], float)
+    assert isinstance(turn["pyrula.tool_duration_ms"], float)
+    assert "pyrula.replayed_steps" not in turn  # nothing replayed
+    failed = {e.name: dict(e.attributes or {}) for e in invoke.events}
+    assert set(failed) == {"execute_tool broken", "execute_tool unknown"}
+    assert failed["execute_tool broken"]["error.type"] == "tool_error"
+    assert failed["execute_tool broken"]["pyrula.tool.status"] == "error"
+    assert str(failed["execute_tool unknown"]["gen_ai.tool.call.id"]).startswith("toolu_")
+
+
 Step = dict[str, object]
 
 
-def _step_events(invoke: ReadableSpan, agent: str) -> tuple[list[Step], dict[str, Step]]:
+def _step_events(invoke: ReadableSpan) -> tuple[list[Step], dict[str, Step]]:
     """The model and tool steps as events on the turn's ``invoke_agent`` span."""
     chats = [dict(e.attributes or {}) for e in invoke.events if e.name == f"chat {MODEL}"]
     tools = {

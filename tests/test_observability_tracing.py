@@ -1,8 +1,8 @@
 """One trace from ``submit`` through two worker processes, with a SIGKILL between the model
 call and the tool: the second worker continues the same trace, replays the model call
 (marked replayed, not re-run) and runs the tool; every event carries the trace context.
-Each step is an event on the turn's ``invoke_agent`` span (a span of its own only with
-``PYRULA_TRACE_STEP_SPANS=1``, ``tests/test_observability_models.py``)."""
+The steps are summed into attributes of the turn's ``invoke_agent`` span (events or spans
+of their own with ``PYRULA_TRACE_STEPS``, ``tests/test_observability_models.py``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,11 +25,17 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent, serde
 from pyrula_stream.agent import AgentTopics
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
+from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.observability.tracing import carrier_headers
+from pyrula_stream.observability.telemetry import (
+    STEP_SPANS_ENV,
+    STEPS_ENV,
+    step_mode_from_environment,
+)
+from pyrula_stream.observability.tracing import SAMPLER_ENV, carrier_headers, default_sampler
 from pyrula_stream.records import content_type_header
 from pyrula_stream.serde import TurnRequest, decode_journal_entry
 from pyrula_stream.testing import agent_topics_ready, running_worker, unique_name, wait_for
@@ -160,33 +167,26 @@ async def test_one_trace_from_submit_through_two_workers_across_a_sigkill(
     assert (attrs["gen_ai.provider.name"], attrs["gen_ai.request.model"]) == ("fake", "fake")
     assert not [s for s in b_spans if s["name"].startswith(("chat", "execute_tool"))]
 
-    # The steps, in order, as events on B's invoke_agent span: the replayed model call,
-    # the tool, the live model call.
-    steps = invoke["events"]
-    assert [e["name"] for e in steps] == ["chat fake", "execute_tool effect", "chat fake"]
-    replayed, tool_step, live = (e["attributes"] for e in steps)
-    assert (replayed["pyrula.replayed"], live["pyrula.replayed"]) == (True, False)
-    # The replay reports what A journaled: same usage, no second call.
+    # The steps, summed on B's invoke_agent span (no step events: none failed): the
+    # replayed model call, the tool, the live model call.
+    assert invoke["events"] == []
+    assert (attrs["pyrula.model_calls"], attrs["pyrula.tool_calls"]) == (2, 1)
+    assert attrs["pyrula.replayed_steps"] == 1  # the model call A journaled
+    assert attrs["pyrula.tools"] == ["effect"]
+    assert attrs["gen_ai.response.finish_reasons"] == ["end_turn"]  # the last call's
+    assert attrs["pyrula.model_duration_ms"] >= 0
+    assert attrs["pyrula.tool_duration_ms"] >= 0
+    assert "gen_ai.usage.cache_read.input_tokens" not in attrs  # zero: left out
+    # The replay reports what A journaled: its usage counts once, with the live call's.
     [llm_step] = [
         decode_journal_entry(r.value, r.headers)
         for r in journal
         if r.key == f"{handle.turn_id}/1" and r.value is not None
     ]
     usage = llm_step.data["response"]["usage"]
-    assert replayed["gen_ai.usage.input_tokens"] == usage["input_tokens"] > 0
-    assert replayed["gen_ai.usage.output_tokens"] == usage["output_tokens"]
-    assert replayed["gen_ai.response.finish_reasons"] == ["tool_use"]
-    assert live["gen_ai.response.finish_reasons"] == ["end_turn"]
-    for step in (replayed, live):
-        assert step["pyrula.duration_ms"] >= 0
-        assert "gen_ai.usage.cache_read.input_tokens" not in step  # zero: left out
-    assert (attrs["pyrula.model_calls"], attrs["pyrula.tool_calls"]) == (2, 1)
-    assert attrs["gen_ai.usage.input_tokens"] == sum(
-        s["gen_ai.usage.input_tokens"] for s in (replayed, live)
-    )
-    assert tool_step["pyrula.replayed"] is False
-    assert tool_step["pyrula.tool.status"] == "ok"
-    assert tool_step["pyrula.call_key"]
+    assert usage["input_tokens"] > 0
+    assert attrs["gen_ai.usage.input_tokens"] > usage["input_tokens"]
+    assert attrs["gen_ai.usage.output_tokens"] > usage["output_tokens"]
     commits = [s for s in b_spans if s["name"] == "commit_transaction"]
     assert any(invoke["span_id"] in s["links"] for s in commits)
     # Worker B's metrics count its live work only: the replayed model call is not counted.
@@ -397,6 +397,7 @@ async def test_worker_exports_to_the_otlp_endpoint_in_its_environment(
             "ECHO_AGENT_NAME": name,
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_port}",
             "OTEL_SERVICE_NAME": "otlp-test-workers",
+            "OTEL_TRACES_SAMPLER": "parentbased_always_on",  # the default traces 1 in 10
         }
     )
     port = free_port()
@@ -421,5 +422,34 @@ async def test_worker_exports_to_the_otlp_endpoint_in_its_environment(
         collector.shutdown()
         collector.server_close()
     sent = b"".join(body for path, body in _Collector.received if path == "/v1/traces")
-    for expected in (b"otlp-test-workers", f"invoke_agent {name}".encode(), b"execute_tool"):
+    for expected in (b"otlp-test-workers", f"invoke_agent {name}".encode(), b"pyrula.tools"):
         assert expected in sent, worker.log_path.read_text()
+
+
+def test_step_trace_mode_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(STEPS_ENV, raising=False)
+    monkeypatch.delenv(STEP_SPANS_ENV, raising=False)
+    assert step_mode_from_environment() == "attributes"
+    monkeypatch.setenv(STEP_SPANS_ENV, "1")  # the older spelling
+    assert step_mode_from_environment() == "spans"
+    monkeypatch.setenv(STEPS_ENV, " Events ")
+    assert step_mode_from_environment() == "events"
+    monkeypatch.setenv(STEPS_ENV, "span")
+    with pytest.raises(ConfigurationError, match=r"PYRULA_TRACE_STEPS='span'.*attributes"):
+        step_mode_from_environment()
+
+
+def test_the_worker_samples_one_turn_in_ten_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.sdk.trace.sampling import Decision
+
+    monkeypatch.delenv(SAMPLER_ENV, raising=False)
+    sampler = default_sampler()
+    assert sampler is not None
+    assert sampler.get_description().startswith("ParentBased{root:TraceIdRatioBased{0.1}")
+    sampled = sum(
+        sampler.should_sample(None, trace_id, "process").decision is Decision.RECORD_AND_SAMPLE
+        for trace_id in range(1, 2**64, 2**64 // 1000)
+    )
+    assert 50 < sampled < 150  # about one in ten roots
+    monkeypatch.setenv(SAMPLER_ENV, "parentbased_always_on")
+    assert default_sampler() is None  # the SDK reads OTEL_TRACES_SAMPLER itself

@@ -270,10 +270,21 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "",
             ),
             (
-                "  throughput lost to telemetry (fraction)",
+                f"  throughput lost to telemetry (fraction; {_sampled(tel)})",
                 _fmt(tel.get("telemetry_cost_fraction"), 3),
                 "<= 0.10",
             ),
+        ]
+        if tel.get("turns_per_s_every_turn") is not None:
+            out.append(
+                (
+                    "  every turn traced: turns/s; throughput lost (fraction)",
+                    f"{_fmt(tel['turns_per_s_every_turn'])}; "
+                    f"{_fmt(tel.get('telemetry_cost_fraction_every_turn'), 3)}",
+                    "",
+                )
+            )
+        out += [
             (
                 f"{what}: overhead p50 off / on (ms)",
                 f"{_fmt(tel['overhead_p50_ms_off'])} / {_fmt(tel['overhead_p50_ms_on'])}",
@@ -281,6 +292,12 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             ),
         ]
     return out
+
+
+def _sampled(tel: dict[str, Any]) -> str:
+    """Which turns the "on" arm traced: the worker's default sampler's share."""
+    ratio = tel.get("trace_ratio")
+    return f"1 turn in {round(1 / ratio)} traced" if ratio else "as the provider samples"
 
 
 def table(results: dict[str, Any]) -> str:

@@ -219,7 +219,8 @@ TARGETS = (
         (_p("rss_kb_per_parked_turn", "le", 0.5),),
     ),
     Target(
-        "metrics and tracing on: throughput lost (`telemetry_cost_fraction`)",
+        "metrics and tracing on, the worker's default sampler: throughput lost "
+        "(`telemetry_cost_fraction`)",
         (_p("telemetry_cost_fraction", "le", 0.10),),
     ),
     Target(

@@ -1,14 +1,17 @@
 """What metrics and tracing cost: the same workload with telemetry off and on, same run.
 
 "Off" is ``WorkerOptions(telemetry=False)``: no per-turn metrics and no spans. "On"
-records every metric and exports every span through the OpenTelemetry SDK's batch
-processor (to an exporter that drops them, so the figure is our cost and the SDK's, not
-a collector's network). Throughput alternates off and on (A B A B ...) like the
-throughput phase; latency runs off then on at the same rate and model latency.
+records every metric and traces as ``pyrula-stream worker`` does when tracing is turned
+on (``OTEL_EXPORTER_OTLP_ENDPOINT``): its default sampler (``default_sampler``: one turn
+in ten without a sampled parent) and the SDK's batch processor, to an exporter that drops
+the spans, so the figure is our cost and the SDK's, not a collector's network. "Every
+turn" is the same with ``parentbased_always_on`` (every turn's spans exported).
+Throughput alternates off, on, every turn (A B C A B C ...) like the throughput phase;
+latency runs off then on at the same rate and model latency.
 ``telemetry_cost_fraction`` is ``(turns/s off - turns/s on) / turns/s off``: the share of
-throughput telemetry costs.
-``cpu_cost_fraction`` is the process CPU per turn added (steadier than turns/s on a
-machine shared with other work).
+throughput telemetry costs; ``telemetry_cost_fraction_every_turn`` the same with every
+turn traced. ``cpu_cost_fraction`` is the process CPU per turn added (steadier than
+turns/s on a machine shared with other work).
 """
 
 from __future__ import annotations
@@ -20,13 +23,44 @@ from typing import Any
 from pyrula_stream.bench.framework import run_framework
 from pyrula_stream.bench.latency import run_latency
 from pyrula_stream.bench.stats import median
+from pyrula_stream.observability.tracing import DEFAULT_TRACE_RATIO, default_sampler
+
+ARMS = ("off", "on", "every_turn")
 
 
-def install_sdk_tracing() -> bool:
+class _Samplers:
+    """The installed provider's sampler, switched between the arms of the run."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler
+
+        self.default: Sampler = default_sampler() or _env_sampler()
+        self.every_turn: Sampler = ParentBased(ALWAYS_ON)
+        self.current = self.default
+        outer = self
+
+        class Switch(Sampler):
+            def should_sample(self, *args: Any, **kwargs: Any) -> Any:
+                return outer.current.should_sample(*args, **kwargs)
+
+            def get_description(self) -> str:
+                return outer.current.get_description()
+
+        self.switch = Switch()
+
+
+def _env_sampler() -> Any:
+    """The sampler ``OTEL_TRACES_SAMPLER`` names (what a provider built without one reads)."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return TracerProvider(shutdown_on_exit=False).sampler
+
+
+def install_sdk_tracing() -> _Samplers | None:
     """A global SDK tracer provider exporting to nowhere (once per process).
 
-    Returns False when the SDK is not installed (``pip install 'pyrula-stream[otel]'``):
-    then "on" prices the metrics only.
+    Returns ``None`` when the SDK is not installed (``pip install 'pyrula-stream[otel]'``)
+    or a provider was already installed: then "on" prices what that provider does.
     """
     try:
         from opentelemetry import trace
@@ -37,17 +71,19 @@ def install_sdk_tracing() -> bool:
             SpanExportResult,
         )
     except ImportError:
-        return False
+        return None
 
     class Discard(SpanExporter):
         def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(Discard()))
-        trace.set_tracer_provider(provider)
-    return True
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        return None
+    samplers = _Samplers()
+    provider = TracerProvider(sampler=samplers.switch)
+    provider.add_span_processor(BatchSpanProcessor(Discard()))
+    trace.set_tracer_provider(provider)
+    return samplers
 
 
 async def run_telemetry_cost(
@@ -62,11 +98,14 @@ async def run_telemetry_cost(
     latency_model_s: float,
     keep_topics: bool = False,
 ) -> dict[str, Any]:
-    traced = install_sdk_tracing()
-    tput: dict[bool, list[float]] = {False: [], True: []}
-    cpu: dict[bool, list[float]] = {False: [], True: []}
+    samplers = install_sdk_tracing()
+    arms = ARMS if samplers is not None else ARMS[:2]
+    tput: dict[str, list[float]] = {arm: [] for arm in arms}
+    cpu: dict[str, list[float]] = {arm: [] for arm in arms}
     for _ in range(rounds):
-        for on in (False, True):
+        for arm in arms:
+            if samplers is not None:
+                samplers.current = samplers.every_turn if arm == "every_turn" else samplers.default
             started = time.process_time()
             run = await run_framework(
                 bootstrap,
@@ -74,10 +113,12 @@ async def run_telemetry_cost(
                 partitions=partitions,
                 concurrency=concurrency,
                 keep_topics=keep_topics,
-                telemetry=on,
+                telemetry=arm != "off",
             )
-            tput[on].append(round(run.turns_per_s, 1))
-            cpu[on].append(round(1000 * (time.process_time() - started) / turns, 3))
+            tput[arm].append(round(run.turns_per_s, 1))
+            cpu[arm].append(round(1000 * (time.process_time() - started) / turns, 3))
+    if samplers is not None:
+        samplers.current = samplers.default
     p50: dict[bool, float] = {}
     for on in (False, True):
         lat = await run_latency(
@@ -90,24 +131,38 @@ async def run_telemetry_cost(
             telemetry=on,
         )
         p50[on] = lat.summary()["overhead_p50_ms"]
-    off_tps, on_tps = median(tput[False]), median(tput[True])
-    off_cpu, on_cpu = median(cpu[False]), median(cpu[True])
-    return {
-        "tracing_exported": traced,
+    tps = {arm: median(runs) for arm, runs in tput.items()}
+    per_turn = {arm: median(runs) for arm, runs in cpu.items()}
+    off_tps, on_tps, off_cpu, on_cpu = tps["off"], tps["on"], per_turn["off"], per_turn["on"]
+    out: dict[str, Any] = {
+        "tracing_exported": samplers is not None,
+        "sampler": samplers.default.get_description() if samplers is not None else None,
+        "trace_ratio": DEFAULT_TRACE_RATIO if samplers is not None else None,
         "turns": turns,
         "turns_per_s_off": round(off_tps, 1),
         "turns_per_s_on": round(on_tps, 1),
-        "turns_per_s_runs_off": tput[False],
-        "turns_per_s_runs_on": tput[True],
+        "turns_per_s_runs_off": tput["off"],
+        "turns_per_s_runs_on": tput["on"],
         "turns_per_s_cost_pct": round(100 * (off_tps - on_tps) / off_tps, 1),
         "telemetry_cost_fraction": round((off_tps - on_tps) / off_tps, 3),
         "cpu_ms_per_turn_off": round(off_cpu, 3),
         "cpu_ms_per_turn_on": round(on_cpu, 3),
-        "cpu_ms_per_turn_runs_off": cpu[False],
-        "cpu_ms_per_turn_runs_on": cpu[True],
+        "cpu_ms_per_turn_runs_off": cpu["off"],
+        "cpu_ms_per_turn_runs_on": cpu["on"],
         "cpu_cost_fraction": round((on_cpu - off_cpu) / off_cpu, 3),
         "latency_turns": latency_turns,
         "overhead_p50_ms_off": p50[False],
         "overhead_p50_ms_on": p50[True],
         "overhead_p50_cost_ms": round(p50[True] - p50[False], 1),
     }
+    if "every_turn" in tps:
+        every_tps, every_cpu = tps["every_turn"], per_turn["every_turn"]
+        out |= {
+            "turns_per_s_every_turn": round(every_tps, 1),
+            "turns_per_s_runs_every_turn": tput["every_turn"],
+            "telemetry_cost_fraction_every_turn": round((off_tps - every_tps) / off_tps, 3),
+            "cpu_ms_per_turn_every_turn": round(every_cpu, 3),
+            "cpu_ms_per_turn_runs_every_turn": cpu["every_turn"],
+            "cpu_cost_fraction_every_turn": round((every_cpu - off_cpu) / off_cpu, 3),
+        }
+    return out

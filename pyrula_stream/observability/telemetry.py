@@ -3,16 +3,22 @@
 The worker gives each ``TurnRuntime`` a ``TurnTelemetry``; the spine calls it where it
 already has the facts: ``track`` wraps the turn's task (``process`` and ``invoke_agent``
 spans, in-flight gauge, log fields), ``model_call`` and ``tool_call`` wrap the one durable
-step of each (call metrics, and a ``chat`` / ``execute_tool`` event on the turn's
-``invoke_agent`` span), ``ended`` is the terminal event once committed. A replayed step
-is marked ``pyrula.replayed=true`` and is not counted or timed again.
+step of each (call metrics and the step's trace facts), ``ended`` is the terminal event
+once committed. A replayed step is marked and is not counted or timed again.
 
-Why events and not a span per step: every SDK span costs its sampler, its attribute
-checks, a context switch and a trip through the batch processor (about 25 us each on
-the bench machine); five spans per one-tool turn cost a quarter of the worker's
-throughput. A step event costs a fifth of that and keeps the step's attributes, its
-start and its duration. ``PYRULA_TRACE_STEP_SPANS=1`` brings back a ``chat`` and
-``execute_tool`` span per step (for backends that build views from GenAI spans).
+Where a step's trace facts go is ``PYRULA_TRACE_STEPS``:
+
+- ``attributes`` (the default): summed into attributes of the turn's ``invoke_agent``
+  span, set once as it ends (calls, tokens, durations, tools, finish reason); a failed
+  step still becomes an event with its error, so failures keep their detail.
+- ``events``: a ``chat <model>`` / ``execute_tool <tool>`` event per step on that span.
+- ``spans``: a span per step (for backends that build views from GenAI step spans;
+  ``PYRULA_TRACE_STEP_SPANS=1`` is the older spelling).
+
+Why attributes by default: every SDK span, event and attribute goes through the SDK's
+sampler, attribute checks and batch processor. Measured in-process on the bench machine,
+the tracing work of a one-tool turn was about 95 us with the steps as attributes, 120 us
+as events and 175 us as spans (the whole turn costs the worker about 500 us).
 """
 
 from __future__ import annotations
@@ -21,26 +27,27 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import Token
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 from opentelemetry.trace import (
     INVALID_SPAN,
     NoOpTracer,
     Span,
     SpanKind,
-    Status,
-    StatusCode,
     Tracer,
     set_span_in_context,
-    use_span,
 )
 
-from pyrula_stream.llm.base import LLMClient, ModelResponse
+from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.observability import logs
 from pyrula_stream.observability.metrics import TenantMetric, WorkerMetrics
+from pyrula_stream.observability.steps import ModelCallObserver, StepTotals, ToolCallObserver
 from pyrula_stream.observability.tracing import (
     TraceCarrier,
     context_of,
@@ -69,15 +76,27 @@ class TopicNames(Protocol):
     def dlq(self) -> str: ...
 
 
-REPLAYED = "pyrula.replayed"
-DURATION_MS = "pyrula.duration_ms"
-"""A step event's duration (the event's timestamp is when the step started)."""
+STEPS_ENV = "PYRULA_TRACE_STEPS"
+"""Where a step's trace facts go: ``attributes`` (default), ``events`` or ``spans``."""
 STEP_SPANS_ENV = "PYRULA_TRACE_STEP_SPANS"
-"""``1``: a span per model and tool call step, as before step events (costs throughput)."""
+"""``1``: the older spelling of ``PYRULA_TRACE_STEPS=spans``."""
+StepMode = Literal["attributes", "events", "spans"]
+STEP_MODES: tuple[StepMode, ...] = ("attributes", "events", "spans")
 
 
-def step_spans_from_environment() -> bool:
-    return os.environ.get(STEP_SPANS_ENV, "").strip().lower() in ("1", "true", "yes")
+def step_mode_from_environment() -> StepMode:
+    """``PYRULA_TRACE_STEPS`` (or the older ``PYRULA_TRACE_STEP_SPANS=1``); a value that
+    is not a mode stops the worker at startup rather than tracing something else."""
+    raw = os.environ.get(STEPS_ENV, "").strip().lower()
+    if not raw:
+        legacy = os.environ.get(STEP_SPANS_ENV, "").strip().lower()
+        return "spans" if legacy in ("1", "true", "yes") else "attributes"
+    for mode in STEP_MODES:
+        if raw == mode:
+            return mode
+    raise ConfigurationError(
+        f"{STEPS_ENV}={raw!r} is not a step trace mode: choose one of {', '.join(STEP_MODES)}"
+    )
 
 
 def journaled_trace(steps: Mapping[int, JournalEntry]) -> TraceCarrier | None:
@@ -106,16 +125,16 @@ class TurnTelemetry:
     """The request's trace context: what ``submit`` injected, or what the journal kept."""
     metrics: WorkerMetrics | None = None
     tracer: Tracer = field(default_factory=NoOpTracer)
-    step_spans: bool = False
-    """A span per step (``PYRULA_TRACE_STEP_SPANS``) instead of an event on the turn's."""
+    step_mode: StepMode = "attributes"
+    """Where each step's trace facts go (``PYRULA_TRACE_STEPS``, see the module doc)."""
     tenant: str | None = None
     """The turn's tenant (agents with ``tenant=``): its metrics carry a ``tenant`` label."""
     span: Span | None = field(default=None, init=False)
-    _totals: list[int] | None = field(default=None, init=False)
-    """This attempt's model calls, tool calls, input and output tokens (for its span)."""
+    """This attempt's ``invoke_agent`` span while it records (``None``: not traced)."""
+    _totals: StepTotals | None = field(default=None, init=False)
     _model: tuple[str, str] | None = field(default=None, init=False)
-    _outcome: str | None = field(default=None, init=False)
     """The provider and model of this attempt's last model call (for its span)."""
+    _outcome: str | None = field(default=None, init=False)
     _event_trace: TraceCarrier | None = field(default=None, init=False)
     _attempt_started: float = field(default_factory=time.time, init=False)
     _traced: bool | None = field(default=None, init=False)
@@ -135,55 +154,58 @@ class TurnTelemetry:
         logs.bind(turn_id=self.turn_id, attempt=attempt, partition=self.partition)
         self._attempt_started = time.time()
         self._traced = tracing_on(self.tracer)
-        spans = self._turn_spans(attempt) if self._traced else nullcontext(INVALID_SPAN)
-        with spans as span:
-            if self._traced:
+        process: Span = INVALID_SPAN
+        span: Span = INVALID_SPAN
+        token: Token[Context] | None = None
+        if self._traced:
+            process, span = self._start_spans(attempt)
+            # Only invoke_agent becomes the current span (what steps and user code see):
+            # the process span is its parent by context, saving a context attach per turn.
+            token = otel_context.attach(set_span_in_context(span))
+            # An unsampled turn's events still carry its (unsampled) context.
+            self._event_trace = span_carrier(span) or None
+            if span.is_recording():
                 self.span = span
-                self._event_trace = span_carrier(span) if span.get_span_context().is_valid else None
-            log.info("turn attempt started")
+        log.info("turn attempt started")
+        if self.metrics is not None:
+            self.metrics.turn_started(attempt)
+        try:
+            await turn()
+        except asyncio.CancelledError:
+            span.set_attribute("pyrula.stopped", True)  # revoked, aborted or stopping
+            raise
+        except Exception as exc:
+            span.record_exception(exc)
+            mark_error(span, type(exc).__name__, str(exc))
+            raise
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            if self.span is not None:
+                self._close(self.span)
+                self.span.end()
+                process.end()
             if self.metrics is not None:
-                self.metrics.turn_started(attempt)
-            try:
-                await turn()
-            except asyncio.CancelledError:
-                span.set_attribute("pyrula.stopped", True)  # revoked, aborted or stopping
-                raise
-            except Exception as exc:
-                span.record_exception(exc)
-                mark_error(span, type(exc).__name__, str(exc))
-                raise
-            finally:
-                if self.span is not None:
-                    self._close(self.span)
-                if self.metrics is not None:
-                    self.metrics.turn_left()
+                self.metrics.turn_left()
 
     def _close(self, span: Span) -> None:
-        """The attempt's outcome, step counts, token sums and model, in one call on its
-        ``invoke_agent`` span (its step events carry what differs per call)."""
+        """The attempt's outcome, step sums and model, in one call on its ``invoke_agent``
+        span (the step events or spans, when there are any, carry each call's own)."""
         attributes: dict[str, Any] = {}
         if self._outcome is not None:
             attributes["pyrula.outcome"] = self._outcome
+        model = self._model
         if self._totals is not None:
-            calls, tools, tokens_in, tokens_out = self._totals
-            attributes["pyrula.model_calls"] = calls
-            attributes["pyrula.tool_calls"] = tools
-            if calls:
-                attributes["gen_ai.usage.input_tokens"] = tokens_in
-                attributes["gen_ai.usage.output_tokens"] = tokens_out
-        if self._model is not None:
-            attributes["gen_ai.provider.name"], attributes["gen_ai.request.model"] = self._model
+            detail = self.step_mode == "attributes"
+            attributes.update(self._totals.attributes(model and model[1], detail))
+        if model is not None:
+            attributes["gen_ai.provider.name"], attributes["gen_ai.request.model"] = model
         if attributes:
             span.set_attributes(attributes)
 
-    def _step_totals(self) -> list[int]:
-        if self._totals is None:
-            self._totals = [0, 0, 0, 0]
-        return self._totals
-
-    @contextmanager
-    def _turn_spans(self, attempt: int) -> Iterator[Span]:
-        """``process <turns topic>`` with ``invoke_agent <agent>`` inside; yields the latter."""
+    def _start_spans(self, attempt: int) -> tuple[Span, Span]:
+        """``process <turns topic>`` and ``invoke_agent <agent>`` inside it; an unsampled
+        process span stands for both (its context is what the steps see)."""
         attributes: dict[str, Any] = {
             "messaging.system": "kafka",
             "messaging.operation.type": "process",
@@ -197,10 +219,7 @@ class TurnTelemetry:
         }
         if self.offset >= 0:  # a parked turn that resumes on a reply has no input record
             attributes["messaging.kafka.offset"] = self.offset
-        spans = self.tracer
-        # Only invoke_agent becomes the current span (what steps and user code see): the
-        # process span is its parent by context, saving a context attach per turn.
-        process = spans.start_span(
+        process = self.tracer.start_span(
             f"process {self.turns_topic}",
             context=context_of(self.trace),
             kind=SpanKind.CONSUMER,
@@ -208,21 +227,16 @@ class TurnTelemetry:
             record_exception=False,
             set_status_on_exception=False,
         )
-        if not process.is_recording():  # not sampled: its context stands for both spans
-            with use_span(process, end_on_exit=False) as span:
-                yield span
-            return
-        try:
-            with spans.start_as_current_span(
-                f"invoke_agent {self.agent}",
-                context=set_span_in_context(process),
-                attributes=_agent_attributes(self.agent, self.thread_id),
-                record_exception=False,
-                set_status_on_exception=False,
-            ) as span:
-                yield span
-        finally:
-            process.end()
+        if not process.is_recording():
+            return process, process
+        invoke = self.tracer.start_span(
+            f"invoke_agent {self.agent}",
+            context=set_span_in_context(process),
+            attributes=_agent_attributes(self.agent, self.thread_id),
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        return process, invoke
 
     @property
     def traced(self) -> bool:
@@ -253,192 +267,41 @@ class TurnTelemetry:
         self._tenant_count("deferred", reason)
 
     def _tenant_count(self, kind: TenantMetric, *labels: str, amount: int = 1) -> None:
-        """The turn's tenant's series of ``kind`` (agents with ``tenant=`` only)."""
+        """The turn's tenant's series of ``kind`` (agents with ``tenant=``) only."""
         if self.metrics is not None and self.tenant is not None:
             self.metrics.tenant_count(kind, self.tenant, *labels, amount=amount)
 
-    @contextmanager
-    def model_call(self, llm: LLMClient) -> Iterator[ModelCallObserver]:
-        """One model call step: a ``chat <model>`` event on the turn span (or its own span)."""
+    def _step_totals(self) -> StepTotals:
+        if self._totals is None:
+            self._totals = StepTotals()
+        return self._totals
+
+    def model_call(self, llm: LLMClient) -> ModelCallObserver:
+        """One model call step, as a context manager (see the module doc for its trace)."""
         provider = llm.provider or type(llm).__name__
-        if not self.traced:
-            yield ModelCallObserver(INVALID_SPAN, self.metrics, provider, llm.model)
-            return
+        span = self.span
+        if span is None:
+            return ModelCallObserver(None, self.metrics, provider, llm.model, None)
         self._model = (provider, llm.model)
-        if not self.step_spans and self.span is not None:
-            yield ModelCallObserver(
-                self.span, self.metrics, provider, llm.model, self._step_totals(), as_event=True
-            )
-            return
-        with self.tracer.start_as_current_span(
-            f"chat {llm.model}",
-            kind=SpanKind.CLIENT,
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": provider,
-                "gen_ai.request.model": llm.model,
-                "gen_ai.agent.name": self.agent,
-            },
-        ) as span:
-            yield ModelCallObserver(span, self.metrics, provider, llm.model, self._step_totals())
+        observer = ModelCallObserver(span, self.metrics, provider, llm.model, self._step_totals())
+        if self.step_mode == "spans":
+            observer.own_span(self.tracer, self.agent)
+        else:
+            observer.as_event = self.step_mode == "events"
+        return observer
 
-    @contextmanager
-    def tool_call(
-        self, tool: str, call_key: str, tool_use_id: str | None
-    ) -> Iterator[ToolCallObserver]:
-        """One tool call step: an ``execute_tool <tool>`` event (or span) on the turn span."""
-        if not self.traced:
-            yield ToolCallObserver(INVALID_SPAN, self.metrics, tool)
-            return
-        if not self.step_spans and self.span is not None:
-            observer = ToolCallObserver(self.span, self.metrics, tool, self._step_totals(), True)
-            observer.event = {"pyrula.call_key": call_key}
-            if tool_use_id:
-                observer.event["gen_ai.tool.call.id"] = tool_use_id
-            yield observer
-            return
-        with self.tracer.start_as_current_span(
-            f"execute_tool {tool}", attributes=_tool_attributes(tool, call_key, tool_use_id)
-        ) as span:
-            yield ToolCallObserver(span, self.metrics, tool, self._step_totals())
-
-
-def _tool_attributes(tool: str, call_key: str, tool_use_id: str | None) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": tool,
-        "pyrula.call_key": call_key,
-    }
-    if tool_use_id:
-        attributes["gen_ai.tool.call.id"] = tool_use_id
-    return attributes
-
-
-@dataclass(slots=True)
-class ModelCallObserver:
-    """One model call step. With ``as_event`` ``span`` is the turn's ``invoke_agent``
-    span and the step becomes a ``chat <model>`` event on it; without, ``span`` is the
-    step's own ``chat`` span. ``totals`` are the turn's (see ``TurnTelemetry``)."""
-
-    span: Span
-    metrics: WorkerMetrics | None
-    provider: str
-    model: str
-    totals: list[int] | None = None
-    as_event: bool = False
-    started: float = field(default_factory=time.monotonic)
-    started_ns: int = field(default_factory=time.time_ns)
-
-    def recorded(
-        self,
-        data: Mapping[str, Any],
-        replayed: bool,
-        cost_usd: float,
-        response: ModelResponse | None,
-    ) -> None:
-        """The step's journaled data and its parsed response (``None`` for a failed
-        call); a live call is counted, a replayed one only marked."""
+    def tool_call(self, tool: str, call_key: str, tool_use_id: str | None) -> ToolCallObserver:
+        """One tool call step, as a context manager (see the module doc for its trace)."""
         span = self.span
-        now = time.monotonic()
-        if span.is_recording():
-            attributes = self._attributes(data, replayed, response)
-            if self.as_event:
-                attributes[DURATION_MS] = round(1000 * (now - self.started), 3)
-                span.add_event(f"chat {self.model}", attributes, self.started_ns)
-            else:
-                span.set_attributes(attributes)
-                if "error" in data:
-                    span.set_status(Status(StatusCode.ERROR))
-            totals = self.totals
-            if totals is not None:
-                totals[0] += 1
-                if response is not None:
-                    totals[2] += attributes["gen_ai.usage.input_tokens"]
-                    totals[3] += attributes["gen_ai.usage.output_tokens"]
-        if not replayed and self.metrics is not None:
-            provider, model = self.provider, self.model
-            if response is not None and response.provider is not None:  # a fallback answered
-                provider, model = response.provider, response.model or model
-            self.metrics.model_call(provider, model, now - self.started, response, cost_usd)
-
-    def _attributes(
-        self, data: Mapping[str, Any], replayed: bool, response: ModelResponse | None
-    ) -> dict[str, Any]:
-        """The step's facts: a span gets the conventions' full set; an event only what
-        differs per call (the provider and request model are on the turn span, zero
-        cache counts and a response model equal to the request's are left out)."""
-        span = not self.as_event
-        attributes: dict[str, Any] = {REPLAYED: replayed}
-        if "error" in data:
-            attributes["error.type"] = str(data["error"].get("type", "error"))
-        if response is not None:
-            usage = response.usage
-            cache_read, cache_creation = (
-                usage.cache_read_input_tokens,
-                usage.cache_creation_input_tokens,
-            )
-            if span or (response.model and response.model != self.model):
-                attributes["gen_ai.response.model"] = response.model or self.model
-            attributes["gen_ai.response.finish_reasons"] = [response.stop_reason]
-            # The conventions count cached input inside input_tokens; our Usage (like
-            # Anthropic's) keeps the kinds apart, as the token metric does.
-            attributes["gen_ai.usage.input_tokens"] = (
-                usage.input_tokens + cache_read + cache_creation
-            )
-            attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
-            if span or cache_read:
-                attributes["gen_ai.usage.cache_read.input_tokens"] = cache_read
-            if span or cache_creation:
-                attributes["gen_ai.usage.cache_creation.input_tokens"] = cache_creation
-        return attributes
-
-
-@dataclass(slots=True)
-class ToolCallObserver:
-    """One tool call step: its own ``execute_tool`` span, or (``as_event``) an
-    ``execute_tool <tool>`` event with ``event``'s attributes on the turn's span."""
-
-    span: Span
-    metrics: WorkerMetrics | None
-    tool: str
-    totals: list[int] | None = None
-    as_event: bool = False
-    event: dict[str, Any] | None = None
-    started: float = field(default_factory=time.monotonic)
-    step_started: float = 0.0
-    started_ns: int = field(default_factory=time.time_ns)
-
-    def __post_init__(self) -> None:
-        self.step_started = self.started
-
-    def running(self) -> None:
-        """The tool itself starts now (its step was waiting for the durability barrier):
-        the duration metric is the tool's own time; the span covers the whole step."""
-        self.started = time.monotonic()
-
-    def recorded(self, data: Mapping[str, Any], replayed: bool) -> None:
-        status = str(data.get("status", "error"))
-        now = time.monotonic()
-        span = self.span
-        if span.is_recording():
-            error = None if status == "ok" else str(data.get("error_code") or "tool_error")
-            if self.as_event:
-                attributes = self.event or {}
-                attributes[REPLAYED] = replayed
-                attributes["pyrula.tool.status"] = status
-                attributes[DURATION_MS] = round(1000 * (now - self.step_started), 3)
-                if error is not None:
-                    attributes["error.type"] = error
-                span.add_event(f"execute_tool {self.tool}", attributes, self.started_ns)
-            else:
-                span.set_attribute(REPLAYED, replayed)
-                span.set_attribute("pyrula.tool.status", status)
-                if error is not None:
-                    mark_error(span, error)
-            if self.totals is not None:
-                self.totals[1] += 1
-        if not replayed and self.metrics is not None:
-            self.metrics.tool_call(self.tool, status, now - self.started)
+        if span is None:
+            return ToolCallObserver(None, self.metrics, tool, None)
+        observer = ToolCallObserver(span, self.metrics, tool, self._step_totals())
+        observer.call = (call_key, tool_use_id)
+        if self.step_mode == "spans":
+            observer.own_span(self.tracer)
+        else:
+            observer.as_event = self.step_mode == "events"
+        return observer
 
 
 def _agent_attributes(agent: str, thread_id: str | None) -> dict[str, Any]:
@@ -493,7 +356,7 @@ class WorkerTelemetry:
 
     ``enabled=False`` (``WorkerOptions.telemetry``) records nothing per turn or commit
     and starts no span; ``/metrics`` still answers. The bench measures the difference.
-    ``step_spans`` (default: ``PYRULA_TRACE_STEP_SPANS``) gives each step its own span.
+    ``step_mode`` (default: ``PYRULA_TRACE_STEPS``) is where each step's trace facts go.
     """
 
     def __init__(
@@ -504,7 +367,7 @@ class WorkerTelemetry:
         worker_id: str,
         group_id: str = "",
         enabled: bool = True,
-        step_spans: bool | None = None,
+        step_mode: StepMode | None = None,
     ) -> None:
         self.agent = agent
         self.turns_topic = topics.turns
@@ -514,7 +377,7 @@ class WorkerTelemetry:
         self.enabled = enabled
         self.tracer: Tracer = tracer() if enabled else NoOpTracer()
         self._hot = self.metrics if enabled else None
-        self.step_spans = step_spans_from_environment() if step_spans is None else step_spans
+        self.step_mode = step_mode_from_environment() if step_mode is None else step_mode
 
     @property
     def on_lag(self) -> Callable[[str, dict[int, int]], None] | None:
@@ -542,7 +405,7 @@ class WorkerTelemetry:
             journaled_trace(steps) or trace,
             self._hot,
             self.tracer,
-            self.step_spans,
+            self.step_mode,
         )
 
     def commit(self, turns: Iterable[TurnTelemetry], records: list[OutRecord]) -> CommitObserver:

@@ -18,18 +18,27 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+if TYPE_CHECKING:  # the SDK is an extra (``otel``): only its type is needed here
+    from opentelemetry.sdk.trace.sampling import Sampler
+
 TRACE_HEADERS = ("traceparent", "tracestate")
 TraceCarrier = dict[str, str]
 """The W3C trace context of a turn: ``{"traceparent": ..., "tracestate": ...}``."""
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+SAMPLER_ENV = "OTEL_TRACES_SAMPLER"
+DEFAULT_TRACE_RATIO = 0.1
+"""The share of turns a worker traces when it builds the tracer provider itself and
+``OTEL_TRACES_SAMPLER`` is not set: a turn whose request carries a sampled trace context
+is always traced (parent-based), one that carries none is traced one time in ten."""
 
 
 def tracer() -> trace.Tracer:
@@ -119,12 +128,30 @@ def mark_error(span: Span, error_type: str, message: str | None = None) -> None:
     span.set_status(Status(StatusCode.ERROR, message))
 
 
+def default_sampler() -> Sampler | None:
+    """The sampler of the provider the worker builds: ``OTEL_TRACES_SAMPLER`` when set
+    (``None``: the SDK reads it), else ``parentbased_traceidratio`` at
+    ``DEFAULT_TRACE_RATIO``.
+
+    Why not the SDK's ``parentbased_always_on``: the spans of a traced turn cost more
+    CPU than the rest of its telemetry together (``make bench`` prices both ways); one
+    turn in ten still traces every turn a traced client sends, and
+    ``OTEL_TRACES_SAMPLER=parentbased_always_on`` traces them all.
+    """
+    if os.environ.get(SAMPLER_ENV, "").strip():
+        return None
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    return ParentBased(TraceIdRatioBased(DEFAULT_TRACE_RATIO))
+
+
 def otlp_from_environment(service_name: str) -> bool:
     """Export spans over OTLP/HTTP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or the traces
     variant) is set and the ``otel`` extra is installed; returns whether it did.
 
     Called by ``pyrula-stream worker``; an application that configures its own
-    ``TracerProvider`` does not need it.
+    ``TracerProvider`` does not need it (its sampler is then the application's choice;
+    ``default_sampler`` is the worker's).
     """
     if not (
         os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -144,7 +171,7 @@ def otlp_from_environment(service_name: str) -> bool:
             "pip install 'pyrula-stream[otel]'"
         ) from exc
     attrs: dict[str, Any] = {"service.name": os.environ.get("OTEL_SERVICE_NAME", service_name)}
-    provider = TracerProvider(resource=Resource.create(attrs))
+    provider = TracerProvider(resource=Resource.create(attrs), sampler=default_sampler())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     return True
