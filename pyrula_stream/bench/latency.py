@@ -14,6 +14,7 @@ beside it: the part spent between building the first and the last event.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 from pyrula_stream.bench.framework import TurnRecords, capture_agent
@@ -34,11 +35,15 @@ class LatencyRun:
     model_latency_s: float
     overheads_ms: list[float] = field(repr=False)
     in_worker_ms: list[float] = field(repr=False)
+    pickup_ms: list[float] = field(default_factory=list, repr=False)
+    """Request produced -> ``run:start`` stamped by the worker (clocks of one machine)."""
+    finish_ms: list[float] = field(default_factory=list, repr=False)
+    """``run:complete`` stamped -> read back committed: the terminal commit and read-back."""
     commits: int = 0
     commit_ms_mean: float = 0.0
     templates: list[TurnRecords] = field(default_factory=list, repr=False)
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, float | None]:
         o, w = self.overheads_ms, self.in_worker_ms
         return {
             "turns": self.turns,
@@ -50,6 +55,8 @@ class LatencyRun:
             "overhead_max_ms": round(max(o), 1),
             "in_worker_overhead_p50_ms": round(percentile(w, 50), 1),
             "in_worker_overhead_p99_ms": round(percentile(w, 99), 1),
+            "pickup_p50_ms": round(percentile(self.pickup_ms, 50), 1) if self.pickup_ms else None,
+            "finish_p50_ms": round(percentile(self.finish_ms, 50), 1) if self.finish_ms else None,
             "commits": self.commits,
             "commit_ms_mean": round(self.commit_ms_mean, 1),
         }
@@ -103,12 +110,32 @@ async def run_latency(
             for k in sent
             if k in reader.start_ts_ms and k in reader.end_ts_ms
         ]
+        wall = time.time() - time.monotonic()  # the event stamps are wall-clock ms
+        pickup = [
+            reader.start_ts_ms[k] - 1000 * (t + wall)
+            for k, t in sent.items()
+            if k in reader.start_ts_ms
+        ]
+        finish = [
+            1000 * (reader.done[k] + wall) - reader.end_ts_ms[k]
+            for k in sent
+            if k in reader.end_ts_ms
+        ]
         commit_ms = 1000 * stats.seconds / max(1, stats.commits)
         templates: list[TurnRecords] = []
         if capture:
             templates, _ = await asyncio.to_thread(capture_agent, bootstrap, agent)
         return LatencyRun(
-            turns, rate, model_latency_s, overheads, in_worker, stats.commits, commit_ms, templates
+            turns,
+            rate,
+            model_latency_s,
+            overheads,
+            in_worker,
+            pickup,
+            finish,
+            stats.commits,
+            commit_ms,
+            templates,
         )
     finally:
         submitter.close()

@@ -219,6 +219,8 @@ async def run_latency_phase(config: BenchConfig, bootstrap: str) -> dict[str, An
         "effect_overhead_p50_ms": e["overhead_p50_ms"],
         "effect_overhead_p99_ms": e["overhead_p99_ms"],
         "effect_in_worker_overhead_p50_ms": e["in_worker_overhead_p50_ms"],
+        "effect_pickup_p50_ms": e["pickup_p50_ms"],
+        "effect_finish_p50_ms": e["finish_p50_ms"],
         "effect_commits": e["commits"],
         "effect_commit_ms_mean": e["commit_ms_mean"],
         "floor_two_commit_transactions": floor2.transactions,

@@ -22,7 +22,7 @@ from typing import Any
 
 from pyrula_stream.bench.framework import run_framework
 from pyrula_stream.bench.latency import run_latency
-from pyrula_stream.bench.stats import median
+from pyrula_stream.bench.stats import median, percentile
 from pyrula_stream.observability.tracing import DEFAULT_TRACE_RATIO, default_sampler
 
 ARMS = ("off", "on", "every_turn")
@@ -130,7 +130,7 @@ async def run_telemetry_cost(
             keep_topics=keep_topics,
             telemetry=on,
         )
-        p50[on] = lat.summary()["overhead_p50_ms"]
+        p50[on] = round(percentile(lat.overheads_ms, 50), 1)
     tps = {arm: median(runs) for arm, runs in tput.items()}
     per_turn = {arm: median(runs) for arm, runs in cpu.items()}
     off_tps, on_tps, off_cpu, on_cpu = tps["off"], tps["on"], per_turn["off"], per_turn["on"]
