@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -110,22 +110,25 @@ class ToolLoop:
 
     # -- public: what ctx.llm exposes -----------------------------------------------------
 
-    async def run(
+    def run(
         self,
         messages: list[dict[str, Any]],
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
         history: bool = True,
-    ) -> str:
-        """Run the loop until the model answers without tools; return its final text."""
-        return await self._run(list(messages), list(messages), tools, system, history)
+    ) -> Coroutine[Any, Any, str]:
+        """Run the loop until the model answers without tools; return its final text.
 
-    async def ask_again(self, feedback: str) -> str:
+        A plain function handing back the loop's coroutine: a frame fewer held by each
+        turn in flight (thousands wait in a model call at once)."""
+        return self._run(list(messages), list(messages), tools, system, history)
+
+    def ask_again(self, feedback: str) -> Coroutine[Any, Any, str]:
         """Continue the last ``run``'s conversation with ``feedback``; the new final text."""
         conversation, tools, system, history = self._last_run
         ask = {"role": "user", "content": feedback}
-        return await self._run([*conversation, ask], [ask], tools, system, history)
+        return self._run([*conversation, ask], [ask], tools, system, history)
 
     async def _run(
         self,
@@ -135,17 +138,27 @@ class ToolLoop:
         system: str | None,
         history: bool,
     ) -> str:
-        final = ""
-        async for block in self._loop(
-            conversation, new_input, tools=tools, system=system, history=history
-        ):
-            if isinstance(block, ModelResponse):
-                final = block.text
+        """``_loop`` without its blocks: a coroutine, not an async generator and the frame
+        that drives it, as ``run`` needs only the final text."""
+        offered, system, earlier, added = await self._prepare(
+            conversation, new_input, tools, system, history
+        )
+        running = RunningFingerprint()  # the conversation only grows: hash each message once
+        while True:
+            response = await self.model_call(
+                earlier + conversation, offered, system, running=running
+            )
+            _append(response.as_message(), conversation, added)
+            calls = response.tool_calls
+            if not calls:
+                break
+            results = await self.dispatch(response, calls, offered)
+            _append(_results_message(results), conversation, added)
         self._last_run = (conversation, None if tools is None else list(tools), system, history)
-        self.last_answer = final
-        return final
+        self.last_answer = response.text
+        return response.text
 
-    async def stream(
+    def stream(
         self,
         messages: list[dict[str, Any]],
         *,
@@ -159,10 +172,9 @@ class ToolLoop:
         this call adds (the body's messages, responses, tool results) joins the thread
         when the turn completes.
         """
-        async for block in self._loop(
+        return self._loop(
             list(messages), list(messages), tools=tools, system=system, history=history
-        ):
-            yield block
+        )
 
     async def _loop(
         self,
@@ -175,6 +187,37 @@ class ToolLoop:
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
         """The loop, appending each response and tool result to ``conversation`` (and to
         the thread's new messages, with ``new_input`` first)."""
+        offered, system, earlier, added = await self._prepare(
+            conversation, new_input, tools, system, history
+        )
+        running = RunningFingerprint()  # the conversation only grows: hash each message once
+        while True:
+            response = await self.model_call(
+                earlier + conversation, offered, system, running=running
+            )
+            _append(response.as_message(), conversation, added)
+            for block in response.content:
+                yield block
+            yield response
+            calls = response.tool_calls
+            if not calls:
+                return
+            results = await self.dispatch(response, calls, offered)
+            _append(_results_message(results), conversation, added)
+            for r in results:
+                yield r
+
+    async def _prepare(
+        self,
+        conversation: list[dict[str, Any]],
+        new_input: list[dict[str, Any]],
+        tools: Sequence[ToolCallable] | None,
+        system: str | None,
+        history: bool,
+    ) -> tuple[list[ToolCallable], str | None, list[dict[str, Any]], list[dict[str, Any]] | None]:
+        """What a loop starts from: the tools offered (checked), the system prompt, the
+        thread's earlier messages and the list of what joins the thread (``None``: no
+        thread, nothing kept)."""
         offered = list(self.tools if tools is None else tools)
         if tools is None and self.mcp is not None:  # MCP: discovered tools beside the @tools
             offered += await self.mcp.tools()
@@ -207,39 +250,7 @@ class ToolLoop:
             )
         if added is not None:
             added += new_input
-        running = RunningFingerprint()  # the conversation only grows: hash each message once
-        while True:
-            response = await self.model_call(
-                earlier + conversation, offered, system, running=running
-            )
-            said = response.as_message()  # one copy, shared by the conversation and thread
-            conversation.append(said)
-            if added is not None:
-                added.append(said)
-            for block in response.content:
-                yield block
-            yield response
-            calls = response.tool_calls
-            if not calls:
-                return
-            results = await self.dispatch(response, calls, offered)
-            message = {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": r.tool_use_id,
-                        "content": r.content,
-                        "is_error": r.is_error,
-                    }
-                    for r in results
-                ],
-            }
-            conversation.append(message)
-            if added is not None:
-                added.append(message)
-            for r in results:
-                yield r
+        return offered, system, earlier, added
 
     # -- model calls ----------------------------------------------------------------------
 
@@ -489,6 +500,32 @@ class ToolLoop:
             return ToolResultBlock(call.id, call.name, text, False)
         text = f"sub-agent '{reply.agent}' failed ({reply.code}): {reply.message}"
         return ToolResultBlock(call.id, call.name, text, True)
+
+
+def _append(
+    message: dict[str, Any], conversation: list[dict[str, Any]], added: list[dict[str, Any]] | None
+) -> None:
+    """One message joins the conversation and (in a thread) the thread's new messages:
+    one copy, shared by both."""
+    conversation.append(message)
+    if added is not None:
+        added.append(message)
+
+
+def _results_message(results: list[ToolResultBlock]) -> dict[str, Any]:
+    """One response's tool results as the user message the model reads next."""
+    return {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": r.tool_use_id,
+                "content": r.content,
+                "is_error": r.is_error,
+            }
+            for r in results
+        ],
+    }
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -257,13 +257,16 @@ class TurnTelemetry:
         if self.metrics is not None and self.tenant is not None:
             self.metrics.tenant_count(kind, self.tenant, *labels, amount=amount)
 
-    @contextmanager
-    def model_call(self, llm: LLMClient) -> Iterator[ModelCallObserver]:
-        """One model call step: a ``chat <model>`` event on the turn span (or its own span)."""
+    def model_call(self, llm: LLMClient) -> AbstractContextManager[ModelCallObserver]:
+        """One model call step: a ``chat <model>`` event on the turn span (or its own span).
+        Untraced, the observer is its own context: no generator held per call in flight."""
         provider = llm.provider or type(llm).__name__
         if not self.traced:
-            yield ModelCallObserver(INVALID_SPAN, self.metrics, provider, llm.model)
-            return
+            return ModelCallObserver(INVALID_SPAN, self.metrics, provider, llm.model)
+        return self._model_call_span(llm, provider)
+
+    @contextmanager
+    def _model_call_span(self, llm: LLMClient, provider: str) -> Iterator[ModelCallObserver]:
         self._model = (provider, llm.model)
         if not self.step_spans and self.span is not None:
             yield ModelCallObserver(
@@ -328,6 +331,12 @@ class ModelCallObserver:
     as_event: bool = False
     started: float = field(default_factory=time.monotonic)
     started_ns: int = field(default_factory=time.time_ns)
+
+    def __enter__(self) -> ModelCallObserver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
     def recorded(
         self,
