@@ -153,6 +153,9 @@ class ToolLoop:
             if not calls:
                 break
             results = await self.dispatch(response, calls, offered)
+            # Not held while the next call waits: the conversation has its message, and a
+            # parsed response (three models, each with a dict and a field set) is ~1.5 KB.
+            del response, calls
             _append(_results_message(results), conversation, added)
         self._last_run = (conversation, None if tools is None else list(tools), system, history)
         self.last_answer = response.text
@@ -203,6 +206,7 @@ class ToolLoop:
             if not calls:
                 return
             results = await self.dispatch(response, calls, offered)
+            del response, calls  # as in ``_run``: not held while the next call waits
             _append(_results_message(results), conversation, added)
             for r in results:
                 yield r
