@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent_tool import AgentTool
@@ -74,6 +75,21 @@ class ToolResultBlock:
 
 class ToolLoop:
     """Runs the model's tool loop for one turn, every call journaled."""
+
+    __slots__ = (
+        "_definitions",
+        "_last_run",
+        "agent_calls",
+        "last_answer",
+        "limits",
+        "llm",
+        "mcp",
+        "output_format",
+        "output_instructions",
+        "tool_calls",
+        "tools",
+        "turn",
+    )  # one per turn in flight
 
     def __init__(
         self,
@@ -157,6 +173,7 @@ class ToolLoop:
             # parsed response (three models, each with a dict and a field set) is ~1.5 KB.
             del response, calls
             _append(_results_message(results), conversation, added)
+            del results
         self._last_run = (conversation, None if tools is None else list(tools), system, history)
         self.last_answer = response.text
         return response.text
@@ -292,24 +309,9 @@ class ToolLoop:
         """The live call's response, parsed once from the JSON the journal records (so a
         live turn and its replay continue from the same values)."""
 
-        async def live() -> StepData:
-            check_wall_time(self.limits, turn.started_ms)
-            check_model_budget(
-                self.limits, turn.spend, self.llm.model, messages, system, definitions
-            )
-            if turn.meter is not None:  # the tenant's token and cost caps, group-wide
-                turn.meter.before_model_call()
-            try:
-                response = await self._stream_model(index, messages, definitions, system)
-            except PROVIDER_FAILURES as exc:
-                # Journaled, so a replay raises the same failure instead of calling again.
-                return {
-                    "call": index,
-                    "error": {"type": type(exc).__name__, "message": exc.message},
-                }
-            recorded = response.model_dump(mode="json")
-            live_response.append(ModelResponse.model_validate(recorded))
-            return {"call": index, "response": recorded}
+        # One coroutine for the live call (checks, stream, record): a frame fewer per
+        # turn waiting on its model than a closure awaiting a streaming helper.
+        live = partial(self._live_call, index, messages, definitions, system, live_response)
 
         def events(data: StepData) -> list[LlmComplete]:
             if "error" in data:
@@ -364,45 +366,60 @@ class ToolLoop:
             found = self._definitions[id(tool)] = tool.definition()
         return found
 
-    async def _stream_model(
+    async def _live_call(
         self,
         index: int,
         messages: list[dict[str, Any]],
         definitions: list[ToolDefinition],
         system: str | None,
-    ) -> ModelResponse:
-        """Call the provider, coalescing text deltas into ``llm:delta`` events."""
+        parsed: list[ModelResponse],
+    ) -> StepData:
+        """Call the provider, coalescing text deltas into ``llm:delta`` events; the step's
+        data, with the response parsed once into ``parsed`` from the JSON the journal
+        records (so a live turn and its replay continue from the same values).
+
+        The checks, the stream and the record in one coroutine (no closure, no streaming
+        helper): thousands of turns wait here at once, each holding its frames."""
+        turn = self.turn
+        check_wall_time(self.limits, turn.started_ms)
+        check_model_budget(self.limits, turn.spend, self.llm.model, messages, system, definitions)
+        if turn.meter is not None:  # the tenant's token and cost caps, group-wide
+            turn.meter.before_model_call()
         pending: list[str] = []
         pending_chars = 0
         last_flush = time.monotonic()
-
-        def flush() -> None:
-            nonlocal pending_chars, last_flush
-            if pending:
-                self.turn.emit(LlmDelta(index, "".join(pending)))
-                pending.clear()
-            pending_chars = 0
-            last_flush = time.monotonic()
-
         final: ModelResponse | None = None
         native = {} if self.output_format is None else {"output_format": self.output_format}
-        async for item in self.llm.stream(messages, definitions or None, system, **native):
-            if isinstance(item, TextDelta):
-                pending.append(item.text)
-                pending_chars += len(item.text)
-                if (
-                    pending_chars >= DELTA_FLUSH_CHARS
-                    or time.monotonic() - last_flush >= DELTA_FLUSH_SECONDS
-                ):
-                    flush()
-            else:
-                final = item
-        flush()
-        if final is None:
-            raise ProviderStreamTruncated(
-                f"{self.llm.describe()} stream ended without a complete response"
-            )
-        return final
+        try:
+            async for item in self.llm.stream(messages, definitions or None, system, **native):
+                if isinstance(item, TextDelta):
+                    pending.append(item.text)
+                    pending_chars += len(item.text)
+                    if (
+                        pending_chars >= DELTA_FLUSH_CHARS
+                        or time.monotonic() - last_flush >= DELTA_FLUSH_SECONDS
+                    ):
+                        self._flush_deltas(index, pending)
+                        pending_chars, last_flush = 0, time.monotonic()
+                else:
+                    final = item
+            self._flush_deltas(index, pending)
+            if final is None:
+                raise ProviderStreamTruncated(
+                    f"{self.llm.describe()} stream ended without a complete response"
+                )
+        except PROVIDER_FAILURES as exc:
+            # Journaled, so a replay raises the same failure instead of calling again.
+            return {"call": index, "error": {"type": type(exc).__name__, "message": exc.message}}
+        recorded = final.model_dump(mode="json")
+        parsed.append(ModelResponse.model_validate(recorded))
+        return {"call": index, "response": recorded}
+
+    def _flush_deltas(self, index: int, pending: list[str]) -> None:
+        """The text gathered since the last flush as one ``llm:delta`` event."""
+        if pending:
+            self.turn.emit(LlmDelta(index, "".join(pending)))
+            pending.clear()
 
     # -- tools ----------------------------------------------------------------------------
 
