@@ -11,7 +11,6 @@ import json
 import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent_tool import AgentTool
@@ -309,10 +308,6 @@ class ToolLoop:
         """The live call's response, parsed once from the JSON the journal records (so a
         live turn and its replay continue from the same values)."""
 
-        # One coroutine for the live call (checks, stream, record): a frame fewer per
-        # turn waiting on its model than a closure awaiting a streaming helper.
-        live = partial(self._live_call, index, messages, definitions, system, live_response)
-
         def events(data: StepData) -> list[LlmComplete]:
             if "error" in data:
                 return []
@@ -343,9 +338,15 @@ class ToolLoop:
 
         cost_before = turn.spend.cost_usd
         with turn.telemetry.model_call(self.llm) as observed:
-            data, replayed = await turn.durable_step(
-                "llm", "llm", input_hash, live, events, effects=usage
-            )
+            # ``durable_step`` in two halves around the live call, awaited here: a frame
+            # fewer per turn waiting on its model.
+            step, recorded = turn.replayed_step("llm", "llm", input_hash)
+            replayed = recorded is not None
+            if recorded is not None:
+                data = recorded
+            else:
+                data = await self._live_call(index, messages, definitions, system, live_response)
+                turn.record_step(step, "llm", "llm", input_hash, data, events, usage)
             response = None
             if "error" not in data:
                 response = (

@@ -21,8 +21,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -119,44 +119,55 @@ class TurnTelemetry:
     _event_trace: TraceCarrier | None = field(default=None, init=False)
     _attempt_started: float = field(default_factory=time.time, init=False)
     _traced: bool | None = field(default=None, init=False)
+    _attempt: int = field(default=0, init=False)
+    _spans: AbstractContextManager[Span] | None = field(default=None, init=False)
+    """The attempt's ``_turn_spans`` while it runs (traced attempts only)."""
 
     def event_trace(self) -> TraceCarrier | None:
         """The context an event record carries: the running ``invoke_agent`` span's,
         else the request's."""
         return self._event_trace or self.trace
 
-    async def track(self, turn: Callable[[], Awaitable[None]], attempt: int) -> None:
-        """Run one attempt of the turn (the body of its task) inside its spans.
+    def attempt(self, attempt: int) -> TurnTelemetry:
+        """One attempt of the turn, as a context around the body of its task: its spans
+        (none without a tracer provider: events then carry the request's own trace
+        context), its metrics and its log fields. The telemetry is its own context, so
+        a turn in flight holds no extra coroutine or context object for it."""
+        self._attempt = attempt
+        return self
 
-        ``turn`` is called here, not by the caller: a task cancelled before it starts
-        then leaves no coroutine that was never awaited. Without a tracer provider no
-        span is started at all (events then carry the request's own trace context).
-        """
+    def __enter__(self) -> Span:
+        attempt = self._attempt
         logs.bind(turn_id=self.turn_id, attempt=attempt, partition=self.partition)
         self._attempt_started = time.time()
         self._traced = tracing_on(self.tracer)
-        spans = self._turn_spans(attempt) if self._traced else nullcontext(INVALID_SPAN)
-        with spans as span:
-            if self._traced:
-                self.span = span
-                self._event_trace = span_carrier(span) if span.get_span_context().is_valid else None
-            log.info("turn attempt started")
-            if self.metrics is not None:
-                self.metrics.turn_started(attempt)
-            try:
-                await turn()
-            except asyncio.CancelledError:
+        span: Span = INVALID_SPAN
+        if self._traced:
+            self._spans = self._turn_spans(attempt)
+            span = self.span = self._spans.__enter__()
+            self._event_trace = span_carrier(span) if span.get_span_context().is_valid else None
+        log.info("turn attempt started")
+        if self.metrics is not None:
+            self.metrics.turn_started(attempt)
+        return span
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> bool:
+        spans, self._spans = self._spans, None
+        span = self.span if spans is not None and self.span is not None else INVALID_SPAN
+        try:
+            if kind is not None and issubclass(kind, asyncio.CancelledError):
                 span.set_attribute("pyrula.stopped", True)  # revoked, aborted or stopping
-                raise
-            except Exception as exc:
+            elif exc is not None and isinstance(exc, Exception):
                 span.record_exception(exc)
                 mark_error(span, type(exc).__name__, str(exc))
-                raise
-            finally:
-                if self.span is not None:
-                    self._close(self.span)
-                if self.metrics is not None:
-                    self.metrics.turn_left()
+        finally:
+            if self.span is not None:
+                self._close(self.span)
+            if self.metrics is not None:
+                self.metrics.turn_left()
+        return bool(spans.__exit__(kind, exc, tb)) if spans is not None else False
 
     def _close(self, span: Span) -> None:
         """The attempt's outcome, step counts, token sums and model, in one call on its
