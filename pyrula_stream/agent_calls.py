@@ -74,6 +74,16 @@ def add_child_usage(spend: Spend, usage: Mapping[str, Any]) -> None:
 class AgentCalls:
     """The sub-agent calls of one turn."""
 
+    __slots__ = (
+        "_counter",
+        "_max_record_bytes",
+        "_prefix",
+        "_topic_exists",
+        "_turn",
+        "_waiting",
+        "limits",
+    )  # one per turn in flight
+
     def __init__(
         self,
         turn: TurnRuntime,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -69,21 +69,22 @@ class LLMHandle:
     def client(self) -> Any:
         return self._loop.llm
 
-    async def run(
+    def run(
         self,
         messages: list[dict[str, Any]],
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
         history: bool = True,
-    ) -> str:
+    ) -> Coroutine[Any, Any, str]:
         """Run the tool loop with the agent's tools (or ``tools``); return the final text.
 
         In a thread, the earlier turns' messages go before ``messages`` unless
-        ``history=False``.
+        ``history=False``. The loop's own coroutine, not one that awaits it: a frame
+        fewer per turn in flight.
         """
         _refuse_nested("ctx.llm.run", "llm")
-        return await self._loop.run(messages, tools=tools, system=system, history=history)
+        return self._loop.run(messages, tools=tools, system=system, history=history)
 
     async def stream(
         self,

@@ -412,6 +412,15 @@ class TurnEvents:
     _trace_of: Mapping[str, str] | None = None
     _trace_headers: list[tuple[str, bytes]] = field(default_factory=list)
     """``_trace_of`` encoded as headers: the same context for most of a turn's events."""
+    _key: bytes | None = None
+    """The turn id as every event record's key: encoded once, shared by the records
+    waiting for a commit (thousands when as many turns step at once)."""
+
+    @property
+    def key(self) -> bytes:
+        if self._key is None:
+            self._key = self.turn_id.encode()
+        return self._key
 
     def records(self, payload: Payload) -> list[OutRecord]:
         """The payload's records (taking the next ``seq``), or none once over the cap."""
@@ -456,7 +465,7 @@ class TurnEvents:
             records = [
                 wire_record(
                     t,
-                    self.turn_id.encode(),
+                    self.key,
                     value,
                     "event",
                     max_bytes=self.max_record_bytes,
@@ -478,7 +487,7 @@ class TurnEvents:
         value, ctype = self.codec.encode("event", event, topic)
         return wire_record(
             topic,
-            self.turn_id.encode(),
+            self.key,
             value,
             "event",
             max_bytes=self.max_record_bytes,

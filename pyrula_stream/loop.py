@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +75,21 @@ class ToolResultBlock:
 class ToolLoop:
     """Runs the model's tool loop for one turn, every call journaled."""
 
+    __slots__ = (
+        "_definitions",
+        "_last_run",
+        "agent_calls",
+        "last_answer",
+        "limits",
+        "llm",
+        "mcp",
+        "output_format",
+        "output_instructions",
+        "tool_calls",
+        "tools",
+        "turn",
+    )  # one per turn in flight
+
     def __init__(
         self,
         turn: TurnRuntime,
@@ -110,22 +125,25 @@ class ToolLoop:
 
     # -- public: what ctx.llm exposes -----------------------------------------------------
 
-    async def run(
+    def run(
         self,
         messages: list[dict[str, Any]],
         *,
         tools: Sequence[ToolCallable] | None = None,
         system: str | None = None,
         history: bool = True,
-    ) -> str:
-        """Run the loop until the model answers without tools; return its final text."""
-        return await self._run(list(messages), list(messages), tools, system, history)
+    ) -> Coroutine[Any, Any, str]:
+        """Run the loop until the model answers without tools; return its final text.
 
-    async def ask_again(self, feedback: str) -> str:
+        A plain function handing back the loop's coroutine: a frame fewer held by each
+        turn in flight (thousands wait in a model call at once)."""
+        return self._run(list(messages), list(messages), tools, system, history)
+
+    def ask_again(self, feedback: str) -> Coroutine[Any, Any, str]:
         """Continue the last ``run``'s conversation with ``feedback``; the new final text."""
         conversation, tools, system, history = self._last_run
         ask = {"role": "user", "content": feedback}
-        return await self._run([*conversation, ask], [ask], tools, system, history)
+        return self._run([*conversation, ask], [ask], tools, system, history)
 
     async def _run(
         self,
@@ -135,17 +153,31 @@ class ToolLoop:
         system: str | None,
         history: bool,
     ) -> str:
-        final = ""
-        async for block in self._loop(
-            conversation, new_input, tools=tools, system=system, history=history
-        ):
-            if isinstance(block, ModelResponse):
-                final = block.text
+        """``_loop`` without its blocks: a coroutine, not an async generator and the frame
+        that drives it, as ``run`` needs only the final text."""
+        offered, system, earlier, added = await self._prepare(
+            conversation, new_input, tools, system, history
+        )
+        running = RunningFingerprint()  # the conversation only grows: hash each message once
+        while True:
+            response = await self.model_call(
+                earlier + conversation, offered, system, running=running
+            )
+            _append(response.as_message(), conversation, added)
+            calls = response.tool_calls
+            if not calls:
+                break
+            results = await self.dispatch(response, calls, offered)
+            # Not held while the next call waits: the conversation has its message, and a
+            # parsed response (three models, each with a dict and a field set) is ~1.5 KB.
+            del response, calls
+            _append(_results_message(results), conversation, added)
+            del results
         self._last_run = (conversation, None if tools is None else list(tools), system, history)
-        self.last_answer = final
-        return final
+        self.last_answer = response.text
+        return response.text
 
-    async def stream(
+    def stream(
         self,
         messages: list[dict[str, Any]],
         *,
@@ -159,10 +191,9 @@ class ToolLoop:
         this call adds (the body's messages, responses, tool results) joins the thread
         when the turn completes.
         """
-        async for block in self._loop(
+        return self._loop(
             list(messages), list(messages), tools=tools, system=system, history=history
-        ):
-            yield block
+        )
 
     async def _loop(
         self,
@@ -175,6 +206,38 @@ class ToolLoop:
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
         """The loop, appending each response and tool result to ``conversation`` (and to
         the thread's new messages, with ``new_input`` first)."""
+        offered, system, earlier, added = await self._prepare(
+            conversation, new_input, tools, system, history
+        )
+        running = RunningFingerprint()  # the conversation only grows: hash each message once
+        while True:
+            response = await self.model_call(
+                earlier + conversation, offered, system, running=running
+            )
+            _append(response.as_message(), conversation, added)
+            for block in response.content:
+                yield block
+            yield response
+            calls = response.tool_calls
+            if not calls:
+                return
+            results = await self.dispatch(response, calls, offered)
+            del response, calls  # as in ``_run``: not held while the next call waits
+            _append(_results_message(results), conversation, added)
+            for r in results:
+                yield r
+
+    async def _prepare(
+        self,
+        conversation: list[dict[str, Any]],
+        new_input: list[dict[str, Any]],
+        tools: Sequence[ToolCallable] | None,
+        system: str | None,
+        history: bool,
+    ) -> tuple[list[ToolCallable], str | None, list[dict[str, Any]], list[dict[str, Any]] | None]:
+        """What a loop starts from: the tools offered (checked), the system prompt, the
+        thread's earlier messages and the list of what joins the thread (``None``: no
+        thread, nothing kept)."""
         offered = list(self.tools if tools is None else tools)
         if tools is None and self.mcp is not None:  # MCP: discovered tools beside the @tools
             offered += await self.mcp.tools()
@@ -207,39 +270,7 @@ class ToolLoop:
             )
         if added is not None:
             added += new_input
-        running = RunningFingerprint()  # the conversation only grows: hash each message once
-        while True:
-            response = await self.model_call(
-                earlier + conversation, offered, system, running=running
-            )
-            said = response.as_message()  # one copy, shared by the conversation and thread
-            conversation.append(said)
-            if added is not None:
-                added.append(said)
-            for block in response.content:
-                yield block
-            yield response
-            calls = response.tool_calls
-            if not calls:
-                return
-            results = await self.dispatch(response, calls, offered)
-            message = {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": r.tool_use_id,
-                        "content": r.content,
-                        "is_error": r.is_error,
-                    }
-                    for r in results
-                ],
-            }
-            conversation.append(message)
-            if added is not None:
-                added.append(message)
-            for r in results:
-                yield r
+        return offered, system, earlier, added
 
     # -- model calls ----------------------------------------------------------------------
 
@@ -277,25 +308,6 @@ class ToolLoop:
         """The live call's response, parsed once from the JSON the journal records (so a
         live turn and its replay continue from the same values)."""
 
-        async def live() -> StepData:
-            check_wall_time(self.limits, turn.started_ms)
-            check_model_budget(
-                self.limits, turn.spend, self.llm.model, messages, system, definitions
-            )
-            if turn.meter is not None:  # the tenant's token and cost caps, group-wide
-                turn.meter.before_model_call()
-            try:
-                response = await self._stream_model(index, messages, definitions, system)
-            except PROVIDER_FAILURES as exc:
-                # Journaled, so a replay raises the same failure instead of calling again.
-                return {
-                    "call": index,
-                    "error": {"type": type(exc).__name__, "message": exc.message},
-                }
-            recorded = response.model_dump(mode="json")
-            live_response.append(ModelResponse.model_validate(recorded))
-            return {"call": index, "response": recorded}
-
         def events(data: StepData) -> list[LlmComplete]:
             if "error" in data:
                 return []
@@ -326,9 +338,15 @@ class ToolLoop:
 
         cost_before = turn.spend.cost_usd
         with turn.telemetry.model_call(self.llm) as observed:
-            data, replayed = await turn.durable_step(
-                "llm", "llm", input_hash, live, events, effects=usage
-            )
+            # ``durable_step`` in two halves around the live call, awaited here: a frame
+            # fewer per turn waiting on its model.
+            step, recorded = turn.replayed_step("llm", "llm", input_hash)
+            replayed = recorded is not None
+            if recorded is not None:
+                data = recorded
+            else:
+                data = await self._live_call(index, messages, definitions, system, live_response)
+                turn.record_step(step, "llm", "llm", input_hash, data, events, usage)
             response = None
             if "error" not in data:
                 response = (
@@ -349,45 +367,60 @@ class ToolLoop:
             found = self._definitions[id(tool)] = tool.definition()
         return found
 
-    async def _stream_model(
+    async def _live_call(
         self,
         index: int,
         messages: list[dict[str, Any]],
         definitions: list[ToolDefinition],
         system: str | None,
-    ) -> ModelResponse:
-        """Call the provider, coalescing text deltas into ``llm:delta`` events."""
+        parsed: list[ModelResponse],
+    ) -> StepData:
+        """Call the provider, coalescing text deltas into ``llm:delta`` events; the step's
+        data, with the response parsed once into ``parsed`` from the JSON the journal
+        records (so a live turn and its replay continue from the same values).
+
+        The checks, the stream and the record in one coroutine (no closure, no streaming
+        helper): thousands of turns wait here at once, each holding its frames."""
+        turn = self.turn
+        check_wall_time(self.limits, turn.started_ms)
+        check_model_budget(self.limits, turn.spend, self.llm.model, messages, system, definitions)
+        if turn.meter is not None:  # the tenant's token and cost caps, group-wide
+            turn.meter.before_model_call()
         pending: list[str] = []
         pending_chars = 0
         last_flush = time.monotonic()
-
-        def flush() -> None:
-            nonlocal pending_chars, last_flush
-            if pending:
-                self.turn.emit(LlmDelta(index, "".join(pending)))
-                pending.clear()
-            pending_chars = 0
-            last_flush = time.monotonic()
-
         final: ModelResponse | None = None
         native = {} if self.output_format is None else {"output_format": self.output_format}
-        async for item in self.llm.stream(messages, definitions or None, system, **native):
-            if isinstance(item, TextDelta):
-                pending.append(item.text)
-                pending_chars += len(item.text)
-                if (
-                    pending_chars >= DELTA_FLUSH_CHARS
-                    or time.monotonic() - last_flush >= DELTA_FLUSH_SECONDS
-                ):
-                    flush()
-            else:
-                final = item
-        flush()
-        if final is None:
-            raise ProviderStreamTruncated(
-                f"{self.llm.describe()} stream ended without a complete response"
-            )
-        return final
+        try:
+            async for item in self.llm.stream(messages, definitions or None, system, **native):
+                if isinstance(item, TextDelta):
+                    pending.append(item.text)
+                    pending_chars += len(item.text)
+                    if (
+                        pending_chars >= DELTA_FLUSH_CHARS
+                        or time.monotonic() - last_flush >= DELTA_FLUSH_SECONDS
+                    ):
+                        self._flush_deltas(index, pending)
+                        pending_chars, last_flush = 0, time.monotonic()
+                else:
+                    final = item
+            self._flush_deltas(index, pending)
+            if final is None:
+                raise ProviderStreamTruncated(
+                    f"{self.llm.describe()} stream ended without a complete response"
+                )
+        except PROVIDER_FAILURES as exc:
+            # Journaled, so a replay raises the same failure instead of calling again.
+            return {"call": index, "error": {"type": type(exc).__name__, "message": exc.message}}
+        recorded = final.model_dump(mode="json")
+        parsed.append(ModelResponse.model_validate(recorded))
+        return {"call": index, "response": recorded}
+
+    def _flush_deltas(self, index: int, pending: list[str]) -> None:
+        """The text gathered since the last flush as one ``llm:delta`` event."""
+        if pending:
+            self.turn.emit(LlmDelta(index, "".join(pending)))
+            pending.clear()
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -489,6 +522,32 @@ class ToolLoop:
             return ToolResultBlock(call.id, call.name, text, False)
         text = f"sub-agent '{reply.agent}' failed ({reply.code}): {reply.message}"
         return ToolResultBlock(call.id, call.name, text, True)
+
+
+def _append(
+    message: dict[str, Any], conversation: list[dict[str, Any]], added: list[dict[str, Any]] | None
+) -> None:
+    """One message joins the conversation and (in a thread) the thread's new messages:
+    one copy, shared by both."""
+    conversation.append(message)
+    if added is not None:
+        added.append(message)
+
+
+def _results_message(results: list[ToolResultBlock]) -> dict[str, Any]:
+    """One response's tool results as the user message the model reads next."""
+    return {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": r.tool_use_id,
+                "content": r.content,
+                "is_error": r.is_error,
+            }
+            for r in results
+        ],
+    }
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -43,6 +43,14 @@ class AgentMemory:
     without it (a plugged-in backend) the write runs once as the step's live part.
     """
 
+    __slots__ = (
+        "_backend",
+        "_max_value_bytes",
+        "_record_for",
+        "_turn",
+        "_written",
+    )  # one per turn in flight
+
     def __init__(
         self,
         turn: DurableSteps,

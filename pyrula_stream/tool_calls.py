@@ -75,6 +75,8 @@ class ToolCall:
 class TurnToolRuntime:
     """What a ``ToolContext`` needs from the running turn (cancel flag, status, cache)."""
 
+    __slots__ = ("_turn", "cache_store")  # one per turn in flight
+
     def __init__(self, turn: TurnRuntime, cache_store: CacheStore | None) -> None:
         self._turn = turn
         self.cache_store = cache_store
@@ -92,6 +94,15 @@ class TurnToolRuntime:
 
 class ToolCalls:
     """Runs the durable tool calls of one turn (see the module docstring)."""
+
+    __slots__ = (
+        "deps",
+        "http",
+        "human_in_the_loop",
+        "limits",
+        "tool_runtime",
+        "turn",
+    )  # one per turn in flight
 
     def __init__(
         self,

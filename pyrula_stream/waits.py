@@ -46,11 +46,14 @@ def _deadline_ms(deadline: datetime | None) -> int | None:
 class Waits:
     """The waits of one turn (signals now; answers to questions build on them)."""
 
+    __slots__ = ("_taken", "_turn")  # one per turn in flight
+
     def __init__(self, turn: TurnRuntime) -> None:
         self._turn = turn
-        self._taken: set[str] = set()
+        self._taken: dict[str, None] = {}
         """Signals this attempt's waits took (replayed or live): every earlier wait
-        replays before a live one, so this is all the turn took."""
+        replays before a live one, so this is all the turn took. A dict as a set: every
+        turn has one, and an empty set is 216 bytes, an empty dict 64."""
 
     async def signal(
         self,
@@ -115,7 +118,7 @@ class Waits:
                 key,
                 deadline=datetime.fromtimestamp(int(data["deadline_ms"]) / 1000, tz=UTC),
             )
-        self._taken.add(str(data["signal_id"]))
+        self._taken[str(data["signal_id"])] = None
         payload = Signal.from_data(data["signal"]).payload
         return payload.get("answer") if isinstance(payload, dict) else payload
 
@@ -135,5 +138,5 @@ class Waits:
             TAKE_SIGNAL_KIND, name, fingerprint([name, deadline_ms]), live
         )
         if data.get("signal_id"):
-            self._taken.add(str(data["signal_id"]))
+            self._taken[str(data["signal_id"])] = None
         return data

@@ -277,12 +277,38 @@ class TurnRuntime:
         sub-agent's turn request, a memory write): a replay takes the recorded data and
         writes nothing.
         """
+        index, recorded = self.replayed_step(kind, name, input_hash, step)
+        if recorded is not None:
+            return recorded, True
+        data = await live()
+        self.record_step(index, kind, name, input_hash, data, events, effects)
+        return data, False
+
+    def replayed_step(
+        self, kind: str, name: str, input_hash: str, step: int | None = None
+    ) -> tuple[int, StepData | None]:
+        """``durable_step``'s first half: the step's index and its recorded data (``None``:
+        run it live, then ``record_step``). For a caller that awaits its live call
+        itself (a model call: thousands wait in one at once, each holding its frames)."""
         index = self.allocate_steps() if step is None else step
         recorded = self.journal.recorded(index, kind, name, input_hash)
         if recorded is not None:
-            return recorded.data, True
+            return index, recorded.data
         self.raise_if_cancelled()
-        data = await live()
+        return index, None
+
+    def record_step(
+        self,
+        index: int,
+        kind: str,
+        name: str,
+        input_hash: str,
+        data: StepData,
+        events: Callable[[StepData], Sequence[Payload]] | None = None,
+        effects: Callable[[StepData], Sequence[OutRecord]] | None = None,
+    ) -> None:
+        """``durable_step``'s second half: journal a live step's data (with its events
+        and effects) in the background."""
         if self.finished:  # a step that outlived its turn must not write after the end
             raise asyncio.CancelledError(f"turn {self.turn_id} already finished")
         entry = JournalEntry(
@@ -293,7 +319,6 @@ class TurnRuntime:
             out += self.events.records(payload)
         # No one waits for a step's commit until a barrier does: it may linger.
         self._journal_in_background(index, entry, self.output.durable(self, out, urgent=False))
-        return data, False
 
     def _journal_in_background(
         self, index: int, entry: JournalEntry, committed: Awaitable[None]

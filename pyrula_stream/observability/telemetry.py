@@ -27,9 +27,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import Token
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from opentelemetry import context as otel_context
@@ -138,53 +139,68 @@ class TurnTelemetry:
     _event_trace: TraceCarrier | None = field(default=None, init=False)
     _attempt_started: float = field(default_factory=time.time, init=False)
     _traced: bool | None = field(default=None, init=False)
+    _attempt: int = field(default=0, init=False)
+    _process: Span | None = field(default=None, init=False)
+    """The attempt's ``process`` span while it records (it ends after ``invoke_agent``)."""
+    _token: Token[Context] | None = field(default=None, init=False)
+    """The attached context that makes ``invoke_agent`` current while the attempt runs."""
 
     def event_trace(self) -> TraceCarrier | None:
         """The context an event record carries: the running ``invoke_agent`` span's,
         else the request's."""
         return self._event_trace or self.trace
 
-    async def track(self, turn: Callable[[], Awaitable[None]], attempt: int) -> None:
-        """Run one attempt of the turn (the body of its task) inside its spans.
+    def attempt(self, attempt: int) -> TurnTelemetry:
+        """One attempt of the turn, as a context around the body of its task: its spans
+        (none without a tracer provider: events then carry the request's own trace
+        context), its metrics and its log fields. The telemetry is its own context, so a
+        turn in flight holds no extra coroutine or context object for it."""
+        self._attempt = attempt
+        return self
 
-        ``turn`` is called here, not by the caller: a task cancelled before it starts
-        then leaves no coroutine that was never awaited. Without a tracer provider no
-        span is started at all (events then carry the request's own trace context).
-        """
+    def __enter__(self) -> TurnTelemetry:
+        attempt = self._attempt
         logs.bind(turn_id=self.turn_id, attempt=attempt, partition=self.partition)
         self._attempt_started = time.time()
         self._traced = tracing_on(self.tracer)
-        process: Span = INVALID_SPAN
-        span: Span = INVALID_SPAN
-        token: Token[Context] | None = None
         if self._traced:
             process, span = self._start_spans(attempt)
             # Only invoke_agent becomes the current span (what steps and user code see):
             # the process span is its parent by context, saving a context attach per turn.
-            token = otel_context.attach(set_span_in_context(span))
+            self._token = otel_context.attach(set_span_in_context(span))
             # An unsampled turn's events still carry its (unsampled) context.
             self._event_trace = span_carrier(span) or None
             if span.is_recording():
-                self.span = span
+                self.span, self._process = span, process
         log.info("turn attempt started")
         if self.metrics is not None:
             self.metrics.turn_started(attempt)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        span = self.span
         try:
-            await turn()
-        except asyncio.CancelledError:
-            span.set_attribute("pyrula.stopped", True)  # revoked, aborted or stopping
-            raise
-        except Exception as exc:
-            span.record_exception(exc)
-            mark_error(span, type(exc).__name__, str(exc))
-            raise
+            if span is not None and exc is not None:
+                if isinstance(exc, asyncio.CancelledError):
+                    span.set_attribute("pyrula.stopped", True)  # revoked, aborted or stopping
+                elif isinstance(exc, Exception):
+                    span.record_exception(exc)
+                    mark_error(span, type(exc).__name__, str(exc))
         finally:
-            if token is not None:
-                otel_context.detach(token)
-            if self.span is not None:
-                self._close(self.span)
-                self.span.end()
-                process.end()
+            if self._token is not None:
+                otel_context.detach(self._token)
+                self._token = None
+            if span is not None:
+                self._close(span)
+                span.end()
+            if self._process is not None:
+                self._process.end()
+                self._process = None
             if self.metrics is not None:
                 self.metrics.turn_left()
 

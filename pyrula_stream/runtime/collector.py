@@ -1,4 +1,4 @@
-"""How a worker process sets up CPython's garbage collector.
+"""How a worker process sets up CPython's garbage collector and glibc's allocator.
 
 A turn allocates a few thousand short-lived objects (records, events, dicts, futures).
 With CPython's default young-generation threshold (700 allocations) the collector runs
@@ -7,23 +7,53 @@ process built at startup: in the bench that was a fifth of the worker's CPU per 
 A worker process freezes what exists when it starts (it lives as long as the process)
 and collects the young generation every ``YOUNG_THRESHOLD`` allocations instead. Cycles
 are still collected; only less often, and never among the frozen startup objects.
+
+glibc gives a thread that allocates while another holds the lock an arena of its own
+(up to 8 per core), and memory freed in one arena is reused only by it. A worker's
+threads (librdkafka's, ``asyncio.to_thread``'s polls and commits) each built an arena of
+record copies and batches that stayed resident: one arena cut the bench's resident set
+per in-flight turn by about a seventh, at no cost to its throughput.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import sys
 
 YOUNG_THRESHOLD = 10_000
 """Net allocations between two young-generation collections (CPython's default: 700)."""
 
+M_ARENA_MAX = -8
+"""glibc's ``mallopt`` parameter for the most arenas it makes (``malloc.h``)."""
+
 
 def tune_for_worker() -> None:
-    """Freeze the objects alive now and raise the young-generation threshold.
+    """Freeze the objects alive now, raise the young-generation threshold, and keep glibc
+    to one malloc arena.
 
     For the process that runs workers (``run_worker``, the bench): it changes the whole
     interpreter, so a library embedding a worker in its own application may skip it.
+    Call it before the worker's threads start: an arena, once made, stays.
     """
     gc.collect()
     gc.freeze()
     young, older, oldest = gc.get_threshold()
     gc.set_threshold(max(YOUNG_THRESHOLD, young), older, oldest)
+    one_malloc_arena()
+
+
+def one_malloc_arena() -> bool:
+    """Ask glibc for a single malloc arena (see the module docstring); whether it took it.
+    Elsewhere (macOS, musl) nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 - glibc only: musl's mallopt does nothing
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_ARENA_MAX, 1))

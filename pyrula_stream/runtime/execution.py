@@ -112,7 +112,16 @@ class TurnExecutor:
         try:
             if await self._over_quota(runtime):
                 return
-            await self._run_body(runtime)
+            # The body is awaited here, not in a helper: a frame fewer per turn in flight.
+            body, ctx, loop = await self._start_body(runtime)
+            try:
+                async with asyncio.timeout(self.agent.timeout):
+                    result = await body(ctx, **runtime.request.params)
+            except Exception as exc:
+                if runtime.refusal is not None and exc is not runtime.refusal:
+                    raise runtime.refusal from exc
+                raise
+            await self._finish_body(runtime, loop, result)
         except TurnParked as wait:
             await runtime.park(
                 Park(runtime.request, wait.children, wait.wake_at_ms, wait.signals, wait.question)
@@ -144,8 +153,10 @@ class TurnExecutor:
                 RunError(code=ErrorCode.AGENT_ERROR, message=f"{type(exc).__name__}: {exc}")
             )
 
-    async def _run_body(self, runtime: TurnRuntime) -> None:
-        """Journal the start, run the body, finish with its result (or raise its error)."""
+    async def _start_body(
+        self, runtime: TurnRuntime
+    ) -> tuple[Callable[..., Awaitable[Any]], AgentContext, ToolLoop]:
+        """Journal the start; the body to run, its context and the turn's tool loop."""
         request = runtime.request
         version = runtime.version = turn_version(self.agent, runtime.journal)
         body = body_for(self.agent, version)
@@ -223,13 +234,11 @@ class TurnExecutor:
             durable_timer_after_s=self.options.durable_timer_after_s,
             memory=memory,
         )
-        try:
-            async with asyncio.timeout(self.agent.timeout):
-                result = await body(ctx, **request.params)
-        except Exception as exc:
-            if runtime.refusal is not None and exc is not runtime.refusal:
-                raise runtime.refusal from exc
-            raise
+        return body, ctx, loop
+
+    async def _finish_body(self, runtime: TurnRuntime, loop: ToolLoop, result: Any) -> None:
+        """Finish with the body's result (or raise what ends the turn instead)."""
+        output = self.agent.output
         if runtime.refusal is not None:  # a Kafka limit the body caught still ends the turn
             raise runtime.refusal
         runtime.raise_if_cancelled()

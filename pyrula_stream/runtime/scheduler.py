@@ -18,7 +18,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
@@ -181,8 +180,7 @@ class TurnScheduler:
         self._spawn(runtime, queued, partition)
 
     def _spawn(self, runtime: TurnRuntime, queued: QueuedTurn, partition: int) -> None:
-        turn = runtime.telemetry.track(partial(self._run, runtime, queued), runtime.attempt)
-        task = asyncio.create_task(turn, name=runtime.turn_id)
+        task = asyncio.create_task(self._run(runtime, queued), name=runtime.turn_id)
         self._running[runtime.turn_id] = RunningTurn(runtime, task, partition, queued.offset)
 
     def _new_runtime(
@@ -230,27 +228,33 @@ class TurnScheduler:
     # -- a turn's end ---------------------------------------------------------------------
 
     async def _run(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
-        executor = self._executor()
-        try:
-            if queued.duplicate_of is not None:
-                await executor.finish_duplicate(runtime, queued.duplicate_of)
-            elif queued.quarantine is not None:
-                await executor.quarantine(runtime, queued.quarantine)
+        """The turn's task: one attempt inside its telemetry (spans, metrics, log fields),
+        entered here rather than by a coroutine wrapping this one: a frame fewer per turn."""
+        with runtime.telemetry.attempt(runtime.attempt):
+            executor = self._executor()
+            try:
+                if queued.duplicate_of is not None:
+                    await executor.finish_duplicate(runtime, queued.duplicate_of)
+                elif queued.quarantine is not None:
+                    await executor.quarantine(runtime, queued.quarantine)
+                else:
+                    await executor.execute(runtime)
+            except asyncio.CancelledError:
+                if (
+                    self._cancels.get(runtime.turn_id, ("",))[0] == "terminate"
+                    and not runtime.finished
+                ):
+                    with contextlib.suppress(Exception):
+                        await runtime.finish(
+                            RunError.of(TurnCancelled(f"turn terminated: {runtime.cancel_reason}"))
+                        )
+                        self._finished(runtime, queued)
+                    return
+                raise
+            if runtime.parked is not None:
+                self._parked(runtime, queued)
             else:
-                await executor.execute(runtime)
-        except asyncio.CancelledError:
-            if self._cancels.get(runtime.turn_id, ("",))[0] == "terminate" and not runtime.finished:
-                with contextlib.suppress(Exception):
-                    await runtime.finish(
-                        RunError.of(TurnCancelled(f"turn terminated: {runtime.cancel_reason}"))
-                    )
-                    self._finished(runtime, queued)
-                return
-            raise
-        if runtime.parked is not None:
-            self._parked(runtime, queued)
-        else:
-            self._finished(runtime, queued)
+                self._finished(runtime, queued)
 
     def _parked(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
         """The journal owns the turn now: free its slot, its key and its input offset."""
