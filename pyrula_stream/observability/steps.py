@@ -110,7 +110,16 @@ class _StepObserver:
     """What both step observers share: the span the step reports on, entered as a
     context manager (a step with its own span makes it current while it runs)."""
 
-    __slots__ = ("_token", "as_event", "metrics", "own", "span", "started", "started_ns", "totals")
+    __slots__ = (
+        "_attached",
+        "as_event",
+        "metrics",
+        "own",
+        "span",
+        "started",
+        "started_ns",
+        "totals",
+    )
 
     def __init__(
         self, span: Span | None, metrics: WorkerMetrics | None, totals: StepTotals | None
@@ -122,7 +131,7 @@ class _StepObserver:
         self.as_event = False
         """A ``chat`` / ``execute_tool`` event per step on the turn's span."""
         self.own = False
-        self._token: Token[Context] | None = None
+        self._attached: Token[Context] | None = None
         self.started = time.monotonic()
         self.started_ns = time.time_ns()
 
@@ -132,7 +141,7 @@ class _StepObserver:
 
     def __enter__(self) -> _StepObserver:
         if self.own and self.span is not None:
-            self._token = otel_context.attach(set_span_in_context(self.span))
+            self._attached = otel_context.attach(set_span_in_context(self.span))
         return self
 
     def __exit__(
@@ -143,8 +152,8 @@ class _StepObserver:
     ) -> None:
         if not self.own or self.span is None:
             return
-        if self._token is not None:
-            otel_context.detach(self._token)
+        if self._attached is not None:
+            otel_context.detach(self._attached)
         if exc is not None and not isinstance(exc, asyncio.CancelledError):
             self.span.record_exception(exc)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))

@@ -142,7 +142,7 @@ class TurnTelemetry:
     _attempt: int = field(default=0, init=False)
     _process: Span | None = field(default=None, init=False)
     """The attempt's ``process`` span while it records (it ends after ``invoke_agent``)."""
-    _token: Token[Context] | None = field(default=None, init=False)
+    _attached: Token[Context] | None = field(default=None, init=False)
     """The attached context that makes ``invoke_agent`` current while the attempt runs."""
 
     def event_trace(self) -> TraceCarrier | None:
@@ -167,7 +167,7 @@ class TurnTelemetry:
             process, span = self._start_spans(attempt)
             # Only invoke_agent becomes the current span (what steps and user code see):
             # the process span is its parent by context, saving a context attach per turn.
-            self._token = otel_context.attach(set_span_in_context(span))
+            self._attached = otel_context.attach(set_span_in_context(span))
             # An unsampled turn's events still carry its (unsampled) context.
             self._event_trace = span_carrier(span) or None
             if span.is_recording():
@@ -192,9 +192,9 @@ class TurnTelemetry:
                     span.record_exception(exc)
                     mark_error(span, type(exc).__name__, str(exc))
         finally:
-            if self._token is not None:
-                otel_context.detach(self._token)
-                self._token = None
+            if self._attached is not None:
+                otel_context.detach(self._attached)
+                self._attached = None
             if span is not None:
                 self._close(span)
                 span.end()
