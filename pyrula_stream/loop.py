@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -379,8 +379,11 @@ class ToolLoop:
         data, with the response parsed once into ``parsed`` from the JSON the journal
         records (so a live turn and its replay continue from the same values).
 
-        The checks, the stream and the record in one coroutine (no closure, no streaming
-        helper): thousands of turns wait here at once, each holding its frames."""
+        Past the commit buffer's bound it waits for room before its first write:
+        thousands of calls that return together then do not build all their records at
+        once. The checks, the stream and the record in one coroutine (no closure, no
+        streaming helper): thousands of turns wait here at once, each holding its
+        frames."""
         turn = self.turn
         check_wall_time(self.limits, turn.started_ms)
         check_model_budget(self.limits, turn.spend, self.llm.model, messages, system, definitions)
@@ -390,6 +393,9 @@ class ToolLoop:
         pending_chars = 0
         last_flush = time.monotonic()
         final: ModelResponse | None = None
+        gated: Awaitable[None] | None = None
+        """What ``room`` said when the call last had to wait for it: a call waits once at
+        most, so a turn let go writes its records up to its next commit."""
         native = {} if self.output_format is None else {"output_format": self.output_format}
         try:
             async for item in self.llm.stream(messages, definitions or None, system, **native):
@@ -400,10 +406,18 @@ class ToolLoop:
                         pending_chars >= DELTA_FLUSH_CHARS
                         or time.monotonic() - last_flush >= DELTA_FLUSH_SECONDS
                     ):
+                        if gated is None:
+                            gated = turn.output.room()
+                            if gated is not None:  # the commit buffer is full
+                                await gated
                         self._flush_deltas(index, pending)
                         pending_chars, last_flush = 0, time.monotonic()
                 else:
                     final = item
+            if gated is None:
+                gated = turn.output.room()
+                if gated is not None:
+                    await gated
             self._flush_deltas(index, pending)
             if final is None:
                 raise ProviderStreamTruncated(

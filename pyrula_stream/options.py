@@ -71,6 +71,10 @@ class WorkerOptions:
     before it stops fetching. Fair admission picks among the turns it has read, so a
     tenant's flood delays another tenant's turn that comes after it in a partition only
     until the queue drops below this (docs/tenants.md gives the bound).
+    ``max_pending_records`` bounds the records waiting for the next commit: past it, a
+    model call that returns waits for a commit to take the buffer before it writes its
+    deltas and its response (0: unbounded). Many model calls that return together then
+    cost one buffer, not a burst of records the allocator keeps as its high-water mark.
     """
 
     max_concurrent_turns: int = 50
@@ -101,6 +105,7 @@ class WorkerOptions:
     serialization: Literal["avro", "schema_registry"] = "avro"
     decode_limits: DecodeLimits = field(default_factory=DecodeLimits)
     max_delivery_attempts: int = 5
+    max_pending_records: int = 1000
 
     def __post_init__(self) -> None:
         # Resolved once, so every client sees the same settings, and a repr hides secrets.

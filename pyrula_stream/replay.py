@@ -93,6 +93,10 @@ class MemoryOutput:
     def hurry(self) -> None:
         pass
 
+    def room(self) -> None:
+        """Always room: nothing is committed."""
+        return None
+
     def events(self) -> list[Event]:
         return [
             decode_event(r.value, headers_dict(list(r.headers)))

@@ -4,6 +4,8 @@
   entry and its tombstone that meet in one commit are not sent at all.
 - A ``read_only`` tool runs before the model response that asked for it is committed; a
   tool with effects waits for that commit.
+- Past ``max_pending_records``, a turn waits for a commit to take the buffer before it
+  journals its model's response.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pyrula_stream.llm.base import ModelResponse, StreamItem
 from pyrula_stream.options import WorkerOptions
 from pyrula_stream.records import OutRecord, latest_only, tombstone
 from pyrula_stream.serde import JournalEntry, decode_journal_entry
-from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.testing import running_worker, unique_name, wait_for
 
 
 def entry(key: bytes, value: bytes = b"v", *, topic: str = "j") -> OutRecord:
@@ -158,3 +160,48 @@ async def test_records_no_one_waits_for_linger_and_ride_the_commit_someone_waits
     assert [t for _, t in tail] == ["llm:delta", "llm:complete", "run:complete"], kinds
     offsets = [o for o, _ in tail]
     assert offsets == list(range(offsets[0], offsets[0] + 3)), kinds
+
+
+async def test_model_calls_that_return_together_fill_the_commit_buffer_only_to_its_bound(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Forty model calls return at once with room for eight records: the turns past the
+    bound wait for a commit to take the buffer before they journal their responses, so
+    no commit carries the burst (each turn writes five records or more after its model
+    call), and every turn still ends once."""
+    turns, started = 40, 0
+    together = asyncio.Event()
+
+    class Together(FakeLLM):
+        """Holds every model call until the test lets them all return."""
+
+        async def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[StreamItem]:
+            nonlocal started
+            started += 1
+            await together.wait()
+            async for item in super().stream(*args, **kwargs):
+                yield item
+
+    @kafka_agent(name=unique_name("room"), llm=Together(["done"]), partitions=1)
+    async def agent(ctx: AgentContext, i: int) -> str:
+        return await ctx.llm.run([{"role": "user", "content": str(i)}])
+
+    options = WorkerOptions(max_concurrent_turns=turns, max_pending_records=8)
+    async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+        handles = [await client.submit(agent.name, i=i) for i in range(turns)]
+        streams = asyncio.gather(*(_collect(client, agent.name, h.turn_id) for h in handles))
+        committer = worker.committer
+        # The turns' starts are not bounded (only journaling a response waits): let them
+        # commit, then count from the moment every model call returns.
+        await wait_for(lambda: started == turns and not committer._pending.records, 60, "starts")
+        await committer.wait_idle()
+        committer.stats.largest = 0
+        together.set()
+        results = await asyncio.wait_for(streams, 90)
+    for events in results:
+        assert [e.type for e in events].count("run:complete") == 1
+    assert committer.stats.largest <= 3 * 8, committer.stats  # unbounded: most turns in one
+
+
+async def _collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Any]:
+    return [e async for e in client.stream(agent, turn_id)]

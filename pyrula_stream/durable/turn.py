@@ -69,6 +69,8 @@ class TurnOutput(Protocol):
 
     def hurry(self) -> None: ...
 
+    def room(self) -> Awaitable[None] | None: ...
+
 
 @dataclass(slots=True)
 class TurnTopics:

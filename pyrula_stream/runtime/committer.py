@@ -9,6 +9,11 @@ record is bounded: the next commit waits a backoff that doubles with each failur
 turn whose records failed ``max_delivery_attempts`` commits in a row is ended with
 ``record_undeliverable`` instead of being rerun; a record of no turn is replaced by a dead
 letter that names it. Either way the partition moves on.
+
+The buffer is bounded: past ``max_pending_records`` a turn whose model call returned waits
+(``room``) before it writes its deltas and response, in arrival order, until a commit takes
+the buffer. Thousands of turns whose model calls return together would otherwise build
+all their records at once, and the allocator keeps that high-water mark for good.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -65,6 +71,8 @@ def blamed(failed: tuple[FailedDelivery, ...]) -> list[FailedDelivery]:
 class CommitStats:
     commits: int = 0
     records: int = 0
+    largest: int = 0
+    """The most records one commit sent."""
     aborts: int = 0
     seconds: float = 0.0
 
@@ -93,8 +101,17 @@ class GroupCommitter:
         on_undeliverable: Callable[[str, str], None] | None = None,
         dead_letter: Callable[[OutRecord, str], OutRecord | None] | None = None,
         max_delivery_attempts: int = 5,
+        max_pending_records: int = 0,
     ) -> None:
         self._write = write
+        self._max_pending = max_pending_records
+        """0: unbounded."""
+        self._room_waiters: deque[asyncio.Future[None]] = deque()
+        self._records_per_waiter = 8.0
+        """A running mean of the records a commit took per waiter let go before it: how
+        many waiters fit in the room left."""
+        self._released = 0
+        """Waiters let go since the last commit took the buffer."""
         self._on_undeliverable = on_undeliverable
         self._dead_letter = dead_letter
         self._max_attempts = max(1, max_delivery_attempts)
@@ -126,6 +143,8 @@ class GroupCommitter:
         last delta and its terminal event share one commit instead of queueing."""
         self._pending.records.extend((turn.turn_id, r) for r in records)
         self._pending.turns[turn.turn_id] = turn
+        if self._max_pending and len(self._pending.records) >= self._max_pending:
+            urgent = True
         if urgent or not self._linger_s:
             self._wake.set()
         elif self._linger is None and not self._wake.is_set():
@@ -144,6 +163,38 @@ class GroupCommitter:
     def hurry(self) -> None:
         """Someone waits for lingering records: commit them now."""
         self._wake.set()
+
+    def room(self) -> asyncio.Future[None] | None:
+        """``None`` while the buffer has room (the common case: nothing to await), else a
+        future that resolves, in arrival order, once a commit has taken the buffer."""
+        if not self._max_pending or (
+            not self._room_waiters and len(self._pending.records) < self._max_pending
+        ):
+            return None
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._room_waiters.append(fut)
+        self._wake.set()
+        return fut
+
+    def _release_room(self) -> None:
+        """Let as many waiting turns go on as the buffer has room for, the longest waiting
+        first (at least one, so waiters always move on)."""
+        free = float(self._max_pending - len(self._pending.records))
+        while self._room_waiters and free > 0:
+            fut = self._room_waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                self._released += 1
+                free -= self._records_per_waiter
+
+    def _took(self, batch: _Batch) -> None:
+        """A commit took ``batch``: learn how many records a waiter let go brings, and let
+        the next waiters go."""
+        if self._released:
+            taken = len(batch.records) / self._released
+            self._records_per_waiter += (max(1.0, taken) - self._records_per_waiter) / 4
+            self._released = 0
+        self._release_room()
 
     def add_records(self, records: list[OutRecord], *, wake: bool = True) -> None:
         """Records that belong to no turn (dead letters, housekeeping tombstones).
@@ -181,6 +232,7 @@ class GroupCommitter:
         batch.waiters = [(t, f) for t, f in batch.waiters if t not in turn_ids]
         for t in turn_ids:
             batch.turns.pop(t, None)
+        self._release_room()
 
     async def wait_idle(self) -> None:
         """Wait until no commit is in flight."""
@@ -227,6 +279,8 @@ class GroupCommitter:
         offsets = self._offsets()
         changed = {k: v for k, v in offsets.items() if self._last_offsets.get(k) != v}
         batch, self._pending = self._pending, _Batch()
+        if self._room_waiters or self._released:
+            self._took(batch)
         if self._linger is not None:  # what lingered rides this commit
             self._linger.cancel()
             self._linger = None
@@ -299,6 +353,7 @@ class GroupCommitter:
             self._record_strikes.pop(id(r), None)
         self.stats.commits += 1
         self.stats.records += len(records)
+        self.stats.largest = max(self.stats.largest, len(records))
         self.stats.seconds += time.monotonic() - started
         self._last_offsets.update(changed)
         if changed and self._on_committed is not None:

@@ -355,6 +355,7 @@ class KafkaWorker(RunsInBackground):
             on_undeliverable=self._scheduler.end_undeliverable,
             dead_letter=partial(undeliverable_letter, self.topics.dlq, worker=self.worker_id),
             max_delivery_attempts=self.options.max_delivery_attempts,
+            max_pending_records=self.options.max_pending_records,
         )
         session = self._session = await open_session(
             self.agent,
