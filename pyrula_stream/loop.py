@@ -76,7 +76,6 @@ class ToolLoop:
     """Runs the model's tool loop for one turn, every call journaled."""
 
     __slots__ = (
-        "_definitions",
         "_last_run",
         "agent_calls",
         "last_answer",
@@ -121,7 +120,6 @@ class ToolLoop:
             None,
             True,
         )
-        self._definitions: dict[int, ToolDefinition] = {}
 
     # -- public: what ctx.llm exposes -----------------------------------------------------
 
@@ -137,7 +135,7 @@ class ToolLoop:
 
         A plain function handing back the loop's coroutine: a frame fewer held by each
         turn in flight (thousands wait in a model call at once)."""
-        return self._run(list(messages), list(messages), tools, system, history)
+        return self._run(list(messages), messages, tools, system, history)
 
     def ask_again(self, feedback: str) -> Coroutine[Any, Any, str]:
         """Continue the last ``run``'s conversation with ``feedback``; the new final text."""
@@ -266,7 +264,7 @@ class ToolLoop:
                 thread.messages,
                 conversation,
                 system,
-                [self._definition(t) for t in offered],
+                [t.definition() for t in offered],
             )
         if added is not None:
             added += new_input
@@ -287,7 +285,7 @@ class ToolLoop:
             system = turn.branch.system  # a branch that changes the system prompt
         index = turn.model_calls
         turn.model_calls += 1
-        definitions = [self._definition(t) for t in offered]
+        definitions = [t.definition() for t in offered]
         input_hash = model_call_fingerprint(
             messages,
             system,
@@ -308,34 +306,6 @@ class ToolLoop:
         """The live call's response, parsed once from the JSON the journal records (so a
         live turn and its replay continue from the same values)."""
 
-        def events(data: StepData) -> list[LlmComplete]:
-            if "error" in data:
-                return []
-            response = live_response[0]
-            bill(turn.spend, response, self.limits, self.llm.model)
-            return [
-                LlmComplete(
-                    call=index,
-                    model=response.model,
-                    text=response.text,
-                    tool_calls=[
-                        {"id": c.id, "name": c.name, "input": c.input} for c in response.tool_calls
-                    ],
-                    stop_reason=response.stop_reason,
-                    usage=response.usage.model_dump(),
-                    total=turn.spend.as_dict(),
-                )
-            ]
-
-        def usage(data: StepData) -> list[OutRecord]:
-            """The tenant's usage of this call, committed with its step (never replayed)."""
-            if turn.meter is None or "error" in data:
-                return []
-            call = Spend()
-            bill(call, live_response[0], self.limits, self.llm.model)
-            turn.telemetry.tenant_used(call.billed_tokens)
-            return turn.meter.model_used(index, call.billed_tokens, call.cost_usd)
-
         cost_before = turn.spend.cost_usd
         with turn.telemetry.model_call(self.llm) as observed:
             # ``durable_step`` in two halves around the live call, awaited here: a frame
@@ -346,7 +316,10 @@ class ToolLoop:
                 data = recorded
             else:
                 data = await self._live_call(index, messages, definitions, system, live_response)
-                turn.record_step(step, "llm", "llm", input_hash, data, events, usage)
+                records = _LiveCallRecords(self, index, live_response)  # made only now
+                turn.record_step(
+                    step, "llm", "llm", input_hash, data, records.events, records.usage
+                )
             response = None
             if "error" not in data:
                 response = (
@@ -359,13 +332,6 @@ class ToolLoop:
         if replayed:
             bill(turn.spend, response, self.limits, self.llm.model)
         return response
-
-    def _definition(self, tool: ToolCallable) -> ToolDefinition:
-        """A tool's definition, built once per turn (it copies the schema)."""
-        found = self._definitions.get(id(tool))
-        if found is None:
-            found = self._definitions[id(tool)] = tool.definition()
-        return found
 
     async def _live_call(
         self,
@@ -536,6 +502,48 @@ class ToolLoop:
             return ToolResultBlock(call.id, call.name, text, False)
         text = f"sub-agent '{reply.agent}' failed ({reply.code}): {reply.message}"
         return ToolResultBlock(call.id, call.name, text, True)
+
+
+class _LiveCallRecords:
+    """What a live model call's step commits beside its entry: ``llm:complete`` (which
+    bills the turn) and the tenant's usage (never replayed). Made once the call returns,
+    so none of the thousands of calls in flight holds it while it waits."""
+
+    __slots__ = ("index", "loop", "response")
+
+    def __init__(self, loop: ToolLoop, index: int, response: list[ModelResponse]) -> None:
+        self.loop = loop
+        self.index = index
+        self.response = response
+        """The live call's parsed response (empty if the call failed)."""
+
+    def events(self, data: StepData) -> list[LlmComplete]:
+        if "error" in data:
+            return []
+        loop, turn, response = self.loop, self.loop.turn, self.response[0]
+        bill(turn.spend, response, loop.limits, loop.llm.model)
+        return [
+            LlmComplete(
+                call=self.index,
+                model=response.model,
+                text=response.text,
+                tool_calls=[
+                    {"id": c.id, "name": c.name, "input": c.input} for c in response.tool_calls
+                ],
+                stop_reason=response.stop_reason,
+                usage=response.usage.model_dump(),
+                total=turn.spend.as_dict(),
+            )
+        ]
+
+    def usage(self, data: StepData) -> list[OutRecord]:
+        loop, turn = self.loop, self.loop.turn
+        if turn.meter is None or "error" in data:
+            return []
+        call = Spend()
+        bill(call, self.response[0], loop.limits, loop.llm.model)
+        turn.telemetry.tenant_used(call.billed_tokens)
+        return turn.meter.model_used(self.index, call.billed_tokens, call.cost_usd)
 
 
 def _append(

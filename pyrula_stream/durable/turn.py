@@ -330,6 +330,8 @@ class TurnRuntime:
 
         def confirm(done: asyncio.Future[None]) -> None:
             self._committing.pop(index, None)
+            if not self._committing:  # an emptied dict keeps its table: thousands wait
+                self._committing = {}
             if self._unconfirmed and self._unconfirmed[0] is done:  # a barrier skips it now
                 self._unconfirmed.pop(0)
             if not done.cancelled() and done.exception() is None:

@@ -1,7 +1,7 @@
 """Structured logs: who a log line is about (agent, turn, attempt, partition, worker).
 
-The worker binds ``agent`` and ``worker_id`` when it runs and each turn task binds
-``turn_id``, ``attempt`` and ``partition``; the values live in context variables, so every
+The worker binds ``agent`` and ``worker_id`` when it runs and each turn task binds its
+turn (``turn_id``, ``attempt`` and ``partition``); the values live in context variables, so every
 line logged from inside a turn (the worker's, a tool's, a provider client's) carries them
 without being passed around. ``JsonFormatter`` writes one JSON object per line
 (``pyrula-stream worker --log-format json``). Nothing here logs payloads: model text,
@@ -14,11 +14,20 @@ import json
 import logging
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 LOG_FIELDS = ("agent", "worker_id", "turn_id", "attempt", "partition")
 
 _context: ContextVar[dict[str, Any] | None] = ContextVar("pyrula_log_context", default=None)
+
+
+class TurnLogFields(Protocol):
+    """What a turn's log lines carry, asked for only when a line is logged."""
+
+    def log_fields(self) -> dict[str, Any]: ...
+
+
+_turn: ContextVar[TurnLogFields | None] = ContextVar("pyrula_log_turn", default=None)
 
 
 def bind(**fields: Any) -> None:
@@ -26,13 +35,21 @@ def bind(**fields: Any) -> None:
     _context.set({**(_context.get() or {}), **fields})
 
 
+def bind_turn(turn: TurnLogFields) -> None:
+    """The turn the current task runs: a reference, not a dict of its fields per turn in
+    flight (thousands at once), read when a line is logged."""
+    _turn.set(turn)
+
+
 class ContextFilter(logging.Filter):
     """Copies the bound fields onto each record (``record.agent``, ``record.turn_id``...)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        for key, value in (_context.get() or {}).items():
-            if not hasattr(record, key):
-                setattr(record, key, value)
+        turn = _turn.get()
+        for fields in (_context.get(), turn.log_fields() if turn is not None else None):
+            for key, value in (fields or {}).items():
+                if not hasattr(record, key):
+                    setattr(record, key, value)
         return True
 
 

@@ -158,9 +158,13 @@ class TurnTelemetry:
         self._attempt = attempt
         return self
 
+    def log_fields(self) -> dict[str, Any]:
+        """The fields of this turn's log lines (``logs.TurnLogFields``)."""
+        return {"turn_id": self.turn_id, "attempt": self._attempt, "partition": self.partition}
+
     def __enter__(self) -> TurnTelemetry:
         attempt = self._attempt
-        logs.bind(turn_id=self.turn_id, attempt=attempt, partition=self.partition)
+        logs.bind_turn(self)
         self._attempt_started = time.time()
         self._traced = tracing_on(self.tracer)
         if self._traced:
