@@ -10,7 +10,7 @@ turn whose records failed ``max_delivery_attempts`` commits in a row is ended wi
 ``record_undeliverable`` instead of being rerun; a record of no turn is replaced by a dead
 letter that names it. Either way the partition moves on.
 
-The buffer is bounded: past ``max_pending_records`` a turn whose model call returned waits
+The buffer can be bounded: past ``max_pending_records`` a turn whose model call returned waits
 (``room``) before it writes its deltas and response, in arrival order, until a commit takes
 the buffer. Thousands of turns whose model calls return together would otherwise build
 all their records at once, and the allocator keeps that high-water mark for good.
