@@ -345,9 +345,9 @@ class ToolLoop:
         data, with the response parsed once into ``parsed`` from the JSON the journal
         records (so a live turn and its replay continue from the same values).
 
-        Past the commit buffer's bound it waits for room before its first write:
-        thousands of calls that return together then do not build all their records at
-        once. The checks, the stream and the record in one coroutine (no closure, no
+        Past the commit buffer's bound a slow call waits for room before its first
+        write: thousands of calls that return together then do not build all their
+        records at once. The checks, the stream and the record in one coroutine (no closure, no
         streaming helper): thousands of turns wait here at once, each holding its
         frames."""
         turn = self.turn
@@ -357,7 +357,7 @@ class ToolLoop:
             turn.meter.before_model_call()
         pending: list[str] = []
         pending_chars = 0
-        last_flush = time.monotonic()
+        called = last_flush = time.monotonic()
         final: ModelResponse | None = None
         gated: Awaitable[None] | None = None
         """What ``room`` said when the call last had to wait for it: a call waits once at
@@ -373,7 +373,7 @@ class ToolLoop:
                         or time.monotonic() - last_flush >= DELTA_FLUSH_SECONDS
                     ):
                         if gated is None:
-                            gated = turn.output.room()
+                            gated = turn.output.room(time.monotonic() - called)
                             if gated is not None:  # the commit buffer is full
                                 await gated
                         self._flush_deltas(index, pending)
@@ -381,7 +381,7 @@ class ToolLoop:
                 else:
                     final = item
             if gated is None:
-                gated = turn.output.room()
+                gated = turn.output.room(time.monotonic() - called)
                 if gated is not None:
                     await gated
             self._flush_deltas(index, pending)

@@ -72,11 +72,10 @@ class WorkerOptions:
     tenant's flood delays another tenant's turn that comes after it in a partition only
     until the queue drops below this (docs/tenants.md gives the bound).
     ``max_pending_records`` bounds the records waiting for the next commit: past it, a
-    model call that returns waits for a commit to take the buffer before it writes its
-    deltas and its response (0, the default: unbounded). Many model calls that return
-    together then cost one buffer, not a burst of records at once; but a busy worker whose
-    steps outrun the bound splits them over more commits and pays CPU for it, so it is
-    for workers that hold thousands of slow calls, not the default (docs/operating.md).
+    model call that took longer than two commits waits for a commit to take the buffer
+    before it writes its deltas and its response (0: unbounded). Many slow calls that
+    return together then cost one buffer, not a burst of records at once; quicker calls
+    are paced by the commits they await and never wait (docs/operating.md).
     """
 
     max_concurrent_turns: int = 50
@@ -107,7 +106,7 @@ class WorkerOptions:
     serialization: Literal["avro", "schema_registry"] = "avro"
     decode_limits: DecodeLimits = field(default_factory=DecodeLimits)
     max_delivery_attempts: int = 5
-    max_pending_records: int = 0
+    max_pending_records: int = 1000
 
     def __post_init__(self) -> None:
         # Resolved once, so every client sees the same settings, and a repr hides secrets.

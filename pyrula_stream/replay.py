@@ -93,7 +93,7 @@ class MemoryOutput:
     def hurry(self) -> None:
         pass
 
-    def room(self) -> None:
+    def room(self, waited_s: float) -> None:
         """Always room: nothing is committed."""
         return None
 

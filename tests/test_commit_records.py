@@ -4,8 +4,8 @@
   entry and its tombstone that meet in one commit are not sent at all.
 - A ``read_only`` tool runs before the model response that asked for it is committed; a
   tool with effects waits for that commit.
-- Past ``max_pending_records``, a turn waits for a commit to take the buffer before it
-  journals its model's response.
+- Past ``max_pending_records``, a turn whose model call was slow waits for a commit to take
+  the buffer before it journals its model's response; a quick one does not.
 """
 
 from __future__ import annotations
@@ -200,7 +200,31 @@ async def test_model_calls_that_return_together_fill_the_commit_buffer_only_to_i
         results = await asyncio.wait_for(streams, 90)
     for events in results:
         assert [e.type for e in events].count("run:complete") == 1
+    assert committer.stats.held > 0, committer.stats
     assert committer.stats.largest <= 3 * 8, committer.stats  # unbounded: most turns in one
+
+
+async def test_quick_model_calls_are_not_held_back_by_the_bound(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Forty turns on an instant model overfill a buffer of eight, but each call took less
+    than a commit: such steps are paced by the commits they await, so none is held back
+    (holding them would only split the worker's rounds over more commits)."""
+
+    @kafka_agent(name=unique_name("quick"), llm=FakeLLM(["done"]), partitions=1)
+    async def agent(ctx: AgentContext, i: int) -> str:
+        return await ctx.llm.run([{"role": "user", "content": str(i)}])
+
+    options = WorkerOptions(max_concurrent_turns=40, max_pending_records=8)
+    async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+        await client.run(agent.name, i=-1, timeout=30)  # the worker learns how long a commit takes
+        handles = [await client.submit(agent.name, i=i) for i in range(40)]
+        results = await asyncio.gather(*(_collect(client, agent.name, h.turn_id) for h in handles))
+        stats = worker.committer.stats
+    for events in results:
+        assert [e.type for e in events].count("run:complete") == 1
+    assert stats.largest > 8, stats  # the buffer did pass its bound
+    assert stats.held == 0, stats
 
 
 async def _collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Any]:

@@ -10,10 +10,10 @@ turn whose records failed ``max_delivery_attempts`` commits in a row is ended wi
 ``record_undeliverable`` instead of being rerun; a record of no turn is replaced by a dead
 letter that names it. Either way the partition moves on.
 
-The buffer can be bounded: past ``max_pending_records`` a turn whose model call returned waits
-(``room``) before it writes its deltas and response, in arrival order, until a commit takes
-the buffer. Thousands of turns whose model calls return together would otherwise build
-all their records at once, and the allocator keeps that high-water mark for good.
+The buffer is bounded: past ``max_pending_records`` a turn whose slow model call returned
+waits (``room``) before it writes its deltas and response, in arrival order, until a commit
+takes the buffer. Thousands of turns whose model calls return together would otherwise
+build all their records at once, and the allocator keeps that high-water mark for good.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ class CommitStats:
     records: int = 0
     largest: int = 0
     """The most records one commit sent."""
+    held: int = 0
+    """Model calls that waited for room in the buffer."""
     aborts: int = 0
     seconds: float = 0.0
 
@@ -107,6 +109,8 @@ class GroupCommitter:
         self._max_pending = max_pending_records
         """0: unbounded."""
         self._room_waiters: deque[asyncio.Future[None]] = deque()
+        self._commit_s = 0.0
+        """A running mean of how long a commit takes (what paces a step that awaits one)."""
         self._records_per_waiter = 8.0
         """A running mean of the records a commit took per waiter let go before it: how
         many waiters fit in the room left."""
@@ -164,15 +168,23 @@ class GroupCommitter:
         """Someone waits for lingering records: commit them now."""
         self._wake.set()
 
-    def room(self) -> asyncio.Future[None] | None:
+    def room(self, waited_s: float) -> asyncio.Future[None] | None:
         """``None`` while the buffer has room (the common case: nothing to await), else a
-        future that resolves, in arrival order, once a commit has taken the buffer."""
-        if not self._max_pending or (
-            not self._room_waiters and len(self._pending.records) < self._max_pending
+        future that resolves, in arrival order, once a commit has taken the buffer.
+
+        A call that waited its model less than two commits take is ``None`` too: such
+        steps are paced by the commits they await, and holding them back only splits a
+        busy worker's rounds over more commits. The bursts come from slow calls that
+        return together, which nothing paced while they waited."""
+        if (
+            not self._max_pending
+            or waited_s < 2 * self._commit_s
+            or (not self._room_waiters and len(self._pending.records) < self._max_pending)
         ):
             return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._room_waiters.append(fut)
+        self.stats.held += 1
         self._wake.set()
         return fut
 
@@ -354,7 +366,9 @@ class GroupCommitter:
         self.stats.commits += 1
         self.stats.records += len(records)
         self.stats.largest = max(self.stats.largest, len(records))
-        self.stats.seconds += time.monotonic() - started
+        took = time.monotonic() - started
+        self.stats.seconds += took
+        self._commit_s += (took - self._commit_s) / 4
         self._last_offsets.update(changed)
         if changed and self._on_committed is not None:
             self._on_committed(changed)
