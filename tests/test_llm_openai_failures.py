@@ -154,7 +154,7 @@ async def test_connection_broken_mid_stream_raises_unavailable(
     openai_server: OpenAIWireServer,
 ) -> None:
     openai_server.reply_aborted("some text here", keep=3)
-    with pytest.raises(LLMProviderUnavailable):
+    with pytest.raises(LLMProviderUnavailable, match="connection broken"):
         await collect(llm, HELLO)
     assert len(openai_server.requests) == 1
 

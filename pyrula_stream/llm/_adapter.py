@@ -188,3 +188,19 @@ class SDKAdapter(LLMClient):
         if not isinstance(parsed, dict):
             raise LLMError(f"{self.provider} sent non-object arguments for tool '{name}'")
         return parsed
+
+
+def broken_read(exc: BaseException) -> BaseException | None:
+    """The transport error under an SDK's connection error raised by a response body's read.
+
+    The SDKs (anthropic 2.17, openai 3.60) wrap a stream that breaks once it has begun in
+    the same ``APIConnectionError`` as a request that never reached the server; raised as
+    the transport error it is, it is classified as what happened: "connection broken" or
+    "stream read timed out", after some of the answer may have been seen (so not retried).
+    """
+    import httpx2
+
+    cause = exc.__cause__
+    if isinstance(cause, httpx2.TransportError) and not isinstance(exc, httpx2.TransportError):
+        return cause
+    return None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import ConfigurationError, ProviderStreamTruncated
-from pyrula_stream.llm._adapter import SDKAdapter
+from pyrula_stream.llm._adapter import SDKAdapter, broken_read
 from pyrula_stream.llm._retry import FailureKind, ProviderFailure, parse_retry_after
 from pyrula_stream.llm.base import (
     ModelResponse,
@@ -233,11 +233,16 @@ class AnthropicLLM(SDKAdapter):
         stream = await self._sdk_client().messages.create(**request, stream=True, **extra)
         state = _MessageState(self.model)
         async with stream:
-            async for event in stream:
-                text = state.apply(event)
-                self._check_buffer(state.size)
-                if text:
-                    yield TextDelta(text)
+            try:
+                async for event in stream:
+                    text = state.apply(event)
+                    self._check_buffer(state.size)
+                    if text:
+                        yield TextDelta(text)
+            except Exception as exc:  # a body read that failed: see broken_read
+                if (broken := broken_read(exc)) is None:
+                    raise
+                raise broken from None
         if not state.stopped:
             raise ProviderStreamTruncated("anthropic stream ended without message_stop")
         yield self._response(state)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import ConfigurationError, ProviderStreamTruncated
-from pyrula_stream.llm._adapter import SDKAdapter
+from pyrula_stream.llm._adapter import SDKAdapter, broken_read
 from pyrula_stream.llm._chat_stream import CompletionState, completion_response
 from pyrula_stream.llm._openai_convert import (
     to_openai_messages,
@@ -143,11 +143,16 @@ class OpenAILLM(SDKAdapter):
         stream = await self._sdk_client().chat.completions.create(**request, **extra)
         state = CompletionState(self.model)
         async with stream:
-            async for chunk in stream:
-                text = state.apply(chunk)
-                self._check_buffer(state.size)
-                if text:
-                    yield TextDelta(text)
+            try:
+                async for chunk in stream:
+                    text = state.apply(chunk)
+                    self._check_buffer(state.size)
+                    if text:
+                        yield TextDelta(text)
+            except Exception as exc:  # a body read that failed: see broken_read
+                if (broken := broken_read(exc)) is None:
+                    raise
+                raise broken from None
         if state.finish_reason is None:
             raise ProviderStreamTruncated("openai stream ended without a finish_reason")
         yield completion_response(self, state, messages, system, tools)
