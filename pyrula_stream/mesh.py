@@ -108,13 +108,17 @@ def run_worker(
     options: WorkerOptions | None = None,
     *,
     handle_signals: bool = True,
+    event_loop: str | None = None,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT (graceful: drain, commit, leave the group).
 
-    Several agents run side by side in this one process (``MeshWorker``).
+    Several agents run side by side in this one process (``MeshWorker``). ``event_loop``:
+    ``"asyncio"`` (the default) or ``"uvloop"`` (see ``runtime.event_loop``).
     """
+    import logging
     import signal
 
+    from pyrula_stream.runtime import event_loop as loops
     from pyrula_stream.runtime.collector import tune_for_worker
 
     async def main() -> None:
@@ -128,6 +132,7 @@ def run_worker(
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, worker.stop)
         tune_for_worker()  # this process is the worker's: its startup objects live on
+        logging.getLogger(__name__).info("event loop: %s", loops.loop_in_use())
         await worker.run()
 
-    asyncio.run(main())
+    loops.run(main(), event_loop)

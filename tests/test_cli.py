@@ -80,7 +80,8 @@ def test_topics_apply_reports_drift_with_a_nonzero_exit(kafka_bootstrap_servers:
     assert f"DRIFT   pyrula.{agent}.turns: partitions is 2, spec says 3" in drift.stdout
 
 
-def test_worker_submit_tail_and_graceful_sigterm(kafka_bootstrap_servers: str) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_worker_submit_tail_and_graceful_sigterm(kafka_bootstrap_servers: str, loop: str) -> None:
     agent = unique_name("echo")
     env = {"ECHO_AGENT_NAME": agent}
     port = free_port()
@@ -89,12 +90,15 @@ def test_worker_submit_tail_and_graceful_sigterm(kafka_bootstrap_servers: str) -
             sys.executable,
             "-m",
             "pyrula_stream.cli",
+            "--verbose",
             "worker",
             "tests.agents.echo:echo",
             "--bootstrap-servers",
             kafka_bootstrap_servers,
             "--worker-id",
             "cli-1",
+            "--event-loop",
+            loop,
             "--health-port",
             str(port),
         ],
@@ -147,6 +151,7 @@ def test_worker_submit_tail_and_graceful_sigterm(kafka_bootstrap_servers: str) -
         worker.send_signal(signal.SIGTERM)
         output, _ = worker.communicate(timeout=60)
     assert worker.returncode == 0, output
+    assert f"event loop: {loop}" in output
 
 
 def test_submit_rejects_malformed_params() -> None:

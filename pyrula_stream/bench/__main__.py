@@ -10,7 +10,6 @@ profile of one extra framework run.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from pyrula_stream.bench.report import (
 )
 from pyrula_stream.bench.runner import PHASES, BenchConfig, progress, run_all
 from pyrula_stream.bench.targets import baseline_from_docs, baseline_from_file, target_rows
+from pyrula_stream.runtime import event_loop
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from(args)
     with kafka(args.bootstrap_servers) as (bootstrap, broker):
         progress(f"broker: {broker}")
-        results = asyncio.run(run_all(config, bootstrap, broker))
+        results = event_loop.run(run_all(config, bootstrap, broker))
     results["baseline"] = baseline_for(args, results)
     results["targets"] = target_rows(headline(results), results["baseline"])
     stamp = results["stamp"]

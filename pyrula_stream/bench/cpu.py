@@ -34,6 +34,7 @@ from pyrula_stream.bench.harness import agent_topics, create_topics, drop_topics
 from pyrula_stream.bench.load import CompletionReader, Submitter, turn_requests
 from pyrula_stream.bench.stats import median
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.runtime import event_loop
 from pyrula_stream.runtime.collector import tune_for_worker
 from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import running_worker, wait_for
@@ -64,7 +65,7 @@ def _worker_process(
                 owned.value = worker.assigned_partitions
                 await asyncio.sleep(0.2)
 
-    asyncio.run(main())
+    event_loop.run(main())  # the loop `pyrula-stream worker` runs on
 
 
 def _cpu_seconds(pid: int, *, with_children: bool = False) -> float:

@@ -19,6 +19,7 @@ from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.kafka.admin import TopicSpec, admin_client, apply_topics
 from pyrula_stream.kafka.consumers import reader_consumer
 from pyrula_stream.kafka.offsets import watermarks
+from pyrula_stream.runtime import event_loop
 from pyrula_stream.runtime.collector import tune_for_worker
 from pyrula_stream.runtime.worker import KafkaWorker, WorkerOptions
 from pyrula_stream.testing import running_worker
@@ -131,4 +132,5 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "confluent_kafka": str(getattr(confluent_kafka, "__version__", "?")),
         "librdkafka": confluent_kafka.libversion()[0],
+        "event_loop": event_loop.loop_in_use(),
     }

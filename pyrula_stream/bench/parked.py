@@ -35,6 +35,7 @@ from pyrula_stream.bench.harness import PREFIX, agent_topics, create_topics, dro
 from pyrula_stream.bench.load import Submitter, turn_requests
 from pyrula_stream.context import AgentContext
 from pyrula_stream.llm.fake import FakeLLM
+from pyrula_stream.runtime import event_loop
 from pyrula_stream.runtime.collector import tune_for_worker
 from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import running_worker, wait_for
@@ -99,7 +100,7 @@ def _worker_process(
                     return
                 answer.put(_reading(command, worker))
 
-    asyncio.run(main())
+    event_loop.run(main())  # the loop `pyrula-stream worker` runs on
 
 
 async def run_parked(bootstrap: str, *, parked: int, partitions: int) -> dict[str, Any]:

@@ -338,7 +338,7 @@ def markdown(results: dict[str, Any], plot_link: str | None) -> str:
         f"{m['memory_gb']} GB memory, {m['cpu']}; {m['os']}; 1-minute load average "
         f"{m.get('load_avg_1m_at_start', '?')} when the run started",
         f"- Python {m['python']}, confluent-kafka {m['confluent_kafka']}, "
-        f"librdkafka {m['librdkafka']}",
+        f"librdkafka {m['librdkafka']}, event loop {m.get('event_loop', 'asyncio')}",
         f"- Broker: {results['broker']}",
     ]
     if results.get("config", {}).get("quick"):

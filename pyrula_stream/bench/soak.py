@@ -39,6 +39,7 @@ from pyrula_stream.bench.harness import (
 )
 from pyrula_stream.bench.load import CompletionReader, Record, Submitter
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
+from pyrula_stream.runtime import event_loop
 from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import wait_for
 
@@ -101,7 +102,7 @@ def _worker_process(bootstrap: str, name: str, partitions: int, ready: Any, stop
             ready.set()
             await asyncio.to_thread(stop.wait)
 
-    asyncio.run(main())
+    event_loop.run(main())  # the loop `pyrula-stream worker` runs on
 
 
 async def run_soak(
