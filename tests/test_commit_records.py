@@ -201,7 +201,9 @@ async def test_model_calls_that_return_together_fill_the_commit_buffer_only_to_i
     for events in results:
         assert [e.type for e in events].count("run:complete") == 1
     assert committer.stats.held > 0, committer.stats
-    assert committer.stats.largest <= 3 * 8, committer.stats  # unbounded: most turns in one
+    # Unbounded, most of the 40 turns (5+ records each) ride one commit; bounded, a commit
+    # holds the 8 plus what admitted turns wrote and their progress records (28 seen in CI).
+    assert committer.stats.largest <= 5 * 8, committer.stats
 
 
 async def test_quick_model_calls_are_not_held_back_by_the_bound(

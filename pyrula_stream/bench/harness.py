@@ -132,5 +132,5 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "confluent_kafka": str(getattr(confluent_kafka, "__version__", "?")),
         "librdkafka": confluent_kafka.libversion()[0],
-        "event_loop": event_loop.loop_in_use(),
+        "event_loop": event_loop.chosen(),  # what the bench and its workers run on
     }
