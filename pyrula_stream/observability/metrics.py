@@ -4,7 +4,10 @@ A registry per worker (never prometheus-client's global one) lets several worker
 in one process or test without colliding. Label values are bounded: agent, provider,
 model, tool, status, error code, partition; never a turn id. The spine calls the
 methods below at the few points where it already has the facts (intake, step, commit,
-terminal); nothing else in the code base touches a metric.
+terminal); nothing else in the code base touches a metric. Those calls run on the
+worker's event loop, so the series are ``observability.series``' lock-free ones; the two
+gauges written elsewhere (consumer lag from librdkafka's statistics thread, the parked
+count read at scrape time) are prometheus-client's.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
 from pyrula_stream.llm.base import ModelResponse
+from pyrula_stream.observability.series import LoopCounter, LoopGauge, LoopHistogram
 from pyrula_stream.records import OutRecord
 
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -87,26 +91,26 @@ class WorkerMetrics:
         self.dlq_topic = dlq_topic
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.turns = Counter(
+        self.turns = LoopCounter(
             "pyrula_turns", "Turns that ended, by outcome.", ["agent", "outcome"], registry=r
         )
-        self.turns_started = Counter(
+        self.turns_started = LoopCounter(
             "pyrula_turns_started",
             "Turn attempts started on this worker (resumed: a rerun after a crash or abort).",
             ["agent", "resumed"],
             registry=r,
         )
-        self.turn_failures = Counter(
+        self.turn_failures = LoopCounter(
             "pyrula_turn_failures", "Failed turns by error code.", ["agent", "code"], registry=r
         )
-        self.turn_duration = Histogram(
+        self.turn_duration = LoopHistogram(
             "pyrula_turn_duration_seconds",
             "From a turn's first start (on any worker) to its terminal event.",
             ["agent", "outcome"],
             buckets=TURN_BUCKETS,
             registry=r,
         )
-        self.in_flight = Gauge(
+        self.in_flight = LoopGauge(
             "pyrula_turns_in_flight", "Turns running on this worker now.", ["agent"], registry=r
         )
         self.parked = Gauge(
@@ -116,99 +120,99 @@ class WorkerMetrics:
             ["agent"],
             registry=r,
         )
-        self.model_calls = Counter(
+        self.model_calls = LoopCounter(
             "pyrula_model_calls",
             "Live model calls (replayed ones are not counted again).",
             ["agent", "provider", "model", "outcome"],
             registry=r,
         )
-        self.model_duration = Histogram(
+        self.model_duration = LoopHistogram(
             "pyrula_model_call_duration_seconds",
             "Duration of live model calls.",
             ["agent", "provider", "model"],
             buckets=SECONDS_BUCKETS,
             registry=r,
         )
-        self.model_tokens = Counter(
+        self.model_tokens = LoopCounter(
             "pyrula_model_tokens",
             "Tokens billed by the provider, by kind (input, output, cache_read, cache_creation).",
             ["agent", "provider", "model", "kind"],
             registry=r,
         )
-        self.model_cost = Counter(
+        self.model_cost = LoopCounter(
             "pyrula_model_cost_usd",
             "Cost of model calls in US dollars (priced models only).",
             ["agent", "provider", "model"],
             registry=r,
         )
         self.tenant_metrics = {
-            kind: Counter(name, doc, ["agent", "tenant", *labels], registry=r)
+            kind: LoopCounter(name, doc, ["agent", "tenant", *labels], registry=r)
             for kind, (name, doc, labels) in TENANT_METRICS.items()
         }
         """The per-tenant series (``tenant_count``), by kind."""
         self._tenants: set[str] = set()
-        self.tool_calls = Counter(
+        self.tool_calls = LoopCounter(
             "pyrula_tool_calls",
             "Live tool calls by tool and status (ok, error).",
             ["agent", "tool", "status"],
             registry=r,
         )
-        self.tool_duration = Histogram(
+        self.tool_duration = LoopHistogram(
             "pyrula_tool_call_duration_seconds",
             "Duration of live tool calls, retries included.",
             ["agent", "tool"],
             buckets=SECONDS_BUCKETS,
             registry=r,
         )
-        self.journal_records = Counter(
+        self.journal_records = LoopCounter(
             "pyrula_journal_records", "Journal records committed.", ["agent"], registry=r
         )
-        self.journal_bytes = Counter(
+        self.journal_bytes = LoopCounter(
             "pyrula_journal_bytes", "Bytes of journal records committed.", ["agent"], registry=r
         )
-        self.commit_duration = Histogram(
+        self.commit_duration = LoopHistogram(
             "pyrula_commit_duration_seconds",
             "Duration of one transaction (records, progress and input offsets).",
             ["agent"],
             buckets=SECONDS_BUCKETS,
             registry=r,
         )
-        self.commit_batch = Histogram(
+        self.commit_batch = LoopHistogram(
             "pyrula_commit_batch_records",
             "Records per committed transaction.",
             ["agent"],
             buckets=BATCH_BUCKETS,
             registry=r,
         )
-        self.aborts = Counter(
+        self.aborts = LoopCounter(
             "pyrula_transaction_aborts", "Transactions aborted.", ["agent"], registry=r
         )
-        self.fenced = Counter(
+        self.fenced = LoopCounter(
             "pyrula_fenced",
             "Times this worker was fenced (or lost its session) and rejoined the group.",
             ["agent"],
             registry=r,
         )
-        self.dead_letters = Counter(
+        self.dead_letters = LoopCounter(
             "pyrula_dead_letters",
             "Records written to the dead-letter topic, by reason code.",
             ["agent", "reason"],
             registry=r,
         )
-        self.skipped_records = Counter(
+        self.skipped_records = LoopCounter(
             "pyrula_skipped_records",
             "Unreadable records skipped (not dead-lettered), by where they were read.",
             ["agent", "source"],
             registry=r,
         )
-        self.restore_duration = Histogram(
+        self.restore_duration = LoopHistogram(
             "pyrula_restore_duration_seconds",
             "Time to read one journal partition when it is assigned.",
             ["agent"],
             buckets=SECONDS_BUCKETS,
             registry=r,
         )
-        self.restored_records = Counter(
+        self.restored_records = LoopCounter(
             "pyrula_restored_records", "Journal records read by restores.", ["agent"], registry=r
         )
         self.consumer_lag = Gauge(
@@ -227,8 +231,8 @@ class WorkerMetrics:
             self.turns.labels(agent, outcome)
 
     def _child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(agent, *labels)``, looked up once: ``labels`` takes a lock and
-        builds a tuple per call, and the spine calls it several times per step."""
+        """``metric.labels(agent, *labels)``, cached by metric and labels (the spine calls
+        it several times per step)."""
         key = (id(metric), *labels)
         child = self._children.get(key)
         if child is None:
