@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Generic, TypeVar
@@ -91,7 +92,7 @@ class HistogramChild:
 C = TypeVar("C", CounterChild, GaugeChild, HistogramChild)
 
 
-class _LoopMetric(Generic[C]):
+class _LoopMetric(ABC, Generic[C]):
     """A metric family: its children by label values, collected at each scrape."""
 
     kind = ""
@@ -122,8 +123,9 @@ class _LoopMetric(Generic[C]):
     def remove(self, *values: str) -> None:
         self._children.pop(values, None)
 
+    @abstractmethod
     def _new_child(self) -> C:
-        raise NotImplementedError
+        """A series at zero."""
 
     def describe(self) -> Iterable[Metric]:
         """The family without samples: what the registry checks names against."""
@@ -136,8 +138,9 @@ class _LoopMetric(Generic[C]):
             self._samples(metric, dict(zip(self.labelnames, values, strict=True)), child)
         return [metric]
 
+    @abstractmethod
     def _samples(self, metric: Metric, labels: dict[str, str], child: C) -> None:
-        raise NotImplementedError
+        """Add one series' samples to ``metric``."""
 
 
 class LoopCounter(_LoopMetric[CounterChild]):
