@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,15 +17,10 @@ from pathlib import Path
 from typing import IO
 
 import pyrula_stream
+from pyrula_stream.kafka.local_broker import free_port
 
 AGENT_SPEC = "pyrula_stream.chaos.agent:chaos"
 CHILD_SPEC = "pyrula_stream.chaos.agent:chaos_child"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def child_env(extra: dict[str, str]) -> dict[str, str]:

@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -141,10 +142,34 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+_PICKED: set[int] = set()
+"""Ports this process handed out already: a child may not have bound its port yet."""
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's is 32768-60999)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152  # the IANA range, which macOS and Windows use
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that is free now, for a child process to bind later.
+
+    Never one of the kernel's ephemeral ports (what ``bind(0)`` gives): any outgoing
+    connection of any process, a Kafka client's for one, may take such a port before the
+    child binds it. A port below the range is taken only by an explicit bind, so picking
+    one at random that binds now, and never twice in this process, leaves next to no race.
+    """
+    high = _ephemeral_low() - 1
+    low = max(1024, high // 2)
+    for _ in range(1000):
+        port = random.randint(low, high)
+        if port not in _PICKED and port_is_free(port):
+            _PICKED.add(port)
+            return port
+    raise OSError(f"no free loopback port in {low}-{high}")
 
 
 _LISTENERS = re.compile(
