@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 from pyrula_stream import serde
+from pyrula_stream.avro_writer import avro_string, event_value
 from pyrula_stream.errors import ErrorCode, PyrulaError
 from pyrula_stream.records import OutRecord, wire_record
 from pyrula_stream.text import truncate_utf8
@@ -47,6 +48,10 @@ class EventType(StrEnum):
     @property
     def is_terminal(self) -> bool:
         return self in (EventType.RUN_COMPLETE, EventType.RUN_ERROR)
+
+
+_TYPE_BYTES = {t: avro_string(t) for t in EventType}
+"""Each event type as the Avro string that starts its events' values."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +420,8 @@ class TurnEvents:
     _key: bytes | None = None
     """The turn id as every event record's key: encoded once, shared by the records
     waiting for a commit (thousands when as many turns step at once)."""
+    _ident: bytes | None = None
+    """The turn id and agent as Avro strings: the middle of every event value's head."""
 
     @property
     def key(self) -> bytes:
@@ -446,21 +453,25 @@ class TurnEvents:
         return records + self._encode(terminal)
 
     def _encode(self, payload: Payload) -> list[OutRecord]:
-        event = Event(
-            payload.type,
-            self.turn_id,
-            self.agent,
-            self.next_seq,
-            int(time.time() * 1000),
-            self.attempt,
-            {**payload.data(), **self.common} if self.common else payload.data(),
-        )
+        data = {**payload.data(), **self.common} if self.common else payload.data()
+        seq, ts_ms = self.next_seq, int(time.time() * 1000)
         self.next_seq += 1
         fmt = self.routing.format
         topics = self.routing.topics_for(payload.type)
-        if fmt == "avro" and self.codec is not serde.SCHEMALESS:
+        if fmt == "avro" and self.codec is serde.SCHEMALESS:  # the usual case: every step
+            if self._ident is None:
+                self._ident = avro_string(self.turn_id) + avro_string(self.agent)
+            head = _TYPE_BYTES[payload.type] + self._ident
+            value = event_value(head, seq, ts_ms, self.attempt, serde.json_text(data))
+            records = [
+                wire_record(t, self.key, value, "event", max_bytes=self.max_record_bytes)
+                for t in topics
+            ]
+        elif fmt == "avro":
+            event = Event(payload.type, self.turn_id, self.agent, seq, ts_ms, self.attempt, data)
             records = [self._framed(t, event) for t in topics]
         else:
+            event = Event(payload.type, self.turn_id, self.agent, seq, ts_ms, self.attempt, data)
             value = serde.encode("event", event, fmt)
             records = [
                 wire_record(

@@ -421,7 +421,12 @@ class ToolLoop:
         first = turn.allocate_steps(len(calls))
         by_name = {t.name: t for t in offered}
         names = tuple(by_name)
-        gate = asyncio.Semaphore(max(1, self.limits.max_parallel_tool_calls))
+        # A lone call has nothing to wait for: no gate (a Semaphore per step is not free).
+        gate = (
+            asyncio.Semaphore(max(1, self.limits.max_parallel_tool_calls))
+            if len(calls) > 1
+            else None
+        )
         # Sub-agents offered as tools take two steps (call, reply): a second range, so the
         # indices stay the same on replay whatever order the calls finish in.
         agents = any(isinstance(by_name.get(c.name), AgentTool) for c in calls)
@@ -446,12 +451,15 @@ class ToolLoop:
                 tool_use_id=call.id,
                 step=first + j,
             )
-            async with gate:
-                try:
+            try:
+                if gate is None:
                     data = await self.tool_calls.run(request)
-                except QuestionPending as pending:  # asked after the batch, in call order
-                    questions.append((j, pending.question))
-                    return ToolResultBlock(call.id, call.name, "", False)
+                else:
+                    async with gate:
+                        data = await self.tool_calls.run(request)
+            except QuestionPending as pending:  # asked after the batch, in call order
+                questions.append((j, pending.question))
+                return ToolResultBlock(call.id, call.name, "", False)
             return ToolResultBlock(
                 call.id,
                 call.name[:MAX_UNKNOWN_NAME],

@@ -168,25 +168,37 @@ class RunningFingerprint:
     a turn's CPU grow with the square of its length. The canonical JSON of a list is ``[``,
     the items' encodings joined by ``,``, then ``]``, so a running hash over those bytes
     gives the same fingerprint as ``fingerprint`` (journals recorded either way replay).
-    The items already hashed are taken as they were when hashed: a list that is not the
-    last one extended starts the hash over.
+
+    The items already hashed are taken as they were when hashed: the list passed next must
+    be the last one grown at its end (a tool loop's conversation, copied or not). One that
+    is shorter, or whose first or last hashed item is another object, starts the hash
+    over. Checking those two, not every item, keeps a call's cost independent of the
+    conversation's length, and holds no reference to the items.
     """
 
-    __slots__ = ("_hash", "_items")
+    __slots__ = ("_count", "_first", "_hash", "_last")
 
     def __init__(self) -> None:
         self._hash = hashlib.blake2b(b"[", digest_size=8)
-        self._items: list[Any] = []
+        self._count = 0
+        self._first: Any = None
+        self._last: Any = None
 
     def of(self, items: list[Any]) -> str:
         """The fingerprint of ``items``; only the items after the last call's are encoded."""
-        if len(items) < len(self._items) or items[: len(self._items)] != self._items:
+        count = self._count
+        if count and (
+            len(items) < count or items[0] is not self._first or items[count - 1] is not self._last
+        ):
             self._hash = hashlib.blake2b(b"[", digest_size=8)
-            self._items = []
-        for item in items[len(self._items) :]:
+            count = self._count = 0
+        for item in items[count:]:
             raw = _CANONICAL.encode(item).encode()  # first, so a failure leaves no half
-            self._hash.update(b"," + raw if self._items else raw)
-            self._items.append(item)
+            self._hash.update(b"," + raw if self._count else raw)
+            if not self._count:
+                self._first = item
+            self._last = item
+            self._count += 1
         whole = self._hash.copy()
         whole.update(b"]")
         return whole.hexdigest()

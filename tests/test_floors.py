@@ -26,6 +26,7 @@ FLOORS: dict[str, int] = {
     "text": 1,
     # 2 the wire: codecs, journal keys and their kinds, records, events, lineage
     "serde": 2,
+    "avro_writer": 2,
     "records": 2,
     "events": 2,
     "lineage": 2,

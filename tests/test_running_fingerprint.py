@@ -44,6 +44,12 @@ def test_a_list_that_is_not_the_last_one_extended_starts_over() -> None:
     assert running.of(other) == fingerprint(other)
     assert running.of([*other, "d"]) == fingerprint([*other, "d"])
     assert running.of(first[:1]) == fingerprint(first[:1])
+    # Another first item before the same last one: not the list hashed, so it starts over.
+    running.of(first)
+    swapped = [{"role": "user", "content": "z"}, first[1]]
+    assert running.of(swapped) == fingerprint(swapped)
+    # The same items in a new list (what a tool loop passes each call) go on from the hash.
+    assert running.of([*swapped, "e"]) == fingerprint([*swapped, "e"])
 
 
 class CountsEncodes:

@@ -8,6 +8,13 @@ A worker process freezes what exists when it starts (it lives as long as the pro
 and collects the young generation every ``YOUNG_THRESHOLD`` allocations instead. Cycles
 are still collected; only less often, and never among the frozen startup objects.
 
+The middle generation waits for ``MIDDLE_THRESHOLD`` young collections instead of 10. What
+survives a young collection is mostly a step's records waiting for their commit, dead
+soon after; collected ten at a time, they were promoted to the oldest generation, and
+every full collection walks that generation whole. In a long turn it is large (each
+turn's conversation and journal): 200-step turns spent a third of the worker's CPU in
+the collector, and a step cost more the longer its turn had run.
+
 glibc gives a thread that allocates while another holds the lock an arena of its own
 (up to 8 per core), and memory freed in one arena is reused only by it. A worker's
 threads (librdkafka's, ``asyncio.to_thread``'s polls and commits) each built an arena of
@@ -24,13 +31,16 @@ import sys
 YOUNG_THRESHOLD = 10_000
 """Net allocations between two young-generation collections (CPython's default: 700)."""
 
+MIDDLE_THRESHOLD = 50
+"""Young collections between two of the middle generation (CPython's default: 10)."""
+
 M_ARENA_MAX = -8
 """glibc's ``mallopt`` parameter for the most arenas it makes (``malloc.h``)."""
 
 
 def tune_for_worker() -> None:
-    """Freeze the objects alive now, raise the young-generation threshold, and keep glibc
-    to one malloc arena.
+    """Freeze the objects alive now, raise the young and middle generations' thresholds,
+    and keep glibc to one malloc arena.
 
     For the process that runs workers (``run_worker``, the bench): it changes the whole
     interpreter, so a library embedding a worker in its own application may skip it.
@@ -39,7 +49,7 @@ def tune_for_worker() -> None:
     gc.collect()
     gc.freeze()
     young, older, oldest = gc.get_threshold()
-    gc.set_threshold(max(YOUNG_THRESHOLD, young), older, oldest)
+    gc.set_threshold(max(YOUNG_THRESHOLD, young), max(MIDDLE_THRESHOLD, older), oldest)
     one_malloc_arena()
 
 
