@@ -96,19 +96,31 @@ class TenantRoom:
     """Which tenants may start one more turn, by their ``max_concurrent_turns``.
 
     Counts the tenants' turns with a task on this worker: the cap is per worker (a group
-    of W workers runs at most W times it), as docs/tenants.md says.
+    of W workers runs at most W times it), as docs/tenants.md says. ``running`` is read
+    only once a tenant with a cap asks: an agent without tenant caps (most) does not count
+    its hundreds of running turns each time a slot frees.
     """
 
-    def __init__(self, limits: Callable[[str], TenantLimits], running: Iterable[str]) -> None:
+    def __init__(
+        self, limits: Callable[[str], TenantLimits], running: Callable[[], Iterable[str]]
+    ) -> None:
         self._limits = limits
-        self._counts = Counter(running)
+        self._running = running
+        self._counts: Counter[str] | None = None
 
     def has_room(self, tenant: str) -> bool:
         cap = self._limits(tenant).max_concurrent_turns
-        return cap is None or self._counts[tenant] < cap
+        if cap is None:
+            return True
+        if self._counts is None:
+            self._counts = Counter(self._running())
+        return self._counts[tenant] < cap
 
     def started(self, tenant: str) -> None:
-        self._counts[tenant] += 1
+        """A turn of ``tenant`` starts (before it joins ``running``: once counted, the
+        counts are not read again)."""
+        if self._counts is not None:
+            self._counts[tenant] += 1
 
 
 __all__ = ["FairQueue", "TenantRoom", "tenant_of"]

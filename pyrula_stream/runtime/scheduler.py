@@ -155,8 +155,10 @@ class TurnScheduler:
         return len(self._waiting) >= max(self.options.max_queued_turns, 1)
 
     def _room(self) -> TenantRoom:
-        tenants = (r.runtime.request.tenant or DEFAULT_TENANT for r in self._running.values())
-        return TenantRoom(self.tenant_limits, tenants)
+        return TenantRoom(self.tenant_limits, self._running_tenants)
+
+    def _running_tenants(self) -> list[str]:
+        return [r.runtime.request.tenant or DEFAULT_TENANT for r in self._running.values()]
 
     def _start(self, partition: int, queued: QueuedTurn) -> None:
         ps = self._parts[partition]
