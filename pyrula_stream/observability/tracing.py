@@ -48,16 +48,27 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer("pyrula_stream", __version__)
 
 
+_NO_PROVIDER = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+_provider_installed = False
+
+
 def tracing_on(spans: trace.Tracer) -> bool:
     """Whether ``spans`` can record anything: an SDK (or other) provider is installed.
 
     Without one, even a no-op span costs a context attach and detach; the worker asks
-    this once per turn attempt and skips its spans when it says no.
+    this once per turn attempt and skips its spans when it says no. OpenTelemetry takes a
+    global provider once, for good, so a yes is kept; the no is a type lookup (an
+    ``isinstance`` against the providers' ABCs took a few microseconds of every turn).
     """
+    global _provider_installed
     if isinstance(spans, trace.NoOpTracer):
         return False
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    if _provider_installed:
+        return True
+    if type(trace.get_tracer_provider()) in _NO_PROVIDER:
+        return False
+    _provider_installed = True
+    return True
 
 
 def current_carrier() -> TraceCarrier:
