@@ -145,8 +145,9 @@ class GroupCommitter:
         """Records no one waits for (events while the turn runs, a step's entry): they
         linger up to ``linger_s`` for a commit that someone does wait for, so a turn's
         last delta and its terminal event share one commit instead of queueing."""
-        self._pending.records.extend((turn.turn_id, r) for r in records)
-        self._pending.turns[turn.turn_id] = turn
+        turn_id = turn.turn_id
+        self._pending.records += [(turn_id, r) for r in records]
+        self._pending.turns[turn_id] = turn
         if self._max_pending and len(self._pending.records) >= self._max_pending:
             urgent = True
         if urgent or not self._linger_s:
