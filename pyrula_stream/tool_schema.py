@@ -10,6 +10,7 @@ the declaration raises ``ToolRegistrationError`` at decoration (import) time.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 from collections.abc import Callable, Mapping
@@ -205,10 +206,13 @@ def validate_arguments(
     except ValidationError as exc:
         accepted = list(input_schema.get("properties") or {})
         raise InvalidToolArguments(tool_name, _pydantic_problems(exc, accepted)) from None
-    return {
-        str(info.alias): getattr(parsed, field_name)
-        for field_name, info in type(parsed).model_fields.items()
-    }
+    return {alias: getattr(parsed, name) for name, alias in _aliases(arguments_model)}
+
+
+@functools.cache
+def _aliases(model: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """``(field name, argument name)`` of an arguments model (read once per tool)."""
+    return tuple((name, str(info.alias)) for name, info in model.model_fields.items())
 
 
 def _short_repr(value: Any, limit: int = 60) -> str:

@@ -19,9 +19,9 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar, Protocol, overload, runtime_checkable
@@ -104,14 +104,28 @@ def current_boundary() -> tuple[str, str] | None:
     return _BOUNDARY.get()
 
 
-@contextmanager
-def durable_boundary(kind: str, name: str) -> Iterator[None]:
+class _Boundary:
+    """``durable_boundary``'s context manager: a class, as every tool call enters one (a
+    generator-based manager costs twice as much)."""
+
+    __slots__ = ("_mark", "_token")
+
+    def __init__(self, mark: tuple[str, str]) -> None:
+        self._mark = mark
+        self._token: Token[tuple[str, str] | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _BOUNDARY.set(self._mark)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _BOUNDARY.reset(self._token)
+            self._token = None
+
+
+def durable_boundary(kind: str, name: str) -> AbstractContextManager[None]:
     """Mark an atomic unit: durable operations started inside it are refused."""
-    token = _BOUNDARY.set((kind, name))
-    try:
-        yield
-    finally:
-        _BOUNDARY.reset(token)
+    return _Boundary((kind, name))
 
 
 @runtime_checkable
@@ -153,9 +167,10 @@ class ToolContext:
     cache_getter: Callable[[str], Any | None] | None = None
     cache_setter: Callable[[str, Any, float], None] | None = None
     runtime: ToolRuntime | None = field(default=None, kw_only=True)
-    _local_cache: InProcessCacheStore = field(
-        default_factory=InProcessCacheStore, init=False, repr=False, compare=False
+    _local_cache: InProcessCacheStore | None = field(
+        default=None, init=False, repr=False, compare=False
     )
+    """Made at first use: a worker builds a context per tool call, most never cache."""
 
     @property
     def turn_id(self) -> str:
@@ -189,6 +204,8 @@ class ToolContext:
             return self.runtime.cache_store
         if self.cache_getter is not None or self.cache_setter is not None:
             return CallbackCacheStore(self.cache_getter, self.cache_setter)
+        if self._local_cache is None:
+            self._local_cache = InProcessCacheStore()
         return self._local_cache
 
     @property
