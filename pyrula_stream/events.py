@@ -467,23 +467,18 @@ class TurnEvents:
                 wire_record(t, self.key, value, "event", max_bytes=self.max_record_bytes)
                 for t in topics
             ]
-        elif fmt == "avro":
-            event = Event(payload.type, self.turn_id, self.agent, seq, ts_ms, self.attempt, data)
-            records = [self._framed(t, event) for t in topics]
         else:
             event = Event(payload.type, self.turn_id, self.agent, seq, ts_ms, self.attempt, data)
-            value = serde.encode("event", event, fmt)
-            records = [
-                wire_record(
-                    t,
-                    self.key,
-                    value,
-                    "event",
-                    max_bytes=self.max_record_bytes,
-                    fmt=fmt,
-                )
-                for t in topics
-            ]
+            if fmt == "avro":  # registry-framed
+                records = [self._framed(t, event) for t in topics]
+            else:
+                value = serde.encode("event", event, fmt)
+                records = [
+                    wire_record(
+                        t, self.key, value, "event", max_bytes=self.max_record_bytes, fmt=fmt
+                    )
+                    for t in topics
+                ]
         trace = self.trace() if self.trace is not None else None
         if trace:
             if trace is not self._trace_of:

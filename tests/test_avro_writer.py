@@ -43,7 +43,7 @@ def test_event_value_is_fastavros_bytes(
 
 
 @given(LONGS)
-def test_longs_round_trip_through_fastavros_reader(n: int) -> None:
+def test_longs_are_fastavros_bytes(n: int) -> None:
     event = Event("status", "t", "a", n, 0, 1, {})
     head = avro_string("status") + avro_string("t") + avro_string("a")
     value = event_value(head, n, 0, 1, "{}")
