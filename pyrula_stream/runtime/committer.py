@@ -52,7 +52,10 @@ producer is replaced after each, so a stale one cannot keep failing them)."""
 
 @dataclass
 class _Batch:
-    records: list[tuple[str | None, OutRecord]] = field(default_factory=list)
+    records: list[OutRecord] = field(default_factory=list)
+    owners: list[str | None] = field(default_factory=list)
+    """Who wrote each of ``records`` (a turn id; ``None``: no turn), side by side: a
+    pair per record was a tuple per record alive until its commit."""
     waiters: list[tuple[str | None, asyncio.Future[None]]] = field(default_factory=list)
     turns: dict[str, TurnRuntime] = field(default_factory=dict)
     fence: bool = False
@@ -146,7 +149,8 @@ class GroupCommitter:
         linger up to ``linger_s`` for a commit that someone does wait for, so a turn's
         last delta and its terminal event share one commit instead of queueing."""
         turn_id = turn.turn_id
-        self._pending.records += [(turn_id, r) for r in records]
+        self._pending.records += records
+        self._pending.owners += [turn_id] * len(records)
         self._pending.turns[turn_id] = turn
         if self._max_pending and len(self._pending.records) >= self._max_pending:
             urgent = True
@@ -215,7 +219,8 @@ class GroupCommitter:
         ``wake=False``: they ride the next commit something else starts (or ``flush``),
         for cleanup no one waits for: a tombstone per finished turn must not cost a
         commit of its own."""
-        self._pending.records.extend((None, r) for r in records)
+        self._pending.records += records
+        self._pending.owners += [None] * len(records)
         if wake:
             self._wake.set()
 
@@ -225,7 +230,8 @@ class GroupCommitter:
         worker that lost the partition is fenced instead of writing them. An abort keeps
         them for the next commit; ``purge({owner})`` drops them (the partition was
         revoked). The future resolves when they are durable."""
-        self._pending.records.extend((owner, r) for r in records)
+        self._pending.records += records
+        self._pending.owners += [owner] * len(records)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.waiters.append((owner, fut))
         self._pending.fence = True
@@ -238,7 +244,10 @@ class GroupCommitter:
     def purge(self, turn_ids: set[str]) -> None:
         """Drop buffered records of turns this worker no longer owns (never committed)."""
         batch = self._pending
-        batch.records = [(t, r) for t, r in batch.records if t not in turn_ids]
+        kept = [i for i, t in enumerate(batch.owners) if t not in turn_ids]
+        if len(kept) < len(batch.records):
+            batch.records = [batch.records[i] for i in kept]
+            batch.owners = [batch.owners[i] for i in kept]
         for t, fut in batch.waiters:
             if t in turn_ids and not fut.done():
                 fut.cancel()
@@ -301,8 +310,8 @@ class GroupCommitter:
             changed = dict(offsets)
         if batch.empty() and not changed:
             return False
-        records = [r for _, r in batch.records]
-        owners = [owner for owner, _ in batch.records]  # who wrote each, for a failure
+        records = list(batch.records)
+        owners = list(batch.owners)  # who wrote each, for a failure
         for turn_id, turn in batch.turns.items():
             if not turn.finished:
                 records.append(turn.progress_record())
@@ -326,14 +335,17 @@ class GroupCommitter:
             given_up = self._count_failures(batch, records, owners, aborted.failed)
             # Records of no turn (dead letters, housekeeping) ride the next commit;
             # turn records are rebuilt by rerunning their turns from the journal.
-            orphans: list[tuple[str | None, OutRecord]] = []
-            for t, r in batch.records:
+            orphans: list[OutRecord] = []
+            orphan_owners: list[str | None] = []
+            for t, r in zip(batch.owners, batch.records, strict=True):
                 letter = self._replacement(r) if t not in batch.turns else None
                 if letter is not None:
-                    orphans.append((t, letter))
+                    orphans.append(letter)
+                    orphan_owners.append(t)
             # What the aborted turns buffered since belongs to an attempt that restarts.
             self.purge(set(batch.turns))
             self._pending.records[:0] = orphans
+            self._pending.owners[:0] = orphan_owners
             kept = [(t, f) for t, f in batch.waiters if t not in batch.turns]
             self._pending.waiters[:0] = kept
             self._pending.fence = self._pending.fence or batch.fence
@@ -362,8 +374,9 @@ class GroupCommitter:
         for t, turn in batch.turns.items():
             if turn.finished:  # a turn's records may fail in a later commit than these
                 self._turn_strikes.pop(t, None)
-        for _, r in batch.records:
-            self._record_strikes.pop(id(r), None)
+        if self._record_strikes:
+            for r in batch.records:
+                self._record_strikes.pop(id(r), None)
         self.stats.commits += 1
         self.stats.records += len(records)
         self.stats.largest = max(self.stats.largest, len(records))
