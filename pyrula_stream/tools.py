@@ -30,6 +30,7 @@ import httpx
 import pydantic_core
 from pydantic import BaseModel
 
+from pyrula_stream.deadlines import Deadline
 from pyrula_stream.errors import (
     ErrorCode,
     NestedDurableOperationError,
@@ -458,7 +459,7 @@ class ToolCallable:
         with durable_boundary("tool", self.name):
             if not self.spec.is_async:
                 return await self._attempt_in_thread(ctx, kwargs)
-            deadline = asyncio.timeout(timeout)
+            deadline = Deadline(timeout)
             try:
                 async with deadline:
                     return await self._fn(ctx, **kwargs)

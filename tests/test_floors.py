@@ -22,6 +22,7 @@ SOURCE = Path(__file__).resolve().parent.parent / PACKAGE
 FLOORS: dict[str, int] = {
     # 1 leaves
     "_version": 1,
+    "deadlines": 1,
     "errors": 1,
     "text": 1,
     # 2 the wire: codecs, journal keys and their kinds, records, events, lineage

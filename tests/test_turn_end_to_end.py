@@ -121,3 +121,25 @@ async def test_turns_of_one_thread_run_in_submission_order(
             async for _ in client.stream(agent.name, h.turn_id, since_ms=h.submitted_ms - 5000):
                 pass
     assert order == [str(i) for i in range(5)]
+
+
+async def test_a_turn_past_the_agent_timeout_ends_with_turn_timeout_and_others_go_on(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """The agent's timeout cancels only the turn that outlived it, and the worker goes on."""
+
+    @kafka_agent(name=unique_name("slow"), llm=FakeLLM(["unused"]), partitions=1, timeout=0.5)
+    async def slow(ctx: AgentContext, seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return f"slept {seconds}"
+
+    async with running_worker(slow, kafka_bootstrap_servers):
+        late, quick = await asyncio.gather(
+            client.run(slow.name, seconds=30, timeout=60),
+            client.run(slow.name, seconds=0.01, timeout=60),
+        )
+    assert late[-1].type == "run:error"
+    assert late[-1].data["code"] == "turn_timeout"
+    assert "agent timeout of 0.5s" in late[-1].data["message"]
+    assert quick[-1].type == "run:complete"
+    assert quick[-1].data["result"] == "slept 0.01"

@@ -21,6 +21,7 @@ from pyrula_stream import serde
 from pyrula_stream.agent import KafkaAgent
 from pyrula_stream.agent_calls import AgentCalls, inherited_limits
 from pyrula_stream.context import AgentContext
+from pyrula_stream.deadlines import Deadline
 from pyrula_stream.durable.branch import Branch, branch_of
 from pyrula_stream.durable.steps import StepData
 from pyrula_stream.durable.turn import TurnRuntime
@@ -115,7 +116,7 @@ class TurnExecutor:
             # The body is awaited here, not in a helper: a frame fewer per turn in flight.
             body, ctx, loop = await self._start_body(runtime)
             try:
-                async with asyncio.timeout(self.agent.timeout):
+                async with Deadline(self.agent.timeout):
                     result = await body(ctx, **runtime.request.params)
             except Exception as exc:
                 if runtime.refusal is not None and exc is not runtime.refusal:
