@@ -4,8 +4,11 @@
 cancels it on exit. A worker enters two per turn (the agent's timeout and the tool's), with
 thousands of turns open at once, and nearly all of them exit long before they expire.
 Here a deadline joins a bucket of ``TICK_S`` seconds, held in a dict so an exit takes it
-out at once, and one timer per loop, set for the earliest bucket, cancels the tasks whose
-time has come. A deadline fires up to ``TICK_S`` late, never early.
+out at once (and an emptied bucket with it: what is held is what is open), and one timer
+per loop, set for the earliest bucket, cancels the tasks whose time has come. A deadline
+fires up to ``TICK_S`` late, never early. The timer may find its bucket gone (its
+deadlines ended in time); it then moves to the earliest left, so it wakes at most once a
+tick.
 
 The rest is ``asyncio.timeout``'s contract: the task is cancelled, and that cancellation
 becomes ``TimeoutError`` where the ``async with`` block exits; a cancellation from
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import heapq
 import math
 import threading
 import weakref
@@ -29,7 +31,7 @@ TICK_S = 0.05
 class _Sweep:
     """The open deadlines of one event loop, by bucket, and the one timer for them."""
 
-    __slots__ = ("_buckets", "_context", "_loop", "_order", "_timer", "_timer_at")
+    __slots__ = ("_buckets", "_context", "_loop", "_timer", "_timer_at")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = weakref.ref(loop)
@@ -37,10 +39,7 @@ class _Sweep:
         self._context = contextvars.Context()
         """The timer's own: armed from a turn's task, it must not keep that turn's context."""
         self._buckets: dict[int, dict[Deadline, None]] = {}
-        """Bucket number (its end, in ``TICK_S`` of the loop's clock) -> its deadlines.
-        An emptied bucket stays until its time: made again, it would be queued again."""
-        self._order: list[int] = []
-        """A heap of the bucket numbers."""
+        """Bucket number (its end, in ``TICK_S`` of the loop's clock) -> its deadlines."""
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
@@ -49,7 +48,6 @@ class _Sweep:
         bucket = self._buckets.get(number)
         if bucket is None:
             bucket = self._buckets[number] = {}
-            heapq.heappush(self._order, number)
             if number < self._timer_at:
                 self._arm(number, loop)
         bucket[deadline] = None
@@ -59,6 +57,8 @@ class _Sweep:
         bucket = self._buckets.get(number)
         if bucket is not None:
             bucket.pop(deadline, None)
+            if not bucket:
+                del self._buckets[number]
 
     def _arm(self, number: int, loop: asyncio.AbstractEventLoop) -> None:
         if self._timer is not None:
@@ -70,15 +70,12 @@ class _Sweep:
         self._timer, self._timer_at = None, math.inf
         loop = asyncio.get_running_loop()
         now = loop.time()
-        order = self._order
-        while order:
-            number = order[0]
-            if number * TICK_S > now:
-                self._arm(number, loop)
-                return
-            heapq.heappop(order)
-            for deadline in self._buckets.pop(number, {}):
+        due = sorted(n for n in self._buckets if n * TICK_S <= now)
+        for number in due:
+            for deadline in self._buckets.pop(number):
                 deadline._expire()
+        if self._buckets:
+            self._arm(min(self._buckets), loop)
 
 
 _SWEEPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Sweep] = weakref.WeakKeyDictionary()

@@ -84,7 +84,7 @@ class MemoryOutput:
 
     def durable(
         self, turn: TurnRuntime, records: list[OutRecord], *, urgent: bool = True
-    ) -> Awaitable[None]:
+    ) -> asyncio.Future[None]:
         self.records += records
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)

@@ -65,7 +65,10 @@ class TurnOutput(Protocol):
 
     def durable(
         self, turn: TurnRuntime, records: list[OutRecord], *, urgent: bool = True
-    ) -> Awaitable[None]: ...
+    ) -> asyncio.Future[None]:
+        """A future of the commit that carries ``records``: the same object for every
+        call of the turn that joins the same commit."""
+        ...
 
     def hurry(self) -> None: ...
 
@@ -323,24 +326,30 @@ class TurnRuntime:
         self._journal_in_background(index, entry, self.output.durable(self, out, urgent=False))
 
     def _journal_in_background(
-        self, index: int, entry: JournalEntry, committed: Awaitable[None]
+        self, index: int, entry: JournalEntry, committed: asyncio.Future[None]
     ) -> None:
-        """The step counts as recorded once its commit succeeds; the body goes on meanwhile."""
-        future = asyncio.ensure_future(committed)
+        """The step counts as recorded once its commit succeeds; the body goes on meanwhile.
 
-        def confirm(done: asyncio.Future[None]) -> None:
-            self._committing.pop(index, None)
-            if not self._committing:  # an emptied dict keeps its table: thousands wait
-                self._committing = {}
-            if self._unconfirmed and self._unconfirmed[0] is done:  # a barrier skips it now
-                self._unconfirmed.pop(0)
-            if not done.cancelled() and done.exception() is None:
-                self.journal.steps[index] = entry
-
-        future.add_done_callback(confirm)
-        self._unconfirmed.append(future)
+        Steps that join one commit share its future (``TurnOutput.durable``), and one
+        confirmation records them all: no future and no callback per step."""
         self._written[index] = entry
-        self._committing[index] = future
+        self._committing[index] = committed
+        if self._unconfirmed and self._unconfirmed[-1] is committed:
+            return  # the step before rides the same commit: its confirmation covers this
+        committed.add_done_callback(self._confirm)
+        self._unconfirmed.append(committed)
+
+    def _confirm(self, done: asyncio.Future[None]) -> None:
+        """``done`` settled: the steps it carried are recorded if it committed."""
+        committed = not done.cancelled() and done.exception() is None
+        for index in [i for i, f in self._committing.items() if f is done]:
+            del self._committing[index]
+            if committed:
+                self.journal.steps[index] = self._written[index]
+        if not self._committing:  # an emptied dict keeps its table: thousands wait
+            self._committing = {}
+        if self._unconfirmed and self._unconfirmed[0] is done:  # a barrier skips it now
+            self._unconfirmed.pop(0)
 
     def committing_steps(self) -> list[tuple[JournalEntry, asyncio.Future[None]]]:
         """Steps this attempt wrote whose commit outcome this turn has not recorded yet,

@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -160,9 +159,12 @@ class BatchWriter:
         self._kafka_config = kafka_config
         self._producer = new_producer(conf)
         self._failed: list[FailedDelivery] = []
-        self._on_delivery_at: list[Callable[[KafkaError | None, Any], None]] = []
-        """``_on_delivery`` bound to each record index, built once and reused by every
-        commit (a callback per record per commit was a fifth of the commit thread)."""
+        self._sending: Sequence[OutRecord] = ()
+        """The records of the batch being written: what a failed report is matched to."""
+        self._blamed: set[int] = set()
+        self._report = self._on_delivery
+        """One callback for every record (bound once): a callback per record per commit,
+        each holding its index, was a fifth of the commit thread."""
         self.stuck = False
         """A call into this producer never returned; ``close`` must not wait on it."""
 
@@ -192,18 +194,20 @@ class BatchWriter:
         ``group_metadata`` is the consumer's, read on the polling thread: it carries the
         group generation that fences a worker which lost its partitions.
         """
-        if self.exactly_once:
-            self._write_transaction(records, offsets, group_metadata)
-        else:
-            self._write_then_commit(records, offsets, consumer)
+        try:
+            if self.exactly_once:
+                self._write_transaction(records, offsets, group_metadata)
+            else:
+                self._write_then_commit(records, offsets, consumer)
+        finally:
+            self._sending = ()  # a written batch is not held until the next
 
     def _produce_all(self, records: Sequence[OutRecord]) -> None:
         self._failed.clear()
-        callbacks = self._on_delivery_at
-        for i in range(len(callbacks), len(records)):
-            callbacks.append(partial(self._on_delivery, i))
-        produce = self._producer.produce
-        for rec, on_delivery in zip(records, callbacks, strict=False):  # callbacks: more
+        self._blamed.clear()
+        self._sending = records
+        produce, report = self._producer.produce, self._report
+        for rec in records:
             partition = UNASSIGNED_PARTITION if rec.partition is None else rec.partition
             while True:
                 try:
@@ -212,25 +216,42 @@ class BatchWriter:
                         rec.value,
                         rec.key,
                         partition,
-                        on_delivery=on_delivery,
+                        on_delivery=report,
                         headers=rec.headers,  # type: ignore[arg-type]  # list is invariant
                     )
                     break
                 except BufferError:
                     self._producer.poll(0.05)
 
-    def _on_delivery(self, index: int, err: KafkaError | None, msg: Any) -> None:
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        """A failed record's report (``delivery.report.only.error``: no other calls)."""
         if err is not None:
             partition = msg.partition()
             self._failed.append(
                 FailedDelivery(
-                    index,
+                    self._index_of(msg),
                     str(msg.topic()),
                     -1 if partition is None else int(partition),
                     str(err.name()),
                     str(err.str()),
                 )
             )
+
+    def _index_of(self, msg: Any) -> int:
+        """Which record of the batch a report is about, by topic, key and value (the first
+        not matched yet, should two be equal); -1 for none, as a late report of an
+        earlier batch would be."""
+        topic, key, value = msg.topic(), msg.key(), msg.value()
+        for index, rec in enumerate(self._sending):
+            if (
+                index not in self._blamed
+                and rec.topic == topic
+                and rec.key == key
+                and rec.value == value
+            ):
+                self._blamed.add(index)
+                return index
+        return -1
 
     def _write_transaction(
         self, records: Sequence[OutRecord], offsets: Offsets, group_metadata: Any

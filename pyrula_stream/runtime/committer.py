@@ -57,6 +57,9 @@ class _Batch:
     """Who wrote each of ``records`` (a turn id; ``None``: no turn), side by side: a
     pair per record was a tuple per record alive until its commit."""
     waiters: list[tuple[str | None, asyncio.Future[None]]] = field(default_factory=list)
+    futures: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    """Each turn's one future in this batch: what it writes here shares one fate (commit,
+    abort or purge), so every ``durable`` call of the turn gets the same future."""
     turns: dict[str, TurnRuntime] = field(default_factory=dict)
     fence: bool = False
 
@@ -162,11 +165,16 @@ class GroupCommitter:
     def durable(
         self, turn: TurnRuntime, records: list[OutRecord], *, urgent: bool = True
     ) -> asyncio.Future[None]:
-        """``records`` and a future of their commit; ``urgent=False``: no one awaits it
-        yet (a step's entry), so it may linger (``hurry`` when someone starts to)."""
+        """``records`` and a future of their commit (the turn's one future in the batch
+        they join); ``urgent=False``: no one awaits it yet (a step's entry), so it may
+        linger (``hurry`` when someone starts to)."""
         self.add(turn, records, urgent=urgent)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.waiters.append((turn.turn_id, fut))
+        batch = self._pending
+        fut = batch.futures.get(turn.turn_id)
+        if fut is None or fut.done():
+            fut = asyncio.get_running_loop().create_future()
+            batch.futures[turn.turn_id] = fut
+            batch.waiters.append((turn.turn_id, fut))
         return fut
 
     def hurry(self) -> None:
@@ -254,6 +262,7 @@ class GroupCommitter:
         batch.waiters = [(t, f) for t, f in batch.waiters if t not in turn_ids]
         for t in turn_ids:
             batch.turns.pop(t, None)
+            batch.futures.pop(t, None)
         self._release_room()
 
     async def wait_idle(self) -> None:
