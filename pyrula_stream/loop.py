@@ -303,8 +303,8 @@ class ToolLoop:
         )
 
         live_response: list[ModelResponse] = []
-        """The live call's response, parsed once from the JSON the journal records (so a
-        live turn and its replay continue from the same values)."""
+        """The live call's response, with the values of the JSON the journal records (so
+        a live turn and its replay continue from the same values)."""
 
         cost_before = turn.spend.cost_usd
         with turn.telemetry.model_call(self.llm) as observed:
@@ -342,8 +342,8 @@ class ToolLoop:
         parsed: list[ModelResponse],
     ) -> StepData:
         """Call the provider, coalescing text deltas into ``llm:delta`` events; the step's
-        data, with the response parsed once into ``parsed`` from the JSON the journal
-        records (so a live turn and its replay continue from the same values).
+        data, with the response into ``parsed`` as the JSON the journal records gives it
+        back (so a live turn and its replay continue from the same values).
 
         Past the commit buffer's bound a slow call waits for room before its first
         write: thousands of calls that return together then do not build all their
@@ -393,7 +393,8 @@ class ToolLoop:
             # Journaled, so a replay raises the same failure instead of calling again.
             return {"call": index, "error": {"type": type(exc).__name__, "message": exc.message}}
         recorded = final.model_dump(mode="json")
-        parsed.append(ModelResponse.model_validate(recorded))
+        same = _same_as_recorded(final, recorded)
+        parsed.append(final if same else ModelResponse.model_validate(recorded))
         return {"call": index, "response": recorded}
 
     def _flush_deltas(self, index: int, pending: list[str]) -> None:
@@ -510,6 +511,16 @@ class ToolLoop:
             return ToolResultBlock(call.id, call.name, text, False)
         text = f"sub-agent '{reply.agent}' failed ({reply.code}): {reply.message}"
         return ToolResultBlock(call.id, call.name, text, True)
+
+
+def _same_as_recorded(response: ModelResponse, recorded: dict[str, Any]) -> bool:
+    """Whether ``response`` holds the values its JSON (``recorded``) gives back, so the
+    live turn may go on with it as it is. Only a tool call's input can hold others (a
+    custom client's tuple, datetime or integer key); the rest are strings and numbers."""
+    for block, dumped in zip(response.content, recorded["content"], strict=True):
+        if isinstance(block, ToolUseBlock) and block.input != dumped["input"]:
+            return False
+    return True
 
 
 class _LiveCallRecords:

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
 from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call, reply_tool_calls
+from pyrula_stream.llm.base import (
+    LLMClient,
+    ModelResponse,
+    StreamItem,
+    ToolDefinition,
+    ToolUseBlock,
+)
 from pyrula_stream.testing import read_topic, running_worker, unique_name
 
 
@@ -143,3 +152,47 @@ async def test_a_turn_past_the_agent_timeout_ends_with_turn_timeout_and_others_g
     assert "agent timeout of 0.5s" in late[-1].data["message"]
     assert quick[-1].type == "run:complete"
     assert quick[-1].data["result"] == "slept 0.01"
+
+
+class DatedClient(LLMClient):
+    """A custom client whose tool call input holds a value JSON does not have."""
+
+    provider = "custom"
+    model = "dated"
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[ToolDefinition] | None = None,
+        system: str | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        if len(messages) == 1:
+            block = ToolUseBlock(id="c1", name="stamp", input={"when": datetime(2026, 1, 2, 3)})
+            yield ModelResponse(content=[block], stop_reason="tool_use")
+        else:
+            yield reply_text("stamped")
+
+
+@tool(read_only=True)
+async def stamp(ctx: ToolContext, when: str) -> str:
+    """Echo a time given as text."""
+    return when
+
+
+async def test_a_live_turn_goes_on_with_the_values_its_journal_records(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """The datetime a custom client put in a tool call is, for the live turn too, the text
+    the journal records (what a replay reads back), so the tool taking ``str`` accepts it
+    live as it would on replay."""
+
+    @kafka_agent(name=unique_name("dated"), llm=DatedClient(), tools=[stamp], partitions=1)
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    async with running_worker(agent, kafka_bootstrap_servers):
+        events = await client.run(agent.name, question="stamp it", timeout=60)
+    result = next(e for e in events if e.type == "tool:result")
+    assert result.data["status"] == "ok", result.data
+    assert result.data["output"] == "2026-01-02T03:00:00"
+    assert events[-1].type == "run:complete"
