@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import BudgetExceeded, ContextWindowExceeded
+from pyrula_stream.llm.pricing import DEFAULT_PRICES, cost_usd, price_of
 
 if TYPE_CHECKING:
     from pyrula_stream.llm.base import ModelResponse, ToolDefinition
@@ -87,8 +88,6 @@ def price_for(model: str, limits: AgentLimits) -> Any:
     found = _PRICES_FOUND.get(key)
     if found is not None and found[0] is limits:
         return found[1]
-    from pyrula_stream.llm.pricing import DEFAULT_PRICES, price_of
-
     price = price_of(model, limits.prices) or price_of(model, DEFAULT_PRICES)
     if len(_PRICES_FOUND) >= 1024:  # models or limits that keep changing: start over
         _PRICES_FOUND.clear()
@@ -98,8 +97,6 @@ def price_for(model: str, limits: AgentLimits) -> Any:
 
 def bill(spend: Spend, response: ModelResponse, limits: AgentLimits, default_model: str) -> None:
     """Add one model call's usage (and its cost, when the model is priced) to ``spend``."""
-    from pyrula_stream.llm.pricing import cost_usd
-
     usage = response.usage
     spend.llm_calls += 1
     spend.input_tokens += usage.input_tokens

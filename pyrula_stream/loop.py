@@ -550,7 +550,7 @@ class _LiveCallRecords:
                     {"id": c.id, "name": c.name, "input": c.input} for c in response.tool_calls
                 ],
                 stop_reason=response.stop_reason,
-                usage=response.usage.model_dump(),
+                usage=response.usage.as_dict(),
                 total=turn.spend.as_dict(),
             )
         ]

@@ -114,3 +114,11 @@ def test_estimate_accepts_blocks_and_dict_tools() -> None:
     ]
     as_dict = {"name": "x", "description": "d", "input_schema": {"type": "object"}}
     assert estimate_tokens(messages, None, [as_dict]) > 100
+
+
+def test_usage_as_dict_is_its_model_dump() -> None:
+    usage = Usage(
+        input_tokens=1, output_tokens=2, cache_creation_input_tokens=3, cache_read_input_tokens=4
+    )
+    assert usage.as_dict() == usage.model_dump()
+    assert list(usage.as_dict()) == list(Usage.model_fields)

@@ -84,6 +84,15 @@ class Usage(BaseModel):
         """Tokens that count toward ``max_total_tokens``: cache reads are excluded."""
         return self.input_tokens + self.output_tokens + self.cache_creation_input_tokens
 
+    def as_dict(self) -> dict[str, int]:
+        """``model_dump()``'s dict, built directly: every model call's event carries it."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+        }
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
