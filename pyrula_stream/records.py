@@ -83,13 +83,23 @@ def wire_record(
         else (serde.CONTENT_TYPE_HEADER, content_type.encode())
     )
     rec = OutRecord(topic, key, value, [ctype, *headers], partition)
-    if max_bytes is not None and rec.size > max_bytes:
+    if max_bytes is not None and _size(key, value, ctype, headers) > max_bytes:
         raise PayloadTooLarge(
             f"a record for {topic} would be {rec.size} bytes, over the {max_bytes}-byte "
             "limit (max_record_bytes / the broker's message.max.bytes); shrink the tool "
             "result or raise both limits"
         )
     return rec
+
+
+def _size(
+    key: bytes, value: bytes | None, ctype: tuple[str, bytes], headers: Sequence[tuple[str, bytes]]
+) -> int:
+    """``OutRecord.size`` before the record is built: every record's check, on every step."""
+    size = len(key) + (len(value) if value is not None else 0) + len(ctype[0]) + len(ctype[1])
+    for k, v in headers:
+        size += len(k) + len(v)
+    return size
 
 
 def tombstone(

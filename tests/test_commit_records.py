@@ -14,13 +14,23 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, serde, tool
+from pyrula_stream.errors import PayloadTooLarge
 from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.llm.base import ModelResponse, StreamItem
 from pyrula_stream.options import WorkerOptions
-from pyrula_stream.records import OutRecord, latest_only, tombstone
+from pyrula_stream.records import (
+    OutRecord,
+    _size,
+    content_type_header,
+    latest_only,
+    tombstone,
+    wire_record,
+)
 from pyrula_stream.serde import JournalEntry, decode_journal_entry
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 
@@ -231,3 +241,14 @@ async def test_quick_model_calls_are_not_held_back_by_the_bound(
 
 async def _collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Any]:
     return [e async for e in client.stream(agent, turn_id)]
+
+
+def test_the_size_checked_before_a_record_is_built_is_its_size() -> None:
+    headers = [("pyrula.trace", b"00-abc"), ("x", b"")]
+    for value in (None, b"", b"v" * 300):
+        rec = wire_record("t", b"key", value, "event", headers=headers)
+        assert _size(b"key", value, content_type_header("event"), headers) == rec.size
+    size = wire_record("t", b"key", b"v" * 300, "event").size
+    wire_record("t", b"key", b"v" * 300, "event", max_bytes=size)
+    with pytest.raises(PayloadTooLarge, match=f"would be {size} bytes"):
+        wire_record("t", b"key", b"v" * 300, "event", max_bytes=size - 1)
