@@ -484,8 +484,8 @@ class TurnEvents:
             if trace is not self._trace_of:
                 self._trace_of = trace
                 self._trace_headers = [(k, v.encode()) for k, v in trace.items()]
-            for record in records:
-                record.headers += self._trace_headers
+            for record in records:  # a new list: the record's own may be shared
+                record.headers = record.headers + self._trace_headers
         return records
 
     def _framed(self, topic: str, event: Event) -> OutRecord:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import NoReturn
 
 from pyrula_stream import serde, wire_guard
 from pyrula_stream.errors import ErrorCode, MalformedRecordError, PayloadTooLarge
@@ -52,6 +53,26 @@ class OutRecord:
         return size
 
 
+class SharedHeaders(list[tuple[str, bytes]]):
+    """One header list that many records hold (``wire_record``'s, per content type): a
+    list per record was the most common object alive between two commits. Changing it
+    would change every record that holds it, so it refuses; build a new list instead
+    (``record.headers = record.headers + more``)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("shared record headers: assign a new list instead of changing it")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+
+@cache
+def _shared_headers(ctype: tuple[str, bytes]) -> SharedHeaders:
+    return SharedHeaders([ctype])
+
+
 @cache
 def content_type_header(record: str, fmt: serde.WireFormat = "avro") -> tuple[str, bytes]:
     """The header naming the schema (``record``) that decodes a value, or JSON (built once
@@ -82,7 +103,9 @@ def wire_record(
         if content_type is None
         else (serde.CONTENT_TYPE_HEADER, content_type.encode())
     )
-    rec = OutRecord(topic, key, value, [ctype, *headers], partition)
+    rec = OutRecord(
+        topic, key, value, [ctype, *headers] if headers else _shared_headers(ctype), partition
+    )
     if max_bytes is not None and _size(key, value, ctype, headers) > max_bytes:
         raise PayloadTooLarge(
             f"a record for {topic} would be {rec.size} bytes, over the {max_bytes}-byte "

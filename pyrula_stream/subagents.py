@@ -53,16 +53,14 @@ def child_turn_id(parent_turn_id: str, call_key: str, input_hash: str) -> str:
 
 def call_record(request: TurnRequest, turns_topic: str, max_bytes: int) -> OutRecord:
     """The child's turn request with its lineage headers, for the parent's transaction."""
-    rec = wire_record(
+    return wire_record(
         turns_topic,
         request.key.encode(),
         serde.encode("turn_request", request),
         "turn_request",
         max_bytes=max_bytes,
+        headers=request.lineage.headers() if request.lineage is not None else (),
     )
-    if request.lineage is not None:
-        rec.headers.extend(request.lineage.headers())
-    return rec
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pyrula_stream import serde
@@ -73,6 +72,21 @@ class TurnOutput(Protocol):
     def hurry(self) -> None: ...
 
     def room(self, waited_s: float) -> Awaitable[None] | None: ...
+
+
+class _EncodeLater:
+    """A journal entry's Avro value, made only if its record is sent (``OutRecord.deferred``);
+    one small object, as thousands wait for a commit (a ``partial`` is two)."""
+
+    __slots__ = ("data", "entry")
+
+    def __init__(self, entry: JournalEntry, data: str) -> None:
+        self.entry = entry
+        self.data = data
+        """``entry.data`` as JSON text, taken when the entry was written."""
+
+    def __call__(self) -> bytes:
+        return serde.encode_prepared("journal_entry", self.entry, {"data": self.data})
 
 
 @dataclass(slots=True)
@@ -202,7 +216,6 @@ class TurnRuntime:
         if entry is None:
             return tombstone(self.topics.journal, key, self.topics.partition, unsent_key=unsent_key)
         data = serde.json_text(entry.data)  # now: the step's dict may change later
-        prepared = {"data": data}
         header = content_type_header("journal_entry")
         # Avro adds at most 10 bytes per field to its strings' UTF-8 (at most 4 per char).
         texts = len(entry.turn_id) + len(entry.kind) + len(entry.name) + len(entry.input_hash)
@@ -212,7 +225,7 @@ class TurnRuntime:
             record = wire_record(
                 self.topics.journal,
                 key.encode(),
-                serde.encode_prepared("journal_entry", entry, prepared),
+                serde.encode_prepared("journal_entry", entry, {"data": data}),
                 "journal_entry",
                 partition=self.topics.partition,
                 max_bytes=self.max_record_bytes,
@@ -224,7 +237,7 @@ class TurnRuntime:
                 None,
                 [header],
                 self.topics.partition,
-                deferred=partial(serde.encode_prepared, "journal_entry", entry, prepared),
+                deferred=_EncodeLater(entry, data),
             )
         record.compacted = True
         return record
