@@ -45,14 +45,14 @@ _last_ts: tuple[int, bytes] = (0, _ONE_BYTE[0])
 """The last event time encoded: events of one millisecond share it (a long of six bytes)."""
 
 
-def event_value(head: bytes, seq: int, ts_ms: int, attempt: int, data: str) -> bytes:
-    """An ``Event`` record; ``head`` is ``avro_string`` of its type, turn id and agent."""
+def event_value(head: bytes, seq: int, ts_ms: int, attempt: int, data: bytes) -> bytes:
+    """An ``Event`` record; ``head`` is ``avro_string`` of its type, turn id and agent;
+    ``data`` its JSON as UTF-8."""
     global _last_ts
     last = _last_ts  # one read: another thread's loop may replace it meanwhile
     if last[0] != ts_ms:
         last = _last_ts = (ts_ms, avro_long(ts_ms))
-    raw = data.encode()
-    return b"".join((head, avro_long(seq), last[1], avro_long(attempt), avro_long(len(raw)), raw))
+    return b"".join((head, avro_long(seq), last[1], avro_long(attempt), avro_long(len(data)), data))
 
 
 _DOUBLE = struct.Struct("<d")

@@ -328,6 +328,14 @@ def _dumps(value: Any) -> str:
         return _ENCODER.encode(value)
 
 
+def json_bytes(value: Any) -> bytes:
+    """``json_text`` as UTF-8, without a round trip through ``str`` (an event's data)."""
+    try:
+        return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return _ENCODER.encode(value).encode()
+
+
 def json_text(value: Any) -> str:
     """A JSON-valued field's text as ``encode`` writes it (see ``encode_prepared``)."""
     return _dumps(value)

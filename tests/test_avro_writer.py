@@ -49,7 +49,7 @@ def test_event_value_is_fastavros_bytes(
 ) -> None:
     event = Event(type_, turn_id, agent, seq, ts_ms, attempt, data)
     head = avro_string(type_) + avro_string(turn_id) + avro_string(agent)
-    fast = event_value(head, seq, ts_ms, attempt, serde.json_text(data))
+    fast = event_value(head, seq, ts_ms, attempt, serde.json_bytes(data))
     assert fast == serde.encode("event", event)
 
 
@@ -57,7 +57,7 @@ def test_event_value_is_fastavros_bytes(
 def test_longs_are_fastavros_bytes(n: int) -> None:
     event = Event("status", "t", "a", n, 0, 1, {})
     head = avro_string("status") + avro_string("t") + avro_string("a")
-    value = event_value(head, n, 0, 1, "{}")
+    value = event_value(head, n, 0, 1, b"{}")
     assert value == serde.encode("event", event)
     assert avro_long(n) == value[len(head) : len(head) + len(avro_long(n))]
 
