@@ -125,6 +125,16 @@ def _client_process(
     asyncio.run(main())
 
 
+async def _warm_up(url: str, agent: str) -> None:
+    """One turn through the gateway before measuring, on a client of its own: its
+    connection idles for the whole turn, and one the server may close must not be reused
+    by the measured burst (each measured stream opens its own connection, as browsers do)."""
+    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+        warm = await http.post(f"{PREFIX}/{agent}/turns", json=QUESTION)
+        warm.raise_for_status()
+        await _sse(http, warm.json()["events_url"], asyncio.Event(), [])
+
+
 async def run_gateway(
     bootstrap: str, *, streams: int, model_s: float | None = None, keep_topics: bool = False
 ) -> dict[str, Any]:
@@ -165,11 +175,9 @@ async def run_gateway(
     try:
         url = await asyncio.to_thread(url_queue.get, True, 120)
         await asyncio.to_thread(client_ready.wait, 120)
+        await _warm_up(url, agent.name)
         limits = httpx.Limits(max_connections=streams + 20, max_keepalive_connections=streams)
         async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-            warm = await http.post(f"{PREFIX}/{agent.name}/turns", json=QUESTION)
-            warm.raise_for_status()
-            await _sse(http, warm.json()["events_url"], asyncio.Event(), [])
             assert gateway.pid is not None
             rss_before = _rss_kb(gateway.pid)
             submitted = await asyncio.gather(
