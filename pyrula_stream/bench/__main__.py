@@ -45,7 +45,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpu-turns", type=int, help="one-step turns per cpu run (default 5000)")
     p.add_argument("--cpu-step-turns", type=int, help="20-step turns of the cpu phase (250)")
     p.add_argument("--cpu-long-turns", type=int, help="200-step turns of the cpu phase (250)")
-    p.add_argument("--cpu-rounds", type=int, help="1 vs 2 process rounds, A B A B (default 3)")
+    p.add_argument(
+        "--cpu-rounds", type=int, help="1 process, 2 processes, 20 steps: rounds (default 5)"
+    )
+    p.add_argument("--telemetry-rounds", type=int, help="off, on, every turn: rounds (default 5)")
     p.add_argument("--soak-turns", type=int, help="turns of the soak (default 200000)")
     p.add_argument("--soak-warmup", type=int, help="warm-up turns before it (default 5000)")
     p.add_argument("--parked-turns", type=int, help="turns parked on a timer (default 50000)")
@@ -81,6 +84,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "cpu_step_turns",
         "cpu_long_turns",
         "cpu_rounds",
+        "telemetry_rounds",
         "soak_turns",
         "soak_warmup",
         "parked_turns",

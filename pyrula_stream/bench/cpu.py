@@ -12,7 +12,8 @@ cores is measured, not guessed.
 
 ``cpu_ms_per_turn`` is the one-tool turn (one step: a model call and a tool call, then
 the answering model call); ``cpu_ms_per_step`` is ``(CPU of a 20-step turn - CPU of a
-1-step turn) / 19``, ``cpu_ms_per_step_200_steps`` the same for 200-step turns, and
+1-step turn) / 19`` in each round (the two runs a few seconds apart), its median over the
+rounds; ``cpu_ms_per_step_200_steps`` the same for 200-step turns (one run), and
 ``step_cost_growth`` their ratio: 1.0 when a step costs the same however long the turn.
 Both long runs should have as many turns (``--cpu-step-turns``, ``--cpu-long-turns``):
 with fewer turns in flight each commit carries fewer steps, and a step costs more.
@@ -236,13 +237,15 @@ async def run_cpu(
     warmup: int = 50,
     long_turns: int = 0,
 ) -> dict[str, Any]:
-    """One process then two (one-tool turns), ``rounds`` times (A B A B ..., so drift on a
-    busy machine hits both alike; the figures are medians), then one process of 20-step
-    turns and (``long_turns`` > 0) one of 200-step turns."""
+    """``rounds`` times (A B C A B C ..., so drift on a busy machine hits all alike; the
+    figures are medians): one process then two of one-tool turns, and one process of
+    20-step turns, whose per-step CPU is taken against its own round's one-step run. Then
+    (``long_turns`` > 0) one process of 200-step turns."""
     broker = broker_pid(bootstrap)
     cores = os.cpu_count() or 1
     common = {"warmup": warmup, "partitions": partitions, "concurrency": concurrency}
     runs: list[dict[str, Any]] = []
+    step_costs: list[float] = []
     for _ in range(rounds):
         for processes in (1, 2):
             runs.append(
@@ -256,15 +259,17 @@ async def run_cpu(
                     **common,
                 )
             )
-    many = await measure_processes(
-        bootstrap,
-        processes=1,
-        steps=STEPS,
-        turns=step_turns,
-        broker=broker,
-        cores=cores,
-        **common,
-    )
+        many = await measure_processes(
+            bootstrap,
+            processes=1,
+            steps=STEPS,
+            turns=step_turns,
+            broker=broker,
+            cores=cores,
+            **common,
+        )
+        step_costs.append(_per_step(many, runs[-2]["cpu_ms_per_turn"]))
+        runs.append(many)
     long = None
     if long_turns > 0:
         long = await measure_processes(
@@ -279,19 +284,15 @@ async def run_cpu(
             concurrency=concurrency,
         )
     one_step = [r for r in runs if r["steps_per_turn"] == 1]
-    runs.append(many)
+    many_steps = [r for r in runs if r["steps_per_turn"] == STEPS]
 
     def med(key: str, processes: int) -> Any:
         values = [r[key] for r in one_step if r["processes"] == processes]
         return None if None in values else round(median(values), 3)
 
     cpu_one = med("cpu_ms_per_turn", 1)
-
-    def per_step(run: dict[str, Any]) -> float:
-        return float((run["cpu_ms_per_turn"] - cpu_one) / (run["steps_per_turn"] - 1))
-
-    step_20 = per_step(many)
-    step_200 = None if long is None else per_step(long)
+    step_20 = median(step_costs)
+    step_200 = None if long is None else _per_step(long, cpu_one)
     if long is not None:
         runs.append(long)
     return {
@@ -307,7 +308,8 @@ async def run_cpu(
         "turns_per_s_1_process": med("turns_per_s", 1),
         "turns_per_s_2_processes": med("turns_per_s", 2),
         "turns_per_s_1_step": med("turns_per_s", 1),
-        f"turns_per_s_{STEPS}_steps": many["turns_per_s"],
+        f"turns_per_s_{STEPS}_steps": round(median([r["turns_per_s"] for r in many_steps]), 1),
+        "cpu_ms_per_step_runs": [round(x, 3) for x in step_costs],
         f"turns_per_s_{LONG_STEPS}_steps": None if long is None else long["turns_per_s"],
         "cpu_ms_per_turn_2_processes": med("cpu_ms_per_turn", 2),
         "broker_measured": broker is not None,
@@ -316,3 +318,8 @@ async def run_cpu(
         "broker_share_of_cores_2_processes": med("broker_share_of_cores", 2),
         "runs": runs,
     }
+
+
+def _per_step(run: dict[str, Any], one_step_ms: float) -> float:
+    """The CPU of each step past the first: ``run``'s turns against one-step turns."""
+    return float((run["cpu_ms_per_turn"] - one_step_ms) / (run["steps_per_turn"] - 1))

@@ -69,7 +69,10 @@ class BenchConfig:
     cpu_step_turns: int = 250
     cpu_long_turns: int = 250
     """As many as the 20-step turns: as many turns in flight, so commits batch alike."""
-    cpu_rounds: int = 3
+    cpu_rounds: int = 5
+    """Each a one-process, a two-process and a 20-step run: figures are medians, and a
+    round's per-step CPU is paired with its own one-step run."""
+    telemetry_rounds: int = 5
     in_flight: int = 2000
     in_flight_model_s: float = 1.0
     in_flight_waves: int = 2
@@ -104,6 +107,7 @@ class BenchConfig:
             "cpu_step_turns": 5,
             "cpu_long_turns": 5,
             "cpu_rounds": 1,
+            "telemetry_rounds": 2,
             "in_flight": 20,
             "in_flight_waves": 1,
             "journal_turns": 2,
@@ -350,8 +354,7 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
     if "cpu" in config.phases:
         progress(
             f"cpu: {config.cpu_turns} turns on 1 then 2 worker processes "
-            f"x {config.cpu_rounds} rounds, "
-            f"{config.cpu_step_turns} turns of {STEPS} steps, "
+            f"and {config.cpu_step_turns} turns of {STEPS} steps, x {config.cpu_rounds} rounds; "
             f"{config.cpu_long_turns} of {LONG_STEPS} (fresh processes)"
         )
         results["cpu"] = await run_cpu(
@@ -448,13 +451,13 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
         )
     if "telemetry" in config.phases:
         progress(
-            f"telemetry: {config.turns} turns x {config.rounds} rounds and "
+            f"telemetry: {config.turns} turns x {config.telemetry_rounds} rounds and "
             f"{config.latency_turns} latency turns, metrics and tracing off then on"
         )
         results["telemetry"] = await run_telemetry_cost(
             bootstrap,
             turns=config.turns,
-            rounds=config.rounds,
+            rounds=config.telemetry_rounds,
             partitions=config.partitions,
             concurrency=config.framework_concurrency,
             latency_turns=config.latency_turns,

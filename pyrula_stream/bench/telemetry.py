@@ -8,45 +8,53 @@ the spans, so the figure is our cost and the SDK's, not a collector's network. "
 turn" is the same with ``parentbased_always_on`` (every turn's spans exported).
 Throughput alternates off, on, every turn (A B C A B C ...) like the throughput phase;
 latency runs off then on at the same rate and model latency.
-``telemetry_cost_fraction`` is ``(turns/s off - turns/s on) / turns/s off``: the share of
-throughput telemetry costs; ``telemetry_cost_fraction_every_turn`` the same with every
-turn traced. ``cpu_cost_fraction`` is the process CPU per turn added (steadier than
-turns/s on a machine shared with other work).
+``telemetry_cost_fraction`` is ``(turns/s off - turns/s on) / turns/s off``, the share of
+throughput telemetry costs, of each round's off and on runs (back to back), and its median
+over the rounds; ``telemetry_cost_fraction_every_turn`` the same with every turn traced.
+``cpu_cost_fraction`` is the process CPU per turn added, paired the same way (steadier
+than turns/s on a machine shared with other work).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.bench.framework import run_framework
 from pyrula_stream.bench.latency import run_latency
 from pyrula_stream.bench.stats import median, percentile
-from pyrula_stream.observability.tracing import DEFAULT_TRACE_RATIO, default_sampler
+from pyrula_stream.observability.tracing import DEFAULT_TRACE_RATIO, default_sampler, tracer
+
+if TYPE_CHECKING:  # the SDK is an extra (``otel``)
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import Sampler
 
 ARMS = ("off", "on", "every_turn")
 
 
 class _Samplers:
-    """The installed provider's sampler, switched between the arms of the run."""
+    """The installed provider's sampler, set for each arm of the run before its worker
+    starts (a worker's tracer takes the provider's sampler when it is made). Set, not
+    wrapped: a sampler that forwards each call would add its own cost to every turn's
+    span, which no worker pays."""
 
-    def __init__(self) -> None:
-        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler
+    def __init__(self, provider: TracerProvider) -> None:
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
+        self.provider = provider
         self.default: Sampler = default_sampler() or _env_sampler()
         self.every_turn: Sampler = ParentBased(ALWAYS_ON)
-        self.current = self.default
-        outer = self
+        self.use(self.default)
 
-        class Switch(Sampler):
-            def should_sample(self, *args: Any, **kwargs: Any) -> Any:
-                return outer.current.should_sample(*args, **kwargs)
+    def use(self, sampler: Sampler) -> None:
+        from opentelemetry.sdk.trace import Tracer as SDKTracer
 
-            def get_description(self) -> str:
-                return outer.current.get_description()
-
-        self.switch = Switch()
+        self.provider.sampler = sampler
+        # The provider keeps one tracer per scope, made with the sampler of its time.
+        spans = tracer()
+        if isinstance(spans, SDKTracer):
+            spans.sampler = sampler
 
 
 def _env_sampler() -> Any:
@@ -79,8 +87,8 @@ def install_sdk_tracing() -> _Samplers | None:
 
     if isinstance(trace.get_tracer_provider(), TracerProvider):
         return None
-    samplers = _Samplers()
-    provider = TracerProvider(sampler=samplers.switch)
+    provider = TracerProvider()
+    samplers = _Samplers(provider)
     provider.add_span_processor(BatchSpanProcessor(Discard()))
     trace.set_tracer_provider(provider)
     return samplers
@@ -105,7 +113,7 @@ async def run_telemetry_cost(
     for _ in range(rounds):
         for arm in arms:
             if samplers is not None:
-                samplers.current = samplers.every_turn if arm == "every_turn" else samplers.default
+                samplers.use(samplers.every_turn if arm == "every_turn" else samplers.default)
             started = time.process_time()
             run = await run_framework(
                 bootstrap,
@@ -118,7 +126,7 @@ async def run_telemetry_cost(
             tput[arm].append(round(run.turns_per_s, 1))
             cpu[arm].append(round(1000 * (time.process_time() - started) / turns, 3))
     if samplers is not None:
-        samplers.current = samplers.default
+        samplers.use(samplers.default)
     p50: dict[bool, float] = {}
     for on in (False, True):
         lat = await run_latency(
@@ -134,6 +142,8 @@ async def run_telemetry_cost(
     tps = {arm: median(runs) for arm, runs in tput.items()}
     per_turn = {arm: median(runs) for arm, runs in cpu.items()}
     off_tps, on_tps, off_cpu, on_cpu = tps["off"], tps["on"], per_turn["off"], per_turn["on"]
+    lost = _paired(tput, "on", lambda off, on: (off - on) / off)
+    added = _paired(cpu, "on", lambda off, on: (on - off) / off)
     out: dict[str, Any] = {
         "tracing_exported": samplers is not None,
         "sampler": samplers.default.get_description() if samplers is not None else None,
@@ -143,13 +153,14 @@ async def run_telemetry_cost(
         "turns_per_s_on": round(on_tps, 1),
         "turns_per_s_runs_off": tput["off"],
         "turns_per_s_runs_on": tput["on"],
-        "turns_per_s_cost_pct": round(100 * (off_tps - on_tps) / off_tps, 1),
-        "telemetry_cost_fraction": round((off_tps - on_tps) / off_tps, 3),
+        "turns_per_s_cost_pct": round(100 * median(lost), 1),
+        "telemetry_cost_fraction": round(median(lost), 3),
+        "telemetry_cost_fraction_runs": [round(x, 3) for x in lost],
         "cpu_ms_per_turn_off": round(off_cpu, 3),
         "cpu_ms_per_turn_on": round(on_cpu, 3),
         "cpu_ms_per_turn_runs_off": cpu["off"],
         "cpu_ms_per_turn_runs_on": cpu["on"],
-        "cpu_cost_fraction": round((on_cpu - off_cpu) / off_cpu, 3),
+        "cpu_cost_fraction": round(median(added), 3),
         "latency_turns": latency_turns,
         "overhead_p50_ms_off": p50[False],
         "overhead_p50_ms_on": p50[True],
@@ -157,12 +168,23 @@ async def run_telemetry_cost(
     }
     if "every_turn" in tps:
         every_tps, every_cpu = tps["every_turn"], per_turn["every_turn"]
+        every_lost = _paired(tput, "every_turn", lambda off, on: (off - on) / off)
+        every_added = _paired(cpu, "every_turn", lambda off, on: (on - off) / off)
         out |= {
             "turns_per_s_every_turn": round(every_tps, 1),
             "turns_per_s_runs_every_turn": tput["every_turn"],
-            "telemetry_cost_fraction_every_turn": round((off_tps - every_tps) / off_tps, 3),
+            "telemetry_cost_fraction_every_turn": round(median(every_lost), 3),
             "cpu_ms_per_turn_every_turn": round(every_cpu, 3),
             "cpu_ms_per_turn_runs_every_turn": cpu["every_turn"],
-            "cpu_cost_fraction_every_turn": round((every_cpu - off_cpu) / off_cpu, 3),
+            "cpu_cost_fraction_every_turn": round(median(every_added), 3),
         }
     return out
+
+
+def _paired(
+    runs: dict[str, list[float]], arm: str, cost: Callable[[float, float], float]
+) -> list[float]:
+    """``cost(off, arm)`` of each round's own pair of runs, which ran back to back: a
+    machine that slows down between rounds moves both figures of a pair alike, where a
+    ratio of medians taken across rounds would count the slowdown as telemetry's."""
+    return [cost(off, on) for off, on in zip(runs["off"], runs[arm], strict=True)]
