@@ -31,7 +31,7 @@ setup: $(STAMP) $(QUIX_STAMP) broker-jars
 # Fetch the Kafka broker's jars once (Maven Central); skipped when a cluster is given.
 broker-jars: $(STAMP)
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then \
-	  $(BIN)/python -c "from pyrula_stream.kafka.local_broker import check_java, fetch_jars; check_java(); print('kafka jars:', fetch_jars())"; \
+	  $(BIN)/python -c "from pyrula_stream.kafka.local.broker import check_java, fetch_jars; check_java(); print('kafka jars:', fetch_jars())"; \
 	fi
 
 # The web UI's browser test drives Debian's Chromium (never a downloaded browser build).

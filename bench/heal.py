@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 
 from pyrula_stream.chaos.partition import PartitionProxy
-from pyrula_stream.client import KafkaAgentClient
-from pyrula_stream.kafka.local_broker import LocalBroker, free_port, start_local_broker
+from pyrula_stream.client.kafka_client import KafkaAgentClient
+from pyrula_stream.kafka.local.broker import LocalBroker, free_port, start_local_broker
 from pyrula_stream.testing import agent_topics_ready, unique_name
 
 ROOT = Path(__file__).parent.parent

@@ -5,17 +5,20 @@ group) run the model's tool loop, journal every step to a compacted changelog, a
 the turn's events exactly once to ``<prefix>.<agent>.events``.
 """
 
+from pyrula_stream import _moved
 from pyrula_stream._version import __version__ as __version__
-from pyrula_stream.agent import (
+from pyrula_stream.agent.as_tool import as_tool
+from pyrula_stream.agent.definition import (
     AgentTopics,
     KafkaAgent,
     VersionBehavior,
     kafka_agent,
     registered_agents,
 )
-from pyrula_stream.agent_tool import as_tool
-from pyrula_stream.client import KafkaAgentClient, TurnHandle
-from pyrula_stream.context import AgentContext
+from pyrula_stream.agent.limits import AgentLimits
+from pyrula_stream.agent.tenants import TenantLimits
+from pyrula_stream.client.kafka_client import KafkaAgentClient, TurnHandle
+from pyrula_stream.context.agent_context import AgentContext
 from pyrula_stream.errors import (
     AgentDepthExceeded,
     AgentRegistrationError,
@@ -48,19 +51,18 @@ from pyrula_stream.errors import (
     WaitTimeout,
     WriteToolBlocked,
 )
-from pyrula_stream.events import Event, EventType
 from pyrula_stream.integrations.mcp_server import build_mcp_server
-from pyrula_stream.limits import AgentLimits
-from pyrula_stream.mcp.declaration import MCPServer
-from pyrula_stream.memory import MemoryBackend, MemoryItem
-from pyrula_stream.mesh import MeshWorker
-from pyrula_stream.retry import RetryPolicy
-from pyrula_stream.runtime.worker import KafkaWorker, PoisonOptions, WorkerOptions
-from pyrula_stream.serde import TurnRequest
-from pyrula_stream.signals import Signal
-from pyrula_stream.tenants import TenantLimits
-from pyrula_stream.threads import ThreadHandle
-from pyrula_stream.tools import ToolContext, tool
+from pyrula_stream.runtime.mesh import MeshWorker
+from pyrula_stream.runtime.options import PoisonOptions, WorkerOptions
+from pyrula_stream.runtime.worker import KafkaWorker
+from pyrula_stream.state.memory import MemoryBackend, MemoryItem
+from pyrula_stream.state.threads import ThreadHandle
+from pyrula_stream.tools.contract import ToolContext, tool
+from pyrula_stream.tools.mcp_servers import MCPServer
+from pyrula_stream.tools.retry import RetryPolicy
+from pyrula_stream.wire.events import Event, EventType
+from pyrula_stream.wire.serde import TurnRequest
+from pyrula_stream.wire.signals import Signal
 
 __all__ = [
     "AgentContext",
@@ -121,3 +123,5 @@ __all__ = [
     "registered_agents",
     "tool",
 ]
+
+_moved.install()

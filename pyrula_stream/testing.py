@@ -28,10 +28,10 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.config import KafkaSettings, settings_from_env
-from pyrula_stream.kafka.local_broker import start_local_broker
+from pyrula_stream.kafka.local.broker import start_local_broker
 from pyrula_stream.runtime.worker import KafkaWorker, WorkerOptions
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -95,7 +95,7 @@ def local_schema_registry() -> Iterator[str]:
     if existing:
         yield existing
         return
-    from pyrula_stream.kafka.local_registry import start_local_registry
+    from pyrula_stream.kafka.local.registry import start_local_registry
 
     registry = start_local_registry()
     try:
@@ -189,7 +189,7 @@ def assert_replays(agent: KafkaAgent, pattern: str | Path) -> None:
     current code (offline: no Kafka, no model). Keep golden turns from
     ``pyrula-stream turn export`` in your repo and CI catches a change that would fail
     in-flight turns with ``replay_input_changed`` before it is deployed."""
-    from pyrula_stream.replay import replay_files
+    from pyrula_stream.runtime.replay import replay_files
 
     def run() -> list[Any]:
         return asyncio.run(replay_files(agent, pattern))

@@ -22,7 +22,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import unique_name
-from pyrula_stream.tools import ToolCallable
+from pyrula_stream.tools.contract import ToolCallable
 
 Serve = Callable[..., AbstractAsyncContextManager[KafkaWorker]]
 """What the ``serve`` fixture hands out: ``serve(agent[, options])``, an async context."""

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the SDK is the `otel` extra: absent from the lowest-version
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from playwright.async_api import Browser, Page, Route
 
-    from pyrula_stream.kafka.local_cluster import LocalCluster
+    from pyrula_stream.kafka.local.cluster import LocalCluster
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def spans(_sdk_spans: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
 def kafka_cluster() -> Iterator[LocalCluster]:
     """A local cluster of three brokers and a controller, started once per session and
     only when a test (marked ``cluster``) asks for it."""
-    from pyrula_stream.kafka.local_cluster import start_local_cluster
+    from pyrula_stream.kafka.local.cluster import start_local_cluster
 
     cluster = start_local_cluster(3)
     try:

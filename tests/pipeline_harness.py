@@ -15,8 +15,8 @@ from pathlib import Path
 from pyrula_stream.chaos.processes import Managed, child_env
 from pyrula_stream.kafka.admin import TopicSpec, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.io import RecordProducer
-from pyrula_stream.serde import decode_turn_result
 from pyrula_stream.testing import read_topic
+from pyrula_stream.wire.serde import decode_turn_result
 
 
 @dataclass

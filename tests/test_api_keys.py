@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pyrula_stream import ConfigurationError
-from pyrula_stream.api_keys import APIKeyAuth, load_api_keys, parse_api_keys
+from pyrula_stream.access.api_keys import APIKeyAuth, load_api_keys, parse_api_keys
 
 KEY_A = "a-0123456789abcdef0123"
 KEY_B = "b-fedcba9876543210fedc"

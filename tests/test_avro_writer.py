@@ -12,15 +12,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyrula_stream import serde
-from pyrula_stream.avro_writer import (
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.avro_writer import (
     EVENT_FIELDS,
     avro_long,
     avro_string,
     event_value,
     record_writer,
 )
-from pyrula_stream.events import Event, EventRouting, EventType, LlmDelta, TurnEvents, decode_event
+from pyrula_stream.wire.events import (
+    Event,
+    EventRouting,
+    EventType,
+    LlmDelta,
+    TurnEvents,
+    decode_event,
+)
 
 SCHEMAS = Path(serde.__file__).resolve().parent / "schemas"
 SCHEMA = SCHEMAS / "event.avsc"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pyrula_stream import serde
 from pyrula_stream.bench.floor import split_at_first_tool
 from pyrula_stream.bench.framework import TurnRecords
 from pyrula_stream.bench.load import event_type
@@ -18,7 +17,8 @@ from pyrula_stream.bench.targets import (
     baseline_table,
     target_rows,
 )
-from pyrula_stream.events import Event
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import Event
 
 CPU = "Intel(R) Xeon(R) Processor"
 

@@ -22,9 +22,9 @@ from pyrula_stream import (
     tool,
 )
 from pyrula_stream.durable.branch import branch_metadata
-from pyrula_stream.history import load_recording
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text
-from pyrula_stream.replay import replay_turn
+from pyrula_stream.runtime.replay import replay_turn
+from pyrula_stream.state.history import load_recording
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.recorded import NOTES, make_agent
 

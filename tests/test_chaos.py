@@ -14,17 +14,17 @@ from typing import Any
 
 import pytest
 
-from pyrula_stream import serde
 from pyrula_stream.chaos import approvals, hostile, hostile_check, verify
 from pyrula_stream.chaos.harness import GATE_KEYS, ChaosConfig, run_chaos
 from pyrula_stream.chaos.model_server import answer_for
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.events import Event
 from pyrula_stream.kafka.partitioner import partition_for
-from pyrula_stream.lineage import Lineage
-from pyrula_stream.records import ControlRequest
-from pyrula_stream.serde import JournalEntry
-from pyrula_stream.subagents import CHILD_TURN_HEADER, parse_reply
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import Event
+from pyrula_stream.wire.lineage import Lineage
+from pyrula_stream.wire.records import ControlRequest
+from pyrula_stream.wire.serde import JournalEntry
+from pyrula_stream.wire.subagents import CHILD_TURN_HEADER, parse_reply
 
 
 @pytest.mark.slow

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pyrula_stream import serde
 from pyrula_stream.chaos import verify
 from pyrula_stream.chaos.tenants import LIMITS, SLOTS, check_tenants, tokens_bound, turns_bound
-from pyrula_stream.events import Event
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import Event
 
 WORKERS = 3
 MINUTE = 29_000_000

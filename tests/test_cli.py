@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pyrula_stream.cli import build_parser
-from pyrula_stream.kafka.local_broker import free_port
+from pyrula_stream.kafka.local.broker import free_port
 from pyrula_stream.testing import unique_name
 
 ROOT = Path(__file__).parent.parent
@@ -163,7 +163,7 @@ def test_submit_rejects_malformed_params() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_broker_start_brings_back_the_same_port_and_topics_unless_fresh(tmp_path: Path) -> None:
-    from pyrula_stream.kafka.local_broker import cache_root, fetch_jars
+    from pyrula_stream.kafka.local.broker import cache_root, fetch_jars
 
     jars = fetch_jars()  # shared jar cache; only the state file goes to tmp_path
     env = {"PYRULA_STREAM_CACHE": str(tmp_path)}

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, WorkerOptions, kafka_agent
 from pyrula_stream import tool as tool_
-from pyrula_stream.kafka.local_cluster import LocalCluster
+from pyrula_stream.kafka.local.cluster import LocalCluster
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.llm.fake import reply_tool_call
 from pyrula_stream.testing import running_worker, unique_name, wait_for

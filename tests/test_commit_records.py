@@ -16,14 +16,16 @@ from typing import Any
 
 import pytest
 
-from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, serde, tool
+from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
 from pyrula_stream.errors import PayloadTooLarge
-from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.llm.base import ModelResponse, StreamItem
-from pyrula_stream.options import WorkerOptions
-from pyrula_stream.records import (
+from pyrula_stream.runtime.options import WorkerOptions
+from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import decode_event
+from pyrula_stream.wire.records import (
     OutRecord,
     _size,
     content_type_header,
@@ -31,8 +33,7 @@ from pyrula_stream.records import (
     tombstone,
     wire_record,
 )
-from pyrula_stream.serde import JournalEntry, decode_journal_entry
-from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.wire.serde import JournalEntry, decode_journal_entry
 
 
 def entry(key: bytes, value: bytes = b"v", *, topic: str = "j") -> OutRecord:

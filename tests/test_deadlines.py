@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from pyrula_stream import deadlines
-from pyrula_stream.deadlines import TICK_S, Deadline
+from pyrula_stream.tools.contract import deadlines
+from pyrula_stream.tools.deadlines import TICK_S, Deadline
 
 
 async def test_a_block_that_outlives_its_deadline_raises_timeout_error() -> None:

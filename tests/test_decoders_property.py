@@ -20,19 +20,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp.types import CallToolResult, TextContent
 
-from pyrula_stream import serde, wire_guard
-from pyrula_stream.cache_table import decode_entry
 from pyrula_stream.durable.journal import IdempotencyKeys, PartitionJournal
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.kafka.memory_store import decode_memory_record
 from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.kafka.stores.memory import decode_memory_record
 from pyrula_stream.kafka.table import SqliteView
-from pyrula_stream.lineage import Lineage
 from pyrula_stream.mcp.tools import checked_reply
-from pyrula_stream.memory import MemoryItem
-from pyrula_stream.records import ControlRequest
-from pyrula_stream.subagents import parse_reply
-from pyrula_stream.threads import PartitionThreads
+from pyrula_stream.state.memory import MemoryItem
+from pyrula_stream.state.threads import PartitionThreads
+from pyrula_stream.tools.cache_table import decode_entry
+from pyrula_stream.wire import guard, serde
+from pyrula_stream.wire.lineage import Lineage
+from pyrula_stream.wire.records import ControlRequest
+from pyrula_stream.wire.subagents import parse_reply
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -215,7 +215,7 @@ def test_replies_control_cache_and_memory(payload: bytes | None) -> None:
     assert control is None or control.action in ("cancel", "terminate")
     if payload is not None:
         only_malformed(lambda: decode_entry(payload))
-        only_malformed(lambda: wire_guard.loads(payload, "value"))
+        only_malformed(lambda: guard.loads(payload, "value"))
     only_malformed(lambda: decode_memory_record('[["ns"],"k"]', payload))
 
 
@@ -299,17 +299,17 @@ def test_mcp_results(value: Any, depth: int) -> None:
     result.structured_content = structured
     reply = only_malformed(lambda: checked_reply(result, "t"))
     if reply is not None:
-        assert depth < wire_guard.DEFAULT_MAX_DEPTH
+        assert depth < guard.DEFAULT_MAX_DEPTH
 
 
 def test_deep_nesting_reason_names_the_cap() -> None:
     with pytest.raises(MalformedRecordError, match="nested deeper than 128 levels"):
-        wire_guard.loads(b"[" * 100_000 + b"]" * 100_000, "value")
+        guard.loads(b"[" * 100_000 + b"]" * 100_000, "value")
     with pytest.raises(MalformedRecordError, match="over the decode limit of 10"):
-        wire_guard.loads(b"[1, 2, 3, 4, 5]", "value", wire_guard.DecodeLimits(max_bytes=10))
+        guard.loads(b"[1, 2, 3, 4, 5]", "value", guard.DecodeLimits(max_bytes=10))
     # Brackets inside strings are text, not nesting.
-    assert wire_guard.loads(json.dumps({"s": "[" * 1000}), "value") == {"s": "[" * 1000}
-    assert wire_guard.json_depth(b'[[{"a": "]]]]"}]]') == 3
+    assert guard.loads(json.dumps({"s": "[" * 1000}), "value") == {"s": "[" * 1000}
+    assert guard.json_depth(b'[[{"a": "]]]]"}]]') == 3
 
 
 @pytest.mark.parametrize(
@@ -345,8 +345,8 @@ def test_absent_null_and_empty_text_fields_still_take_their_defaults() -> None:
 def test_an_encoded_surrogate_is_not_utf8() -> None:
     """``json.loads`` of bytes decodes with "surrogatepass": ED A0 80 became "\\ud800"."""
     with pytest.raises(MalformedRecordError, match="UTF-8"):
-        wire_guard.loads(b'{"q": "\xed\xa0\x80"}', "value")
-    assert wire_guard.loads(b'\xef\xbb\xbf{"q": 1}', "value") == {"q": 1}  # a BOM, as before
+        guard.loads(b'{"q": "\xed\xa0\x80"}', "value")
+    assert guard.loads(b'\xef\xbb\xbf{"q": 1}', "value") == {"q": 1}  # a BOM, as before
 
 
 def test_a_lone_surrogate_escape_is_refused_and_a_pair_is_text() -> None:
@@ -354,9 +354,9 @@ def test_a_lone_surrogate_escape_is_refused_and_a_pair_is_text() -> None:
     accepted, and encoding it into an event or the journal raised UnicodeEncodeError."""
     for text in (b'{"q": "\\ud800"}', b'{"\\uDC00": 1}', b'[["a\\udfffb"]]'):
         with pytest.raises(MalformedRecordError, match="lone surrogate"):
-            wire_guard.loads(text, "value")
-    assert wire_guard.loads(b'{"q": "\\ud83d\\ude00"}', "value") == {"q": "\U0001f600"}
-    assert wire_guard.loads(b'{"q": "\\\\ud800"}', "value") == {"q": "\\ud800"}  # text
+            guard.loads(text, "value")
+    assert guard.loads(b'{"q": "\\ud83d\\ude00"}', "value") == {"q": "\U0001f600"}
+    assert guard.loads(b'{"q": "\\\\ud800"}', "value") == {"q": "\\ud800"}  # text
 
 
 def test_partial_lineage_is_malformed_even_when_its_numbers_are_there() -> None:

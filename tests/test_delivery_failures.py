@@ -21,8 +21,8 @@ from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_a
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.transactions import BatchWriter, FailedDelivery, TransactionAborted
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.records import OutRecord
 from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.wire.records import OutRecord
 
 LIMIT = 2_000
 """``max.message.bytes`` of the topics here: a random (incompressible) 8 KB value fails."""

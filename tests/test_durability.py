@@ -17,8 +17,8 @@ from pyrula_stream import (
 )
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.llm.fake import count_model_calls
-from pyrula_stream.serde import TurnRequest
 from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.wire.serde import TurnRequest
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
 

@@ -25,8 +25,8 @@ from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.llm.fake import reply_text, reply_tool_call
 from pyrula_stream.runtime.worker import KafkaWorker
-from pyrula_stream.serde import TurnRequest
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire.serde import TurnRequest
 
 
 async def collect(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:

@@ -26,11 +26,11 @@ from pyrula_stream import (
 )
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.partitioner import partition_for
-from pyrula_stream.lineage import Lineage
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.serde import TurnRequest
-from pyrula_stream.subagents import CHILD_TURN_HEADER, call_record
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire.lineage import Lineage
+from pyrula_stream.wire.serde import TurnRequest
+from pyrula_stream.wire.subagents import CHILD_TURN_HEADER, call_record
 
 QUICK = WorkerOptions(shutdown_grace=0.2)
 _GUESSED = uuid.UUID("6f1d3c2e-6b0f-4f7e-9a53-2b8f0c6f7a11")

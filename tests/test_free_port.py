@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from pyrula_stream.kafka.local_broker import free_port
+from pyrula_stream.kafka.local.broker import free_port
 
 
 def test_ports_lie_below_the_ephemeral_range_bind_and_are_never_given_twice() -> None:

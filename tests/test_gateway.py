@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from pyrula_stream import AgentContext, ToolContext, kafka_agent, tool
-from pyrula_stream.api_keys import APIKeyAuth
+from pyrula_stream.access.api_keys import APIKeyAuth
 from pyrula_stream.chaos.partition import PartitionProxy
 from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.errors import ConfigurationError
@@ -25,7 +25,7 @@ from pyrula_stream.gateway import AgentClient, AppOptions, create_app
 from pyrula_stream.gateway.client import GatewayError
 from pyrula_stream.gateway.serve import running_gateway
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
-from pyrula_stream.kafka.local_broker import start_local_broker
+from pyrula_stream.kafka.local.broker import start_local_broker
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.echo import echo

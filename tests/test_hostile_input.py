@@ -8,11 +8,11 @@ from pathlib import Path
 
 from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
 from pyrula_stream.kafka.io import RecordProducer
-from pyrula_stream.kafka.memory_store import KafkaMemory
+from pyrula_stream.kafka.stores.memory import KafkaMemory
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.memory import record_key
+from pyrula_stream.state.memory import record_key
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
-from pyrula_stream.wire_guard import DecodeLimits
+from pyrula_stream.wire.guard import DecodeLimits
 
 Headers = list[tuple[str, str | bytes | None]]
 PARAMS: Headers = [("content-type", b"application/vnd.pyrula.params+json")]

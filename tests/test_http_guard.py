@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyrula_stream.api_keys import APIKeyAuth
-from pyrula_stream.http_guard import HTTPAccess, HTTPGuard, Message, Scope, principal_of
+from pyrula_stream.access.api_keys import APIKeyAuth
+from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, Message, Scope, principal_of
 
 KEY = "guard-key-0123456789abcdef"
 

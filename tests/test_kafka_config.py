@@ -20,8 +20,8 @@ from pyrula_stream.kafka.config import (
     client_config,
     load_properties,
     new_producer,
-    redacted,
 )
+from pyrula_stream.redaction import redacted
 
 PACKAGE = Path(pyrula_stream.__file__).parent
 CLIENT_CLASSES = {"Producer", "Consumer", "AdminClient", "SchemaRegistryClient"}
@@ -30,8 +30,8 @@ FACTORY = PACKAGE / "kafka" / "config.py"
 # none (they read PYRULA_KAFKA_CONFIG), offline replay (no Kafka), and a method that
 # shares a builder's name.
 MAY_OMIT = {
-    ("mesh.py", "WorkerOptions"),
-    ("replay.py", "WorkerOptions"),
+    ("runtime/mesh.py", "WorkerOptions"),
+    ("runtime/replay.py", "WorkerOptions"),
     ("runtime/worker.py", "WorkerOptions"),
     ("runtime/execution.py", "load_recording"),  # self.load_recording, a callback
     ("gateway/app.py", "AppOptions"),  # the default options: the environment's settings

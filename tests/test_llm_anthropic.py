@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
+from pyrula_stream.agent.output import OutputSpec
 from pyrula_stream.errors import (
     ConfigurationError,
     ErrorCode,
@@ -17,7 +18,6 @@ from pyrula_stream.errors import (
     LLMRateLimited,
 )
 from pyrula_stream.llm import AnthropicLLM, ToolDefinition, Usage
-from pyrula_stream.output import OutputSpec
 from tests.wire import fixtures
 from tests.wire.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
 from tests.wire.fixtures import SECRET_KEY, assert_secret_free, collect

@@ -10,6 +10,7 @@ import sys
 import pytest
 from pydantic import BaseModel, Field
 
+from pyrula_stream.agent.output import OutputSpec
 from pyrula_stream.errors import (
     ConfigurationError,
     ErrorCode,
@@ -17,7 +18,6 @@ from pyrula_stream.errors import (
     LLMProviderUnavailable,
 )
 from pyrula_stream.llm import OpenAILLM, ToolDefinition, Usage
-from pyrula_stream.output import OutputSpec
 from tests.wire import fixtures
 from tests.wire._http import sse_reply
 from tests.wire.fixtures import OPENAI_SECRET_KEY as SECRET

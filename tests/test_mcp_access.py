@@ -22,9 +22,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from pyrula_stream import AgentContext, ConfigurationError, build_mcp_server, kafka_agent
-from pyrula_stream.api_keys import APIKeyAuth
+from pyrula_stream.access.api_keys import APIKeyAuth
+from pyrula_stream.access.http_guard import ASGIApp, HTTPAccess
 from pyrula_stream.chaos.processes import free_port
-from pyrula_stream.http_guard import ASGIApp, HTTPAccess
 from pyrula_stream.integrations.mcp_server import mcp_http_app
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name

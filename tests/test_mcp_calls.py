@@ -20,7 +20,7 @@ from pyrula_stream.llm.fake import count_model_calls, last_tool_results
 from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.mcp.tools import MCPTool, MCPToolListing
 from pyrula_stream.testing import running_worker, unique_name
-from pyrula_stream.tools import ToolContext
+from pyrula_stream.tools.contract import ToolContext
 from tests.mcp_servers.processes import OrderServer, stdio_declaration
 
 

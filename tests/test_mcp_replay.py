@@ -21,10 +21,10 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
-from pyrula_stream.history import export_turn
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.llm.fake import count_model_calls
-from pyrula_stream.replay import replay_turn
+from pyrula_stream.runtime.replay import replay_turn
+from pyrula_stream.state.history import export_turn
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 from tests.mcp_servers.processes import OrderServer, stdio_declaration
 

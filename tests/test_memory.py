@@ -18,13 +18,12 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
-from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.config import new_consumer, reader_config
 from pyrula_stream.kafka.consumers import read_key
 from pyrula_stream.kafka.offsets import partitions_of, read_to_end
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call
-from pyrula_stream.memory import (
+from pyrula_stream.state.memory import (
     MemoryBackend,
     MemoryItem,
     MemoryItems,
@@ -39,6 +38,7 @@ from pyrula_stream.testing import (
     unique_name,
     wait_for,
 )
+from pyrula_stream.wire.events import decode_event
 from tests.test_threads import start_worker
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)

@@ -18,7 +18,7 @@ from pyrula_stream import (
     kafka_agent,
     registered_agents,
 )
-from pyrula_stream.kafka.local_broker import free_port
+from pyrula_stream.kafka.local.broker import free_port
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import unique_name, wait_for
 

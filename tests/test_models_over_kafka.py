@@ -14,8 +14,8 @@ from pyrula_stream import (
     tool,
 )
 from pyrula_stream.llm import FakeLLM, LLMClient, reply_tool_call
-from pyrula_stream.serde import decode_journal_entry
 from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.wire.serde import decode_journal_entry
 from tests.wire import fixtures
 from tests.wire.anthropic_server import AnthropicWireServer, Text, ToolUse
 from tests.wire.openai_server import Call, OpenAIWireServer

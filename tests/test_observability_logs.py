@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from pyrula_stream import KafkaAgentClient
-from pyrula_stream.kafka.local_broker import free_port
+from pyrula_stream.kafka.local.broker import free_port
 from pyrula_stream.testing import unique_name
 
 ROOT = Path(__file__).parent.parent

@@ -25,19 +25,19 @@ from pyrula_stream import (
     ToolContext,
     WorkerOptions,
     kafka_agent,
-    serde,
     tool,
 )
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.chaos.processes import free_port
-from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.transactions import BatchWriter
 from pyrula_stream.llm import FakeLLM, reply_tool_call
-from pyrula_stream.records import OutRecord, content_type_header
-from pyrula_stream.serde import TurnRequest
 from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import decode_event
+from pyrula_stream.wire.records import OutRecord, content_type_header
+from pyrula_stream.wire.serde import TurnRequest
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -22,11 +22,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent, serde
-from pyrula_stream.agent import AgentTopics
+from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
 from pyrula_stream.errors import ConfigurationError
-from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
@@ -36,9 +35,11 @@ from pyrula_stream.observability.telemetry import (
     step_mode_from_environment,
 )
 from pyrula_stream.observability.tracing import SAMPLER_ENV, carrier_headers, default_sampler
-from pyrula_stream.records import content_type_header
-from pyrula_stream.serde import TurnRequest, decode_journal_entry
 from pyrula_stream.testing import agent_topics_ready, running_worker, unique_name, wait_for
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import decode_event
+from pyrula_stream.wire.records import content_type_header
+from pyrula_stream.wire.serde import TurnRequest, decode_journal_entry
 from tests.test_observability_metrics import scrape_until, value
 
 Span = dict[str, Any]

@@ -18,10 +18,10 @@ import pytest
 
 from pyrula_stream import AgentContext, ToolContext, kafka_agent, tool
 from pyrula_stream.chaos.partition import PartitionProxy
-from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import BrokerUnavailableError, UnknownTopicError
 from pyrula_stream.kafka.io import PartitionReader
-from pyrula_stream.kafka.local_broker import LocalBroker, free_port, start_local_broker
+from pyrula_stream.kafka.local.broker import LocalBroker, free_port, start_local_broker
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.testing import running_worker, unique_name
 

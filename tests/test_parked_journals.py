@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyrula_stream import serde
 from pyrula_stream.durable.journal import IdempotencyKeys, ParkedJournals, PartitionJournal
 from pyrula_stream.kafka.table import SqliteView
-from pyrula_stream.lineage import Lineage
-from pyrula_stream.serde import JournalEntry, TurnRequest
-from pyrula_stream.subagents import Park
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.lineage import Lineage
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest
+from pyrula_stream.wire.subagents import Park
 
 
 def step(turn_id: str, index: int, data: dict[str, object]) -> JournalEntry:

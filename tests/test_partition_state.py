@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyrula_stream import serde
 from pyrula_stream.durable.journal import IdempotencyKeys, PartitionJournal
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import SqliteView
 from pyrula_stream.runtime.partition import PartitionState
-from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest
 
 
 def state(tmp_path: Path, *, restored_end: int = 0) -> PartitionState:

@@ -10,7 +10,7 @@ import pytest
 
 import pyrula_stream
 from pyrula_stream.errors import BrokerUnavailableError, ErrorCode, PyrulaError
-from pyrula_stream.kafka import local_broker
+from pyrula_stream.kafka.local import broker as local_broker
 
 
 def test_exported_names_are_pinned() -> None:

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from pyrula_stream import AgentContext, KafkaAgent, KafkaAgentClient, WorkerOptions, kafka_agent
-from pyrula_stream.history import TurnRecording, export_turn
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text
-from pyrula_stream.replay import replay_turn
+from pyrula_stream.runtime.replay import replay_turn
+from pyrula_stream.state.history import TurnRecording, export_turn
 from pyrula_stream.testing import assert_replays, running_worker, unique_name
 from tests.agents.recorded import SYSTEM, add_note, lookup_order, make_agent, order_model
 

@@ -9,8 +9,8 @@ from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
 from pyrula_stream.kafka.group import record_turn_id
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.serde import decode_turn_result
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire.serde import decode_turn_result
 
 
 async def test_minimal_requests_run_and_their_results_echo_the_request(

@@ -14,8 +14,8 @@ from pyrula_stream.errors import AgentRegistrationError
 from pyrula_stream.kafka.admin import TopicSpec, apply_topics
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.llm.base import StreamItem, ToolDefinition
-from pyrula_stream.serde import TurnResult, decode_turn_result
 from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.wire.serde import TurnResult, decode_turn_result
 
 
 class Answer(BaseModel):

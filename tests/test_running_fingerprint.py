@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
+from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.bench.workload import ScriptModel
-from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm import reply_text, reply_tool_call
-from pyrula_stream.serde import RunningFingerprint, fingerprint
 from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.wire.serde import RunningFingerprint, fingerprint
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),

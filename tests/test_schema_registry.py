@@ -17,18 +17,19 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent, serde
+from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
 from pyrula_stream.cli import main as cli_main
 from pyrula_stream.errors import (
     ConfigurationError,
     MalformedRecordError,
     SchemaRegistryUnavailableError,
 )
-from pyrula_stream.events import Event, decode_event
-from pyrula_stream.kafka.local_broker import free_port
+from pyrula_stream.kafka.local.broker import free_port
 from pyrula_stream.kafka.schema_registry import RegistryCodec, schema_text, subject_for
 from pyrula_stream.llm import FakeLLM, reply_text
 from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import Event, decode_event
 
 FRAMED = serde.registry_content_type("event")
 

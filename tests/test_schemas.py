@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyrula_stream import serde
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.events import Event, decode_event
-from pyrula_stream.serde import JournalEntry, TurnRequest, TurnResult
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import Event, decode_event
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest, TurnResult
 
 SCHEMAS = Path(__file__).parent.parent / "schemas"
 SAMPLES = Path(__file__).parent / "data" / "v1"

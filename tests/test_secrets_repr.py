@@ -39,8 +39,8 @@ from pyrula_stream import (
 )
 from pyrula_stream.kafka.group import TurnRecord
 from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call
-from pyrula_stream.serde import TurnRequest
 from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.wire.serde import TurnRequest
 
 MARK = "Zq7mArKed9secret"
 """In every credential below; shaped like no provider key, so only real redaction hides it."""
@@ -67,8 +67,8 @@ NOT_CONFIG = {
     # content type, DLQ reasons), never a credential of ours.
     "pyrula_stream.kafka.io.TopicRecord",
     "pyrula_stream.kafka.offsets.ConsumedRecord",
-    "pyrula_stream.records.OutRecord",
-    "pyrula_stream.records.SourceRecord",
+    "pyrula_stream.wire.records.OutRecord",
+    "pyrula_stream.wire.records.SourceRecord",
     "pyrula_stream.ui.model.DeadLetter",
     "pyrula_stream.chaos.hostile.HostileRecord",  # a generated record the chaos run sends
     # The chaos verifier's tally of what the journal holds (``llm``: model-call times).
@@ -78,7 +78,7 @@ NOT_CONFIG = {
 }
 BUILT_IN_A_TURN = {
     # Only the worker builds it: checked from inside a real turn, below.
-    "pyrula_stream.context.AgentContext",
+    "pyrula_stream.context.agent_context.AgentContext",
 }
 OPTIONAL = ("pyrula_stream.integrations.quix",)  # needs the quixstreams extra
 
@@ -188,14 +188,14 @@ def _litellm() -> Any:
 
 
 def _http_access() -> Any:
-    from pyrula_stream.api_keys import APIKeyAuth
-    from pyrula_stream.http_guard import HTTPAccess
+    from pyrula_stream.access.api_keys import APIKeyAuth
+    from pyrula_stream.access.http_guard import HTTPAccess
 
     return HTTPAccess(auth=APIKeyAuth({"ops": MARK}))
 
 
 def _app_options() -> object:
-    from pyrula_stream.api_keys import APIKeyAuth
+    from pyrula_stream.access.api_keys import APIKeyAuth
     from pyrula_stream.gateway.options import AppOptions
 
     return AppOptions(auth=APIKeyAuth({"web": MARK}))
@@ -208,7 +208,7 @@ def _feed() -> Any:
 
 
 def _broker_security() -> Any:
-    from pyrula_stream.kafka.local_broker import BrokerSecurity
+    from pyrula_stream.kafka.local.broker import BrokerSecurity
 
     return BrokerSecurity("/tmp/ca.pem", "/tmp/keystore.p12", {"client": MARK}, MARK)
 
@@ -217,7 +217,7 @@ def _local_registry() -> Any:
     import subprocess
     import sys
 
-    from pyrula_stream.kafka.local_registry import LocalRegistry
+    from pyrula_stream.kafka.local.registry import LocalRegistry
 
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
@@ -225,26 +225,28 @@ def _local_registry() -> Any:
 
 
 BUILDERS: dict[str, Callable[[], Any]] = {
-    "pyrula_stream.mcp.declaration.MCPServer": lambda: _servers(),
-    "pyrula_stream.agent.KafkaAgent": _agent,
-    "pyrula_stream.options.WorkerOptions": _options,
-    "pyrula_stream.client.KafkaAgentClient": lambda: KafkaAgentClient(
+    "pyrula_stream.tools.mcp_servers.MCPServer": lambda: _servers(),
+    "pyrula_stream.agent.definition.KafkaAgent": _agent,
+    "pyrula_stream.runtime.options.WorkerOptions": _options,
+    "pyrula_stream.client.kafka_client.KafkaAgentClient": lambda: KafkaAgentClient(
         "localhost:9092", kafka_config=KAFKA
     ),
     "pyrula_stream.runtime.worker.KafkaWorker": lambda: KafkaWorker(
         _agent(), bootstrap_servers="localhost:9092", options=_options()
     ),
-    "pyrula_stream.mesh.MeshWorker": lambda: MeshWorker(
+    "pyrula_stream.runtime.mesh.MeshWorker": lambda: MeshWorker(
         [_agent()], bootstrap_servers="localhost:9092", options=_options()
     ),
     "pyrula_stream.llm.openai.OpenAILLM": _openai,
     "pyrula_stream.llm.anthropic.AnthropicLLM": _anthropic,
     "pyrula_stream.llm.litellm.LiteLLM": _litellm,
     "pyrula_stream.ui.feed.FeedOptions": _feed,
-    "pyrula_stream.kafka.local_broker.BrokerSecurity": _broker_security,
-    "pyrula_stream.kafka.local_registry.LocalRegistry": _local_registry,
-    "pyrula_stream.tools.ToolContext": lambda: ToolContext(httpx.AsyncClient(), deps=_Deps()),
-    "pyrula_stream.http_guard.HTTPAccess": lambda: _http_access(),
+    "pyrula_stream.kafka.local.broker.BrokerSecurity": _broker_security,
+    "pyrula_stream.kafka.local.registry.LocalRegistry": _local_registry,
+    "pyrula_stream.tools.contract.ToolContext": lambda: ToolContext(
+        httpx.AsyncClient(), deps=_Deps()
+    ),
+    "pyrula_stream.access.http_guard.HTTPAccess": lambda: _http_access(),
     "pyrula_stream.gateway.options.AppOptions": lambda: _app_options(),
     "pyrula_stream.kafka.group.TurnRecord": lambda: TurnRecord(
         0, 0, TurnRequest("t-1", "triage", {}), headers={"authorization": f"Bearer {MARK}"}
@@ -254,7 +256,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
 
 def test_every_configuration_object_with_a_credential_has_a_builder() -> None:
     found = _config_classes()
-    assert "pyrula_stream.mcp.declaration.MCPServer" in found, "the discovery found nothing"
+    assert "pyrula_stream.tools.mcp_servers.MCPServer" in found, "the discovery found nothing"
     covered = set(BUILDERS) | BUILT_IN_A_TURN
     assert sorted(set(found) - covered) == []
     assert sorted(covered - set(found)) == [], "a builder for a class no longer found"

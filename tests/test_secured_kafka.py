@@ -30,7 +30,7 @@ from pyrula_stream.errors import (
     ThreadDeleteFailed,
 )
 from pyrula_stream.kafka.acls import agent_acls, apply_acls
-from pyrula_stream.kafka.local_broker import BrokerSecurity, LocalBroker, start_local_broker
+from pyrula_stream.kafka.local.broker import BrokerSecurity, LocalBroker, start_local_broker
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.llm.fake import count_model_calls
 from pyrula_stream.runtime.worker import KafkaWorker

@@ -10,11 +10,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
-from pyrula_stream.agent import KafkaAgent
-from pyrula_stream.history import load_recording
+from pyrula_stream.agent.definition import KafkaAgent
+from pyrula_stream.agent.output import OutputSpec
 from pyrula_stream.llm import LLMClient, OpenAILLM
-from pyrula_stream.output import OutputSpec
-from pyrula_stream.replay import replay_turn
+from pyrula_stream.runtime.replay import replay_turn
+from pyrula_stream.state.history import load_recording
 from pyrula_stream.testing import running_worker, unique_name
 from tests.wire import fixtures
 from tests.wire.anthropic_server import AnthropicWireServer, Text, ToolUse

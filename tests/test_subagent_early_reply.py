@@ -18,9 +18,9 @@ from pyrula_stream import AgentContext, Event, KafkaAgentClient, WorkerOptions, 
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.serde import JournalEntry
-from pyrula_stream.subagents import CALL_KIND, CHILD_TURN_HEADER
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire.serde import JournalEntry
+from pyrula_stream.wire.subagents import CALL_KIND, CHILD_TURN_HEADER
 
 
 async def test_a_reply_read_before_its_call_is_confirmed_waits_and_is_taken(

@@ -8,11 +8,11 @@ import asyncio
 from collections import Counter
 
 from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.agent.tenants import TenantLimits
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.serde import decode_turn_result_value
-from pyrula_stream.tenants import TenantLimits
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire.serde import decode_turn_result_value
 
 CAP = 1
 

@@ -15,11 +15,11 @@ from pyrula_stream import (
     WorkerOptions,
     kafka_agent,
 )
-from pyrula_stream.client import new_request
+from pyrula_stream.agent.tenants import DEFAULT_TENANT, TenantLimits
+from pyrula_stream.client.kafka_client import new_request
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.serde import decode_turn_result_value
-from pyrula_stream.tenants import DEFAULT_TENANT, TenantLimits
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire.serde import decode_turn_result_value
 
 
 async def test_the_tenant_is_on_every_event_and_in_the_result(

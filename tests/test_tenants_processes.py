@@ -17,11 +17,11 @@ import httpx
 
 from pyrula_stream import KafkaAgentClient
 from pyrula_stream.cli import main as cli_main
-from pyrula_stream.events import Event
-from pyrula_stream.kafka.local_broker import free_port
+from pyrula_stream.kafka.local.broker import free_port
 from pyrula_stream.kafka.partitioner import partition_for
-from pyrula_stream.serde import decode_turn_result_value
 from pyrula_stream.testing import agent_topics_ready, read_topic, unique_name, wait_for
+from pyrula_stream.wire.events import Event
+from pyrula_stream.wire.serde import decode_turn_result_value
 
 ROOT = Path(__file__).parent.parent
 CAP = 3  # tests/agents/tenanted.py: turns_per_minute=3

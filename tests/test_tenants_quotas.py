@@ -13,11 +13,11 @@ import time
 import pytest
 
 from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
+from pyrula_stream.agent.tenants import OnQuota, TenantLimits
 from pyrula_stream.cli import main as cli_main
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.runtime.quotas import MINUTE_MS
-from pyrula_stream.tenants import OnQuota, TenantLimits
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.5)

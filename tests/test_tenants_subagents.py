@@ -16,8 +16,8 @@ from pyrula_stream import (
     kafka_agent,
 )
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.serde import decode_turn_result_value
 from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.wire.serde import decode_turn_result_value
 
 QUICK = WorkerOptions(shutdown_grace=0.2)
 

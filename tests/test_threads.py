@@ -25,12 +25,12 @@ from pyrula_stream import (
     tool,
 )
 from pyrula_stream.chaos.processes import Managed, child_env, free_port
-from pyrula_stream.compaction import SUMMARY_REQUEST, summary_messages
+from pyrula_stream.context.compaction import SUMMARY_REQUEST, summary_messages
 from pyrula_stream.errors import ErrorCode, ThreadDeleteFailed, UnknownTopicError, UserError
-from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire.events import decode_event
 from tests.agents.threaded import echo_users, user_texts
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)

@@ -16,11 +16,11 @@ from pyrula_stream.errors import (
     UserError,
 )
 from pyrula_stream.kafka.admin import TopicSpec, apply_topics
-from pyrula_stream.kafka.cache_store import KafkaCacheStore, cache_topic_spec
-from pyrula_stream.kafka.local_broker import free_port
+from pyrula_stream.kafka.local.broker import free_port
+from pyrula_stream.kafka.stores.cache import KafkaCacheStore, cache_topic_spec
 from pyrula_stream.testing import read_topic, unique_name, wait_for
-from pyrula_stream.tool_cache import CacheStore, tool_cache_key
-from pyrula_stream.tools import ToolContext, canonical_json, tool
+from pyrula_stream.tools.cache import CacheStore, tool_cache_key
+from pyrula_stream.tools.contract import ToolContext, canonical_json, tool
 
 
 class WorkerRuntime:

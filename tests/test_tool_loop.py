@@ -19,8 +19,8 @@ from pyrula_stream import (
     tool,
 )
 from pyrula_stream.llm import FakeLLM, reply_tool_call, reply_tool_calls
-from pyrula_stream.serde import decode_journal_entry
 from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.wire.serde import decode_journal_entry
 
 
 @tool(requires_approval=True)

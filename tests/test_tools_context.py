@@ -6,8 +6,8 @@ from typing import Any
 import httpx
 import pytest
 
-from pyrula_stream.tool_cache import CacheProxy, CacheStore, InProcessCacheStore
-from pyrula_stream.tools import ToolContext, tool
+from pyrula_stream.tools.cache import CacheProxy, CacheStore, InProcessCacheStore
+from pyrula_stream.tools.contract import ToolContext, tool
 
 
 @pytest.fixture

@@ -9,13 +9,13 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from pyrula_stream.errors import ConfigurationError, Fatal, Poison, ToolTimeout
-from pyrula_stream.retry import RetryPolicy
-from pyrula_stream.text import truncate_utf8
-from pyrula_stream.tools import (
+from pyrula_stream.tools.contract import (
     UnserializableToolResult,
     canonical_json,
     encode_result,
 )
+from pyrula_stream.tools.retry import RetryPolicy
+from pyrula_stream.wire.text import truncate_utf8
 
 MARKER = re.compile(r"\n\[truncated: showed (\d+) of (\d+) bytes\]$")
 

@@ -11,9 +11,8 @@ import pytest
 from pydantic import BaseModel
 
 from pyrula_stream.errors import ErrorCode, Fatal, NestedDurableOperationError, Poison
-from pyrula_stream.retry import RetryPolicy
-from pyrula_stream.tool_cache import InProcessCacheStore
-from pyrula_stream.tools import (
+from pyrula_stream.tools.cache import InProcessCacheStore
+from pyrula_stream.tools.contract import (
     InvalidToolArguments,
     ToolContext,
     UnserializableToolResult,
@@ -21,6 +20,7 @@ from pyrula_stream.tools import (
     durable_boundary,
     tool,
 )
+from pyrula_stream.tools.retry import RetryPolicy
 
 
 @pytest.fixture

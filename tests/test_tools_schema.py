@@ -8,14 +8,14 @@ from pydantic import BaseModel, Field
 
 from pyrula_stream.errors import ErrorCode, ToolRegistrationError, TurnFailure
 from pyrula_stream.llm.base import ToolDefinition
-from pyrula_stream.retry import RetryPolicy
-from pyrula_stream.tools import (
+from pyrula_stream.tools.contract import (
     InvalidToolArguments,
     ToolCallable,
     ToolContext,
     check_bindable,
     tool,
 )
+from pyrula_stream.tools.retry import RetryPolicy
 
 
 class Address(BaseModel):

@@ -8,8 +8,8 @@ import pytest
 
 from pyrula_stream import AgentContext, AgentRegistrationError, TopicDriftError, kafka_agent
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
-from pyrula_stream.kafka.cache_store import cache_topic_spec
-from pyrula_stream.kafka.memory_store import memory_topic_spec
+from pyrula_stream.kafka.stores.cache import cache_topic_spec
+from pyrula_stream.kafka.stores.memory import memory_topic_spec
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name
 

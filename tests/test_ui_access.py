@@ -20,8 +20,8 @@ from pyrula_stream import (
     KafkaAgentClient,
     kafka_agent,
 )
-from pyrula_stream.api_keys import APIKeyAuth
-from pyrula_stream.http_guard import HTTPAccess
+from pyrula_stream.access.api_keys import APIKeyAuth
+from pyrula_stream.access.http_guard import HTTPAccess
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name
 from pyrula_stream.ui.feed import FeedOptions

@@ -27,9 +27,9 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
-from pyrula_stream.api_keys import APIKeyAuth
+from pyrula_stream.access.api_keys import APIKeyAuth
+from pyrula_stream.access.http_guard import HTTPAccess
 from pyrula_stream.errors import SubAgentError
-from pyrula_stream.http_guard import HTTPAccess
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import (
     FakeLLM,

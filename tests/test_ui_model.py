@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pyrula_stream.events import Event
 from pyrula_stream.kafka.io import TopicRecord
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import TurnView, UIState
+from pyrula_stream.wire.events import Event
 
 
 def ev(seq: int, type_: str, attempt: int = 1, turn: str = "t1", **data: Any) -> Event:

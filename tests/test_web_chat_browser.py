@@ -13,7 +13,7 @@ from typing import Any
 from playwright.async_api import Page, expect
 
 from pyrula_stream import AgentContext, ToolContext, kafka_agent, tool
-from pyrula_stream.api_keys import APIKeyAuth
+from pyrula_stream.access.api_keys import APIKeyAuth
 from pyrula_stream.gateway import AppOptions, create_app
 from pyrula_stream.gateway.serve import running_gateway
 from pyrula_stream.llm import FakeLLM, TextDelta, reply_tool_calls

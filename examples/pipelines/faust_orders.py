@@ -28,7 +28,7 @@ from pyrula_stream import AgentContext, kafka_agent
 from pyrula_stream.integrations.faust import results_topic, submit_turn, turns_topic
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition
 from pyrula_stream.llm.fake import reply_text
-from pyrula_stream.serde import TurnResult
+from pyrula_stream.wire.serde import TurnResult
 
 PIPELINE = os.environ.get("PIPELINE", "orders")
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092")

@@ -20,8 +20,8 @@ from examples.support_triage.agent import DATA, support
 from pyrula_stream import Event, KafkaAgentClient
 from pyrula_stream.cli import format_event
 from pyrula_stream.kafka.admin import apply_topics
-from pyrula_stream.serde import decode_turn_result
 from pyrula_stream.testing import local_kafka, read_topic
+from pyrula_stream.wire.serde import decode_turn_result
 
 AGENT = "examples.support_triage.agent:support"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from examples.support_triage.agent import DATA, support
 from pyrula_stream import KafkaAgentClient
-from pyrula_stream.history import export_turn
 from pyrula_stream.kafka.admin import apply_topics
+from pyrula_stream.state.history import export_turn
 from pyrula_stream.testing import local_kafka, running_worker
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -16,13 +16,13 @@ import uuid
 from typing import Any
 
 from pyrula_stream import AgentContext, WorkerOptions, kafka_agent
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import CompletionReader, Record, Submitter
 from pyrula_stream.bench.stats import percentile
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.records import content_type_header
-from pyrula_stream.serde import TurnRequest, encode
+from pyrula_stream.wire.records import content_type_header
+from pyrula_stream.wire.serde import TurnRequest, encode
 
 
 def tenant_requests(agent: str, tenant: str, n: int) -> list[Record]:

@@ -37,10 +37,10 @@ from pyrula_stream.bench.load import (
     wake_on_first,
 )
 from pyrula_stream.bench.workload import QUESTION
-from pyrula_stream.events import EventType
 from pyrula_stream.kafka.admin import agent_topic_specs
 from pyrula_stream.kafka.config import client_config, new_consumer, new_producer
 from pyrula_stream.kafka.partitioner import PARTITIONER
+from pyrula_stream.wire.events import EventType
 
 
 @dataclass

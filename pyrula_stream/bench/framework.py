@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
 from pyrula_stream.bench.load import (
     CompletionReader,

@@ -31,7 +31,7 @@ import httpx
 from pyrula_stream.bench.harness import agent_topics, create_topics, drop_topics, unique
 from pyrula_stream.bench.stats import percentile
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
-from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.client.kafka_client import KafkaAgentClient
 
 PREFIX = "/agents"
 PARTITIONS = 6

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.kafka.admin import TopicSpec, admin_client, apply_topics
 from pyrula_stream.kafka.consumers import reader_consumer
 from pyrula_stream.kafka.offsets import watermarks
@@ -42,7 +42,7 @@ def kafka(bootstrap_servers: str | None) -> Iterator[tuple[str, str]]:
     if given:
         yield given, f"given cluster at {given}"
         return
-    from pyrula_stream.kafka.local_broker import KAFKA_VERSION, start_local_broker
+    from pyrula_stream.kafka.local.broker import KAFKA_VERSION, start_local_broker
 
     broker = start_local_broker()
     try:

@@ -20,8 +20,8 @@ from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_wo
 from pyrula_stream.bench.load import CompletionReader, Submitter, read_records, turn_requests
 from pyrula_stream.bench.stats import line_fit
 from pyrula_stream.bench.workload import steps_agent
-from pyrula_stream.serde import decode_turn_request, headers_dict
 from pyrula_stream.testing import wait_for
+from pyrula_stream.wire.serde import decode_turn_request, headers_dict
 
 
 @dataclass

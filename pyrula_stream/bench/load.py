@@ -17,11 +17,11 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from pyrula_stream import serde
-from pyrula_stream.events import EventType, decode_event
 from pyrula_stream.kafka.config import client_config, new_consumer, new_producer, producer_config
-from pyrula_stream.records import content_type_header
-from pyrula_stream.serde import TurnRequest
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import EventType, decode_event
+from pyrula_stream.wire.records import content_type_header
+from pyrula_stream.wire.serde import TurnRequest
 
 Headers = list[tuple[str, str | bytes | None]]
 Record = tuple[bytes, bytes | None, Headers]

@@ -30,10 +30,10 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from pyrula_stream.agent import KafkaAgent, kafka_agent
+from pyrula_stream.agent.definition import KafkaAgent, kafka_agent
 from pyrula_stream.bench.harness import PREFIX, agent_topics, create_topics, drop_topics, unique
 from pyrula_stream.bench.load import Submitter, turn_requests
-from pyrula_stream.context import AgentContext
+from pyrula_stream.context.agent_context import AgentContext
 from pyrula_stream.llm.fake import FakeLLM
 from pyrula_stream.runtime import event_loop
 from pyrula_stream.runtime.collector import tune_for_worker

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream import serde
 from pyrula_stream.bench.harness import (
     agent_topics,
     create_topics,
@@ -32,9 +31,10 @@ from pyrula_stream.bench.stats import median
 from pyrula_stream.bench.workload import STEP_TEXT, steps_agent
 from pyrula_stream.kafka.consumers import reader_consumer
 from pyrula_stream.kafka.table import PartitionedTable
-from pyrula_stream.records import content_type_header
 from pyrula_stream.runtime.restore import restore_journal
-from pyrula_stream.serde import JournalEntry, fingerprint
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.records import content_type_header
+from pyrula_stream.wire.serde import JournalEntry, fingerprint
 
 STEPS_PER_TURN = 10
 

@@ -34,7 +34,7 @@ from pyrula_stream.bench.subagents import run_subagents
 from pyrula_stream.bench.telemetry import run_telemetry_cost
 from pyrula_stream.bench.threads import run_threads
 from pyrula_stream.bench.workload import QUESTION
-from pyrula_stream.supervisor import process_count
+from pyrula_stream.runtime.supervisor import process_count
 
 PHASES = (
     "throughput",

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from pyrula_stream import serde
 from pyrula_stream.bench.harness import (
     agent_topics,
     create_topics,
@@ -42,6 +41,7 @@ from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
 from pyrula_stream.runtime import event_loop
 from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import wait_for
+from pyrula_stream.wire import serde
 
 CONCURRENCY = 200
 BURST = 2_500

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pyrula_stream.agent import KafkaAgent, kafka_agent
+from pyrula_stream.agent.definition import KafkaAgent, kafka_agent
 from pyrula_stream.bench.harness import agent_topics, create_topics, drop_topics, in_process_worker
 from pyrula_stream.bench.harness import unique as unique_name
 from pyrula_stream.bench.parked import run_parked
 from pyrula_stream.bench.stats import percentile
-from pyrula_stream.client import KafkaAgentClient
-from pyrula_stream.context import AgentContext
+from pyrula_stream.client.kafka_client import KafkaAgentClient
+from pyrula_stream.context.agent_context import AgentContext
 from pyrula_stream.llm.fake import FakeLLM
 from pyrula_stream.runtime.worker import WorkerOptions
 

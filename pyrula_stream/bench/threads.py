@@ -26,10 +26,10 @@ from pyrula_stream.bench.load import Record, Submitter
 from pyrula_stream.bench.stats import median, percentile
 from pyrula_stream.bench.workload import steps_agent
 from pyrula_stream.kafka.consumers import reader_consumer
-from pyrula_stream.kafka.memory_store import KafkaMemory
+from pyrula_stream.kafka.stores.memory import KafkaMemory
 from pyrula_stream.kafka.table import PartitionedTable
-from pyrula_stream.records import JSON_CONTENT_TYPE
-from pyrula_stream.threads import PartitionThreads, ThreadTurn, head_key, turn_key
+from pyrula_stream.state.threads import PartitionThreads, ThreadTurn, head_key, turn_key
+from pyrula_stream.wire.records import JSON_CONTENT_TYPE
 
 
 def thread_records(threads: int, turns: int) -> list[Record]:

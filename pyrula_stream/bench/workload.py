@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from pyrula_stream import AgentContext, ToolContext, kafka_agent, tool
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
+from pyrula_stream.agent.limits import DEFAULT_MAX_LLM_CALLS, AgentLimits
 from pyrula_stream.bench.harness import PREFIX
-from pyrula_stream.limits import DEFAULT_MAX_LLM_CALLS, AgentLimits
 from pyrula_stream.llm.base import (
     LLMClient,
     ModelResponse,

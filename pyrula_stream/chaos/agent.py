@@ -25,7 +25,8 @@ import asyncio
 import os
 from typing import Any
 
-from pyrula_stream.agent import kafka_agent
+from pyrula_stream.agent.definition import kafka_agent
+from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
     APPROVALS_ENV,
@@ -38,12 +39,11 @@ from pyrula_stream.chaos.effects import (
 )
 from pyrula_stream.chaos.model_server import MODEL, prompt_for
 from pyrula_stream.chaos.tenants import TENANTS_ENV, tenancy_options
-from pyrula_stream.context import AgentContext
+from pyrula_stream.context.agent_context import AgentContext
 from pyrula_stream.errors import ToolCallRejected
-from pyrula_stream.limits import AgentLimits
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.llm.fake import FakeLLM
-from pyrula_stream.tools import ToolContext, tool
+from pyrula_stream.tools.contract import ToolContext, tool
 
 SYSTEM = "You are the chaos agent. Record the turn's effect with the tool, then answer."
 

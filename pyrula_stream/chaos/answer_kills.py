@@ -24,16 +24,16 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyrula_stream.agent import AgentTopics
+from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.chaos.effects import read_effects
 from pyrula_stream.chaos.monkey import Monkey
 from pyrula_stream.chaos.processes import Worker
 from pyrula_stream.chaos.verify import Findings, Record
-from pyrula_stream.events import EventType, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, group_assignment
 from pyrula_stream.kafka.io import PartitionReader
 from pyrula_stream.kafka.partitioner import partition_for
-from pyrula_stream.serde import SIGNAL
+from pyrula_stream.wire.events import EventType, decode_event
+from pyrula_stream.wire.serde import SIGNAL
 
 TARGET_SHARE = 0.25
 """The share of answers whose turn's worker is killed once the answer is taken."""

@@ -29,11 +29,11 @@ from typing import Any
 from pyrula_stream.chaos.answer_kills import TARGET_SHARE, AnswerKiller
 from pyrula_stream.chaos.effects import read_effects
 from pyrula_stream.chaos.verify import Findings, Record
-from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import MalformedRecordError, SignalRefused
-from pyrula_stream.events import EventType, decode_event
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
-from pyrula_stream.serde import SIGNAL, decode_journal_entry
+from pyrula_stream.wire.events import EventType, decode_event
+from pyrula_stream.wire.serde import SIGNAL, decode_journal_entry
 
 APPROVAL_KEYS = ("approved_not_run", "rejected_ran", "answers_lost", "answers_doubled")
 REVIEWER = "chaos-reviewer"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyrula_stream.errors import ConfigurationError
-from pyrula_stream.kafka.local_broker import LocalBroker, free_port, start_local_broker
-from pyrula_stream.kafka.local_cluster import LocalCluster, start_local_cluster
+from pyrula_stream.kafka.local.broker import LocalBroker, free_port, start_local_broker
+from pyrula_stream.kafka.local.cluster import LocalCluster, start_local_cluster
 from pyrula_stream.testing import BOOTSTRAP_ENV, local_kafka
 
 

@@ -23,7 +23,7 @@ from confluent_kafka import KafkaException
 
 from pyrula_stream.chaos.broker import BrokerRestart
 from pyrula_stream.kafka.admin import admin_client
-from pyrula_stream.kafka.local_cluster import LocalCluster
+from pyrula_stream.kafka.local.cluster import LocalCluster
 
 TRANSACTION_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"

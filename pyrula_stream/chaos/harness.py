@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream.agent import AgentTopics
+from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.chaos import hostile, hostile_check, verify
 from pyrula_stream.chaos.answer_kills import AnswerKiller, check_answer_kills
 from pyrula_stream.chaos.approvals import APPROVAL_KEYS, Reviewer, check_approvals, read_answers
@@ -52,11 +52,11 @@ from pyrula_stream.chaos.tenants import (
     check_tenants,
     tenant_for,
 )
-from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
-from pyrula_stream.kafka.local_cluster import LocalCluster
-from pyrula_stream.options import WorkerOptions
+from pyrula_stream.kafka.local.cluster import LocalCluster
+from pyrula_stream.runtime.options import WorkerOptions
 
 GATE_KEYS = (
     "lost",

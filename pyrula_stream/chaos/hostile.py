@@ -40,13 +40,13 @@ from typing import Any
 import fastavro
 from confluent_kafka import KafkaException
 
-from pyrula_stream import serde
-from pyrula_stream.agent import AgentTopics
+from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.kafka.config import new_producer, producer_config
 from pyrula_stream.kafka.partitioner import partition_for
-from pyrula_stream.lineage import Lineage
-from pyrula_stream.serde import CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, PARAMS_CONTENT_TYPE
-from pyrula_stream.subagents import CHILD_TURN_HEADER, child_turn_id
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.lineage import Lineage
+from pyrula_stream.wire.serde import CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, PARAMS_CONTENT_TYPE
+from pyrula_stream.wire.subagents import CHILD_TURN_HEADER, child_turn_id
 
 KIND_HEADER = "chaos-hostile"
 ID_HEADER = "chaos-hostile-id"

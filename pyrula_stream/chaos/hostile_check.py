@@ -19,9 +19,9 @@ from pathlib import Path
 from pyrula_stream.chaos.hostile import KIND_HEADER, REPLY_KINDS, HostileRecord
 from pyrula_stream.chaos.verify import Findings, Record
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.events import EventType, decode_event
-from pyrula_stream.serde import REPLY
-from pyrula_stream.subagents import CHILD_TURN_HEADER
+from pyrula_stream.wire.events import EventType, decode_event
+from pyrula_stream.wire.serde import REPLY
+from pyrula_stream.wire.subagents import CHILD_TURN_HEADER
 
 HOSTILE_KEYS = (
     "worker_crashes",

@@ -9,8 +9,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.io import PartitionReader
+from pyrula_stream.wire.events import decode_event
 
 
 def replies_watch(bootstrap: str, topic: str, partitions: int) -> Callable[[], PartitionReader]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 import pyrula_stream
-from pyrula_stream.kafka.local_broker import free_port
+from pyrula_stream.kafka.local.broker import free_port
 
 AGENT_SPEC = "pyrula_stream.chaos.agent:chaos"
 CHILD_SPEC = "pyrula_stream.chaos.agent:chaos_child"

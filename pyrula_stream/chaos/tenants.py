@@ -21,11 +21,11 @@ import json
 from collections import Counter
 from typing import Any
 
+from pyrula_stream.agent.tenants import TenantLimits
 from pyrula_stream.chaos.verify import Findings, Record
-from pyrula_stream.events import EventType, decode_event
 from pyrula_stream.runtime.quotas import UsageWindows
-from pyrula_stream.serde import TurnRequest
-from pyrula_stream.tenants import TenantLimits
+from pyrula_stream.wire.events import EventType, decode_event
+from pyrula_stream.wire.serde import TurnRequest
 
 TENANTS_ENV = "PYRULA_CHAOS_TENANTS"
 """Set to 1: the chaos agent has tenants and the quotas below (``chaos/agent.py``)."""

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream import serde
 from pyrula_stream.chaos.effects import read_effects
 from pyrula_stream.chaos.model_server import answer_for
-from pyrula_stream.events import Event, EventType, decode_event
 from pyrula_stream.kafka.offsets import ConsumedRecord
-from pyrula_stream.serde import JournalEntry
-from pyrula_stream.threads import decode_thread
+from pyrula_stream.state.threads import decode_thread
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import Event, EventType, decode_event
+from pyrula_stream.wire.serde import JournalEntry
 
 Record = ConsumedRecord
 

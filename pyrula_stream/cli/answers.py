@@ -22,7 +22,7 @@ from pyrula_stream.errors import SignalRefused
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from pyrula_stream.client import KafkaAgentClient
+    from pyrula_stream.client.kafka_client import KafkaAgentClient
 
     return KafkaAgentClient(
         bootstrap_from(args),

@@ -26,7 +26,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     """``start`` brings back the previous broker (same port, same topics) unless ``--fresh``;
     ``stop`` keeps its data for that."""
     from pyrula_stream.kafka.admin import broker_answers
-    from pyrula_stream.kafka.local_broker import (
+    from pyrula_stream.kafka.local.broker import (
         LocalBroker,
         cache_root,
         port_is_free,
@@ -85,7 +85,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cluster_state_file() -> Path:
-    from pyrula_stream.kafka.local_broker import cache_root
+    from pyrula_stream.kafka.local.broker import cache_root
 
     return cache_root() / "cluster.json"
 
@@ -94,8 +94,8 @@ def cmd_local_cluster(args: argparse.Namespace) -> int:
     """``broker start --brokers N``: a local cluster of N brokers and a controller, kept
     across ``stop``/``start`` as the single broker is (``kafka/local_cluster.py``)."""
     from pyrula_stream.kafka.admin import broker_answers
-    from pyrula_stream.kafka.local_broker import cache_root
-    from pyrula_stream.kafka.local_cluster import LocalCluster, start_local_cluster
+    from pyrula_stream.kafka.local.broker import cache_root
+    from pyrula_stream.kafka.local.cluster import LocalCluster, start_local_cluster
 
     path = cluster_state_file()
     current = LocalCluster.from_json(path.read_text()) if path.exists() else None
@@ -145,8 +145,8 @@ def agent_from(args: argparse.Namespace) -> tuple[str, str, set[str], bool, str 
 def cmd_topics(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.acls import shared_prefix
     from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics, weak_exactly_once
-    from pyrula_stream.kafka.cache_store import cache_topic_spec
-    from pyrula_stream.kafka.memory_store import memory_topic_spec
+    from pyrula_stream.kafka.stores.cache import cache_topic_spec
+    from pyrula_stream.kafka.stores.memory import memory_topic_spec
 
     if ":" in args.agent:
         agent = load_agent(args.agent)

@@ -15,7 +15,7 @@ from pyrula_stream.errors import (
 )
 
 if TYPE_CHECKING:
-    from pyrula_stream.http_guard import HTTPAccess
+    from pyrula_stream.access.http_guard import HTTPAccess
     from pyrula_stream.kafka.config import KafkaSettings
 
 
@@ -26,7 +26,7 @@ KAFKA_TIMEOUT_S = 30.0
 
 def load_agent(spec: str) -> Any:
     """``MODULE:AGENT`` → the ``KafkaAgent`` object (the module is imported)."""
-    from pyrula_stream.agent import KafkaAgent
+    from pyrula_stream.agent.definition import KafkaAgent
 
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -50,7 +50,7 @@ def load_agent(spec: str) -> Any:
 
 
 def state_file() -> Path:
-    from pyrula_stream.kafka.local_broker import cache_root
+    from pyrula_stream.kafka.local.broker import cache_root
 
     return cache_root() / "broker.json"
 
@@ -178,8 +178,8 @@ def add_access_arguments(p: argparse.ArgumentParser) -> None:
 
 def access_from(args: argparse.Namespace) -> HTTPAccess:
     """The ``HTTPAccess`` the options of ``add_access_arguments`` describe."""
-    from pyrula_stream.api_keys import load_api_keys
-    from pyrula_stream.http_guard import HTTPAccess
+    from pyrula_stream.access.api_keys import load_api_keys
+    from pyrula_stream.access.http_guard import HTTPAccess
 
     hosts = tuple(h.strip() for item in args.allowed_hosts for h in item.split(",") if h.strip())
     return HTTPAccess(
@@ -191,7 +191,7 @@ def access_from(args: argparse.Namespace) -> HTTPAccess:
 
 def warn_if_open(host: str, access: HTTPAccess) -> None:
     """Say so on stderr when a face serves beyond loopback without keys."""
-    from pyrula_stream.http_guard import is_loopback
+    from pyrula_stream.access.http_guard import is_loopback
 
     if access.auth is None and not is_loopback(host):
         print(

@@ -32,8 +32,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"the gateway needs the gateway extra: pip install 'pyrula-stream[gateway]' ({exc})"
         ) from None
-    from pyrula_stream.api_keys import parse_api_keys
-    from pyrula_stream.http_guard import check_bind
+    from pyrula_stream.access.api_keys import parse_api_keys
+    from pyrula_stream.access.http_guard import check_bind
 
     if args.static is not None and not os.path.isdir(args.static):
         raise ConfigurationError(f"--static {args.static}: no such directory")

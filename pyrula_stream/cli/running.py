@@ -26,14 +26,14 @@ from pyrula_stream.runtime.event_loop import EVENT_LOOPS
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from pyrula_stream.mesh import run_worker
     from pyrula_stream.observability import logs, tracing
-    from pyrula_stream.options import WorkerOptions
+    from pyrula_stream.runtime.mesh import run_worker
+    from pyrula_stream.runtime.options import WorkerOptions
 
     logs.configure(logging.INFO if args.verbose else logging.WARNING, args.log_format)
     agents = [load_agent(spec) for spec in args.agent]
     if args.processes is not None:
-        from pyrula_stream.supervisor import process_count, run_supervisor
+        from pyrula_stream.runtime.supervisor import process_count, run_supervisor
 
         try:
             count = process_count(args.processes)
@@ -64,7 +64,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``mcp serve``: each agent becomes one MCP tool that runs a turn on Kafka."""
-    from pyrula_stream.http_guard import check_bind
+    from pyrula_stream.access.http_guard import check_bind
     from pyrula_stream.integrations.mcp_server import (
         MCP_EXPOSES,
         build_mcp_server,
@@ -98,7 +98,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     try:
-        from pyrula_stream.http_guard import check_bind
+        from pyrula_stream.access.http_guard import check_bind
         from pyrula_stream.ui.feed import FeedOptions
         from pyrula_stream.ui.server import UIOptions, exposure, serve_ui
     except ImportError as exc:

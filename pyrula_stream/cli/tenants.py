@@ -47,10 +47,10 @@ def _overrides(args: argparse.Namespace, topic: str) -> dict[str, dict[str, Any]
 
 
 def cmd_set(args: argparse.Namespace) -> int:
+    from pyrula_stream.agent.tenants import TenantLimits, parse_limit
     from pyrula_stream.kafka.io import RecordProducer
-    from pyrula_stream.records import JSON_CONTENT_TYPE
     from pyrula_stream.runtime.quotas import override_value
-    from pyrula_stream.tenants import TenantLimits, parse_limit
+    from pyrula_stream.wire.records import JSON_CONTENT_TYPE
 
     if not args.values and not args.clear:
         raise UserError("give limits as key=value (e.g. tokens_per_minute=20000) or --clear")

@@ -47,7 +47,7 @@ def no_worker_hint(
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from pyrula_stream.client import KafkaAgentClient
+    from pyrula_stream.client.kafka_client import KafkaAgentClient
 
     params = parse_params(args.params)
     bootstrap = bootstrap_from(args)
@@ -108,12 +108,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from pyrula_stream.agent import AgentTopics
+    from pyrula_stream.agent.definition import AgentTopics
     from pyrula_stream.cli.answers import answer_command
-    from pyrula_stream.client import missing_agent_topic
-    from pyrula_stream.events import decode_event
+    from pyrula_stream.client.kafka_client import missing_agent_topic
     from pyrula_stream.kafka.consumers import reader_group_id
     from pyrula_stream.kafka.io import PartitionReader
+    from pyrula_stream.wire.events import decode_event
 
     topic = AgentTopics.for_agent(args.agent, args.prefix).events
     settings = kafka_config_from(args)
@@ -161,9 +161,9 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_turn_export(args: argparse.Namespace) -> int:
-    from pyrula_stream.agent import AgentTopics
-    from pyrula_stream.history import export_turn
+    from pyrula_stream.agent.definition import AgentTopics
     from pyrula_stream.kafka.consumers import reader_group_id
+    from pyrula_stream.state.history import export_turn
 
     if ":" in args.agent:
         agent = load_agent(args.agent)
@@ -185,7 +185,7 @@ def cmd_turn_export(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """One JSON line: the turn's ``TurnStatus`` (any state is an answer: exit 0)."""
-    from pyrula_stream.client import KafkaAgentClient
+    from pyrula_stream.client.kafka_client import KafkaAgentClient
 
     async def main() -> int:
         async with KafkaAgentClient(
@@ -207,7 +207,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_thread(args: argparse.Namespace) -> int:
     """``thread show`` prints the thread as JSON; ``thread delete`` tombstones it."""
-    from pyrula_stream.client import KafkaAgentClient
+    from pyrula_stream.client.kafka_client import KafkaAgentClient
 
     async def main() -> int:
         async with KafkaAgentClient(
@@ -228,7 +228,7 @@ def cmd_thread(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from pyrula_stream.replay import replay_files
+    from pyrula_stream.runtime.replay import replay_files
 
     agent = load_agent(args.agent)
 

@@ -24,9 +24,9 @@ from typing import Any
 
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.errors import BranchUnresumable, ConfigurationError, WriteToolBlocked
-from pyrula_stream.history import TurnRecording
 from pyrula_stream.llm.base import LLMClient
-from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.state.history import TurnRecording
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest
 
 BRANCH_OF = "pyrula.branch_of"
 FROM_STEP = "pyrula.branch_from_step"

@@ -19,7 +19,8 @@ from typing import Any
 from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import SqliteView
-from pyrula_stream.serde import (
+from pyrula_stream.wire.guard import bad_record_reason
+from pyrula_stream.wire.serde import (
     DEAD_LETTERED_PREFIX,
     IDEMPOTENCY_PREFIX,
     INTAKE_MARK_KEY,
@@ -38,7 +39,6 @@ from pyrula_stream.serde import (
     journal_key,
     parse_journal_key,
 )
-from pyrula_stream.wire_guard import bad_record_reason
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from pyrula_stream.durable.branch import Branch
     from pyrula_stream.errors import PyrulaError
-    from pyrula_stream.events import Payload
-    from pyrula_stream.records import OutRecord
+    from pyrula_stream.wire.events import Payload
+    from pyrula_stream.wire.records import OutRecord
 
 StepData = dict[str, Any]
 """What a durable step journals and what its replay returns."""

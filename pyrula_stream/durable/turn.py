@@ -17,11 +17,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pyrula_stream import serde
+from pyrula_stream.agent.limits import Spend
+from pyrula_stream.agent.tenants import TenantMeter
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.steps import StepData
 from pyrula_stream.errors import ErrorCode, PyrulaError, TurnCancelled
-from pyrula_stream.events import (
+from pyrula_stream.observability.telemetry import TurnTelemetry
+from pyrula_stream.state.history import history_record
+from pyrula_stream.state.threads import ThreadHandle, closing_writes, thread_records
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import (
     EventRouting,
     Payload,
     RunComplete,
@@ -29,10 +34,7 @@ from pyrula_stream.events import (
     Terminal,
     TurnEvents,
 )
-from pyrula_stream.history import history_record
-from pyrula_stream.limits import Spend
-from pyrula_stream.observability.telemetry import TurnTelemetry
-from pyrula_stream.records import (
+from pyrula_stream.wire.records import (
     ControlRequest,
     OutRecord,
     content_type_header,
@@ -40,7 +42,7 @@ from pyrula_stream.records import (
     tombstone,
     wire_record,
 )
-from pyrula_stream.serde import (
+from pyrula_stream.wire.serde import (
     IDEMPOTENCY_PREFIX,
     PROGRESS,
     TERMINAL,
@@ -48,10 +50,8 @@ from pyrula_stream.serde import (
     TurnRequest,
     TurnResult,
 )
-from pyrula_stream.signals import signal_key
-from pyrula_stream.subagents import Park, park_key, reply_key, reply_record
-from pyrula_stream.tenants import TenantMeter
-from pyrula_stream.threads import ThreadHandle, closing_writes, thread_records
+from pyrula_stream.wire.signals import signal_key
+from pyrula_stream.wire.subagents import Park, park_key, reply_key, reply_record
 
 if TYPE_CHECKING:
     from pyrula_stream.durable.branch import Branch

@@ -27,9 +27,10 @@ from confluent_kafka import KafkaException
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from pyrula_stream.agent import KafkaAgent
-from pyrula_stream.api_keys import OWNER_METADATA
-from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.access.api_keys import OWNER_METADATA
+from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
+from pyrula_stream.agent.definition import KafkaAgent
+from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import (
     ErrorCode,
     PyrulaError,
@@ -46,7 +47,6 @@ from pyrula_stream.gateway.errors import (
 from pyrula_stream.gateway.options import AppOptions
 from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
 from pyrula_stream.gateway.sse import last_event_id, sse_frames
-from pyrula_stream.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
 from pyrula_stream.kafka.admin import broker_answers
 
 OWNER_HEADER = "pyrula-owner"
@@ -73,8 +73,8 @@ def served_agent(agent: KafkaAgent | str, topic_prefix: str) -> ServedAgent:
     """A name is forwarded as is; a ``KafkaAgent`` validates parameters before producing."""
     if isinstance(agent, str):
         return ServedAgent(agent, topic_prefix)
-    from pyrula_stream.context import AgentContext
-    from pyrula_stream.tool_schema import derive_arguments, validate_arguments
+    from pyrula_stream.context.agent_context import AgentContext
+    from pyrula_stream.tools.schema import derive_arguments, validate_arguments
 
     model, schema = derive_arguments(agent.fn, agent.name, schema=None, context_type=AgentContext)
 
@@ -330,7 +330,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
             raise invalid("thread_id", "must be a non-empty string")
         params = body
         if served.validate is not None:
-            from pyrula_stream.tool_schema import InvalidToolArguments
+            from pyrula_stream.tools.schema import InvalidToolArguments
 
             try:
                 params = served.validate(params)
@@ -350,7 +350,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
             headers.append((OWNER_HEADER, principal.encode()))
             # one principal's key never names another's turn
             key = None if key is None else f"{principal}:{key}"
-        from pyrula_stream.client import new_request
+        from pyrula_stream.client.kafka_client import new_request
 
         kafka_thread = gateway.thread_key(principal, thread_id) if thread_id else None
         turn = new_request(agent, key, metadata, kafka_thread, params)

@@ -18,9 +18,9 @@ from urllib.parse import quote
 
 import httpx
 
+from pyrula_stream.client.turn_status import TurnStatus
 from pyrula_stream.errors import ErrorCode, PyrulaError
-from pyrula_stream.events import Event
-from pyrula_stream.turn_status import TurnStatus
+from pyrula_stream.wire.events import Event
 
 STREAM_READ_TIMEOUT_S = 45.0
 """Three of the gateway's 15 s keepalives: a connection silent that long is dead."""

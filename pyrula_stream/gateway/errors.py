@@ -18,7 +18,7 @@ from pyrula_stream.errors import (
     UserError,
 )
 from pyrula_stream.gateway.options import AppOptions
-from pyrula_stream.kafka.config import is_connection_failure
+from pyrula_stream.kafka.connection_log import is_connection_failure
 
 
 class GatewayRefusal(PyrulaError):

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyrula_stream.api_keys import APIKeyAuth
+from pyrula_stream.access.api_keys import APIKeyAuth
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 

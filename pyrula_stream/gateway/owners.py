@@ -14,15 +14,15 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from pyrula_stream import serde
-from pyrula_stream.agent import AgentTopics
-from pyrula_stream.api_keys import OWNER_METADATA
+from pyrula_stream.access.api_keys import OWNER_METADATA
+from pyrula_stream.agent.definition import AgentTopics
+from pyrula_stream.client.turn_status import request_turn_id
 from pyrula_stream.errors import ErrorCode
 from pyrula_stream.gateway.errors import GatewayRefusal
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.turn_lookup import TurnLookup
-from pyrula_stream.turn_status import request_turn_id
+from pyrula_stream.wire import serde
 
 REMEMBERED_OWNERS = 10_000
 NOBODY = ""

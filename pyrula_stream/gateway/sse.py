@@ -11,11 +11,11 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi import Request
 
+from pyrula_stream.client.event_reader import TurnStream
 from pyrula_stream.errors import ErrorCode
-from pyrula_stream.event_reader import TurnStream
-from pyrula_stream.events import Event
 from pyrula_stream.gateway.errors import GatewayRefusal, error_body, refusal_of
 from pyrula_stream.gateway.options import AppOptions
+from pyrula_stream.wire.events import Event
 
 STREAM_ERROR = "stream:error"
 """The SSE event that ends a stream Kafka failed under (not ``error``: ``EventSource``

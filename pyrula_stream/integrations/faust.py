@@ -17,9 +17,9 @@ from typing import Any
 import faust
 from faust.serializers.codecs import Codec
 
-from pyrula_stream import serde
-from pyrula_stream.client import turn_id_for
-from pyrula_stream.serde import TurnRequest, TurnResult
+from pyrula_stream.client.kafka_client import turn_id_for
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.serde import TurnRequest, TurnResult
 
 
 class TurnResultCodec(Codec):

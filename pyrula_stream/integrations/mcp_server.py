@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from pyrula_stream.api_keys import OWNER_METADATA
-from pyrula_stream.errors import ConfigurationError, ToolRegistrationError
-from pyrula_stream.http_guard import (
+from pyrula_stream.access.api_keys import OWNER_METADATA
+from pyrula_stream.access.http_guard import (
     NO_KEYS,
     ASGIApp,
     HTTPAccess,
@@ -31,7 +30,8 @@ from pyrula_stream.http_guard import (
     host_names,
     principal_of,
 )
-from pyrula_stream.tools import (
+from pyrula_stream.errors import ConfigurationError, ToolRegistrationError
+from pyrula_stream.tools.contract import (
     KAFKA_APPROVAL_LIMIT,
     InvalidToolArguments,
     ToolCallable,
@@ -43,9 +43,9 @@ if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from pyrula_stream.agent import KafkaAgent
-    from pyrula_stream.client import KafkaAgentClient
-    from pyrula_stream.events import Event
+    from pyrula_stream.agent.definition import KafkaAgent
+    from pyrula_stream.client.kafka_client import KafkaAgentClient
+    from pyrula_stream.wire.events import Event
 
 
 @dataclass
@@ -97,8 +97,8 @@ def _expose_tool(tool: ToolCallable) -> _Exposed:
 def _expose_agent(agent: KafkaAgent, turn_timeout: float | None) -> _Exposed:
     import inspect
 
-    from pyrula_stream.context import AgentContext
-    from pyrula_stream.tool_schema import derive_arguments, validate_arguments
+    from pyrula_stream.context.agent_context import AgentContext
+    from pyrula_stream.tools.schema import derive_arguments, validate_arguments
 
     model, schema = derive_arguments(agent.fn, agent.name, schema=None, context_type=AgentContext)
     timeout = turn_timeout if turn_timeout is not None else agent.timeout
@@ -158,7 +158,7 @@ def build_mcp_server(
     ``timeout``); a failed turn, or one still running at ``turn_timeout``, is an
     ``isError`` result naming the turn. A tool declaring ``requires_approval`` is refused.
     """
-    from pyrula_stream.agent import KafkaAgent
+    from pyrula_stream.agent.definition import KafkaAgent
 
     if importlib.util.find_spec("mcp") is None:
         raise ConfigurationError(
@@ -215,7 +215,7 @@ def _server(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Server[_Resources]) -> AsyncIterator[_Resources]:
-        from pyrula_stream.client import KafkaAgentClient
+        from pyrula_stream.client.kafka_client import KafkaAgentClient
 
         async with contextlib.AsyncExitStack() as stack:
             http = await stack.enter_async_context(httpx.AsyncClient())

@@ -19,9 +19,9 @@ from typing import Any
 from quixstreams import message_context
 from quixstreams.models.serializers import Deserializer, SerializationContext, Serializer
 
-from pyrula_stream import serde
-from pyrula_stream.client import turn_id_for
-from pyrula_stream.serde import TurnRequest
+from pyrula_stream.client.kafka_client import turn_id_for
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.serde import TurnRequest
 
 
 class TurnRequestSerializer(Serializer):

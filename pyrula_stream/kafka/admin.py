@@ -26,8 +26,8 @@ from pyrula_stream.kafka.config import (
     client_config,
     is_authorization_failure,
     new_admin,
-    unreachable_reason,
 )
+from pyrula_stream.kafka.connection_log import unreachable_reason
 from pyrula_stream.kafka.offsets import kafka_error
 
 DEFAULT_PREFIX = "pyrula"

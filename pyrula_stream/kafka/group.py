@@ -25,9 +25,9 @@ from pyrula_stream.kafka.consumers import group_consumer, raise_if_denied
 from pyrula_stream.kafka.offsets import watermarks
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.observability.tracing import carrier_from_headers
-from pyrula_stream.records import SourceRecord
-from pyrula_stream.serde import TurnRequest, ValueCodec, decode_turn_request, headers_dict
-from pyrula_stream.wire_guard import DEFAULT_LIMITS, DecodeLimits, bad_record_reason
+from pyrula_stream.wire.guard import DEFAULT_LIMITS, DecodeLimits, bad_record_reason
+from pyrula_stream.wire.records import SourceRecord
+from pyrula_stream.wire.serde import TurnRequest, ValueCodec, decode_turn_request, headers_dict
 
 log = logging.getLogger(__name__)
 

@@ -38,12 +38,12 @@ from pyrula_stream.kafka.config import (
     new_producer,
     producer_config,
     reader_config,
-    unreachable_reason,
 )
+from pyrula_stream.kafka.connection_log import unreachable_reason
 from pyrula_stream.kafka.consumers import raise_if_denied
 from pyrula_stream.kafka.offsets import kafka_error, watermarks
 from pyrula_stream.kafka.partitioner import partition_for
-from pyrula_stream.serde import headers_dict
+from pyrula_stream.wire.serde import headers_dict
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from pyrula_stream.serde import headers_dict
+from pyrula_stream.wire.serde import headers_dict
 
 __all__ = [
     "CatchUp",

@@ -23,20 +23,15 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
-from pyrula_stream import serde
 from pyrula_stream.errors import (
     ConfigurationError,
     MalformedRecordError,
     SchemaRegistryUnavailableError,
 )
-from pyrula_stream.events import Event
-from pyrula_stream.kafka.config import (
-    check_serialization,
-    new_registry,
-    redact_url,
-    registry_config,
-    scrub,
-)
+from pyrula_stream.kafka.config import check_serialization, new_registry, registry_config
+from pyrula_stream.redaction import redact_url, scrub
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import Event
 
 
 @cache

@@ -38,8 +38,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from pyrula_stream.kafka.config import new_consumer, new_producer, producer_config, reader_config
 from pyrula_stream.kafka.offsets import ConsumedRecord, read_to_end, to_record
-from pyrula_stream.records import OutRecord
-from pyrula_stream.wire_guard import bad_record_reason
+from pyrula_stream.wire.guard import bad_record_reason
+from pyrula_stream.wire.records import OutRecord
 
 __all__ = ["DeliveryCallback", "GlobalTable", "PartitionedTable", "SqliteView", "TableWriter"]
 

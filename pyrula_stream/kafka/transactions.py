@@ -29,7 +29,7 @@ from pyrula_stream.kafka.config import (
 )
 from pyrula_stream.kafka.deadline import CallAbandoned, call_with_deadline
 from pyrula_stream.kafka.offsets import kafka_error
-from pyrula_stream.records import OutRecord
+from pyrula_stream.wire.records import OutRecord
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,8 @@ from contextlib import aclosing
 from dataclasses import InitVar, dataclass, field
 from typing import Any, ClassVar
 
-from pyrula_stream import wire_guard
 from pyrula_stream.errors import ConfigurationError, ErrorCode, LLMError, MalformedRecordError
 from pyrula_stream.llm._retry import ProviderFailure, ProviderRetryPolicy, stream_with_retries
-from pyrula_stream.llm._secrets import redact, safe_url
 from pyrula_stream.llm.base import (
     DEFAULT_MAX_RETRIES,
     LLMClient,
@@ -28,6 +26,8 @@ from pyrula_stream.llm.base import (
 )
 from pyrula_stream.llm.ratelimit import RateLimiter
 from pyrula_stream.llm.tokens import estimate_tokens
+from pyrula_stream.redaction import redact, safe_url
+from pyrula_stream.wire import guard
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -178,7 +178,7 @@ class SDKAdapter(LLMClient):
     def _parse_tool_input(self, name: str, raw: str, *, cut_short: bool) -> dict[str, Any] | None:
         """Tool arguments from streamed JSON; ``None`` if the reply was cut by max_tokens."""
         try:
-            parsed = wire_guard.loads(raw, f"arguments for tool '{name}'") if raw.strip() else {}
+            parsed = guard.loads(raw, f"arguments for tool '{name}'") if raw.strip() else {}
         except MalformedRecordError as exc:
             if cut_short:
                 return None

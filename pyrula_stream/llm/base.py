@@ -46,7 +46,7 @@ class OutputFormat:
     """The JSON Schema a model's final answer must match, for providers that take one
     natively (OpenAI ``response_format``, Anthropic ``output_config.format``).
 
-    ``schema`` is a closed object schema (see ``pyrula_stream.output``); each adapter
+    ``schema`` is a closed object schema (see ``pyrula_stream.agent.output``); each adapter
     adapts it to what its API accepts.
     """
 

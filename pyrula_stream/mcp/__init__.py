@@ -12,6 +12,6 @@ SDK (``pip install 'pyrula-stream[mcp]'``) is needed only when a server is used.
 
 from __future__ import annotations
 
-from pyrula_stream.mcp.declaration import MCPServer
+from pyrula_stream.tools.mcp_servers import MCPServer
 
 __all__ = ["MCPServer"]

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyrula_stream.errors import ConfigurationError, MCPServerUnavailable, ToolRegistrationError
-from pyrula_stream.mcp.declaration import MCPServer
 from pyrula_stream.mcp.tools import MCPTool, MCPToolListing
-from pyrula_stream.retry import run_with_retry
-from pyrula_stream.serde import fingerprint
+from pyrula_stream.tools.mcp_servers import MCPServer
+from pyrula_stream.tools.retry import run_with_retry
+from pyrula_stream.wire.serde import fingerprint
 
 if TYPE_CHECKING:
     from mcp.types import Tool

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyrula_stream.errors import ConfigurationError, Fatal, MCPServerUnavailable
-from pyrula_stream.mcp.declaration import MCPServer
+from pyrula_stream.tools.mcp_servers import MCPServer
 
 if TYPE_CHECKING:
     from mcp import Client

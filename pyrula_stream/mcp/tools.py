@@ -15,10 +15,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from pyrula_stream import wire_guard
 from pyrula_stream.errors import ErrorCode, TurnFailure
-from pyrula_stream.mcp.declaration import MCPServer
-from pyrula_stream.tools import (
+from pyrula_stream.tools.contract import (
     DurableToolCaller,
     ToolCallable,
     ToolContext,
@@ -27,6 +25,8 @@ from pyrula_stream.tools import (
     canonical_json,
     current_boundary,
 )
+from pyrula_stream.tools.mcp_servers import MCPServer
+from pyrula_stream.wire import guard
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult, Tool
@@ -106,12 +106,12 @@ def checked_reply(result: CallToolResult, tool: str) -> _Reply:
     ``DecodeLimits.max_depth`` (or one that cannot be encoded) is ``MalformedRecordError``,
     which the call reports as a failed tool call, and never reaches the journal."""
     what = f"result of MCP tool '{tool}'"
-    with wire_guard.guarded(what):
+    with guard.guarded(what):
         value = result.structured_content
         text = reply_text(result)
-        wire_guard.check_size(text, what, wire_guard.DEFAULT_LIMITS)
+        guard.check_size(text, what, guard.DEFAULT_LIMITS)
         if value is not None:
-            wire_guard.check_depth(canonical_json(value), what, wire_guard.DEFAULT_LIMITS)
+            guard.check_depth(canonical_json(value), what, guard.DEFAULT_LIMITS)
         return _Reply(value if value is not None else text, text, bool(result.is_error))
 
 

@@ -22,7 +22,7 @@ from prometheus_client.metrics_core import Metric
 
 from pyrula_stream.llm.base import ModelResponse
 from pyrula_stream.observability.series import LoopCounter, LoopGauge, LoopHistogram
-from pyrula_stream.records import OutRecord
+from pyrula_stream.wire.records import OutRecord
 
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TURN_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)

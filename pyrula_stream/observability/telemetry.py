@@ -58,8 +58,8 @@ from pyrula_stream.observability.tracing import (
     tracer,
     tracing_on,
 )
-from pyrula_stream.records import OutRecord
-from pyrula_stream.serde import JournalEntry, TurnRequest
+from pyrula_stream.wire.records import OutRecord
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from pyrula_stream.kafka.transactions import (
     describe_failures,
 )
 from pyrula_stream.observability.telemetry import WorkerTelemetry
-from pyrula_stream.records import OutRecord, latest_only
+from pyrula_stream.wire.records import OutRecord, latest_only
 
 log = logging.getLogger(__name__)
 

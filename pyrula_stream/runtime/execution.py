@@ -17,34 +17,34 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from pyrula_stream import serde
-from pyrula_stream.agent import KafkaAgent
-from pyrula_stream.agent_calls import AgentCalls, inherited_limits
-from pyrula_stream.context import AgentContext
-from pyrula_stream.deadlines import Deadline
+from pyrula_stream.agent.definition import KafkaAgent
+from pyrula_stream.agent.output import OutputSpec
+from pyrula_stream.context.agent_calls import AgentCalls, inherited_limits
+from pyrula_stream.context.agent_context import AgentContext
+from pyrula_stream.context.memory_calls import AgentMemory
+from pyrula_stream.context.tool_calls import ToolCalls
+from pyrula_stream.context.tool_loop import ToolLoop
 from pyrula_stream.durable.branch import Branch, branch_of
 from pyrula_stream.durable.steps import StepData
 from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
-from pyrula_stream.events import RunComplete, RunDeferred, RunError, RunStart
-from pyrula_stream.history import TurnRecording
-from pyrula_stream.kafka.memory_store import KafkaMemory
+from pyrula_stream.kafka.stores.memory import KafkaMemory
 from pyrula_stream.llm.base import LLMClient
-from pyrula_stream.loop import ToolLoop
 from pyrula_stream.mcp.discovery import MCPToolbox
 from pyrula_stream.mcp.pool import MCPPool
-from pyrula_stream.memory import MemoryBackend
-from pyrula_stream.memory_calls import AgentMemory
-from pyrula_stream.options import WorkerOptions
-from pyrula_stream.output import OutputSpec
-from pyrula_stream.records import OutRecord, content_type_header, dead_letter
-from pyrula_stream.serde import TurnRequest
-from pyrula_stream.subagents import Park, TurnParked
-from pyrula_stream.threads import is_thread_delete
-from pyrula_stream.tool_cache import CacheStore
-from pyrula_stream.tool_calls import ToolCalls
-from pyrula_stream.tools import encode_result
-from pyrula_stream.versions import body_for, known_versions, turn_version
+from pyrula_stream.runtime.options import WorkerOptions
+from pyrula_stream.runtime.versions import body_for, known_versions, turn_version
+from pyrula_stream.state.history import TurnRecording
+from pyrula_stream.state.memory import MemoryBackend
+from pyrula_stream.state.threads import is_thread_delete
+from pyrula_stream.tools.cache import CacheStore
+from pyrula_stream.tools.contract import encode_result
+from pyrula_stream.tools.deadlines import Deadline
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import RunComplete, RunDeferred, RunError, RunStart
+from pyrula_stream.wire.records import OutRecord, content_type_header, dead_letter
+from pyrula_stream.wire.serde import TurnRequest
+from pyrula_stream.wire.subagents import Park, TurnParked
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 
+from pyrula_stream.agent.tenants import DEFAULT_TENANT, TenantLimits
 from pyrula_stream.runtime.partition import QueuedTurn
-from pyrula_stream.tenants import DEFAULT_TENANT, TenantLimits
 
 
 def tenant_of(queued: QueuedTurn) -> str:

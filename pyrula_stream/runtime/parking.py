@@ -31,23 +31,24 @@ from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
-from pyrula_stream.agent import AgentTopics
-from pyrula_stream.approvals import question_expired
+from pyrula_stream.agent.definition import AgentTopics
+from pyrula_stream.context.approvals import question_expired
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ErrorCode
 from pyrula_stream.kafka.offsets import ConsumedRecord
-from pyrula_stream.records import OutRecord, dead_letter
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
-from pyrula_stream.signals import (
+from pyrula_stream.wire.guard import bad_record_reason
+from pyrula_stream.wire.records import OutRecord, dead_letter
+from pyrula_stream.wire.signals import (
     Signal,
     is_signal,
     parse_signal,
     signal_journal_record,
     signal_refusal,
 )
-from pyrula_stream.subagents import (
+from pyrula_stream.wire.subagents import (
     CALL_KIND,
     Park,
     Reply,
@@ -55,7 +56,6 @@ from pyrula_stream.subagents import (
     parse_reply,
     reply_journal_record,
 )
-from pyrula_stream.wire_guard import bad_record_reason
 
 log = logging.getLogger(__name__)
 

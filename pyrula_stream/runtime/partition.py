@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from pyrula_stream.durable.journal import PartitionJournal
 from pyrula_stream.runtime.poison import CrashGuard
-from pyrula_stream.serde import DEAD_LETTERED_PREFIX, TERMINAL, TurnRequest, journal_key
-from pyrula_stream.threads import PartitionThreads
+from pyrula_stream.state.threads import PartitionThreads
+from pyrula_stream.wire.serde import DEAD_LETTERED_PREFIX, TERMINAL, TurnRequest, journal_key
 
 
 @dataclass

@@ -40,10 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyrula_stream import serde
-from pyrula_stream.options import PoisonOptions
-from pyrula_stream.records import OutRecord, wire_record
-from pyrula_stream.serde import INTAKE_MARK_KEY, JournalEntry
+from pyrula_stream.runtime.options import PoisonOptions
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.records import OutRecord, wire_record
+from pyrula_stream.wire.serde import INTAKE_MARK_KEY, JournalEntry
 
 log = logging.getLogger(__name__)
 

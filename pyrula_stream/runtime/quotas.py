@@ -25,13 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
+from pyrula_stream.agent.tenants import LIMIT_FIELDS, Deferral, OnQuota, TenantLimits
 from pyrula_stream.errors import BudgetExceeded
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import GlobalTable
-from pyrula_stream.records import JSON_CONTENT_TYPE, OutRecord
-from pyrula_stream.tenants import LIMIT_FIELDS, Deferral, OnQuota, TenantLimits
+from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord
 
 log = logging.getLogger(__name__)
 

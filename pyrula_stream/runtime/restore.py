@@ -14,7 +14,7 @@ from pyrula_stream.durable.journal import IdempotencyKeys, PartitionJournal
 from pyrula_stream.kafka.offsets import committed_offset, watermarks
 from pyrula_stream.kafka.table import PartitionedTable, SqliteView
 from pyrula_stream.runtime.partition import PartitionState
-from pyrula_stream.threads import PartitionThreads
+from pyrula_stream.state.threads import PartitionThreads
 
 
 def restore_journal(

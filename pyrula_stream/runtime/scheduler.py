@@ -19,25 +19,25 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyrula_stream import serde
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
+from pyrula_stream.agent.tenants import DEFAULT_TENANT, TenantLimits
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.turn import TurnRuntime, TurnTopics
 from pyrula_stream.errors import ErrorCode, TurnCancelled, TurnFailure
-from pyrula_stream.events import RunError
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.observability.tracing import TraceCarrier
-from pyrula_stream.options import WorkerOptions
-from pyrula_stream.records import ControlRequest
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.fairness import FairQueue, TenantRoom, tenant_of
+from pyrula_stream.runtime.options import WorkerOptions
 from pyrula_stream.runtime.parking import ParkedTurns
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
 from pyrula_stream.runtime.quotas import TenantQuotas
-from pyrula_stream.serde import TurnRequest
-from pyrula_stream.tenants import DEFAULT_TENANT, TenantLimits
-from pyrula_stream.versions import known_versions, missing_version
+from pyrula_stream.runtime.versions import known_versions, missing_version
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.events import RunError
+from pyrula_stream.wire.records import ControlRequest
+from pyrula_stream.wire.serde import TurnRequest
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from pyrula_stream import serde
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.kafka.consumers import (
     ControlReader,
     RepliesReader,
@@ -23,8 +22,9 @@ from pyrula_stream.kafka.consumers import (
 from pyrula_stream.kafka.group import TurnConsumer
 from pyrula_stream.kafka.transactions import BatchWriter
 from pyrula_stream.observability.telemetry import WorkerTelemetry
-from pyrula_stream.options import WorkerOptions
 from pyrula_stream.runtime.committer import GroupCommitter
+from pyrula_stream.runtime.options import WorkerOptions
+from pyrula_stream.wire import serde
 
 
 class SessionLost(Exception):

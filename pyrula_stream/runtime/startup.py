@@ -18,14 +18,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.errors import ConfigurationError, TopicDriftError
 from pyrula_stream.kafka.admin import apply_topics, broker_answers, missing_topics
-from pyrula_stream.kafka.cache_store import KafkaCacheStore
-from pyrula_stream.kafka.memory_store import KafkaMemory
-from pyrula_stream.options import WorkerOptions
+from pyrula_stream.kafka.stores.cache import KafkaCacheStore
+from pyrula_stream.kafka.stores.memory import KafkaMemory
+from pyrula_stream.runtime.options import WorkerOptions
 from pyrula_stream.runtime.quotas import TenantQuotas
-from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
+from pyrula_stream.tools.cache import CacheStore, InProcessCacheStore
 
 log = logging.getLogger(__name__)
 

@@ -24,38 +24,30 @@ from typing import Literal
 
 import httpx
 
-from pyrula_stream import serde
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.errors import (
     ConfigurationError,
     ErrorCode,
     TurnNotRecorded,
     UserError,
 )
-from pyrula_stream.health import start_health_server
-from pyrula_stream.history import TurnRecording, load_recording
-from pyrula_stream.kafka.config import is_connection_failure, registry_config
+from pyrula_stream.kafka.config import registry_config
+from pyrula_stream.kafka.connection_log import is_connection_failure
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnRecord
-from pyrula_stream.kafka.memory_store import KafkaMemory
 from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.kafka.stores.memory import KafkaMemory
 from pyrula_stream.kafka.table import PartitionedTable
 from pyrula_stream.kafka.transactions import Offsets, ProducerFenced
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.observability import logs
 from pyrula_stream.observability.telemetry import WorkerTelemetry
-from pyrula_stream.options import PoisonOptions, WorkerOptions
-from pyrula_stream.records import (
-    ControlRequest,
-    OutRecord,
-    content_type_header,
-    dead_letter_source,
-    undeliverable_letter,
-)
 from pyrula_stream.runtime.background import RunsInBackground
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
+from pyrula_stream.runtime.health import start_health_server
+from pyrula_stream.runtime.options import PoisonOptions, WorkerOptions
 from pyrula_stream.runtime.parking import replies_owner
 from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
 from pyrula_stream.runtime.poison import CrashGuard, IntakeMark, intake_owner
@@ -69,8 +61,17 @@ from pyrula_stream.runtime.startup import (
     tenant_quotas,
     wait_for_broker,
 )
-from pyrula_stream.serde import DEAD_LETTERED_PREFIX, INTAKE_MARK_KEY, JournalEntry
-from pyrula_stream.tool_cache import CacheStore, InProcessCacheStore
+from pyrula_stream.state.history import TurnRecording, load_recording
+from pyrula_stream.tools.cache import CacheStore, InProcessCacheStore
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.records import (
+    ControlRequest,
+    OutRecord,
+    content_type_header,
+    dead_letter_source,
+    undeliverable_letter,
+)
+from pyrula_stream.wire.serde import DEAD_LETTERED_PREFIX, INTAKE_MARK_KEY, JournalEntry
 
 log = logging.getLogger(__name__)
 

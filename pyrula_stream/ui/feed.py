@@ -19,14 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyrula_stream.agent import AgentTopics
+from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.events import decode_event
 from pyrula_stream.kafka.config import registry_config, resolve
 from pyrula_stream.kafka.consumers import read_key
 from pyrula_stream.kafka.io import TopicFollower, TopicRecord
-from pyrula_stream.serde import ValueCodec
 from pyrula_stream.ui.model import TurnView, UIState, turn_from_events
+from pyrula_stream.wire.events import decode_event
+from pyrula_stream.wire.serde import ValueCodec
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyrula_stream.events import Event, EventType
+from pyrula_stream.wire.events import Event, EventType
 
 MAX_TEXT = 20_000  # characters of a model call's text or a tool's output kept per step
 PREVIEW_BYTES = 512  # bytes of a dead letter's value shown

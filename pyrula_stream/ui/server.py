@@ -34,9 +34,9 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pyrula_stream.client import KafkaAgentClient
+from pyrula_stream.access.http_guard import NO_KEYS, ASGIApp, HTTPAccess, HTTPGuard, principal_of
+from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import PyrulaError
-from pyrula_stream.http_guard import NO_KEYS, ASGIApp, HTTPAccess, HTTPGuard, principal_of
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import UIState
 

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from pyrula_stream import AgentContext, ToolContext, kafka_agent, tool
-from pyrula_stream.agent import KafkaAgent
+from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.llm.fake import count_model_calls, last_tool_results
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from pyrula_stream import AgentContext, kafka_agent
+from pyrula_stream.agent.tenants import TenantLimits
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.tenants import TenantLimits
 
 
 @kafka_agent(

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream import AgentContext, kafka_agent, serde
+from pyrula_stream import AgentContext, kafka_agent
 from pyrula_stream.kafka.transactions import BatchWriter
 from pyrula_stream.llm import FakeLLM, reply_text
-from pyrula_stream.records import OutRecord
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.records import OutRecord
 
 
 def journals_a_put(record: OutRecord) -> bool:

@@ -1,0 +1,14 @@
+"""The wire (floor 2): what our records look like on Kafka, and nothing that sends them.
+
+- ``serde``: the Avro and JSON codecs of ``schemas/``, turn requests, results, journal
+  entries and their keys.
+- ``avro_writer``: one writer built per schema.
+- ``records``: ``OutRecord``, a record ready to produce, and its size check.
+- ``events``: the event types and their encoding.
+- ``lineage``: which turn called which.
+- ``subagents``, ``signals``: the records of a sub-agent call and of a signal.
+- ``guard``: the guarded decode path every byte from outside goes through.
+- ``text``: cutting text to a byte budget.
+
+Imports only the leaves (``errors``, ``_version``, ``redaction``).
+"""
