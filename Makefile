@@ -7,9 +7,9 @@ STAMP := $(VENV)/.installed
 # the lowest versions of both that this project supports (make test-lowest).
 QUIX_VENV := .venv-quix
 QUIX_STAMP := $(QUIX_VENV)/.installed
-LOWEST_TESTS := tests/test_turn_end_to_end.py tests/test_durability.py tests/test_results.py \
-	tests/test_requests.py tests/test_schemas.py tests/test_dead_letters.py \
-	tests/test_client_status.py tests/test_tool_loop.py tests/test_topics.py
+LOWEST_TESTS := tests/runtime/test_turn_end_to_end.py tests/durable/test_durability.py tests/agent/test_results.py \
+	tests/wire/test_requests.py tests/wire/test_schemas.py tests/runtime/test_dead_letters.py \
+	tests/client/test_status.py tests/context/test_tool_loop.py tests/kafka/test_topics.py
 
 .PHONY: setup demo test test-lowest lint typecheck docs chaos pipelines bench broker-jars browser clean
 
@@ -73,8 +73,8 @@ chaos: setup
 
 # The pipeline examples' exactly-once tests at the issue's size (1,000 orders each).
 pipelines: setup
-	PYRULA_PIPELINE_RECORDS=1000 $(BIN)/pytest tests/test_pipeline_faust.py \
-	  tests/test_pipeline_quix.py -o timeout=900
+	PYRULA_PIPELINE_RECORDS=1000 $(BIN)/pytest tests/integrations/test_pipeline_faust.py \
+	  tests/integrations/test_pipeline_quix.py -o timeout=900
 
 bench: setup
 	$(BIN)/python -m pyrula_stream.bench $(ARGS)

@@ -4,7 +4,7 @@ and export each finished turn to ``golden/<customer>.json``.
     python -m examples.support_triage.record_golden
 
 Run it again (and review the diff) after a change that is meant to alter the turns;
-``tests/test_golden_turns.py`` replays these files against the current code.
+``tests/durable/test_golden_turns.py`` replays these files against the current code.
 """
 
 from __future__ import annotations

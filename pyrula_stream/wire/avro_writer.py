@@ -5,7 +5,7 @@ built once per schema (``record_writer``) is a list of small encoders: a third o
 time of fastavro's schemaless writer, which walks the schema and checks each union for
 every record. An event's first three fields (type, turn id, agent) are the same for many
 events, so their bytes are built once and only the rest (seq, time, attempt, data) per
-event (``event_value``). The bytes are fastavro's: ``tests/test_avro_writer.py`` holds
+event (``event_value``). The bytes are fastavro's: ``tests/wire/test_avro_writer.py`` holds
 the two against each other for every schema, and ``EVENT_FIELDS`` against
 ``schemas/event.avsc``.
 """

@@ -1,1 +1,0 @@
-"""Local servers that speak the providers' wire formats, for adapter tests without a network."""

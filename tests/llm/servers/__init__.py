@@ -1,0 +1,1 @@
+"""Local servers that speak the providers' wire formats, for adapter tests without a network."""
