@@ -1,12 +1,14 @@
-"""The consumer-group worker: lifecycle, group sessions, intake, commits.
+"""The consumer-group worker: its lifecycle, its group sessions and their commits.
 
-One asyncio loop runs many turns. The group consumer polls in a thread; its rebalance
-callbacks are the ``PartitionHandover``'s (``runtime/handover.py``): a partition is
-restored from its journal before any of its turns runs, and revoked turns stop before the
-partition moves on. ``JournalHousekeeping`` tombstones what nothing reads again
-(``runtime/housekeeping.py``). Which turns run, and when, is the ``TurnScheduler``'s; the
-Kafka clients of one membership are a ``GroupSession``; what is checked before joining
-is in ``startup``.
+One asyncio loop runs many turns. ``KafkaWorker`` owns one part per kind of work, as
+Temporal's worker owns one sub-worker per kind of task: the ``RecordIntake`` polls a
+session's readers and hands each record on (``runtime/intake.py``); the
+``PartitionHandover`` restores assigned partitions and stops revoked ones, inside the
+group consumer's rebalance callbacks (``runtime/handover.py``); ``JournalHousekeeping``
+tombstones what nothing reads again (``runtime/housekeeping.py``); which turns run, and
+when, is the ``TurnScheduler``'s. The worker itself starts, restarts and stops: it waits
+for Kafka, opens the shared stores, runs one ``GroupSession`` after another (a fenced
+one is replaced) and drains on stop. What is checked before joining is in ``startup``.
 """
 
 from __future__ import annotations
@@ -26,14 +28,12 @@ from typing import Literal
 import httpx
 
 from pyrula_stream.agent.definition import KafkaAgent
-from pyrula_stream.errors import ConfigurationError, ErrorCode, TurnNotRecorded, UserError
+from pyrula_stream.errors import ConfigurationError, TurnNotRecorded, UserError
 from pyrula_stream.kafka.config import registry_config
 from pyrula_stream.kafka.connection_log import is_connection_failure
 from pyrula_stream.kafka.consumers import reader_group_id
-from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnRecord
-from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.kafka.group import ConsumerFenced
 from pyrula_stream.kafka.stores.memory import KafkaMemory
-from pyrula_stream.kafka.table import PartitionedTable
 from pyrula_stream.kafka.transactions import Offsets, ProducerFenced
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.pool import MCPPool
@@ -45,8 +45,9 @@ from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.handover import PartitionHandover, keys_file_name
 from pyrula_stream.runtime.health import start_health_server
 from pyrula_stream.runtime.housekeeping import JournalHousekeeping
+from pyrula_stream.runtime.intake import RecordIntake
 from pyrula_stream.runtime.options import PoisonOptions, WorkerOptions
-from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
+from pyrula_stream.runtime.partition import PartitionState
 from pyrula_stream.runtime.scheduler import TurnScheduler
 from pyrula_stream.runtime.session import GroupSession, SessionLost, open_session
 from pyrula_stream.runtime.startup import (
@@ -59,14 +60,7 @@ from pyrula_stream.runtime.startup import (
 from pyrula_stream.state.history import TurnRecording, load_recording
 from pyrula_stream.tools.cache import CacheStore, InProcessCacheStore
 from pyrula_stream.wire import serde
-from pyrula_stream.wire.records import (
-    ControlRequest,
-    OutRecord,
-    content_type_header,
-    dead_letter_source,
-    undeliverable_letter,
-)
-from pyrula_stream.wire.serde import DEAD_LETTERED_PREFIX, JournalEntry
+from pyrula_stream.wire.records import OutRecord, undeliverable_letter
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +153,16 @@ class KafkaWorker(RunsInBackground):
             group_id=self.group_id,
             metrics=self.metrics,
         )
-        self._journal_table = PartitionedTable(self.topics.journal)
+        self._intake = RecordIntake(
+            agent,
+            self._parts,
+            self._scheduler,
+            committer=lambda: self.committer,
+            worker_id=self.worker_id,
+            metrics=self.metrics,
+            stopping=lambda: self._stop_requested,
+            after_poll=self._handover.raise_if_failed,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -381,7 +384,7 @@ class KafkaWorker(RunsInBackground):
         self._ready = True
         self._joined.set()
         try:
-            await self._poll_loop(session, committer_task)
+            await self._intake.run(session, committer_task)
         finally:
             self._ready = False
             self._parked.turns_reader = None
@@ -391,25 +394,6 @@ class KafkaWorker(RunsInBackground):
             with contextlib.suppress(asyncio.CancelledError, ProducerFenced):
                 await committer_task
             await asyncio.to_thread(session.close)
-
-    async def _poll_loop(self, session: GroupSession, committer_task: asyncio.Task[None]) -> None:
-        while not self._stop_requested:
-            if committer_task.done():
-                committer_task.result()  # re-raises ProducerFenced
-            intake = await asyncio.to_thread(session.consumer.poll)
-            self._handover.raise_if_failed()
-            for item in intake:
-                if isinstance(item, BadRecord):
-                    self._on_bad_record(item)
-                else:
-                    self._on_turn_record(item)
-            if self._parked.held:
-                self._parked.turns_read()
-            for value in session.control.poll():
-                self._on_control_record(value)
-            for reply in session.replies.poll():
-                self._on_reply(reply)
-            session.consumer.set_paused(self._scheduler.fill_slots())
 
     async def _drain(self) -> None:
         """Stop fetching; give running turns ``shutdown_grace`` to finish, then stop them.
@@ -426,76 +410,6 @@ class KafkaWorker(RunsInBackground):
         the buffer flushed) only on a requested stop, not after a session failed."""
         stopped = await self._scheduler.stop_all()
         await self._handover.leave_all(stopped, clean=flush and self._stop_requested)
-
-    # -- records --------------------------------------------------------------------------
-
-    def _on_bad_record(self, bad: BadRecord) -> None:
-        """Dead-letter it (riding the next commit with its offset) and move on.
-
-        The offset may stay uncommitted a while (an earlier turn still runs), so a marker
-        in the journal commits with the dead letter: a crash that makes the next owner
-        read the record again leaves one dead letter, not two."""
-        ps = self._parts.get(bad.partition)
-        if ps is None:
-            return
-        if bad.offset in ps.journal.dead_lettered:
-            log.info("%s was dead-lettered before this read; skipped", bad.source.source)
-        else:
-            entry = JournalEntry("", -1, "dead_lettered", data={"reason": bad.reason[:200]})
-            marker = self._journal_table.put(
-                f"{DEAD_LETTERED_PREFIX}{bad.offset}",
-                serde.encode("journal_entry", entry),
-                bad.partition,
-                [content_type_header("journal_entry")],
-            )
-            letter = dead_letter_source(
-                self.topics.dlq,
-                bad.source,
-                bad.reason,
-                ErrorCode.INVALID_REQUEST,
-                worker=self.worker_id,
-            )
-            self.committer.add_records([letter, marker])
-            ps.journal.dead_lettered.add(bad.offset)
-            log.warning("dead-lettered %s: %s", bad.source.source, bad.reason)
-        ps.watermark.track(bad.offset)
-        ps.watermark.done(bad.offset)
-        self.committer.offsets_changed()
-
-    def _on_turn_record(self, record: TurnRecord) -> None:
-        p, offset = record.partition, record.offset
-        request = self.agent.tenancy.resolve(record.request, record.headers)
-        ps = self._parts.get(p)
-        if ps is None:
-            return
-        ps.watermark.track(offset)
-        if (
-            ps.is_finished(request)
-            or self._scheduler.is_active(request.turn_id)
-            or request.turn_id in ps.queued_ids
-            or request.turn_id in ps.parked
-        ):
-            ps.watermark.done(offset)
-            self.committer.offsets_changed()
-            return
-        queued = QueuedTurn(offset, request, ps.original_turn(request), record.trace)
-        if request.idempotency_key and queued.duplicate_of is None:
-            ps.running_keys[request.idempotency_key] = request.turn_id
-        if ps.enqueue(queued):
-            self._scheduler.admit(p, queued)
-
-    def _on_control_record(self, value: bytes | None) -> None:
-        control = ControlRequest.parse(value)
-        if control is None:
-            # Every worker reads every control partition, so a dead letter here would be
-            # written once per worker and start: skipped, logged and counted instead.
-            self.metrics.skipped_record("control")
-            log.warning("ignoring unreadable control record: %.200r", value)
-            return
-        self._scheduler.on_control(control)
-
-    def _on_reply(self, record: ConsumedRecord) -> None:
-        self._parked.take_reply(record, self.topics, self.worker_id, self.committer)
 
     # -- turns ----------------------------------------------------------------------------
 
