@@ -1,10 +1,14 @@
-"""The consumer-group worker: lifecycle, group sessions, rebalances, intake, commits.
+"""The consumer-group worker: its lifecycle, its group sessions and their commits.
 
-One asyncio loop runs many turns. The group consumer polls in a thread; its rebalance
-callbacks hand over to the loop and wait, so a partition is restored from its journal
-before any of its turns runs, and revoked turns stop before the partition moves on.
-Which turns run, and when, is the ``TurnScheduler``'s; the Kafka clients of one
-membership are a ``GroupSession``; what is checked before joining is in ``startup``.
+One asyncio loop runs many turns. ``KafkaWorker`` owns one part per kind of work, as
+Temporal's worker owns one sub-worker per kind of task: the ``RecordIntake`` polls a
+session's readers and hands each record on (``runtime/intake.py``); the
+``PartitionHandover`` restores assigned partitions and stops revoked ones, inside the
+group consumer's rebalance callbacks (``runtime/handover.py``); ``JournalHousekeeping``
+tombstones what nothing reads again (``runtime/housekeeping.py``); which turns run, and
+when, is the ``TurnScheduler``'s. The worker itself starts, restarts and stops: it waits
+for Kafka, opens the shared stores, runs one ``GroupSession`` after another (a fenced
+one is replaced) and drains on stop. What is checked before joining is in ``startup``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ import os
 import shutil
 import socket
 import tempfile
-import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -25,19 +28,12 @@ from typing import Literal
 import httpx
 
 from pyrula_stream.agent.definition import KafkaAgent
-from pyrula_stream.errors import (
-    ConfigurationError,
-    ErrorCode,
-    TurnNotRecorded,
-    UserError,
-)
+from pyrula_stream.errors import ConfigurationError, TurnNotRecorded, UserError
 from pyrula_stream.kafka.config import registry_config
 from pyrula_stream.kafka.connection_log import is_connection_failure
 from pyrula_stream.kafka.consumers import reader_group_id
-from pyrula_stream.kafka.group import BadRecord, ConsumerFenced, TurnRecord
-from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.kafka.group import ConsumerFenced
 from pyrula_stream.kafka.stores.memory import KafkaMemory
-from pyrula_stream.kafka.table import PartitionedTable
 from pyrula_stream.kafka.transactions import Offsets, ProducerFenced
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.pool import MCPPool
@@ -46,12 +42,12 @@ from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.runtime.background import RunsInBackground
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
+from pyrula_stream.runtime.handover import PartitionHandover, keys_file_name
 from pyrula_stream.runtime.health import start_health_server
+from pyrula_stream.runtime.housekeeping import JournalHousekeeping
+from pyrula_stream.runtime.intake import RecordIntake
 from pyrula_stream.runtime.options import PoisonOptions, WorkerOptions
-from pyrula_stream.runtime.parking import replies_owner
-from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
-from pyrula_stream.runtime.poison import CrashGuard, IntakeMark, intake_owner
-from pyrula_stream.runtime.restore import restore_partition
+from pyrula_stream.runtime.partition import PartitionState
 from pyrula_stream.runtime.scheduler import TurnScheduler
 from pyrula_stream.runtime.session import GroupSession, SessionLost, open_session
 from pyrula_stream.runtime.startup import (
@@ -64,22 +60,9 @@ from pyrula_stream.runtime.startup import (
 from pyrula_stream.state.history import TurnRecording, load_recording
 from pyrula_stream.tools.cache import CacheStore, InProcessCacheStore
 from pyrula_stream.wire import serde
-from pyrula_stream.wire.records import (
-    ControlRequest,
-    OutRecord,
-    content_type_header,
-    dead_letter_source,
-    undeliverable_letter,
-)
-from pyrula_stream.wire.serde import DEAD_LETTERED_PREFIX, INTAKE_MARK_KEY, JournalEntry
+from pyrula_stream.wire.records import OutRecord, undeliverable_letter
 
 log = logging.getLogger(__name__)
-
-REVOKE_COMMIT_WAIT_S = 10.0
-"""How long a revoke waits for a transaction in flight (the transaction timeout)."""
-
-EXPIRY_INTERVAL_S = 60.0
-"""How often idempotency keys past their TTL are looked for (and tombstoned)."""
 
 _State = Literal["new", "running", "stopped"]
 
@@ -125,7 +108,6 @@ class KafkaWorker(RunsInBackground):
             enabled=self.options.telemetry,
         )
         self.metrics = self.telemetry.metrics
-        self.restored_records = 0
         self.sessions = 0
         self._state: _State = "new"
         self._task: asyncio.Task[None] | None = None
@@ -152,19 +134,46 @@ class KafkaWorker(RunsInBackground):
         self._stop_requested = False
         self._ready = False
         self._joined = asyncio.Event()
-        self._callback_error: Exception | None = None
-        self._journal_table = PartitionedTable(self.topics.journal)
-        self._threads_table = PartitionedTable(self.topics.threads)
         self._state_dir: Path | None = None  # created by run(): options.state_dir or a temp dir
-        self._next_expiry = 0.0
         self._reader_codec: serde.ValueCodec | None = None
         self._writer_codec: serde.ValueCodec = serde.SCHEMALESS
+        self._housekeeping = JournalHousekeeping(
+            self.topics.journal, self._parts, self.options, committer=lambda: self.committer
+        )
+        self._handover = PartitionHandover(
+            self.topics,
+            self.options,
+            self._parts,
+            self._scheduler,
+            self._housekeeping,
+            session=lambda: self._session,
+            committer=lambda: self.committer,
+            state_dir=lambda: self._state_dir,
+            worker_id=self.worker_id,
+            group_id=self.group_id,
+            metrics=self.metrics,
+        )
+        self._intake = RecordIntake(
+            agent,
+            self._parts,
+            self._scheduler,
+            committer=lambda: self.committer,
+            worker_id=self.worker_id,
+            metrics=self.metrics,
+            stopping=lambda: self._stop_requested,
+            after_poll=self._handover.raise_if_failed,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
     @property
     def assigned_partitions(self) -> int:
         return len(self._parts)
+
+    @property
+    def restored_records(self) -> int:
+        """Changelog records read to restore the partitions this worker was assigned."""
+        return self._handover.restored_records
 
     @property
     def done(self) -> bool:
@@ -272,7 +281,8 @@ class KafkaWorker(RunsInBackground):
             if own_state_dir:
                 shutil.rmtree(self._state_dir, ignore_errors=True)
             else:  # the local tables are rebuilt from the journal on the next assignment
-                for table in self._state_dir.glob(self._table_file("*")):
+                keys_files = keys_file_name(self.group_id, self.worker_id, "*")
+                for table in self._state_dir.glob(keys_files):
                     table.unlink(missing_ok=True)
 
     async def _run(self) -> None:
@@ -352,7 +362,7 @@ class KafkaWorker(RunsInBackground):
             interval_s=self.options.commit_interval_s,
             linger_s=self.options.commit_linger_s,
             telemetry=self.telemetry,
-            on_committed=self._on_committed,
+            on_committed=self._housekeeping.on_committed,
             on_undeliverable=self._scheduler.end_undeliverable,
             dead_letter=partial(undeliverable_letter, self.topics.dlq, worker=self.worker_id),
             max_delivery_attempts=self.options.max_delivery_attempts,
@@ -368,13 +378,13 @@ class KafkaWorker(RunsInBackground):
             codec=self._reader_codec,
             committer=committer,
         )
-        session.consumer.subscribe(self._on_assign_cb, self._on_revoke_cb)
+        session.consumer.subscribe(self._handover.on_assign, self._handover.on_revoke)
         self._parked.turns_reader = session.consumer
         committer_task = asyncio.create_task(session.committer.run(), name="committer")
         self._ready = True
         self._joined.set()
         try:
-            await self._poll_loop(session, committer_task)
+            await self._intake.run(session, committer_task)
         finally:
             self._ready = False
             self._parked.turns_reader = None
@@ -384,27 +394,6 @@ class KafkaWorker(RunsInBackground):
             with contextlib.suppress(asyncio.CancelledError, ProducerFenced):
                 await committer_task
             await asyncio.to_thread(session.close)
-
-    async def _poll_loop(self, session: GroupSession, committer_task: asyncio.Task[None]) -> None:
-        while not self._stop_requested:
-            if committer_task.done():
-                committer_task.result()  # re-raises ProducerFenced
-            intake = await asyncio.to_thread(session.consumer.poll)
-            if self._callback_error is not None:
-                error, self._callback_error = self._callback_error, None
-                raise SessionLost(f"rebalance handling failed: {error!r}") from error
-            for item in intake:
-                if isinstance(item, BadRecord):
-                    self._on_bad_record(item)
-                else:
-                    self._on_turn_record(item)
-            if self._parked.held:
-                self._parked.turns_read()
-            for value in session.control.poll():
-                self._on_control_record(value)
-            for reply in session.replies.poll():
-                self._on_reply(reply)
-            session.consumer.set_paused(self._scheduler.fill_slots())
 
     async def _drain(self) -> None:
         """Stop fetching; give running turns ``shutdown_grace`` to finish, then stop them.
@@ -417,218 +406,10 @@ class KafkaWorker(RunsInBackground):
         await self._drop_all_turns(flush=True)
 
     async def _drop_all_turns(self, *, flush: bool = False) -> None:
-        ids = await self._scheduler.stop_all()
-        if self._session is not None:
-            self.committer.purge(ids | {intake_owner(p) for p in self._parts})
-            if flush and self._stop_requested:  # a clean stop, not a session that failed
-                self.committer.add_records(self._closing_marks(set(self._parts)))
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.committer.flush(), self.options.cancel_timeout)
-        self._parts.clear()
-
-    # -- rebalance (called in the consumer thread) ----------------------------------------
-
-    def _on_assign_cb(self, partitions: list[int]) -> None:
-        session = self._session
-        assert session is not None
-        try:
-            restored = {p: self._restore(p) for p in partitions}
-            asyncio.run_coroutine_threadsafe(self._install(restored), session.loop).result()
-        except Exception as exc:  # an exception must not die inside librdkafka's callback
-            self._callback_error = exc
-
-    def _on_revoke_cb(self, partitions: list[int]) -> None:
-        session = self._session
-        assert session is not None
-        try:
-            asyncio.run_coroutine_threadsafe(self._revoke(set(partitions)), session.loop).result()
-        except Exception as exc:
-            self._callback_error = exc
-
-    def _restore(self, partition: int) -> PartitionState:
-        """Rebuild a partition's state from its changelogs (runs in the assign callback)."""
-        assert self._state_dir is not None, "run() sets the state dir"
-        session = self._session
-        assert session is not None
-        started = time.monotonic()
-        state, records = restore_partition(
-            partition,
-            reader=session.restorer,
-            group_client=session.consumer.client,
-            turns_topic=self.topics.turns,
-            journal_table=self._journal_table,
-            threads_table=self._threads_table,
-            keys_file=self._state_dir / self._table_file(str(partition)),
-        )
-        self.restored_records += records
-        self.metrics.restored(time.monotonic() - started, state.journal.records_read)
-        return state
-
-    def _table_file(self, partition: str) -> str:
-        """The file of a partition's idempotency keys: one per group, worker and partition."""
-        return f"{self.group_id}.{self.worker_id}.journal-{partition}.sqlite"
-
-    async def _install(self, restored: dict[int, PartitionState]) -> None:
-        ttl_ms = int(self.options.idempotency_ttl_s * 1000)
-        for p, state in restored.items():
-            self._parts[p] = state
-            # Replies and parked turns need the watermark to start at the committed offset.
-            state.watermark.start_at(state.restored_committed or 0)
-            # housekeeping: keys past the idempotency TTL, terminal records nothing re-reads
-            expired = state.journal.expire(int(time.time() * 1000), ttl_ms)
-            if state.restored_committed is not None:
-                expired += state.committed(state.restored_committed)
-            if expired:
-                self.committer.add_records([self._tombstone(p, key) for key in expired])
-            state.crash_guard = self._crash_guard(p, state)
-        assert self._session is not None
-        self._session.replies.assign({p: s.journal.reply_cursor for p, s in restored.items()})
-        for p in restored:
-            self._parked.rearm(p)
-
-    def _crash_guard(self, p: int, state: PartitionState) -> CrashGuard:
-        """Count a crash of the previous owner and commit this owner's intake mark before
-        any turn of the partition starts (``runtime/poison.py``)."""
-        stored = state.journal.intake_mark
-        mark = IntakeMark.from_entry(*stored) if stored is not None else None
-        return CrashGuard.restored(
-            p,
-            mark,
-            -1 if state.restored_committed is None else state.restored_committed,
-            state.restored_end,
-            options=self.options.poison,
-            worker=self.worker_id,
-            write_mark=partial(self._write_mark, p),
-            release=partial(self._scheduler.admit, p),
-        )
-
-    def _write_mark(self, p: int, mark: IntakeMark) -> asyncio.Future[None]:
-        return self.committer.durable_records(
-            intake_owner(p), [mark.record(self.topics.journal, p)]
-        )
-
-    def _closing_marks(self, partitions: set[int]) -> list[OutRecord]:
-        """A clean handover tombstones the intake marks: the next owner counts no crash,
-        and compaction keeps nothing of a partition that was left cleanly."""
-        return [
-            self._tombstone(p, INTAKE_MARK_KEY)
-            for p in sorted(partitions)
-            if p in self._parts and self._parts[p].crash_guard is not None
-        ]
-
-    def _tombstone(self, partition: int, key: str) -> OutRecord:
-        return self._journal_table.tombstone(key, partition, [content_type_header("journal_entry")])
-
-    async def _revoke(self, partitions: set[int]) -> None:
-        """Stop the partitions' turns and let a commit in flight end before they move on."""
-        closing = self._closing_marks(partitions)
-        for p in partitions:  # first, so nothing starts or restarts on them from now on
-            self._parts.pop(p, None)
-        if self._session is not None:
-            self._session.replies.unassign(partitions)
-        lost = self._scheduler.stop_partitions(partitions)
-        if lost:
-            await asyncio.wait(lost.values(), timeout=self.options.cancel_timeout)
-        # Buffered replies of these partitions are the new owner's to take now (purged
-        # again after the commit in flight: an abort puts its replies back).
-        replies = {replies_owner(p) for p in partitions}
-        marks = {intake_owner(p) for p in partitions}
-        self.committer.purge(set(lost) | replies | marks)
-        if closing:
-            await self._commit_closing(closing)
-        if self.options.processing_guarantee == "exactly_once_v2":
-            try:
-                await asyncio.wait_for(self.committer.wait_idle(), REVOKE_COMMIT_WAIT_S)
-            except TimeoutError:
-                log.error(
-                    "a commit was still in flight %ss after partitions %s were revoked",
-                    REVOKE_COMMIT_WAIT_S,
-                    sorted(partitions),
-                )
-        self.committer.purge(replies | marks)
-        self.committer.forget_offsets({(self.topics.turns, p) for p in partitions})
-
-    async def _commit_closing(self, records: list[OutRecord]) -> None:
-        """Commit the clean-handover marks before the partitions move on; a handover that
-        cannot commit them only makes the next owner count a crash if nothing progressed."""
-        try:
-            await asyncio.wait_for(
-                self.committer.durable_records("pyrula.closing", records),
-                self.options.cancel_timeout,
-            )
-        except (TimeoutError, asyncio.CancelledError, ProducerFenced):
-            self.committer.purge({"pyrula.closing"})
-            log.warning("the intake marks of a clean handover did not commit in time")
-
-    # -- records --------------------------------------------------------------------------
-
-    def _on_bad_record(self, bad: BadRecord) -> None:
-        """Dead-letter it (riding the next commit with its offset) and move on.
-
-        The offset may stay uncommitted a while (an earlier turn still runs), so a marker
-        in the journal commits with the dead letter: a crash that makes the next owner
-        read the record again leaves one dead letter, not two."""
-        ps = self._parts.get(bad.partition)
-        if ps is None:
-            return
-        if bad.offset in ps.journal.dead_lettered:
-            log.info("%s was dead-lettered before this read; skipped", bad.source.source)
-        else:
-            entry = JournalEntry("", -1, "dead_lettered", data={"reason": bad.reason[:200]})
-            marker = self._journal_table.put(
-                f"{DEAD_LETTERED_PREFIX}{bad.offset}",
-                serde.encode("journal_entry", entry),
-                bad.partition,
-                [content_type_header("journal_entry")],
-            )
-            letter = dead_letter_source(
-                self.topics.dlq,
-                bad.source,
-                bad.reason,
-                ErrorCode.INVALID_REQUEST,
-                worker=self.worker_id,
-            )
-            self.committer.add_records([letter, marker])
-            ps.journal.dead_lettered.add(bad.offset)
-            log.warning("dead-lettered %s: %s", bad.source.source, bad.reason)
-        ps.watermark.track(bad.offset)
-        ps.watermark.done(bad.offset)
-        self.committer.offsets_changed()
-
-    def _on_turn_record(self, record: TurnRecord) -> None:
-        p, offset = record.partition, record.offset
-        request = self.agent.tenancy.resolve(record.request, record.headers)
-        ps = self._parts.get(p)
-        if ps is None:
-            return
-        ps.watermark.track(offset)
-        if (
-            ps.is_finished(request)
-            or self._scheduler.is_active(request.turn_id)
-            or request.turn_id in ps.queued_ids
-            or request.turn_id in ps.parked
-        ):
-            ps.watermark.done(offset)
-            self.committer.offsets_changed()
-            return
-        queued = QueuedTurn(offset, request, ps.original_turn(request), record.trace)
-        if request.idempotency_key and queued.duplicate_of is None:
-            ps.running_keys[request.idempotency_key] = request.turn_id
-        if ps.enqueue(queued):
-            self._scheduler.admit(p, queued)
-
-    def _on_control_record(self, value: bytes | None) -> None:
-        control = ControlRequest.parse(value)
-        if control is None:
-            # Every worker reads every control partition, so a dead letter here would be
-            # written once per worker and start: skipped, logged and counted instead.
-            self.metrics.skipped_record("control")
-            log.warning("ignoring unreadable control record: %.200r", value)
-            return
-        self._scheduler.on_control(control)
-
-    def _on_reply(self, record: ConsumedRecord) -> None:
-        self._parked.take_reply(record, self.topics, self.worker_id, self.committer)
+        """Stop every turn and leave every partition: cleanly (intake marks tombstoned,
+        the buffer flushed) only on a requested stop, not after a session failed."""
+        stopped = await self._scheduler.stop_all()
+        await self._handover.leave_all(stopped, clean=flush and self._stop_requested)
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -649,22 +430,6 @@ class KafkaWorker(RunsInBackground):
             )
         except TurnNotRecorded:
             return None
-
-    def _on_committed(self, offsets: Offsets) -> None:
-        """Input offsets committed: forget the finished turns they passed, tombstone their
-        terminal records (a later commit carries them), and expire idempotency keys."""
-        records: list[OutRecord] = []
-        for (_, p), offset in offsets.items():
-            ps = self._parts.get(p)
-            if ps is not None:
-                records += [self._tombstone(p, key) for key in ps.committed(offset)]
-        if time.monotonic() >= self._next_expiry:
-            self._next_expiry = time.monotonic() + EXPIRY_INTERVAL_S
-            now_ms, ttl_ms = int(time.time() * 1000), int(self.options.idempotency_ttl_s * 1000)
-            for p, ps in self._parts.items():
-                records += [self._tombstone(p, k) for k in ps.journal.expire(now_ms, ttl_ms)]
-        if records:
-            self.committer.add_records(records, wake=False)  # cleanup rides the next commit
 
     # -- commit plumbing ------------------------------------------------------------------
 
