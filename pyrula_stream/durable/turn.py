@@ -175,6 +175,10 @@ class TurnRuntime:
         return self.request.agent
 
     @property
+    def partition(self) -> int:
+        return self.topics.partition
+
+    @property
     def next_seq(self) -> int:
         return self.events.next_seq
 
