@@ -27,8 +27,7 @@ from pyrula_stream.agent.limits import (
     check_spent,
     check_wall_time,
 )
-from pyrula_stream.durable.steps import StepData
-from pyrula_stream.durable.turn import TurnRuntime
+from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import (
     AgentDepthExceeded,
     ConfigurationError,
@@ -86,7 +85,7 @@ class AgentCalls:
 
     def __init__(
         self,
-        turn: TurnRuntime,
+        turn: TurnSteps,
         limits: AgentLimits,
         *,
         prefix: str,
@@ -251,7 +250,7 @@ class AgentCalls:
             parent_turn_id=turn.turn_id,
             parent_agent=turn.agent,
             parent_prefix=self._prefix,
-            parent_partition=turn.topics.partition,
+            parent_partition=turn.partition,
             call_key=call_key,
             depth=depth,
             max_depth=max_depth,

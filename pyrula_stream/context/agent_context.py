@@ -21,8 +21,7 @@ from pyrula_stream.context.memory_calls import AgentMemory
 from pyrula_stream.context.tool_calls import ToolCall, ToolCalls
 from pyrula_stream.context.tool_loop import ToolLoop, ToolResultBlock
 from pyrula_stream.context.waits import Waits
-from pyrula_stream.durable.steps import StepData
-from pyrula_stream.durable.turn import TurnRuntime
+from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import (
     ConcurrentCallIdError,
     ConfigurationError,
@@ -106,7 +105,7 @@ class AgentContext:
 
     def __init__(
         self,
-        turn: TurnRuntime,
+        turn: TurnSteps,
         loop: ToolLoop,
         tool_calls: ToolCalls,
         agent_calls: AgentCalls,

@@ -22,8 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyrula_stream.durable.journal import TurnJournal
-from pyrula_stream.durable.steps import StepData
-from pyrula_stream.durable.turn import TurnRuntime
+from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import ErrorCode, ReplayInputChanged
 from pyrula_stream.tools.contract import ToolCallable
 from pyrula_stream.wire.events import RunInterrupted
@@ -116,7 +115,7 @@ def answer_for(journal: TurnJournal, key: str) -> Signal | None:
     return None
 
 
-def ask(turn: TurnRuntime, question: Question) -> TurnParked:
+def ask(turn: TurnSteps, question: Question) -> TurnParked:
     """Publish ``run:interrupted`` (once per question) and return the park to raise."""
     if asked_before(turn.journal, question.key) is None:
         turn.emit(

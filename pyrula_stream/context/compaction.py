@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyrula_stream.agent.limits import AgentLimits
-from pyrula_stream.durable.steps import StepData
-from pyrula_stream.durable.turn import TurnRuntime
+from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.llm.base import LLMClient, ToolDefinition
 from pyrula_stream.wire.serde import fingerprint
@@ -73,7 +72,7 @@ async def _summarize(limits: AgentLimits, llm: LLMClient, history: Messages) -> 
 
 
 async def compacted_history(
-    turn: TurnRuntime,
+    turn: TurnSteps,
     limits: AgentLimits,
     llm: LLMClient,
     history: Messages,

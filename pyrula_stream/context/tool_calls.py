@@ -28,8 +28,7 @@ from pyrula_stream.context.approvals import (
     ask,
     denied_data,
 )
-from pyrula_stream.durable.steps import StepData
-from pyrula_stream.durable.turn import TurnRuntime
+from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import (
     ErrorCode,
     Poison,
@@ -77,7 +76,7 @@ class TurnToolRuntime:
 
     __slots__ = ("_turn", "cache_store")  # one per turn in flight
 
-    def __init__(self, turn: TurnRuntime, cache_store: CacheStore | None) -> None:
+    def __init__(self, turn: TurnSteps, cache_store: CacheStore | None) -> None:
         self._turn = turn
         self.cache_store = cache_store
 
@@ -106,7 +105,7 @@ class ToolCalls:
 
     def __init__(
         self,
-        turn: TurnRuntime,
+        turn: TurnSteps,
         limits: AgentLimits,
         *,
         http: httpx.AsyncClient,

@@ -1,6 +1,6 @@
 """The tool loop: model call, tool dispatch, unknown tools, limits, result truncation.
 
-Each model call and each tool call is a durable step of the turn (see ``runtime/turn.py``), so a
+Each model call and each tool call is a durable step of the turn (see ``durable/turn.py``), so a
 replayed turn rebuilds the same conversation without calling the model or the tools again.
 """
 
@@ -26,8 +26,7 @@ from pyrula_stream.context.approvals import Question, QuestionPending, ask
 from pyrula_stream.context.compaction import compacted_history
 from pyrula_stream.context.tool_calls import MAX_UNKNOWN_NAME, ToolCall, ToolCalls
 from pyrula_stream.durable.journal import model_call_fingerprint, tools_fingerprint
-from pyrula_stream.durable.steps import StepData
-from pyrula_stream.durable.turn import TurnRuntime
+from pyrula_stream.durable.steps import ModelSteps, StepData
 from pyrula_stream.errors import (
     LLMError,
     LLMProviderUnavailable,
@@ -91,7 +90,7 @@ class ToolLoop:
 
     def __init__(
         self,
-        turn: TurnRuntime,
+        turn: ModelSteps,
         llm: LLMClient,
         tools: Sequence[ToolCallable],
         limits: AgentLimits,

@@ -16,8 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyrula_stream.context.approvals import INTERRUPT, ask, new_question
-from pyrula_stream.durable.steps import StepData
-from pyrula_stream.durable.turn import TurnRuntime
+from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import ConfigurationError, WaitTimeout
 from pyrula_stream.wire.serde import TAKE_SIGNAL_KIND, fingerprint
 from pyrula_stream.wire.signals import MAX_SIGNAL_NAME, Signal, pending
@@ -48,7 +47,7 @@ class Waits:
 
     __slots__ = ("_taken", "_turn")  # one per turn in flight
 
-    def __init__(self, turn: TurnRuntime) -> None:
+    def __init__(self, turn: TurnSteps) -> None:
         self._turn = turn
         self._taken: dict[str, None] = {}
         """Signals this attempt's waits took (replayed or live): every earlier wait

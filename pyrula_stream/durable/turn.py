@@ -7,13 +7,19 @@ one transaction. The body does not wait for that commit, except at a ``barrier``
 a tool or ``ctx.step`` runs (an effect outside Kafka must never depend on a result that
 could still be lost) and when the turn finishes. Events that are not steps (deltas,
 status) ride the next commit too.
+
+When the turn finishes, the kernel writes its own closing records (tombstones of its
+steps, its terminal record, its result) and the features that kept something for the
+turn (its thread, its parent's reply, the replies and signals it took in) add theirs
+through the ``TurnCloser``s that the layer wiring the turn registers: the kernel names
+no feature.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,8 +29,6 @@ from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.steps import StepData
 from pyrula_stream.errors import ErrorCode, PyrulaError, TurnCancelled
 from pyrula_stream.observability.telemetry import TurnTelemetry
-from pyrula_stream.state.history import history_record
-from pyrula_stream.state.threads import ThreadHandle, closing_writes, thread_records
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import (
     EventRouting,
@@ -35,7 +39,6 @@ from pyrula_stream.wire.events import (
     TurnEvents,
 )
 from pyrula_stream.wire.records import (
-    ControlRequest,
     OutRecord,
     content_type_header,
     result_records,
@@ -50,11 +53,11 @@ from pyrula_stream.wire.serde import (
     TurnRequest,
     TurnResult,
 )
-from pyrula_stream.wire.signals import signal_key
-from pyrula_stream.wire.subagents import Park, park_key, reply_key, reply_record
 
 if TYPE_CHECKING:
     from pyrula_stream.durable.branch import Branch
+    from pyrula_stream.state.threads import ThreadHandle
+    from pyrula_stream.wire.subagents import Park
 
 
 class TurnOutput(Protocol):
@@ -72,6 +75,38 @@ class TurnOutput(Protocol):
     def hurry(self) -> None: ...
 
     def room(self, waited_s: float) -> Awaitable[None] | None: ...
+
+
+class TurnCloser(Protocol):
+    """A feature's part of a finishing turn's terminal transaction (its thread, its
+    parent's reply, the journal keys it added for the turn). The layer that wires the
+    turn registers one per feature (``TurnRuntime.closers``): the kernel names none."""
+
+    def __call__(self, closing: Closing, /) -> None:
+        """Add the feature's records to ``closing``."""
+
+
+@dataclass(slots=True)
+class Closing:
+    """A finishing turn as its closers see it, and what they add to its terminal
+    transaction, by where it goes there. The transaction holds, in this order (the
+    journal's compaction and its readers rely on it): the terminal event, the tombstones
+    of the turn's steps and progress, those of ``keys``, the terminal record, ``state``,
+    the idempotency record, the result, then ``others``."""
+
+    turn: TurnRuntime
+    terminal: Terminal
+    code: str | None
+    """The terminal's error code; ``None`` when the turn completed."""
+    entry: JournalEntry
+    """The turn's terminal journal entry."""
+    now_ms: int
+    keys: list[str] = field(default_factory=list)
+    """Journal keys the feature added for the turn, to tombstone."""
+    state: list[OutRecord] = field(default_factory=list)
+    """What outlives the turn (its recorded history, its thread's writes)."""
+    others: list[OutRecord] = field(default_factory=list)
+    """Records for other turns (the parent's reply, the children's cancels)."""
 
 
 class _EncodeLater:
@@ -94,11 +129,6 @@ class TurnTopics:
     journal: str
     events: EventRouting
     partition: int
-    history: str | None = None
-    """``<agent>.history`` when the agent keeps history (``keep_history=True``)."""
-    threads: str | None = None
-    """``<agent>.threads``: where a turn with a ``thread_id`` adds its messages."""
-    max_thread_turns: int = 0
 
 
 @dataclass(slots=True)
@@ -110,6 +140,8 @@ class TurnRuntime:
     topics: TurnTopics
     output: TurnOutput
     journal: TurnJournal
+    closers: tuple[TurnCloser, ...]
+    """What each feature adds to the terminal transaction, in the order it goes there."""
     attempt: int = 1
     max_record_bytes: int = 1_000_000
     max_event_count: int | None = None
@@ -139,7 +171,8 @@ class TurnRuntime:
     thread_base: list[dict[str, Any]] | None = None
     """The compacted history this turn used instead of its thread's earlier turns."""
     thread_writes: list[tuple[str, bytes | None]] = field(default_factory=list)
-    """What the terminal transaction wrote to the thread (applied locally once committed)."""
+    """What the terminal transaction wrote to the thread (applied locally once committed;
+    set by the thread's closer)."""
     events: TurnEvents = field(init=False)
     _unconfirmed: list[asyncio.Future[None]] = field(default_factory=list)
     _written: dict[int, JournalEntry] = field(default_factory=dict)
@@ -173,6 +206,10 @@ class TurnRuntime:
     @property
     def agent(self) -> str:
         return self.request.agent
+
+    @property
+    def partition(self) -> int:
+        return self.topics.partition
 
     @property
     def next_seq(self) -> int:
@@ -394,27 +431,15 @@ class TurnRuntime:
         if self.finished:
             return
         records = self.events.closing_records(terminal)
-        records += self.closing_records(terminal)
+        closing = self.close(terminal)
+        records += self.closing_records(closing)
         records += self.result_records(terminal)
-        if self.request.lineage is not None:  # the parent's reply, in the same transaction
-            records.append(reply_record(self.request, terminal, self.spend.as_dict()))
-        if isinstance(terminal, RunError) and terminal.code == ErrorCode.CANCELLED:
-            records += self._cancel_children(terminal.message)
+        records += closing.others  # in the same transaction
         self.finished = True
         await self.output.durable(self, records)
         self.telemetry.ended(
             None if isinstance(terminal, RunComplete) else terminal.code, self.started_ms
         )
-
-    def _cancel_children(self, reason: str) -> list[OutRecord]:
-        """Cancelling a turn cancels the children that have not replied, in its terminal
-        transaction; each ends with ``cancelled`` and its late reply is skipped."""
-        now = int(time.time() * 1000)
-        return [
-            ControlRequest(child, "cancel", f"parent {self.turn_id}: {reason}", now).record(topic)
-            for child, topic in sorted(self.children.items())
-            if child not in self.journal.replies
-        ]
 
     async def park(self, park: Park) -> None:
         """Journal what the turn waits for, after every step before it; from then on the
@@ -463,7 +488,8 @@ class TurnRuntime:
             max_bytes=self.max_record_bytes,
         )
 
-    def closing_records(self, terminal: Terminal) -> list[OutRecord]:
+    def close(self, terminal: Terminal) -> Closing:
+        """The turn's terminal entry, with what every closer adds to the transaction."""
         now = int(time.time() * 1000)
         code = None if isinstance(terminal, RunComplete) else terminal.code
         entry = JournalEntry(
@@ -480,6 +506,15 @@ class TurnRuntime:
             attempt=self.attempt,
             ts_ms=now,
         )
+        closing = Closing(self, terminal, code, entry, now)
+        for closer in self.closers:
+            closer(closing)
+        return closing
+
+    def closing_records(self, closing: Closing) -> list[OutRecord]:
+        """The turn's journal records up to its idempotency record (``Closing`` says where
+        the closers' records go)."""
+        entry = closing.entry
         # Every step key: restored ones and this attempt's, committed or still in flight.
         # A step only this attempt wrote may still ride the commit this tombstone joins:
         # then neither is sent.
@@ -492,52 +527,17 @@ class TurnRuntime:
         ]
         if self.journal.progress is not None or self.journal.raw_progress or self.progress_sent:
             records.append(self.journal_record(None, serde.journal_key(self.turn_id, -1, PROGRESS)))
-        keys = [reply_key(self.turn_id, child) for child in sorted(self.journal.replies)]
-        keys += [signal_key(self.turn_id, sid) for sid in sorted(self.journal.signals)]
-        if self.journal.park is not None or self.parked is not None:
-            keys.append(park_key(self.turn_id))
-        records += [self.journal_record(None, k) for k in keys]
+        records += [self.journal_record(None, k) for k in closing.keys]
         records.append(self.journal_record(entry, serde.journal_key(self.turn_id, -1, TERMINAL)))
-        if self.topics.history is not None:
-            records.append(
-                history_record(
-                    self.topics.history,
-                    self.request,
-                    {**self.journal.steps, **self._written}.values(),
-                    {"type": terminal.type, **entry.data, **terminal.data()},
-                    version=self.version,
-                    ts_ms=now,
-                    max_bytes=self.max_record_bytes,
-                    thread=self.thread,
-                )
-            )
-        self.thread_writes = []  # set only once its records are built (a failed turn: none)
-        # A branch sees its original's thread but never adds to it.
-        if (
-            self.thread is not None
-            and self.topics.threads is not None
-            and code is None
-            and self.branch is None
-        ):
-            writes = closing_writes(
-                self.thread,
-                self.request,
-                self.thread_messages,
-                {"status": "completed", "result": terminal.data().get("result")},
-                ts_ms=now,
-                max_turns=self.topics.max_thread_turns,
-                base=self.thread_base,
-            )
-            records += thread_records(
-                self.topics.threads,
-                self.topics.partition,
-                writes,
-                max_bytes=self.max_record_bytes,
-            )
-            self.thread_writes = writes
+        records += closing.state
         # The key's record names the turn that took the key; a duplicate only points at it.
-        if self.request.idempotency_key and code != ErrorCode.DUPLICATE_RUN:
+        if self.request.idempotency_key and closing.code != ErrorCode.DUPLICATE_RUN:
             records.append(
                 self.journal_record(entry, IDEMPOTENCY_PREFIX + self.request.idempotency_key)
             )
         return records
+
+    def every_step(self) -> Iterable[JournalEntry]:
+        """Every step of the turn: restored ones and this attempt's, committed or still
+        in flight (this attempt's entry where both have an index)."""
+        return {**self.journal.steps, **self._written}.values()

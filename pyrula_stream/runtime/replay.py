@@ -26,6 +26,7 @@ from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.turn import TurnRuntime, TurnTopics
 from pyrula_stream.errors import ConfigurationError, ErrorCode, ReplayInputChanged
 from pyrula_stream.llm.fake import FakeLLM
+from pyrula_stream.runtime.closing import OFFLINE_CLOSERS
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.options import WorkerOptions
 from pyrula_stream.state.history import TurnRecording
@@ -130,6 +131,7 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
         topics=TurnTopics(REPLAY_JOURNAL, EventRouting(REPLAY_EVENTS), 0),
         output=output,
         journal=journal,
+        closers=OFFLINE_CLOSERS,
         thread=recording.thread_handle(),
     )
     async with httpx.AsyncClient() as http:

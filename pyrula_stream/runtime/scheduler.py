@@ -26,6 +26,7 @@ from pyrula_stream.durable.turn import TurnRuntime, TurnTopics
 from pyrula_stream.errors import ErrorCode, TurnCancelled, TurnFailure
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.observability.tracing import TraceCarrier
+from pyrula_stream.runtime.closing import turn_closers
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.fairness import FairQueue, TenantRoom, tenant_of
@@ -95,6 +96,8 @@ class TurnScheduler:
         self._undeliverable: dict[str, str] = {}
         """Turns being ended because their records keep failing delivery, with why."""
         self.parked = ParkedTurns(parts, self.admit, self._cancels.__contains__, self.runtime_of)
+        self._closers = turn_closers(agent)
+        """What the agent's features add to a finishing turn's records (built once)."""
 
     @property
     def running_count(self) -> int:
@@ -197,16 +200,10 @@ class TurnScheduler:
         topics = agent.topics
         runtime = TurnRuntime(
             request=request,
-            topics=TurnTopics(
-                topics.journal,
-                agent.event_routing,
-                partition,
-                history=topics.history if agent.keep_history else None,
-                threads=topics.threads,
-                max_thread_turns=agent.max_thread_turns,
-            ),
+            topics=TurnTopics(topics.journal, agent.event_routing, partition),
             output=self._committer(),
             journal=journal,
+            closers=self._closers,
             attempt=journal.attempt + 1,
             max_record_bytes=self.options.max_record_bytes,
             max_event_count=limits.max_event_count_per_turn,
