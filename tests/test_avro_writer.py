@@ -29,7 +29,7 @@ from pyrula_stream.wire.events import (
     decode_event,
 )
 
-SCHEMAS = Path(serde.__file__).resolve().parent / "schemas"
+SCHEMAS = Path(serde.__file__).resolve().parent.parent / "schemas"
 SCHEMA = SCHEMAS / "event.avsc"
 
 LONGS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
