@@ -5,7 +5,7 @@ to the turn (``TurnRuntime.emit`` / a step's events / ``finish``); ``TurnEvents`
 it, applies the per-turn caps, encodes it once and routes it to ``<agent>.events`` plus
 any output topics routed for its type. Adding an event type means a payload class here,
 the site that emits it, the doc string of ``schemas/event.avsc`` and the table in
-``docs/pipelines.md``.
+``docs/pipelines.md`` (``tests/wire/test_wire_contract.py`` fails until both name it).
 
 Caps (``AgentLimits``):
 
