@@ -34,6 +34,7 @@ from pyrula_stream.wire.events import (
     Terminal,
     TurnEvents,
 )
+from pyrula_stream.wire.journal_keys import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, journal_key
 from pyrula_stream.wire.records import (
     ControlRequest,
     OutRecord,
@@ -42,14 +43,7 @@ from pyrula_stream.wire.records import (
     tombstone,
     wire_record,
 )
-from pyrula_stream.wire.serde import (
-    IDEMPOTENCY_PREFIX,
-    PROGRESS,
-    TERMINAL,
-    JournalEntry,
-    TurnRequest,
-    TurnResult,
-)
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest, TurnResult
 from pyrula_stream.wire.signals import signal_key
 from pyrula_stream.wire.subagents import Park, park_key, reply_key, reply_record
 
@@ -245,7 +239,7 @@ class TurnRuntime:
     def progress_record(self) -> OutRecord:
         """The turn's progress (attempt, next seq): rides every commit that touches the turn."""
         entry = self.progress_entry()
-        return self.journal_record(entry, serde.journal_key(self.turn_id, -1, PROGRESS))
+        return self.journal_record(entry, journal_key(self.turn_id, -1, PROGRESS))
 
     def progress_entry(self) -> JournalEntry:
         now = int(time.time() * 1000)
@@ -485,19 +479,17 @@ class TurnRuntime:
         # then neither is sent.
         restored = self.journal.step_indices()
         records = [
-            self.journal_record(
-                None, serde.journal_key(self.turn_id, i), unsent_key=i not in restored
-            )
+            self.journal_record(None, journal_key(self.turn_id, i), unsent_key=i not in restored)
             for i in sorted(restored | set(self._written))
         ]
         if self.journal.progress is not None or self.journal.raw_progress or self.progress_sent:
-            records.append(self.journal_record(None, serde.journal_key(self.turn_id, -1, PROGRESS)))
+            records.append(self.journal_record(None, journal_key(self.turn_id, -1, PROGRESS)))
         keys = [reply_key(self.turn_id, child) for child in sorted(self.journal.replies)]
         keys += [signal_key(self.turn_id, sid) for sid in sorted(self.journal.signals)]
         if self.journal.park is not None or self.parked is not None:
             keys.append(park_key(self.turn_id))
         records += [self.journal_record(None, k) for k in keys]
-        records.append(self.journal_record(entry, serde.journal_key(self.turn_id, -1, TERMINAL)))
+        records.append(self.journal_record(entry, journal_key(self.turn_id, -1, TERMINAL)))
         if self.topics.history is not None:
             records.append(
                 history_record(

@@ -64,6 +64,7 @@ from pyrula_stream.runtime.startup import (
 from pyrula_stream.state.history import TurnRecording, load_recording
 from pyrula_stream.tools.cache import CacheStore, InProcessCacheStore
 from pyrula_stream.wire import serde
+from pyrula_stream.wire.journal_keys import DEAD_LETTERED_PREFIX, INTAKE_MARK_KEY
 from pyrula_stream.wire.records import (
     ControlRequest,
     OutRecord,
@@ -71,7 +72,7 @@ from pyrula_stream.wire.records import (
     dead_letter_source,
     undeliverable_letter,
 )
-from pyrula_stream.wire.serde import DEAD_LETTERED_PREFIX, INTAKE_MARK_KEY, JournalEntry
+from pyrula_stream.wire.serde import JournalEntry
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,9 @@ from typing import Any
 
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.wire import guard, serde
+from pyrula_stream.wire.journal_keys import SIGNAL
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord, wire_record
-from pyrula_stream.wire.serde import SIGNAL, JournalEntry
+from pyrula_stream.wire.serde import JournalEntry
 
 RECORD_TYPE_HEADER = "pyrula-record-type"
 SIGNAL_RECORD_TYPE = "signal"

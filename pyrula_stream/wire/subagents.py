@@ -31,9 +31,10 @@ from typing import Any
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.wire import guard, serde
 from pyrula_stream.wire.events import RunComplete, Terminal
+from pyrula_stream.wire.journal_keys import PARK, REPLY, REPLY_CURSOR_KEY
 from pyrula_stream.wire.lineage import Lineage
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord, wire_record
-from pyrula_stream.wire.serde import PARK, REPLY, REPLY_CURSOR_KEY, JournalEntry, TurnRequest
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest
 
 CALL_KIND = "agent"
 """Journal kind of a call step (its data: the child's turn id)."""
