@@ -34,7 +34,15 @@ from pyrula_stream.wire.events import (
     Terminal,
     TurnEvents,
 )
-from pyrula_stream.wire.journal_keys import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, journal_key
+from pyrula_stream.wire.journal_keys import (
+    IDEMPOTENCY_PREFIX,
+    PROGRESS,
+    TERMINAL,
+    journal_key,
+    park_key,
+    reply_key,
+    signal_key,
+)
 from pyrula_stream.wire.records import (
     ControlRequest,
     OutRecord,
@@ -44,8 +52,7 @@ from pyrula_stream.wire.records import (
     wire_record,
 )
 from pyrula_stream.wire.serde import JournalEntry, TurnRequest, TurnResult
-from pyrula_stream.wire.signals import signal_key
-from pyrula_stream.wire.subagents import Park, park_key, reply_key, reply_record
+from pyrula_stream.wire.subagents import Park, reply_record
 
 if TYPE_CHECKING:
     from pyrula_stream.durable.branch import Branch

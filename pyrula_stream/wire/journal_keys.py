@@ -43,3 +43,15 @@ def parse_journal_key(key: str) -> tuple[str, str]:
     """``(turn_id, suffix)``: the suffix is a step index, ``progress`` or ``terminal``."""
     turn_id, _, suffix = key.rpartition("/")
     return turn_id, suffix
+
+
+def park_key(turn_id: str) -> str:
+    return f"{turn_id}/{PARK}"
+
+
+def reply_key(parent_turn_id: str, child: str) -> str:
+    return f"{parent_turn_id}/{REPLY}{child}"
+
+
+def signal_key(turn_id: str, signal_id: str) -> str:
+    return f"{turn_id}/{SIGNAL}{signal_id}"
