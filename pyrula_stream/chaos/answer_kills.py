@@ -33,7 +33,7 @@ from pyrula_stream.kafka.admin import DEFAULT_PREFIX, group_assignment
 from pyrula_stream.kafka.io import PartitionReader
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.wire.events import EventType, decode_event
-from pyrula_stream.wire.serde import SIGNAL
+from pyrula_stream.wire.journal_keys import SIGNAL
 
 TARGET_SHARE = 0.25
 """The share of answers whose turn's worker is killed once the answer is taken."""

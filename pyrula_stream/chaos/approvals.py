@@ -33,7 +33,8 @@ from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import MalformedRecordError, SignalRefused
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.wire.events import EventType, decode_event
-from pyrula_stream.wire.serde import SIGNAL, decode_journal_entry
+from pyrula_stream.wire.journal_keys import SIGNAL
+from pyrula_stream.wire.serde import decode_journal_entry
 
 APPROVAL_KEYS = ("approved_not_run", "rejected_ran", "answers_lost", "answers_doubled")
 REVIEWER = "chaos-reviewer"

@@ -20,7 +20,7 @@ from pyrula_stream.chaos.hostile import KIND_HEADER, REPLY_KINDS, HostileRecord
 from pyrula_stream.chaos.verify import Findings, Record
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.wire.events import EventType, decode_event
-from pyrula_stream.wire.serde import REPLY
+from pyrula_stream.wire.journal_keys import REPLY
 from pyrula_stream.wire.subagents import CHILD_TURN_HEADER
 
 HOSTILE_KEYS = (

@@ -25,13 +25,13 @@ from pyrula_stream.kafka.consumers import read_topic, reader_group_id
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.turn_lookup import TurnLookup
-from pyrula_stream.wire.serde import PARK, SIGNAL, TERMINAL, decode_journal_entry
+from pyrula_stream.wire.journal_keys import PARK, SIGNAL, TERMINAL, signal_key
+from pyrula_stream.wire.serde import decode_journal_entry
 from pyrula_stream.wire.signals import (
     SIGNAL_ID_HEADER,
     Signal,
     new_signal,
     refusal_reason,
-    signal_key,
     signal_record,
 )
 

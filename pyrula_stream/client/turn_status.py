@@ -18,13 +18,8 @@ from pyrula_stream.kafka.group import record_turn_id
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.wire import serde
-from pyrula_stream.wire.serde import (
-    PARK,
-    PROGRESS,
-    TERMINAL,
-    decode_journal_entry,
-    parse_journal_key,
-)
+from pyrula_stream.wire.journal_keys import PARK, PROGRESS, TERMINAL, parse_journal_key
+from pyrula_stream.wire.serde import decode_journal_entry
 
 TurnState = Literal["queued", "running", "deferred", "completed", "failed", "unknown"]
 

@@ -26,7 +26,7 @@ from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import ErrorCode, ReplayInputChanged
 from pyrula_stream.tools.contract import ToolCallable
 from pyrula_stream.wire.events import RunInterrupted
-from pyrula_stream.wire.serde import TAKE_SIGNAL_KIND
+from pyrula_stream.wire.journal_keys import TAKE_SIGNAL_KIND
 from pyrula_stream.wire.signals import Signal
 from pyrula_stream.wire.subagents import TurnParked
 

@@ -17,7 +17,7 @@ from typing import Any
 from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import ConfigurationError
-from pyrula_stream.llm.base import LLMClient, ToolDefinition
+from pyrula_stream.llm.base import LLMClient, ModelRequest, ToolDefinition
 from pyrula_stream.wire.serde import fingerprint
 
 SUMMARY_REQUEST = (
@@ -56,8 +56,8 @@ def needs_compaction(
 async def _summarize(limits: AgentLimits, llm: LLMClient, history: Messages) -> Messages:
     compactor = limits.history_compactor
     if compactor is None:
-        request = [*history, {"role": "user", "content": SUMMARY_REQUEST}]
-        return summary_messages((await llm.complete(request)).text)
+        request = ModelRequest([*history, {"role": "user", "content": SUMMARY_REQUEST}])
+        return summary_messages((await llm.complete_request(request)).text)
     out = compactor(list(history))
     if inspect.isawaitable(out):
         out = await out

@@ -36,11 +36,11 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.llm.base import (
     LLMClient,
+    ModelRequest,
     ModelResponse,
     OutputFormat,
     TextBlock,
     TextDelta,
-    ToolDefinition,
     ToolUseBlock,
 )
 from pyrula_stream.tools.contract import InvalidToolArguments, ToolCallable, check_bindable
@@ -314,7 +314,10 @@ class ToolLoop:
             if recorded is not None:
                 data = recorded
             else:
-                data = await self._live_call(index, messages, definitions, system, live_response)
+                request = ModelRequest(
+                    messages, definitions, system, output_format=self.output_format
+                )
+                data = await self._live_call(index, request, live_response)
                 records = _LiveCallRecords(self, index, live_response)  # made only now
                 turn.record_step(
                     step, "llm", "llm", input_hash, data, records.events, records.usage
@@ -333,12 +336,7 @@ class ToolLoop:
         return response
 
     async def _live_call(
-        self,
-        index: int,
-        messages: list[dict[str, Any]],
-        definitions: list[ToolDefinition],
-        system: str | None,
-        parsed: list[ModelResponse],
+        self, index: int, request: ModelRequest, parsed: list[ModelResponse]
     ) -> StepData:
         """Call the provider, coalescing text deltas into ``llm:delta`` events; the step's
         data, with the response into ``parsed`` as the JSON the journal records gives it
@@ -351,7 +349,14 @@ class ToolLoop:
         frames."""
         turn = self.turn
         check_wall_time(self.limits, turn.started_ms)
-        check_model_budget(self.limits, turn.spend, self.llm.model, messages, system, definitions)
+        check_model_budget(
+            self.limits,
+            turn.spend,
+            self.llm.model,
+            request.messages,
+            request.system,
+            request.tools,
+        )
         if turn.meter is not None:  # the tenant's token and cost caps, group-wide
             turn.meter.before_model_call()
         pending: list[str] = []
@@ -361,9 +366,8 @@ class ToolLoop:
         gated: Awaitable[None] | None = None
         """What ``room`` said when the call last had to wait for it: a call waits once at
         most, so a turn let go writes its records up to its next commit."""
-        native = {} if self.output_format is None else {"output_format": self.output_format}
         try:
-            async for item in self.llm.stream(messages, definitions or None, system, **native):
+            async for item in self.llm.stream_request(request):
                 if isinstance(item, TextDelta):
                     pending.append(item.text)
                     pending_chars += len(item.text)

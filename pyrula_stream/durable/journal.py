@@ -20,7 +20,7 @@ from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import SqliteView
 from pyrula_stream.wire.guard import bad_record_reason
-from pyrula_stream.wire.serde import (
+from pyrula_stream.wire.journal_keys import (
     DEAD_LETTERED_PREFIX,
     IDEMPOTENCY_PREFIX,
     INTAKE_MARK_KEY,
@@ -31,13 +31,15 @@ from pyrula_stream.wire.serde import (
     SIGNAL,
     TAKE_SIGNAL_KIND,
     TERMINAL,
+    journal_key,
+    parse_journal_key,
+)
+from pyrula_stream.wire.serde import (
     JournalEntry,
     RunningFingerprint,
     decode_journal_entry,
     encode,
     fingerprint,
-    journal_key,
-    parse_journal_key,
 )
 
 log = logging.getLogger(__name__)

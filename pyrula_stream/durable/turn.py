@@ -38,6 +38,7 @@ from pyrula_stream.wire.events import (
     Terminal,
     TurnEvents,
 )
+from pyrula_stream.wire.journal_keys import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, journal_key
 from pyrula_stream.wire.records import (
     OutRecord,
     content_type_header,
@@ -45,14 +46,7 @@ from pyrula_stream.wire.records import (
     tombstone,
     wire_record,
 )
-from pyrula_stream.wire.serde import (
-    IDEMPOTENCY_PREFIX,
-    PROGRESS,
-    TERMINAL,
-    JournalEntry,
-    TurnRequest,
-    TurnResult,
-)
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest, TurnResult
 
 if TYPE_CHECKING:
     from pyrula_stream.durable.branch import Branch
@@ -282,7 +276,7 @@ class TurnRuntime:
     def progress_record(self) -> OutRecord:
         """The turn's progress (attempt, next seq): rides every commit that touches the turn."""
         entry = self.progress_entry()
-        return self.journal_record(entry, serde.journal_key(self.turn_id, -1, PROGRESS))
+        return self.journal_record(entry, journal_key(self.turn_id, -1, PROGRESS))
 
     def progress_entry(self) -> JournalEntry:
         now = int(time.time() * 1000)
@@ -520,15 +514,13 @@ class TurnRuntime:
         # then neither is sent.
         restored = self.journal.step_indices()
         records = [
-            self.journal_record(
-                None, serde.journal_key(self.turn_id, i), unsent_key=i not in restored
-            )
+            self.journal_record(None, journal_key(self.turn_id, i), unsent_key=i not in restored)
             for i in sorted(restored | set(self._written))
         ]
         if self.journal.progress is not None or self.journal.raw_progress or self.progress_sent:
-            records.append(self.journal_record(None, serde.journal_key(self.turn_id, -1, PROGRESS)))
+            records.append(self.journal_record(None, journal_key(self.turn_id, -1, PROGRESS)))
         records += [self.journal_record(None, k) for k in closing.keys]
-        records.append(self.journal_record(entry, serde.journal_key(self.turn_id, -1, TERMINAL)))
+        records.append(self.journal_record(entry, journal_key(self.turn_id, -1, TERMINAL)))
         records += closing.state
         # The key's record names the turn that took the key; a duplicate only points at it.
         if self.request.idempotency_key and closing.code != ErrorCode.DUPLICATE_RUN:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pyrula_stream.llm.base import (
     LLMClient,
     LLMRate,
+    ModelRequest,
     ModelResponse,
     StreamingMode,
     TextBlock,
@@ -42,6 +43,7 @@ __all__ = [
     "LLMClient",
     "LLMRate",
     "LiteLLM",
+    "ModelRequest",
     "ModelResponse",
     "OpenAILLM",
     "StreamingMode",

@@ -17,12 +17,11 @@ from pyrula_stream.errors import ConfigurationError, ErrorCode, LLMError, Malfor
 from pyrula_stream.llm._retry import ProviderFailure, ProviderRetryPolicy, stream_with_retries
 from pyrula_stream.llm.base import (
     DEFAULT_MAX_RETRIES,
-    LLMClient,
     LLMRate,
-    OutputFormat,
+    ModelRequest,
+    RequestClient,
     StreamingMode,
     StreamItem,
-    ToolDefinition,
 )
 from pyrula_stream.llm.ratelimit import RateLimiter
 from pyrula_stream.llm.tokens import estimate_tokens
@@ -31,7 +30,7 @@ from pyrula_stream.wire import guard
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
-class SDKAdapter(LLMClient):
+class SDKAdapter(RequestClient):
     """Base for adapters built on an official provider SDK.
 
     The settings every provider takes are declared once, here, as dataclass fields: a
@@ -101,27 +100,22 @@ class SDKAdapter(LLMClient):
 
     # -- the call --------------------------------------------------------------------------
 
-    async def stream(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[ToolDefinition] | None = None,
-        system: str | None = None,
-        tool_choice: dict[str, Any] | None = None,
-        output_format: OutputFormat | None = None,
-    ) -> AsyncIterator[StreamItem]:
+    async def stream_request(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Yield text deltas, then one ``ModelResponse``; retried only before the first delta.
 
-        ``output_format`` asks the provider for a final answer matching its JSON Schema
-        (the model may still call tools first).
+        The request's ``output_format`` asks the provider for a final answer matching its
+        JSON Schema (the model may still call tools first).
 
         Raises ``LLMRateLimited`` (429s exhausted), ``LLMProviderUnavailable`` (5xx or
         connection errors exhausted), ``ProviderStreamTruncated`` (stream ended without its
         terminal event), ``ContextWindowExceeded`` (prompt too long) or ``LLMError``.
         """
-        estimated = estimate_tokens(messages, system, tools) if self._limiter else 0
+        estimated = (
+            estimate_tokens(request.messages, request.system, request.tools) if self._limiter else 0
+        )
 
         def attempt() -> AsyncGenerator[StreamItem, None]:
-            return self._attempt(messages, tools or [], system, tool_choice, output_format)
+            return self._attempt(request)
 
         items = stream_with_retries(
             attempt,
@@ -148,14 +142,7 @@ class SDKAdapter(LLMClient):
         )
 
     @abstractmethod
-    def _attempt(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[ToolDefinition],
-        system: str | None,
-        tool_choice: dict[str, Any] | None,
-        output_format: OutputFormat | None,
-    ) -> AsyncGenerator[StreamItem, None]:
+    def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         """One request: deltas then the response; raises SDK errors as they come."""
 
     @abstractmethod

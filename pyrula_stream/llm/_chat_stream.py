@@ -13,7 +13,7 @@ from typing import Any
 
 from pyrula_stream.llm._adapter import SDKAdapter
 from pyrula_stream.llm._openai_convert import STOP_REASONS
-from pyrula_stream.llm.base import ModelResponse, TextBlock, ToolDefinition, ToolUseBlock, Usage
+from pyrula_stream.llm.base import ModelRequest, ModelResponse, TextBlock, ToolUseBlock, Usage
 from pyrula_stream.llm.tokens import estimate_tokens, text_tokens
 
 log = logging.getLogger(__name__)
@@ -79,11 +79,7 @@ class CompletionState:
 
 
 def completion_response(
-    adapter: SDKAdapter,
-    state: CompletionState,
-    messages: list[dict[str, Any]],
-    system: str | None,
-    tools: list[ToolDefinition],
+    adapter: SDKAdapter, state: CompletionState, request: ModelRequest
 ) -> ModelResponse:
     """The one response of a finished stream; usage estimated when the server sent none."""
     finish = state.finish_reason or "stop"
@@ -103,7 +99,7 @@ def completion_response(
         # A server that ignores stream_options: estimate so budgets still count the call.
         log.warning("%s sent no usage; estimating tokens", adapter.provider)
         usage = Usage(
-            input_tokens=estimate_tokens(messages, system, tools),
+            input_tokens=estimate_tokens(request.messages, request.system, request.tools),
             output_tokens=text_tokens(
                 "".join(state.text) + "".join("".join(c.parts) for c in state.calls.values())
             ),

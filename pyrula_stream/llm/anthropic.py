@@ -16,12 +16,11 @@ from pyrula_stream.errors import ConfigurationError, ProviderStreamTruncated
 from pyrula_stream.llm._adapter import SDKAdapter, broken_read
 from pyrula_stream.llm._retry import FailureKind, ProviderFailure, parse_retry_after
 from pyrula_stream.llm.base import (
+    ModelRequest,
     ModelResponse,
-    OutputFormat,
     StreamItem,
     TextBlock,
     TextDelta,
-    ToolDefinition,
     ToolUseBlock,
     Usage,
 )
@@ -171,26 +170,20 @@ class AnthropicLLM(SDKAdapter):
             control["ttl"] = self.cache_ttl
         return control
 
-    def build_request(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[ToolDefinition] | None = None,
-        system: str | None = None,
-        tool_choice: dict[str, Any] | None = None,
-        output_format: OutputFormat | None = None,
-    ) -> dict[str, Any]:
+    def build_request(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments for ``messages.create`` (without ``stream``/``timeout``)."""
-        request: dict[str, Any] = {
+        params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,
-            "messages": [_wire_message(m) for m in messages],
+            "messages": [_wire_message(m) for m in request.messages],
         }
+        system, tools = request.system, request.tools
         if system:
             if self.prompt_caching:
                 block = {"type": "text", "text": system, "cache_control": self._cache_control()}
-                request["system"] = [block]
+                params["system"] = [block]
             else:
-                request["system"] = system
+                params["system"] = system
         if tools:
             wire_tools: list[dict[str, Any]] = [
                 {"name": t.name, "description": t.description, "input_schema": t.input_schema}
@@ -199,38 +192,31 @@ class AnthropicLLM(SDKAdapter):
             if self.prompt_caching:
                 # One breakpoint after the last tool caches every definition before it.
                 wire_tools[-1]["cache_control"] = self._cache_control()
-            request["tools"] = wire_tools
-        if tool_choice:
-            request["tool_choice"] = tool_choice
-        if output_format is not None:
+            params["tools"] = wire_tools
+        if request.tool_choice:
+            params["tool_choice"] = request.tool_choice
+        if request.output_format is not None:
             # Native structured output: the model may still call tools; its final text is
             # JSON matching the schema. The SDK's transform_schema moves what the API does
             # not constrain (e.g. minLength) into descriptions.
             from anthropic import transform_schema
 
-            schema = transform_schema(output_format.schema)
-            request["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+            schema = transform_schema(request.output_format.schema)
+            params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         if self.temperature is not None:
             # The SDK no longer types a temperature parameter; send it as-is and let the API
             # accept or refuse it for this model.
-            request["extra_body"] = {"temperature": self.temperature}
-        return request
+            params["extra_body"] = {"temperature": self.temperature}
+        return params
 
     # -- one attempt -------------------------------------------------------------------------
 
-    async def _attempt(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[ToolDefinition],
-        system: str | None,
-        tool_choice: dict[str, Any] | None,
-        output_format: OutputFormat | None,
-    ) -> AsyncGenerator[StreamItem, None]:
-        request = self.build_request(messages, tools, system, tool_choice, output_format)
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        params = self.build_request(request)
         extra: dict[str, Any] = {}
         if self.llm_call_timeout is not None:
             extra["timeout"] = self.llm_call_timeout
-        stream = await self._sdk_client().messages.create(**request, stream=True, **extra)
+        stream = await self._sdk_client().messages.create(**params, stream=True, **extra)
         state = _MessageState(self.model)
         async with stream:
             try:

@@ -1,4 +1,4 @@
-"""The provider-neutral model interface: messages, content blocks, responses, usage.
+"""The provider-neutral model interface: messages, content blocks, requests, responses, usage.
 
 Messages use one internal shape (Anthropic-like) everywhere: the journal, ``FakeLLM`` and
 the tool loop. Each provider adapter converts to and from its own wire format.
@@ -17,7 +17,7 @@ import functools
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -141,6 +141,35 @@ content_blocks_adapter: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[Conte
 
 
 @dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One model call as one value: what the tool loop or compaction asks a model.
+
+    It goes whole through ``stream_request``, the fallback chain, the retry loop and each
+    adapter's ``build_request``, so a new field is added here (and as a keyword of
+    ``RequestClient.stream``) instead of to every adapter's signatures, the way temporalio
+    passes its frozen input dataclasses. ``tool_choice`` and ``output_format`` are
+    optional: a client is given one only when it is set (and ``FallbackLLM`` gives each
+    client only those its ``stream`` takes).
+    """
+
+    messages: list[dict[str, Any]]
+    tools: list[ToolDefinition] = field(default_factory=list)
+    system: str | None = None
+    tool_choice: dict[str, Any] | None = None
+    output_format: OutputFormat | None = None
+
+    def keywords(self) -> dict[str, Any]:
+        """The optional fields that are set, as ``stream`` keywords."""
+        return {
+            name: value for name in OPTIONAL_FIELDS if (value := getattr(self, name)) is not None
+        }
+
+
+OPTIONAL_FIELDS = ("tool_choice", "output_format")
+"""The fields of ``ModelRequest`` a client's ``stream`` takes as optional keywords."""
+
+
+@dataclass(frozen=True, slots=True)
 class LLMRate:
     """A request and token budget per minute, shared by every turn in a worker process."""
 
@@ -158,9 +187,11 @@ def _parameters(stream: Callable[..., Any]) -> frozenset[str]:
 class LLMClient(ABC):
     """Abstract base for provider adapters.
 
-    The frozen core is ``stream`` and ``complete``. Optional keywords (``tool_choice``,
-    ``output_format``) are passed only when ``accepts_keyword`` finds them on the adapter's
-    signature.
+    The frozen core is ``stream`` and ``complete``: a client implements ``stream``, and
+    optional keywords (``tool_choice``, ``output_format``) are passed only when
+    ``accepts_keyword`` finds them on its signature. The library calls
+    ``stream_request`` with a ``ModelRequest``, which by default calls ``stream`` with the
+    request's fields; a client built on the request itself (``RequestClient``) overrides it.
     """
 
     provider: str | None = None
@@ -178,12 +209,22 @@ class LLMClient(ABC):
     ) -> AsyncIterator[StreamItem]:
         """Yield text deltas while the model writes, then the complete ``ModelResponse``."""
 
+    def stream_request(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """``stream`` of one request: its fields as arguments, optional ones only when set."""
+        return self.stream(
+            request.messages, request.tools or None, request.system, **request.keywords()
+        )
+
     async def complete(
         self, messages: list[dict[str, Any]], system: str | None = None
     ) -> ModelResponse:
-        """One call without tools; the default drains ``stream``."""
+        """One call without tools (``complete_request`` of the request they make)."""
+        return await self.complete_request(ModelRequest(messages, system=system))
+
+    async def complete_request(self, request: ModelRequest) -> ModelResponse:
+        """One call's complete response; the default drains ``stream_request``."""
         final: ModelResponse | None = None
-        async for item in self.stream(messages, None, system):
+        async for item in self.stream_request(request):
             if isinstance(item, ModelResponse):
                 final = item
         if final is None:
@@ -203,3 +244,25 @@ class LLMClient(ABC):
     def describe(self) -> str:
         """A short label for logs and the demo banner; never includes secrets."""
         return f"{type(self).__name__}({self.model})"
+
+
+class RequestClient(LLMClient):
+    """A client built on ``ModelRequest`` (the SDK adapters, ``FallbackLLM``): it
+    implements ``stream_request``, and its ``stream`` takes every field of the request."""
+
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[ToolDefinition] | None = None,
+        system: str | None = None,
+        tool_choice: dict[str, Any] | None = None,
+        output_format: OutputFormat | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        """``stream_request`` of the request these arguments make."""
+        return self.stream_request(
+            ModelRequest(messages, tools or [], system, tool_choice, output_format)
+        )
+
+    @abstractmethod
+    def stream_request(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """Yield text deltas while the model writes, then the complete ``ModelResponse``."""

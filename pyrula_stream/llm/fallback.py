@@ -11,20 +11,27 @@ metrics and ``llm:complete`` name the model that answered.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from pyrula_stream.errors import ConfigurationError, ErrorCode, PyrulaError
-from pyrula_stream.llm.base import LLMClient, ModelResponse, StreamItem, ToolDefinition
+from pyrula_stream.llm.base import (
+    OPTIONAL_FIELDS,
+    LLMClient,
+    ModelRequest,
+    ModelResponse,
+    RequestClient,
+    StreamItem,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ON = (ErrorCode.LLM_PROVIDER_UNAVAILABLE.value, ErrorCode.LLM_RATE_LIMITED.value)
-OPTIONAL_KEYWORDS = ("tool_choice", "output_format")
 
 
-class FallbackLLM(LLMClient):
+class FallbackLLM(RequestClient):
     """``FallbackLLM([primary, secondary, ...], on=("llm_provider_unavailable",
     "llm_rate_limited"))``: the first client that answers answers."""
 
@@ -48,20 +55,13 @@ class FallbackLLM(LLMClient):
     def __repr__(self) -> str:
         return self.describe()
 
-    async def stream(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[ToolDefinition] | None = None,
-        system: str | None = None,
-        **optional: Any,
-    ) -> AsyncIterator[StreamItem]:
+    async def stream_request(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """The stream of the first client that answers (``tool_choice`` and
         ``output_format`` reach each client that takes them)."""
         for index, client in enumerate(self.clients):
-            kwargs = {k: v for k, v in optional.items() if client.accepts_keyword(k)}
             shown = False
             try:
-                async for item in client.stream(messages, tools, system, **kwargs):
+                async for item in client.stream_request(_taken_by(client, request)):
                     if isinstance(item, ModelResponse):
                         yield item.model_copy(
                             update={
@@ -87,4 +87,14 @@ class FallbackLLM(LLMClient):
                 )
 
     def accepts_keyword(self, name: str) -> bool:
-        return name in OPTIONAL_KEYWORDS and any(c.accepts_keyword(name) for c in self.clients)
+        return name in OPTIONAL_FIELDS and any(c.accepts_keyword(name) for c in self.clients)
+
+
+def _taken_by(client: LLMClient, request: ModelRequest) -> ModelRequest:
+    """``request`` without the optional fields ``client``'s ``stream`` does not take."""
+    left_out: dict[str, Any] = {
+        name: None
+        for name in OPTIONAL_FIELDS
+        if getattr(request, name) is not None and not client.accepts_keyword(name)
+    }
+    return dataclasses.replace(request, **left_out) if left_out else request

@@ -28,7 +28,7 @@ from pyrula_stream.llm._openai_convert import (
     to_openai_tools,
 )
 from pyrula_stream.llm._retry import FailureKind, ProviderFailure, parse_retry_after
-from pyrula_stream.llm.base import OutputFormat, StreamItem, TextDelta, ToolDefinition
+from pyrula_stream.llm.base import ModelRequest, StreamItem, TextDelta
 
 # Keywords the adapter sets itself, each from a setting of its own (or never to be changed:
 # a retry inside litellm would restart a stream behind the retry loop's back).
@@ -113,19 +113,12 @@ class LiteLLM(SDKAdapter):
         hidden = [v for k, v in extra.items() if isinstance(v, str) and _SECRET_NAMES.search(k)]
         return [*super()._secrets(), *hidden]
 
-    def build_request(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[ToolDefinition] | None = None,
-        system: str | None = None,
-        tool_choice: dict[str, Any] | None = None,
-        output_format: OutputFormat | None = None,
-    ) -> dict[str, Any]:
+    def build_request(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments for ``litellm.acompletion`` (without the key)."""
-        request: dict[str, Any] = {
+        params: dict[str, Any] = {
             **(self.extra or {}),
             "model": self.model,
-            "messages": to_openai_messages(messages, system),
+            "messages": to_openai_messages(request.messages, request.system),
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": self.max_tokens,
@@ -133,33 +126,27 @@ class LiteLLM(SDKAdapter):
             "max_retries": 0,
         }
         if self.api_base is not None:
-            request["api_base"] = self.api_base
+            params["api_base"] = self.api_base
         if self.temperature is not None:
-            request["temperature"] = self.temperature
+            params["temperature"] = self.temperature
         if self.llm_call_timeout is not None:
-            request["timeout"] = self.llm_call_timeout
-        if tools:
-            request["tools"] = to_openai_tools(tools)
+            params["timeout"] = self.llm_call_timeout
+        tool_choice = request.tool_choice
+        if request.tools:
+            params["tools"] = to_openai_tools(request.tools)
             if tool_choice:
-                request["tool_choice"] = to_openai_tool_choice(tool_choice)
+                params["tool_choice"] = to_openai_tool_choice(tool_choice)
                 if tool_choice.get("disable_parallel_tool_use"):
-                    request["parallel_tool_calls"] = False
-        if output_format is not None:
-            request["response_format"] = to_openai_response_format(output_format)
-        return request
+                    params["parallel_tool_calls"] = False
+        if request.output_format is not None:
+            params["response_format"] = to_openai_response_format(request.output_format)
+        return params
 
-    async def _attempt(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[ToolDefinition],
-        system: str | None,
-        tool_choice: dict[str, Any] | None,
-        output_format: OutputFormat | None,
-    ) -> AsyncGenerator[StreamItem, None]:
-        request = self.build_request(messages, tools, system, tool_choice, output_format)
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        params = self.build_request(request)
         if self._api_key is not None:
-            request["api_key"] = self._api_key
-        stream = await _sdk().acompletion(**request)
+            params["api_key"] = self._api_key
+        stream = await _sdk().acompletion(**params)
         state = CompletionState(self.model)
         try:
             async for chunk in stream:
@@ -173,7 +160,7 @@ class LiteLLM(SDKAdapter):
                 await close()
         if state.finish_reason is None:
             raise ProviderStreamTruncated("litellm stream ended without a finish_reason")
-        yield completion_response(self, state, messages, system, tools)
+        yield completion_response(self, state, request)
 
     def _classify(self, exc: BaseException) -> ProviderFailure | None:
         import openai

@@ -22,12 +22,7 @@ from pyrula_stream.llm._openai_convert import (
     to_openai_tools,
 )
 from pyrula_stream.llm._retry import FailureKind, ProviderFailure, parse_retry_after
-from pyrula_stream.llm.base import (
-    OutputFormat,
-    StreamItem,
-    TextDelta,
-    ToolDefinition,
-)
+from pyrula_stream.llm.base import ModelRequest, StreamItem, TextDelta
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -97,50 +92,37 @@ class OpenAILLM(SDKAdapter):
             client, self._client = self._client, None
             await client.close()
 
-    def build_request(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[ToolDefinition] | None = None,
-        system: str | None = None,
-        tool_choice: dict[str, Any] | None = None,
-        output_format: OutputFormat | None = None,
-    ) -> dict[str, Any]:
+    def build_request(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments for ``chat.completions.create`` (without ``timeout``)."""
-        request: dict[str, Any] = {
+        params: dict[str, Any] = {
             "model": self.model,
-            "messages": to_openai_messages(messages, system),
+            "messages": to_openai_messages(request.messages, request.system),
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_completion_tokens": self.max_tokens,
         }
         optional = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
-        request.update({k: v for k, v in optional.items() if v is not None})
-        if tools:
-            request["tools"] = to_openai_tools(tools)
+        params.update({k: v for k, v in optional.items() if v is not None})
+        tool_choice = request.tool_choice
+        if request.tools:
+            params["tools"] = to_openai_tools(request.tools)
             parallel = self.parallel_tool_calls
             if tool_choice and tool_choice.get("disable_parallel_tool_use"):
                 parallel = False
             if parallel is not None:  # the API refuses parallel_tool_calls without tools
-                request["parallel_tool_calls"] = parallel
+                params["parallel_tool_calls"] = parallel
             if tool_choice:
-                request["tool_choice"] = to_openai_tool_choice(tool_choice)
-        if output_format is not None:
-            request["response_format"] = to_openai_response_format(output_format)
-        return request
+                params["tool_choice"] = to_openai_tool_choice(tool_choice)
+        if request.output_format is not None:
+            params["response_format"] = to_openai_response_format(request.output_format)
+        return params
 
-    async def _attempt(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[ToolDefinition],
-        system: str | None,
-        tool_choice: dict[str, Any] | None,
-        output_format: OutputFormat | None,
-    ) -> AsyncGenerator[StreamItem, None]:
-        request = self.build_request(messages, tools, system, tool_choice, output_format)
+    async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        params = self.build_request(request)
         extra: dict[str, Any] = {}
         if self.llm_call_timeout is not None:
             extra["timeout"] = self.llm_call_timeout
-        stream = await self._sdk_client().chat.completions.create(**request, **extra)
+        stream = await self._sdk_client().chat.completions.create(**params, **extra)
         state = CompletionState(self.model)
         async with stream:
             try:
@@ -155,7 +137,7 @@ class OpenAILLM(SDKAdapter):
                 raise broken from None
         if state.finish_reason is None:
             raise ProviderStreamTruncated("openai stream ended without a finish_reason")
-        yield completion_response(self, state, messages, system, tools)
+        yield completion_response(self, state, request)
 
     def _classify(self, exc: BaseException) -> ProviderFailure | None:
         import httpx2

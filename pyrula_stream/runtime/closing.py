@@ -17,9 +17,9 @@ from pyrula_stream.errors import ErrorCode
 from pyrula_stream.state.history import history_record
 from pyrula_stream.state.threads import closing_writes, thread_records
 from pyrula_stream.wire.events import RunError
+from pyrula_stream.wire.journal_keys import park_key, reply_key, signal_key
 from pyrula_stream.wire.records import ControlRequest
-from pyrula_stream.wire.signals import signal_key
-from pyrula_stream.wire.subagents import park_key, reply_key, reply_record
+from pyrula_stream.wire.subagents import reply_record
 
 
 def close_replies(closing: Closing) -> None:

@@ -32,8 +32,8 @@ from pyrula_stream.runtime.poison import CrashGuard, IntakeMark, intake_owner
 from pyrula_stream.runtime.restore import restore_partition
 from pyrula_stream.runtime.scheduler import TurnScheduler
 from pyrula_stream.runtime.session import GroupSession, SessionLost
+from pyrula_stream.wire.journal_keys import INTAKE_MARK_KEY
 from pyrula_stream.wire.records import OutRecord
-from pyrula_stream.wire.serde import INTAKE_MARK_KEY
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,9 @@ from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
 from pyrula_stream.runtime.scheduler import TurnScheduler
 from pyrula_stream.runtime.session import GroupSession
 from pyrula_stream.wire import serde
+from pyrula_stream.wire.journal_keys import DEAD_LETTERED_PREFIX
 from pyrula_stream.wire.records import ControlRequest, content_type_header, dead_letter_source
-from pyrula_stream.wire.serde import DEAD_LETTERED_PREFIX, JournalEntry
+from pyrula_stream.wire.serde import JournalEntry
 
 log = logging.getLogger(__name__)
 

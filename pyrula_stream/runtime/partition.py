@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pyrula_stream.durable.journal import PartitionJournal
 from pyrula_stream.runtime.poison import CrashGuard
 from pyrula_stream.state.threads import PartitionThreads
-from pyrula_stream.wire.serde import DEAD_LETTERED_PREFIX, TERMINAL, TurnRequest, journal_key
+from pyrula_stream.wire.journal_keys import DEAD_LETTERED_PREFIX, TERMINAL, journal_key
+from pyrula_stream.wire.serde import TurnRequest
 
 
 @dataclass

@@ -42,8 +42,9 @@ from typing import Any
 
 from pyrula_stream.runtime.options import PoisonOptions
 from pyrula_stream.wire import serde
+from pyrula_stream.wire.journal_keys import INTAKE_MARK_KEY
 from pyrula_stream.wire.records import OutRecord, wire_record
-from pyrula_stream.wire.serde import INTAKE_MARK_KEY, JournalEntry
+from pyrula_stream.wire.serde import JournalEntry
 
 log = logging.getLogger(__name__)
 

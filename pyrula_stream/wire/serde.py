@@ -10,8 +10,8 @@ With a Schema Registry (``ValueCodec`` from ``pyrula_stream.kafka.schema_registr
 Avro value is in the Confluent wire format and the header ends in ``;framing=confluent``;
 readers given a codec accept both, so a topic can migrate.
 
-Journal keys, their kinds and the input ``fingerprint`` are wire too: every journal
-written so far depends on their bytes.
+The input ``fingerprint`` is wire too: every journal written so far depends on its
+bytes. The journal's keys are in ``journal_keys``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import orjson
 
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.wire import guard as wire_guard
+from pyrula_stream.wire import journal_keys
 from pyrula_stream.wire.avro_writer import record_writer
 from pyrula_stream.wire.guard import DEFAULT_LIMITS, DecodeLimits
 from pyrula_stream.wire.lineage import Lineage
@@ -110,43 +111,7 @@ class JournalEntry:
 
     @property
     def key(self) -> str:
-        return journal_key(self.turn_id, self.step, self.kind)
-
-
-def journal_key(turn_id: str, step: int, kind: str = "") -> str:
-    """``turn_id/<step>`` for steps, ``turn_id/progress`` and ``turn_id/terminal`` otherwise."""
-    if step >= 0:
-        return f"{turn_id}/{step}"
-    return f"{turn_id}/{kind}"
-
-
-def parse_journal_key(key: str) -> tuple[str, str]:
-    """``(turn_id, suffix)``: the suffix is a step index, ``progress`` or ``terminal``."""
-    turn_id, _, suffix = key.rpartition("/")
-    return turn_id, suffix
-
-
-# The kinds of journal keys that are not step indices.
-PROGRESS = "progress"
-TERMINAL = "terminal"
-IDEMPOTENCY_PREFIX = "idem/"
-PARK = "park"
-"""``turn_id/park``: the turn waits (for sub-agent replies or a time); its journal owns it."""
-REPLY = "reply:"
-"""``turn_id/reply:<child turn id>``: a sub-agent's outcome, journaled with its offset."""
-SIGNAL = "signal:"
-"""``turn_id/signal:<signal id>``: a signal (or an answer) for the turn, journaled with its
-offset; kept until a wait takes it or the turn ends."""
-TAKE_SIGNAL_KIND = "take_signal"
-"""The kind of the step that takes a signal (its data: the signal's id) or its timeout."""
-REPLY_CURSOR_KEY = "cursor/replies"
-"""The partition's read position in the agent's replies topic (same partition number)."""
-INTAKE_MARK_KEY = "cursor/intake"
-"""The partition's intake mark (``runtime/poison.py``): who reads it, from where."""
-DEAD_LETTERED_PREFIX = "dead-lettered/"
-"""``dead-lettered/<offset>``: the turns record at that offset went to the DLQ, committed
-with its dead letter; kept until the committed input offset passes it, so a record read
-again after a crash is not dead-lettered twice."""
+        return journal_keys.journal_key(self.turn_id, self.step, self.kind)
 
 
 _CANONICAL = json.JSONEncoder(

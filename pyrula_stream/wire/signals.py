@@ -30,8 +30,9 @@ from typing import Any
 
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.wire import guard, serde
+from pyrula_stream.wire.journal_keys import signal_key
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord, wire_record
-from pyrula_stream.wire.serde import SIGNAL, JournalEntry
+from pyrula_stream.wire.serde import JournalEntry
 
 RECORD_TYPE_HEADER = "pyrula-record-type"
 SIGNAL_RECORD_TYPE = "signal"
@@ -139,10 +140,6 @@ def parse_signal(value: bytes | None, position: int) -> Signal:
     data = guard.loads_object(value, "signal")
     signal = guard.decode("signal", lambda: Signal.from_data(data))
     return Signal(**{**signal.data(), "position": position})
-
-
-def signal_key(turn_id: str, signal_id: str) -> str:
-    return f"{turn_id}/{SIGNAL}{signal_id}"
 
 
 def signal_journal_record(topic: str, partition: int, signal: Signal) -> OutRecord:

@@ -31,9 +31,10 @@ from typing import Any
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.wire import guard, serde
 from pyrula_stream.wire.events import RunComplete, Terminal
+from pyrula_stream.wire.journal_keys import PARK, REPLY_CURSOR_KEY, park_key, reply_key
 from pyrula_stream.wire.lineage import Lineage
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord, wire_record
-from pyrula_stream.wire.serde import PARK, REPLY, REPLY_CURSOR_KEY, JournalEntry, TurnRequest
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest
 
 CALL_KIND = "agent"
 """Journal kind of a call step (its data: the child's turn id)."""
@@ -156,14 +157,6 @@ def _journal(topic: str, partition: int, key: str, entry: JournalEntry) -> OutRe
         "journal_entry",
         partition=partition,
     )
-
-
-def reply_key(parent_turn_id: str, child: str) -> str:
-    return f"{parent_turn_id}/{REPLY}{child}"
-
-
-def park_key(turn_id: str) -> str:
-    return f"{turn_id}/{PARK}"
 
 
 def reply_journal_record(topic: str, partition: int, reply: Reply) -> OutRecord:

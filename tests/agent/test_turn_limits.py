@@ -24,7 +24,8 @@ from pyrula_stream import (
 from pyrula_stream.llm import FakeLLM, reply_tool_call, reply_tool_calls
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 from pyrula_stream.wire.events import decode_event
-from pyrula_stream.wire.serde import decode_journal_entry, parse_journal_key
+from pyrula_stream.wire.journal_keys import parse_journal_key
+from pyrula_stream.wire.serde import decode_journal_entry
 
 QUICK_STOP = WorkerOptions(shutdown_grace=0.2)
 

@@ -21,6 +21,7 @@ from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import Event
+from pyrula_stream.wire.journal_keys import SIGNAL
 from pyrula_stream.wire.lineage import Lineage
 from pyrula_stream.wire.records import ControlRequest
 from pyrula_stream.wire.serde import JournalEntry
@@ -396,7 +397,7 @@ def _answer_record(turn: str, signal_id: str, offset: int) -> verify.Record:
     return verify.Record(
         0,
         offset,
-        f"{turn}/{serde.SIGNAL}{signal_id}",
+        f"{turn}/{SIGNAL}{signal_id}",
         serde.encode("journal_entry", entry),
         {serde.CONTENT_TYPE_HEADER: serde.content_type("journal_entry")},
         0,
