@@ -11,7 +11,7 @@ LOWEST_TESTS := tests/runtime/test_turn_end_to_end.py tests/durable/test_durabil
 	tests/wire/test_requests.py tests/wire/test_schemas.py tests/runtime/test_dead_letters.py \
 	tests/client/test_status.py tests/context/test_tool_loop.py tests/kafka/test_topics.py
 
-.PHONY: setup demo test test-lowest lint typecheck docs chaos pipelines bench broker-jars browser clean
+.PHONY: setup demo test test-fast test-lowest lint typecheck docs chaos pipelines bench broker-jars browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,9 +60,15 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# The suite under coverage: pytest prints the 20 slowest tests, then one coverage figure.
 test: setup browser lint typecheck docs
 	$(MAKE) test-lowest
-	$(BIN)/pytest
+	$(BIN)/coverage run -m pytest
+	@echo "coverage of pyrula_stream by the suite (its own process): $$($(BIN)/coverage report --format=total)%"
+
+# The tests that need no broker, on their own (well under a minute).
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not broker"
 
 # The core suite on the lowest confluent-kafka and pydantic we support (.venv-quix).
 test-lowest: setup
@@ -80,4 +86,4 @@ bench: setup
 	$(BIN)/python -m pyrula_stream.bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(QUIX_VENV) .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) $(QUIX_VENV) .pytest_cache .mypy_cache .ruff_cache site .coverage

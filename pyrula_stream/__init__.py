@@ -1,4 +1,4 @@
-"""pyrula-stream: run LLM agents as Apache Kafka stream processors.
+"""pyrula-stream: run LLM agents as Apache Kafka stream processors (floor 9, the face).
 
 Turn requests arrive on ``<prefix>.<agent>.turns``; ``@kafka_agent`` workers (one consumer
 group) run the model's tool loop, journal every step to a compacted changelog, and publish

@@ -1,4 +1,5 @@
-"""The benchmark: what pyrula-stream costs on top of Kafka, measured against the floor.
+"""The benchmark (floor 9): what pyrula-stream costs on top of Kafka, measured against
+the floor.
 
 ``python -m pyrula_stream.bench`` (``make bench``) runs five phases against a local broker
 (or ``--bootstrap-servers`` / ``KAFKA_BOOTSTRAP_SERVERS``) on ``FakeLLM``: throughput

@@ -1,4 +1,5 @@
-"""The chaos harness: proof that a worker can die at any instant and nothing is lost.
+"""The chaos harness (floor 9): proof that a worker can die at any instant and nothing is
+lost.
 
 ``python -m pyrula_stream.chaos --turns N --workers W --kills K`` runs N turns (two model
 calls and one side-effect tool call each) through W worker processes, SIGKILLs a random

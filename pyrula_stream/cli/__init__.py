@@ -1,5 +1,5 @@
-"""``pyrula-stream``: broker, topics, worker, submit, tail and answers, for people at a
-terminal."""
+"""``pyrula-stream`` (floor 9): broker, topics, worker, submit, tail and answers, for
+people at a terminal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The step kernel: one turn's journal, its replay decisions and its step recording.
+"""The step kernel (floor 5): one turn's journal, its replay decisions and its step
+recording.
 
 - ``journal``: what a turn has already done (journaled steps, progress, terminal record).
 - ``turn``: one running turn, ``durable_step`` and the records it writes.

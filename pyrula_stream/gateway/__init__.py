@@ -1,4 +1,5 @@
-"""The HTTP gateway: submit and stream Kafka turns over HTTP and Server-Sent Events.
+"""The HTTP gateway (floor 9): submit and stream Kafka turns over HTTP and Server-Sent
+Events.
 
 ``create_app`` (needs the ``gateway`` extra: FastAPI) builds the app; ``AgentClient``
 (httpx only) talks to it. Both are imported on first use, so the client does not pull

@@ -1,4 +1,5 @@
-"""Model clients: the provider-neutral interface, ``FakeLLM`` and the provider adapters.
+"""Model clients (floor 3): the provider-neutral interface, ``FakeLLM`` and the provider
+adapters.
 
 ``AnthropicLLM``, ``OpenAILLM`` and ``LiteLLM`` are loaded on first access, so importing
 this package does not import (or require) the provider SDKs.

@@ -258,3 +258,23 @@ def test_the_reader_sees_lazy_and_type_only_imports(tmp_path: Path) -> None:
     assert floor_of("pyrula_stream.kafka.stores.memory") == 4
     assert floor_of("pyrula_stream.kafka.config") == 3
     assert floor_of(PACKAGE) == 9
+
+
+def test_every_package_says_its_floor() -> None:
+    """A package's ``__init__`` docstring names the floor its row in ``FLOORS`` gives, so a
+    reader learns the layer where the code is, not only in this table."""
+    wrong = []
+    for module, path in modules().items():
+        if path.name != "__init__.py":
+            continue
+        floor = floor_of(module)
+        docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if f"floor {floor}" not in " ".join(docstring.split()):
+            wrong.append(f"{path.relative_to(SOURCE.parent)} (floor {floor})")
+    assert not wrong, "package docstrings that do not name their floor:\n" + "\n".join(wrong)
+
+
+def test_the_package_root_keeps_a_handful_of_modules() -> None:
+    """New concepts arrive as packages on their floor, never loose at the root."""
+    loose = sorted(p.name for p in SOURCE.glob("*.py"))
+    assert len(loose) <= 6, f"{len(loose)} modules at the package root: {loose}"
