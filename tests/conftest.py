@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
@@ -10,7 +11,7 @@ from contextlib import AbstractAsyncContextManager
 import pytest
 
 from pyrula_stream import KafkaAgent, KafkaAgentClient, KafkaWorker, WorkerOptions
-from pyrula_stream.testing import running_worker
+from pyrula_stream.testing import BOOTSTRAP_ENV, local_kafka, running_worker
 from tests.approvals_kit import HITL_OPTIONS, Refunds, Serve
 
 # litellm fetches its cost map from the internet when imported unless told to use the copy
@@ -30,6 +31,26 @@ BROKER_FIXTURES = frozenset(
 """Fixtures that start (or need) a real broker: a test that uses one, directly or through
 another fixture, is marked ``broker``, so ``pytest -m "not broker"`` runs the rest alone.
 A test that starts a broker of its own says so with ``@pytest.mark.broker``."""
+
+
+_SHARED_BROKER = contextlib.ExitStack()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``pytest -n N`` (pytest-xdist, as ``make test`` runs), the controller starts
+    the session's one broker before the workers start, and they inherit its address
+    (``KAFKA_BOOTSTRAP_SERVERS``): one broker for the whole run, not one per worker."""
+    is_worker = hasattr(config, "workerinput")
+    distributed = bool(getattr(config.option, "numprocesses", None))
+    if is_worker or not distributed or os.environ.get(BOOTSTRAP_ENV):
+        return
+    os.environ[BOOTSTRAP_ENV] = _SHARED_BROKER.enter_context(local_kafka())
+    config.add_cleanup(_stop_shared_broker)
+
+
+def _stop_shared_broker() -> None:
+    os.environ.pop(BOOTSTRAP_ENV, None)
+    _SHARED_BROKER.close()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -152,18 +152,29 @@ async def test_metrics_label_the_first_20_tenants_and_count_the_rest_as_other(
     async def agent(ctx: AgentContext) -> str:
         return await ctx.llm.run([{"role": "user", "content": "hi"}])
 
+    def tenant_turns(exposition: str) -> dict[str, float]:
+        counts: dict[str, float] = {}
+        for line in exposition.splitlines():
+            if line.startswith("pyrula_tenant_turns_total{"):
+                labels, value = line.rsplit(" ", 1)
+                tenant = labels.split('tenant="', 1)[1].split('"', 1)[0]
+                counts[tenant] = counts.get(tenant, 0) + float(value)
+        return counts
+
     async with running_worker(agent, kafka_bootstrap_servers) as worker:
         for n in range(22):
             events = await client.run(agent.name, thread_id=f"tenant-{n}", timeout=60)
             assert events[-1].type == "run:complete"
+        # A turn is counted once its commit is confirmed, which a client reading the
+        # committed completion event can see a moment before the worker does.
+        await wait_for(
+            lambda: sum(tenant_turns(worker.metrics.exposition().decode()).values()) >= 22,
+            30,
+            "22 turns counted",
+        )
         exposition = worker.metrics.exposition().decode()
 
-    counts: dict[str, float] = {}
-    for line in exposition.splitlines():
-        if line.startswith("pyrula_tenant_turns_total{"):
-            labels, value = line.rsplit(" ", 1)
-            tenant = labels.split('tenant="', 1)[1].split('"', 1)[0]
-            counts[tenant] = counts.get(tenant, 0) + float(value)
+    counts = tenant_turns(exposition)
     assert len(counts) == 21 and counts["other"] == 2
     assert sum(counts.values()) == 22
     assert "pyrula_tenant_model_tokens_total{" in exposition

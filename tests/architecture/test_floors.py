@@ -9,7 +9,8 @@ a function, under ``TYPE_CHECKING``), so a lazy import cannot hide an upward arr
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,17 +131,19 @@ def imports_of(module: str, path: Path, known: dict[str, Path]) -> Iterator[Impo
                 yield Import(module, path, node.lineno, target, alias.name)
 
 
-def all_imports() -> list[Import]:
+@functools.cache
+def all_imports() -> tuple[Import, ...]:
+    """Every import between our modules, read once for the tests below."""
     known = modules()
-    return [
+    return tuple(
         found
         for module, path in known.items()
         for found in imports_of(module, path, known)
         if found.target != module
-    ]
+    )
 
 
-def cycles(edges: list[Import]) -> list[list[str]]:
+def cycles(edges: Sequence[Import]) -> list[list[str]]:
     """The strongly connected components (Tarjan) with more than one module."""
     graph: dict[str, set[str]] = {}
     for edge in edges:

@@ -296,12 +296,12 @@ def test_status_of_a_queued_turn_and_of_an_agent_without_topics(
 def test_submit_to_a_wrong_address_fails_at_its_timeout_with_one_clear_line() -> None:
     port = free_port()  # nothing listens there
     result = cli(
-        "submit", "support", "x=1", "--timeout", "3", "--bootstrap-servers", f"127.0.0.1:{port}"
+        "submit", "support", "x=1", "--timeout", "1", "--bootstrap-servers", f"127.0.0.1:{port}"
     )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert last_line(result.stderr).startswith(
-        f"error: cannot reach Kafka at 127.0.0.1:{port} within 3s"
+        f"error: cannot reach Kafka at 127.0.0.1:{port} within 1s"
     )
     assert "Connection refused" in last_line(result.stderr)
     # librdkafka retries every few tens of milliseconds; the user reads one line about it.

@@ -8,6 +8,7 @@ That the settings really work end to end is shown on a SASL_SSL broker in
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,9 @@ MAY_OMIT = {
 ENVIRONMENT_ONLY = ("bench", "chaos")
 
 
+@functools.cache
 def _modules() -> list[tuple[Path, ast.Module]]:
+    """Every module of the package, parsed once for the scans below (nothing mutates them)."""
     return [(p, ast.parse(p.read_text())) for p in sorted(PACKAGE.rglob("*.py"))]
 
 

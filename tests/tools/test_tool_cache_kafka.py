@@ -231,7 +231,7 @@ async def test_writes_that_cannot_be_shared_fail_clearly(
 
 async def test_an_unreachable_broker_is_named_at_start() -> None:
     address = f"127.0.0.1:{free_port()}"
-    store = KafkaCacheStore(address, prefix=unique_name("cache"), start_timeout_s=2)
+    store = KafkaCacheStore(address, prefix=unique_name("cache"), start_timeout_s=1)
     with pytest.raises(BrokerUnavailableError, match=address):
         await asyncio.to_thread(store.start)
     store.close()  # closing after a failed start is safe, and so is repeating it

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from playwright.async_api import Browser, Page, Route
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def browser() -> AsyncIterator[Browser]:
     """One headless Chromium for the session (the UI's and the web chat's tests), started
     only when a browser test asks for it."""
