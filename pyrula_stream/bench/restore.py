@@ -33,8 +33,9 @@ from pyrula_stream.kafka.consumers import reader_consumer
 from pyrula_stream.kafka.table import PartitionedTable
 from pyrula_stream.runtime.restore import restore_journal
 from pyrula_stream.wire import serde
+from pyrula_stream.wire.fingerprint import fingerprint
 from pyrula_stream.wire.records import content_type_header
-from pyrula_stream.wire.serde import JournalEntry, fingerprint
+from pyrula_stream.wire.serde import JournalEntry
 
 STEPS_PER_TURN = 10
 

@@ -36,8 +36,9 @@ from pyrula_stream.errors import (
     WriteToolBlocked,
 )
 from pyrula_stream.wire.events import SubagentResult, SubagentStart
+from pyrula_stream.wire.fingerprint import fingerprint
 from pyrula_stream.wire.lineage import Lineage
-from pyrula_stream.wire.serde import TurnRequest, fingerprint
+from pyrula_stream.wire.serde import TurnRequest
 from pyrula_stream.wire.subagents import (
     CALL_KIND,
     REPLY_KIND,

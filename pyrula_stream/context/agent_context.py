@@ -38,7 +38,7 @@ from pyrula_stream.tools.contract import (
     encode_result,
 )
 from pyrula_stream.wire.events import Status
-from pyrula_stream.wire.serde import fingerprint
+from pyrula_stream.wire.fingerprint import fingerprint
 from pyrula_stream.wire.signals import Signal
 from pyrula_stream.wire.subagents import TurnParked
 

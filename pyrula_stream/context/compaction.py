@@ -18,7 +18,7 @@ from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.llm.base import LLMClient, ModelRequest, ToolDefinition
-from pyrula_stream.wire.serde import fingerprint
+from pyrula_stream.wire.fingerprint import fingerprint
 
 SUMMARY_REQUEST = (
     "Summarize the conversation so far for your own later use: every fact, name, number, "

@@ -25,8 +25,8 @@ from pyrula_stream.state.memory import (
     check_namespace,
     encode_item,
 )
+from pyrula_stream.wire.fingerprint import fingerprint
 from pyrula_stream.wire.records import OutRecord
-from pyrula_stream.wire.serde import fingerprint
 
 if TYPE_CHECKING:
     from pyrula_stream.durable.steps import DurableSteps, StepData

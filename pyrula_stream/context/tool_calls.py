@@ -46,7 +46,7 @@ from pyrula_stream.tools.contract import (
     check_bindable,
 )
 from pyrula_stream.wire.events import Status, ToolResult, ToolStart
-from pyrula_stream.wire.serde import fingerprint
+from pyrula_stream.wire.fingerprint import fingerprint
 from pyrula_stream.wire.text import truncate_utf8
 
 if TYPE_CHECKING:

@@ -45,8 +45,8 @@ from pyrula_stream.llm.base import (
 )
 from pyrula_stream.tools.contract import InvalidToolArguments, ToolCallable, check_bindable
 from pyrula_stream.wire.events import LlmComplete, LlmDelta
+from pyrula_stream.wire.fingerprint import RunningFingerprint
 from pyrula_stream.wire.records import OutRecord
-from pyrula_stream.wire.serde import RunningFingerprint
 from pyrula_stream.wire.subagents import TurnParked
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from typing import Any
 from pyrula_stream.context.approvals import INTERRUPT, ask, new_question
 from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import ConfigurationError, WaitTimeout
+from pyrula_stream.wire.fingerprint import fingerprint
 from pyrula_stream.wire.journal_keys import TAKE_SIGNAL_KIND
-from pyrula_stream.wire.serde import fingerprint
 from pyrula_stream.wire.signals import MAX_SIGNAL_NAME, Signal, pending
 from pyrula_stream.wire.subagents import TurnParked
 

@@ -19,6 +19,7 @@ from typing import Any
 from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import SqliteView
+from pyrula_stream.wire.fingerprint import RunningFingerprint, fingerprint
 from pyrula_stream.wire.guard import bad_record_reason
 from pyrula_stream.wire.journal_keys import (
     DEAD_LETTERED_PREFIX,
@@ -34,13 +35,7 @@ from pyrula_stream.wire.journal_keys import (
     journal_key,
     parse_journal_key,
 )
-from pyrula_stream.wire.serde import (
-    JournalEntry,
-    RunningFingerprint,
-    decode_journal_entry,
-    encode,
-    fingerprint,
-)
+from pyrula_stream.wire.serde import JournalEntry, decode_journal_entry, encode
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from pyrula_stream.errors import ConfigurationError, MCPServerUnavailable, ToolR
 from pyrula_stream.mcp.tools import MCPTool, MCPToolListing
 from pyrula_stream.tools.mcp_servers import MCPServer
 from pyrula_stream.tools.retry import run_with_retry
-from pyrula_stream.wire.serde import fingerprint
+from pyrula_stream.wire.fingerprint import fingerprint
 
 if TYPE_CHECKING:
     from mcp.types import Tool

@@ -1,7 +1,8 @@
 """The wire (floor 2): what our records look like on Kafka, and nothing that sends them.
 
-- ``serde``: the Avro and JSON codecs of ``schemas/``, turn requests, results, journal
-  entries and the input fingerprint.
+- ``serde``: the Avro and JSON codecs of ``schemas/``: turn requests, results, journal
+  entries.
+- ``fingerprint``: a step input's hash, which replay compares with the recorded one.
 - ``journal_keys``: the journal topic's keys (``turn_id/<step>`` and the other kinds).
 - ``avro_writer``: one writer built per schema.
 - ``records``: ``OutRecord``, a record ready to produce, and its size check.

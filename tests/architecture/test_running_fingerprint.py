@@ -16,7 +16,7 @@ from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.bench.workload import ScriptModel
 from pyrula_stream.llm import reply_text, reply_tool_call
 from pyrula_stream.testing import running_worker, unique_name
-from pyrula_stream.wire.serde import RunningFingerprint, fingerprint
+from pyrula_stream.wire.fingerprint import RunningFingerprint, fingerprint
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
