@@ -41,7 +41,7 @@ from pyrula_stream.kafka.config import (
 )
 from pyrula_stream.kafka.connection_log import unreachable_reason
 from pyrula_stream.kafka.consumers import raise_if_denied
-from pyrula_stream.kafka.offsets import kafka_error, watermarks
+from pyrula_stream.kafka.offsets import kafka_error, offset_at, watermarks
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.wire.serde import headers_dict
 
@@ -244,13 +244,10 @@ class PartitionReader:
         self._consumer.assign(start)
 
     def _offset_at(self, partition: int, since_ms: int) -> int:
-        # The end is read first: a record written after it has a later timestamp,
-        # so when no record is as new as since_ms, starting there misses nothing.
         try:
-            _, end = watermarks(self._consumer, self.topic, partition, timeout_s=self.timeout_s)
-            found = self._consumer.offsets_for_times(
-                [TopicPartition(self.topic, partition, since_ms)], timeout=self.timeout_s
-            )[0]
+            return offset_at(
+                self._consumer, self.topic, partition, since_ms, timeout_s=self.timeout_s
+            )
         except KafkaException as exc:
             if _is_transport(exc):
                 raise broker_unavailable(
@@ -260,7 +257,6 @@ class PartitionReader:
             if err is not None:
                 raise_if_denied(self._conf, err, self.topic)
             raise
-        return int(found.offset) if found.offset >= 0 else int(end)
 
     def poll(
         self, timeout_s: float
@@ -353,20 +349,11 @@ class TopicFollower:
             if since_ms is None:
                 start += [TopicPartition(name, p, OFFSET_BEGINNING) for p in partitions]
             else:
-                # Ends first: a record written after them is newer than since_ms, so when
-                # no record is that new, starting at the end read here misses nothing.
-                ends = [
-                    self._consumer.get_watermark_offsets(
-                        TopicPartition(name, p), timeout=10, cached=False
-                    )[1]
-                    for p in partitions
-                ]
-                found = self._consumer.offsets_for_times(
-                    [TopicPartition(name, p, since_ms) for p in partitions], timeout=10
-                )
                 start += [
-                    TopicPartition(name, tp.partition, tp.offset if tp.offset >= 0 else end)
-                    for tp, end in zip(found, ends, strict=True)
+                    TopicPartition(
+                        name, p, offset_at(self._consumer, name, p, since_ms, timeout_s=10.0)
+                    )
+                    for p in partitions
                 ]
             if resume:
                 start = [
@@ -426,14 +413,9 @@ class PartitionFollower(TopicFollower):
 
     def start_offset(self, topic: str, partition: int, since_ms: int | None) -> int:
         """The first offset at or after ``since_ms`` (the log start without it)."""
-        tp = TopicPartition(topic, partition)
-        low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
         if since_ms is None:
-            return int(low)
-        found = self._consumer.offsets_for_times(
-            [TopicPartition(topic, partition, since_ms)], timeout=10
-        )[0]
-        return int(found.offset) if found.offset >= 0 else int(high)
+            return watermarks(self._consumer, topic, partition, timeout_s=10.0)[0]
+        return offset_at(self._consumer, topic, partition, since_ms, timeout_s=10.0)
 
     def read_from(self, topic: str, partition: int, offset: int, *, assigned: bool) -> None:
         """Read the partition from ``offset`` (re-assigning it when already read)."""

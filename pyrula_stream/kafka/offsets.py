@@ -7,7 +7,8 @@ is ``position >= end`` (or the partition-EOF event), never ``==``: transaction m
 occupy offsets, so the position can pass the last data record (quix #1017 hung on ``==``).
 
 ``kafka_error`` is the one unwrap of a ``KafkaException``'s ``KafkaError``; ``watermarks``
-the one end-offset query, retrying the errors of a topic created a moment ago.
+the one end-offset query and ``offset_at`` the one offset-by-time query, both retrying the
+errors of a topic created a moment ago or a leader elected a moment ago.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "committed_offset",
     "kafka_error",
     "next_batch",
+    "offset_at",
     "partitions_of",
     "read_to_end",
     "to_record",
@@ -40,6 +42,9 @@ _LEADERSHIP_MOVING = frozenset(
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError._TIMED_OUT,
+        # A new leader whose high watermark is not caught up yet (just after a broker
+        # restart); Kafka's protocol marks it retriable, librdkafka's flag does not.
+        KafkaError.OFFSET_NOT_AVAILABLE,
         # A group's coordinator being found or loading (a group nobody has used yet).
         KafkaError.NOT_COORDINATOR,
         KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -108,6 +113,26 @@ def watermarks(
         return int(low), int(high)
 
     result: tuple[int, int] = _retrying(time.monotonic() + timeout_s, ask)
+    return result
+
+
+def offset_at(
+    consumer: Consumer, topic: str, partition: int, since_ms: int, *, timeout_s: float = 30.0
+) -> int:
+    """The first offset whose record is at or after ``since_ms``, else the end.
+
+    The end is read first: a record written after it has a later timestamp, so when no
+    record is as new as ``since_ms``, starting at that end misses nothing.
+    """
+    _, end = watermarks(consumer, topic, partition, timeout_s=timeout_s)
+
+    def ask() -> int:
+        (found,) = consumer.offsets_for_times(
+            [TopicPartition(topic, partition, since_ms)], timeout=min(timeout_s, 10.0)
+        )
+        return int(found.offset) if found.offset >= 0 else end
+
+    result: int = _retrying(time.monotonic() + timeout_s, ask)
     return result
 
 
