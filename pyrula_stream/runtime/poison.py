@@ -128,6 +128,9 @@ class CrashGuard:
     in_flight: int | None = None
     gate: asyncio.Future[None] | None = None
     held: deque[Any] = field(default_factory=deque)
+    left: set[int] = field(default_factory=set)
+    """Offsets of turns admitted here that did not start (pinned to a version this
+    worker lacks): not in flight, and no reason to stay careful for them."""
 
     @classmethod
     def restored(
@@ -240,7 +243,9 @@ class CrashGuard:
         return "run"
 
     def ended(self, offset: int, committable: int | None) -> None:
-        """A turn of this partition ended (or parked): the next careful turn may start."""
+        """A turn of this partition ended, parked or was not started (``declined``): the
+        next careful turn may start. ``committable``: how far the partition's own work
+        has got, past the offsets it ``left``."""
         if self.in_flight != offset:
             return
         self.in_flight = None

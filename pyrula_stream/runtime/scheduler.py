@@ -177,6 +177,7 @@ class TurnScheduler:
                 version,
                 known_versions(self.agent),
             )
+            self._declined(ps, queued)
             return
         ps.journal.turns[turn_id] = journal  # replies land here while the turn runs
         runtime = self._new_runtime(partition, queued.request, journal, queued.trace, queued.offset)
@@ -284,11 +285,21 @@ class TurnScheduler:
             return
         ps.watermark.done(queued.offset)
         self._committer().offsets_changed()
-        if ps.crash_guard is not None:
-            ps.crash_guard.ended(queued.offset, ps.watermark.committable())
+        guard = ps.crash_guard
+        if guard is not None:
+            guard.ended(queued.offset, ps.watermark.committable_past(guard.left))
         nxt = ps.dequeue(queued.request.key)
         if nxt is not None:
             self.admit(ps.partition, nxt)
+
+    def _declined(self, ps: PartitionState, queued: QueuedTurn) -> None:
+        """A turn admitted here will not start (its offset stays uncommitted, its key's
+        later turns behind it): careful mode must not wait for it to end."""
+        guard = ps.crash_guard
+        if guard is None or queued.offset < 0:
+            return
+        guard.left.add(queued.offset)
+        guard.ended(queued.offset, ps.watermark.committable_past(guard.left))
 
     # -- cancel, revoke, abort ------------------------------------------------------------
 
