@@ -23,7 +23,9 @@ consumer to read as far as the turns partition reached when the signal was read 
 A reply whose parse succeeded is never charged for this worker's own failures (a local
 table that cannot be read, a bug): deciding or applying it that fails ends the session
 (``failure``), so the partition is restored from its journal and the reply read again
-from the journaled position, instead of being logged and passed.
+from the journaled position, instead of being logged and passed. A reply that fails
+``max_failures`` times in a row is quarantined: dead-lettered with code
+``poison_quarantine``, and the position moves past it.
 """
 
 from __future__ import annotations
@@ -140,8 +142,15 @@ class ParkedTurns:
         admit: Callable[[int, QueuedTurn], None],
         cancelled: Callable[[str], bool],
         running: Callable[[str], TurnRuntime | None],
+        *,
+        max_failures: int = 3,
+        quarantined: Callable[[str], None] = lambda source: None,
     ) -> None:
         self._parts = parts
+        self._max_failures = max_failures
+        self._quarantined = quarantined
+        self._failures: dict[tuple[int, int], int] = {}
+        """Per (partition, offset), how often deciding that reply failed in a row."""
         self._admit = admit
         self._cancelled = cancelled
         self._running = running
@@ -165,6 +174,9 @@ class ParkedTurns:
 
     def _failed(self, record: ConsumedRecord | None, partition: int, exc: BaseException) -> None:
         where = f"offset {record.offset}" if record is not None else "a reply"
+        if record is not None:
+            at = (partition, record.offset)
+            self._failures = {at: self._failures.get(at, 0) + 1}  # in a row: forget others
         log.error(
             "replies partition %d: %s could not be decided or applied (%r); restoring the "
             "partition from its journal to read it again",
@@ -397,6 +409,11 @@ class ParkedTurns:
         p = record.partition
         if self.failure is not None:
             return  # an earlier reply failed: this one is read again after the restore
+        failures = self._failures.get((p, record.offset), 0)
+        if failures >= self._max_failures:
+            del self._failures[(p, record.offset)]
+            self._quarantine(record, topics, worker_id, committer, failures)
+            return
         taken: Reply | Signal | None
         why: str | None = None
         try:
@@ -425,8 +442,26 @@ class ParkedTurns:
         except Exception as exc:
             self._failed(record, p, exc)
             return
+        self._failures.pop((p, record.offset), None)
         if taken is not None:
             committed.add_done_callback(partial(self._on_taken, p, taken))
+
+    def _quarantine(
+        self,
+        record: ConsumedRecord,
+        topics: AgentTopics,
+        worker_id: str,
+        committer: GroupCommitter,
+        failures: int,
+    ) -> None:
+        """Deciding this reply failed ``failures`` sessions in a row: dead-letter it as
+        poison and move the position past it (it can be redriven once the cause is fixed)."""
+        p = record.partition
+        why = f"deciding it ended {failures} sessions of this worker in a row"
+        letter = _refusal_letter(record, topics, worker_id, why, ErrorCode.POISON_QUARANTINE)
+        records = [cursor_record(topics.journal, p, record.offset + 1), letter]
+        committer.durable_records(replies_owner(p), records)
+        self._quarantined("replies")
 
     def _signal_refusal(self, ps: PartitionState, signal: Signal) -> str | None:
         journal = _journal_of(ps, signal.turn_id)
@@ -499,13 +534,18 @@ class ParkedTurns:
 
 
 def _refusal_letter(
-    record: ConsumedRecord, topics: AgentTopics, worker_id: str, why: str
+    record: ConsumedRecord,
+    topics: AgentTopics,
+    worker_id: str,
+    why: str,
+    code: ErrorCode | None = None,
 ) -> OutRecord:
     """The dead letter of a refused reply or signal: the reason its sender reads."""
     signal = is_signal(record.headers)
-    what, code = (
+    what, refused = (
         ("signal", ErrorCode.SIGNAL_REFUSED) if signal else ("reply", ErrorCode.UNSOLICITED_REPLY)
     )
+    code = refused if code is None else code
     source = f"{topics.replies}[{record.partition}]@{record.offset}"
     log.warning("refused the %s at %s: %s", what, source, why)
     return dead_letter(

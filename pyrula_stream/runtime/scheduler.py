@@ -95,7 +95,14 @@ class TurnScheduler:
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._undeliverable: dict[str, str] = {}
         """Turns being ended because their records keep failing delivery, with why."""
-        self.parked = ParkedTurns(parts, self.admit, self._cancels.__contains__, self.runtime_of)
+        self.parked = ParkedTurns(
+            parts,
+            self.admit,
+            self._cancels.__contains__,
+            self.runtime_of,
+            max_failures=options.poison.max_retries,
+            quarantined=telemetry.metrics.quarantined,
+        )
         self._closers = turn_closers(agent)
         """What the agent's features add to a finishing turn's records (built once)."""
 
@@ -136,8 +143,10 @@ class TurnScheduler:
             if decision == "quarantine":
                 queued.quarantine = (
                     f"the record at {self.agent.topics.turns}[{partition}]@{queued.offset} "
-                    f"was running alone when {guard.options.max_retries} worker processes died"
+                    f"was running alone when {guard.options.max_retries} worker processes died "
+                    "(or their sessions ended)"
                 )
+                self._telemetry.metrics.quarantined("turns")
         self._waiting.push(partition, queued)  # a free slot goes to the tenants in turn
         if len(self._running) < self.options.max_concurrent_turns:
             self.fill_slots()

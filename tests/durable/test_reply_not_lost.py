@@ -1,6 +1,7 @@
 """A child's reply is never lost to a failure after it was read: the worker that cannot
-apply a reply it has taken restores the partition from its journal (where the reply is
-durable) instead of logging the failure and moving on (issue 46)."""
+decide or apply a reply restores the partition from its journal and reads the reply
+again, instead of logging the failure and moving on; a reply that keeps failing is
+quarantined to the DLQ, never skipped (issue 46)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,22 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream import AgentContext, Event, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream import (
+    AgentContext,
+    Event,
+    KafkaAgent,
+    KafkaAgentClient,
+    WorkerOptions,
+    kafka_agent,
+)
 from pyrula_stream.llm import FakeLLM
-from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.runtime.options import PoisonOptions
+from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 
 QUICK = WorkerOptions(shutdown_grace=0.2)
 
 
-async def test_a_reply_the_parent_worker_fails_to_apply_still_wakes_the_parent(
-    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
-) -> None:
-    release = asyncio.Event()
-
+def agents(release: asyncio.Event) -> tuple[KafkaAgent, KafkaAgent]:
     @kafka_agent(name=unique_name("refunds"), llm=FakeLLM(["ok"]), partitions=1)
     async def refunds(ctx: AgentContext, order_id: str) -> dict[str, Any]:
         await release.wait()  # answers only once the parent's disk has failed
@@ -30,6 +35,14 @@ async def test_a_reply_the_parent_worker_fails_to_apply_still_wakes_the_parent(
         done = await ctx.call_agent(refunds, order_id=order_id)
         return f"refunded {done['refunded']}"
 
+    return refunds, triage
+
+
+async def test_a_reply_the_parent_worker_fails_to_apply_still_wakes_the_parent(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    release = asyncio.Event()
+    refunds, triage = agents(release)
     parent_options = WorkerOptions(shutdown_grace=0.2, state_dir=tmp_path)
     async with (
         running_worker(refunds, kafka_bootstrap_servers, QUICK),
@@ -38,14 +51,63 @@ async def test_a_reply_the_parent_worker_fails_to_apply_still_wakes_the_parent(
         handle = await client.submit(triage.name, order_id="7")
         await wait_for(lambda: parent.parked_turns == 1, 60, "the parent parked")
         # The parked turns' local table (a SQLite file the partition's journal rebuilds)
-        # is damaged under the worker, as a failing disk would: applying the reply to
-        # the parked parent now raises, after the reply was read and journaled.
+        # is damaged under the worker, as a failing disk would: deciding the reply for
+        # the parked parent now raises, after the reply was read and parsed.
         damage_parked_table(tmp_path)
         release.set()
         events = await asyncio.wait_for(_events(client, triage.name, handle.turn_id), 90)
+        restarts = parent.metrics.exposition().decode()
 
     assert events[-1].type == "run:complete", [e.data for e in events]
     assert events[-1].data["result"] == "refunded 500"
+    assert metric(restarts, "pyrula_session_restarts_total", triage.name, 'repeated="false"') == 1
+    assert metric(restarts, "pyrula_quarantined_records_total", triage.name, "") == 0
+
+
+async def test_a_reply_that_keeps_failing_is_quarantined_not_skipped(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    """With ``max_retries=1`` one failed session is enough: the reply read again after
+    the restore goes to the DLQ as ``poison_quarantine`` (redrivable), with a metric."""
+    release = asyncio.Event()
+    refunds, triage = agents(release)
+    parent_options = WorkerOptions(
+        shutdown_grace=0.2, state_dir=tmp_path, poison=PoisonOptions(max_retries=1)
+    )
+    async with (
+        running_worker(refunds, kafka_bootstrap_servers, QUICK),
+        running_worker(triage, kafka_bootstrap_servers, parent_options) as parent,
+    ):
+        handle = await client.submit(triage.name, order_id="7")
+        await wait_for(lambda: parent.parked_turns == 1, 60, "the parent parked")
+        damage_parked_table(tmp_path)
+        release.set()
+
+        def letters() -> list[dict[str, str]]:
+            return [h for _, _, h in read_topic(kafka_bootstrap_servers, triage.topics.dlq)]
+
+        await wait_for(lambda: len(letters()) == 1, 60, "the reply in the DLQ")
+        exposition = parent.metrics.exposition().decode()
+        # The worker keeps running: a new turn of the partition ends.
+        later = await client.submit(triage.name, order_id="8")
+        later_events = await asyncio.wait_for(_events(client, triage.name, later.turn_id), 90)
+
+    (letter,) = letters()
+    assert letter["pyrula.dlq.code"] == "poison_quarantine", letter
+    assert letter["pyrula.dlq.source"] == f"{triage.topics.replies}[0]@0", letter
+    assert "ended 1 sessions" in letter["pyrula.dlq.reason"], letter
+    assert metric(exposition, "pyrula_quarantined_records_total", triage.name, "replies") == 1
+    assert later_events[-1].type == "run:complete"
+    assert handle.turn_id  # the first parent still waits: its answer is in the DLQ
+
+
+def metric(exposition: str, name: str, agent: str, label: str) -> float:
+    """The sum of the series of ``name`` for ``agent`` whose labels mention ``label``."""
+    total = 0.0
+    for line in exposition.splitlines():
+        if line.startswith(name + "{") and f'agent="{agent}"' in line and label in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 async def _events(client: KafkaAgentClient, agent: str, turn_id: str) -> list[Event]:
