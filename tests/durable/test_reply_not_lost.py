@@ -83,22 +83,24 @@ async def test_a_reply_that_keeps_failing_is_quarantined_not_skipped(
         damage_parked_table(tmp_path)
         release.set()
 
-        def letters() -> list[dict[str, str]]:
-            return [h for _, _, h in read_topic(kafka_bootstrap_servers, triage.topics.dlq)]
+        def letters() -> list[tuple[bytes | None, dict[str, str]]]:
+            return [(k, h) for k, _, h in read_topic(kafka_bootstrap_servers, triage.topics.dlq)]
 
         await wait_for(lambda: len(letters()) == 1, 60, "the reply in the DLQ")
         exposition = parent.metrics.exposition().decode()
         # The worker keeps running: a new turn of the partition ends.
         later = await client.submit(triage.name, order_id="8")
         later_events = await asyncio.wait_for(_events(client, triage.name, later.turn_id), 90)
+        still_parked = parent.parked_turns  # the first parent: its answer is in the DLQ
 
-    (letter,) = letters()
+    ((key, letter),) = letters()
+    assert key == handle.turn_id.encode()  # the parent's answer, not some other record
     assert letter["pyrula.dlq.code"] == "poison_quarantine", letter
     assert letter["pyrula.dlq.source"] == f"{triage.topics.replies}[0]@0", letter
     assert "ended 1 sessions" in letter["pyrula.dlq.reason"], letter
     assert metric(exposition, "pyrula_quarantined_records_total", triage.name, "replies") == 1
     assert later_events[-1].type == "run:complete"
-    assert handle.turn_id  # the first parent still waits: its answer is in the DLQ
+    assert still_parked == 1, "the quarantined answer was neither taken nor lost"
 
 
 def metric(exposition: str, name: str, agent: str, label: str) -> float:
