@@ -1,17 +1,31 @@
-"""Sessions that keep ending on the same input back off and are charged like crashes, as
-pure logic: the count per partition, the backoff, and what the next restore makes of
-its own open mark (the broker-backed halves: tests/durable/test_reply_not_lost.py and
-tests/runtime/test_poison_quarantine.py)."""
+"""Sessions that keep ending on the same input back off and are charged like crashes:
+the count per partition, the backoff and what the next restore makes of its own open
+mark as pure logic; then a worker on the real broker whose restores keep failing (more
+in tests/durable/test_reply_not_lost.py and tests/runtime/test_poison_quarantine.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from pathlib import Path
 
-from pyrula_stream import PoisonOptions
+import pytest
+
+from pyrula_stream import (
+    AgentContext,
+    KafkaAgentClient,
+    KafkaWorker,
+    PoisonOptions,
+    WorkerOptions,
+    kafka_agent,
+)
+from pyrula_stream.llm import FakeLLM
+from pyrula_stream.runtime.handover import keys_file_name
 from pyrula_stream.runtime.partition import OffsetWatermark, QueuedTurn
 from pyrula_stream.runtime.poison import PROCESS, CrashGuard, IntakeMark
 from pyrula_stream.runtime.restarts import NO_PARTITION, REPEAT_WINDOW_S, SessionRestarts
+from pyrula_stream.testing import running_worker, unique_name, wait_for
 from pyrula_stream.wire.serde import TurnRequest
 
 OPTIONS = PoisonOptions(max_retries=3, retry_ttl_s=60.0, restart_backoff_s=0.5)
@@ -87,3 +101,45 @@ def test_a_careful_turn_that_does_not_start_lets_the_next_one_run() -> None:
     assert asyncio.run(scenario()) is False
     assert watermark.committable() == 5  # offset 5 itself is never committed here
     assert watermark.committable_past({5}) == 7
+
+
+async def test_a_worker_whose_sessions_keep_ending_backs_off_then_recovers(
+    kafka_bootstrap_servers: str,
+    client: KafkaAgentClient,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @kafka_agent(name=unique_name("restarts"), llm=FakeLLM(["ok"]), partitions=1)
+    async def agent(ctx: AgentContext) -> str:
+        return "ran"
+
+    options = WorkerOptions(
+        shutdown_grace=0.2,
+        state_dir=tmp_path,
+        worker_id="w1",
+        poison=PoisonOptions(restart_backoff_s=0.1, restart_backoff_max_s=0.3),
+    )
+    # The partition's local table cannot be made (a directory holds its path), so every
+    # restore fails and ends the session, before any partition is installed.
+    blocked = tmp_path / keys_file_name(f"{agent.prefix}.{agent.name}.workers", "w1", "0")
+    blocked.mkdir()
+    caplog.set_level(logging.WARNING, logger="pyrula_stream.runtime.worker")
+    async with running_worker(
+        agent, kafka_bootstrap_servers, options, wait_assigned=False
+    ) as worker:
+        await wait_for(lambda: repeated(worker) >= 3, 120, "sessions ending on the same input")
+        blocked.rmdir()  # the cause is fixed: the next session restores and runs turns
+        events = await client.run(agent.name, timeout=120)
+
+    assert events[-1].type == "run:complete" and events[-1].data["result"] == "ran"
+    assert "rejoining in 0.1s (session 2 in a row" in caplog.text
+    assert "rejoining in 0.2s (session 3 in a row" in caplog.text  # doubled
+    assert "rejoining in 0.3s (session 4 in a row" in caplog.text  # capped
+
+
+def repeated(worker: KafkaWorker) -> float:
+    """This worker's ``pyrula_session_restarts_total{repeated="true"}``."""
+    for line in worker.metrics.exposition().decode().splitlines():
+        if line.startswith("pyrula_session_restarts_total{") and 'repeated="true"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
