@@ -193,6 +193,20 @@ class WorkerMetrics:
             ["agent"],
             registry=r,
         )
+        self.session_restarts = LoopCounter(
+            "pyrula_session_restarts",
+            "Sessions of this worker that ended and rejoined; repeated: on the same input "
+            "as the one before (those back off).",
+            ["agent", "repeated"],
+            registry=r,
+        )
+        self.quarantined_records = LoopCounter(
+            "pyrula_quarantined_records",
+            "Input records quarantined (dead-lettered as poison_quarantine) because worker "
+            "processes or sessions kept failing on them, by the topic they were read from.",
+            ["agent", "source"],
+            registry=r,
+        )
         self.dead_letters = LoopCounter(
             "pyrula_dead_letters",
             "Records written to the dead-letter topic, by reason code.",
@@ -358,6 +372,13 @@ class WorkerMetrics:
 
     def was_fenced(self) -> None:
         self.fenced.labels(self.agent).inc()
+
+    def session_restarted(self, repeated: bool) -> None:
+        self.session_restarts.labels(self.agent, "true" if repeated else "false").inc()
+
+    def quarantined(self, source: str) -> None:
+        """``source``: ``turns`` or ``replies``."""
+        self.quarantined_records.labels(self.agent, source).inc()
 
     def dead_lettered(self, reason: str) -> None:
         self.dead_letters.labels(self.agent, reason).inc()

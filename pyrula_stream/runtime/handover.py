@@ -29,6 +29,7 @@ from pyrula_stream.runtime.options import WorkerOptions
 from pyrula_stream.runtime.parking import replies_owner
 from pyrula_stream.runtime.partition import PartitionState
 from pyrula_stream.runtime.poison import CrashGuard, IntakeMark, intake_owner
+from pyrula_stream.runtime.restarts import SessionRestarts
 from pyrula_stream.runtime.restore import restore_partition
 from pyrula_stream.runtime.scheduler import TurnScheduler
 from pyrula_stream.runtime.session import GroupSession, SessionLost
@@ -68,8 +69,10 @@ class PartitionHandover:
         worker_id: str,
         group_id: str,
         metrics: WorkerMetrics,
+        restarts: SessionRestarts,
     ) -> None:
         self.restored_records = 0
+        self._restarts = restarts
         self._topics = topics
         self._options = options
         self._parts = parts
@@ -150,15 +153,17 @@ class PartitionHandover:
         any turn of the partition starts (``runtime/poison.py``)."""
         stored = state.journal.intake_mark
         mark = IntakeMark.from_entry(*stored) if stored is not None else None
+        committed = -1 if state.restored_committed is None else state.restored_committed
         return CrashGuard.restored(
             p,
             mark,
-            -1 if state.restored_committed is None else state.restored_committed,
+            committed,
             state.restored_end,
             options=self._options.poison,
             worker=self._worker_id,
             write_mark=partial(self._write_mark, p),
             release=partial(self._scheduler.admit, p),
+            restarts=self._restarts.repeats(p, state.restored_committed),
         )
 
     def _write_mark(self, p: int, mark: IntakeMark) -> asyncio.Future[None]:

@@ -85,6 +85,7 @@ class RecordIntake:
                 self._on_control_record(value)
             for reply in session.replies.poll():
                 self._on_reply(reply)
+            self._parked.raise_failure()  # a reply failed: restore, read it again
             session.consumer.set_paused(self._scheduler.fill_slots())
 
     def _on_bad_record(self, bad: BadRecord) -> None:

@@ -17,10 +17,15 @@ class PoisonOptions:
     is a record that was being read when ``max_retries`` worker processes died (counted
     across processes in the partition's journal; a count older than ``retry_ttl_s``
     starts again). Quarantined: dead-lettered with code ``poison_quarantine`` and ended
-    with a ``run:error``. See docs/hostile-input.md."""
+    with a ``run:error``. A worker whose sessions keep ending on the same input waits
+    before it rejoins, ``restart_backoff_s`` doubled per repeat up to
+    ``restart_backoff_max_s``, and counts those endings like deaths. See
+    docs/hostile-input.md."""
 
     max_retries: int = 3
     retry_ttl_s: float = 3600.0
+    restart_backoff_s: float = 0.5
+    restart_backoff_max_s: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,13 @@ transaction aborts the child's request too) and is dead-lettered.
 A signal for a turn the partition does not know waits the same way, for the turns
 consumer to read as far as the turns partition reached when the signal was read (at most
 ``SIGNAL_HOLD_S``): its sender wrote the request first, but another consumer reads it.
+
+A reply whose parse succeeded is never charged for this worker's own failures (a local
+table that cannot be read, a bug): deciding or applying it that fails ends the session
+(``failure``), so the partition is restored from its journal and the reply read again
+from the journaled position, instead of being logged and passed. A reply that fails
+``max_failures`` times in a row is quarantined: dead-lettered with code
+``poison_quarantine``, and the position moves past it.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from pyrula_stream.errors import ErrorCode
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
+from pyrula_stream.runtime.session import SessionLost
 from pyrula_stream.wire.guard import bad_record_reason
 from pyrula_stream.wire.records import OutRecord, dead_letter
 from pyrula_stream.wire.signals import (
@@ -134,8 +142,15 @@ class ParkedTurns:
         admit: Callable[[int, QueuedTurn], None],
         cancelled: Callable[[str], bool],
         running: Callable[[str], TurnRuntime | None],
+        *,
+        max_failures: int = 3,
+        quarantined: Callable[[str], None] = lambda source: None,
     ) -> None:
         self._parts = parts
+        self._max_failures = max_failures
+        self._quarantined = quarantined
+        self._failures: dict[tuple[int, int], int] = {}
+        """Per (partition, offset), how often deciding that reply failed in a row."""
         self._admit = admit
         self._cancelled = cancelled
         self._running = running
@@ -147,6 +162,31 @@ class ParkedTurns:
         self._deciding: dict[int, tuple[PartitionState, asyncio.Future[None]]] = {}
         """Per partition, the last reply still waiting for its call's commit (with the
         partition state it was read for: a reassigned partition does not wait on it)."""
+        self.failure: SessionLost | None = None
+        """Set when a reply could not be decided or applied: no later reply is decided,
+        and the worker's poll loop ends the session (``raise_failure``)."""
+
+    def raise_failure(self) -> None:
+        """End the session if a reply failed here (the partition is restored again)."""
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
+
+    def _failed(self, record: ConsumedRecord | None, partition: int, exc: BaseException) -> None:
+        where = f"offset {record.offset}" if record is not None else "a reply"
+        if record is not None:
+            at = (partition, record.offset)
+            self._failures = {at: self._failures.get(at, 0) + 1}  # in a row: forget others
+        log.error(
+            "replies partition %d: %s could not be decided or applied (%r); restoring the "
+            "partition from its journal to read it again",
+            partition,
+            where,
+            exc,
+            exc_info=exc,
+        )
+        if self.failure is None:
+            self.failure = SessionLost(f"a reply of partition {partition} failed: {exc!r}")
 
     @property
     def count(self) -> int:
@@ -258,8 +298,8 @@ class ParkedTurns:
         request this worker has not read yet, are decided later (in order)."""
         p = record.partition
         ps = self._parts.get(p)
-        if ps is None:
-            return
+        if ps is None or self.failure is not None:
+            return  # a failure ends the session: read again from the journaled position
         decide = partial(self._decide, ps, record, topics, worker_id, committer)
         earlier = self._deciding.get(p)
         ahead = earlier[1] if earlier is not None and earlier[0] is ps else None
@@ -352,8 +392,9 @@ class ParkedTurns:
         last = self._deciding.get(partition)
         if last is not None and last[1] is done:
             del self._deciding[partition]
-        if not done.cancelled() and done.exception() is not None:
-            log.error("a reply of partition %d was not decided: %r", partition, done.exception())
+        error = None if done.cancelled() else done.exception()
+        if error is not None:
+            self._failed(None, partition, error)
 
     def _decide(
         self,
@@ -366,31 +407,61 @@ class ParkedTurns:
         """Take the reply or signal, or dead-letter it, with the replies position, in the
         next commit."""
         p = record.partition
+        if self.failure is not None:
+            return  # an earlier reply failed: this one is read again after the restore
+        failures = self._failures.get((p, record.offset), 0)
+        if failures >= self._max_failures:
+            del self._failures[(p, record.offset)]
+            self._quarantine(record, topics, worker_id, committer, failures)
+            return
         taken: Reply | Signal | None
+        why: str | None = None
         try:
-            if is_signal(record.headers):
-                taken = parse_signal(record.value, record.offset)
-                why = self._signal_refusal(ps, taken)
-            else:
-                taken = parse_reply(record.value)
-                why = refusal(
-                    _journal_of(ps, taken.parent_turn_id),
-                    taken.parent_turn_id in ps.finished,
-                    taken,
-                )
+            taken = (
+                parse_signal(record.value, record.offset)
+                if is_signal(record.headers)
+                else parse_reply(record.value)
+            )
         except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
             taken, why = None, bad_record_reason(exc)
-        records = [cursor_record(topics.journal, p, record.offset + 1)]
-        if why is None and isinstance(taken, Signal):
-            records.append(signal_journal_record(topics.journal, p, taken))
-        elif why is None and isinstance(taken, Reply):
-            records.append(reply_journal_record(topics.journal, p, taken))
-        else:
-            taken = None
-            records.append(_refusal_letter(record, topics, worker_id, str(why)))
-        committed = committer.durable_records(replies_owner(p), records)
+        try:  # from here on a failure is this worker's, not the record's
+            if isinstance(taken, Signal):
+                why = self._signal_refusal(ps, taken)
+            elif isinstance(taken, Reply):
+                parent = taken.parent_turn_id
+                why = refusal(_journal_of(ps, parent), parent in ps.finished, taken)
+            records = [cursor_record(topics.journal, p, record.offset + 1)]
+            if why is None and isinstance(taken, Signal):
+                records.append(signal_journal_record(topics.journal, p, taken))
+            elif why is None and isinstance(taken, Reply):
+                records.append(reply_journal_record(topics.journal, p, taken))
+            else:
+                taken = None
+                records.append(_refusal_letter(record, topics, worker_id, str(why)))
+            committed = committer.durable_records(replies_owner(p), records)
+        except Exception as exc:
+            self._failed(record, p, exc)
+            return
+        self._failures.pop((p, record.offset), None)
         if taken is not None:
             committed.add_done_callback(partial(self._on_taken, p, taken))
+
+    def _quarantine(
+        self,
+        record: ConsumedRecord,
+        topics: AgentTopics,
+        worker_id: str,
+        committer: GroupCommitter,
+        failures: int,
+    ) -> None:
+        """Deciding this reply failed ``failures`` sessions in a row: dead-letter it as
+        poison and move the position past it (it can be redriven once the cause is fixed)."""
+        p = record.partition
+        why = f"deciding it ended {failures} sessions of this worker in a row"
+        letter = _refusal_letter(record, topics, worker_id, why, ErrorCode.POISON_QUARANTINE)
+        records = [cursor_record(topics.journal, p, record.offset + 1), letter]
+        committer.durable_records(replies_owner(p), records)
+        self._quarantined("replies")
 
     def _signal_refusal(self, ps: PartitionState, signal: Signal) -> str | None:
         journal = _journal_of(ps, signal.turn_id)
@@ -408,10 +479,13 @@ class ParkedTurns:
     def _on_taken(self, partition: int, taken: Reply | Signal, fut: asyncio.Future[None]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return  # aborted: the record is read again
-        if isinstance(taken, Signal):
-            self.signal_committed(partition, taken)
-        else:
-            self.reply_committed(partition, taken)
+        try:
+            if isinstance(taken, Signal):
+                self.signal_committed(partition, taken)
+            else:
+                self.reply_committed(partition, taken)
+        except Exception as exc:  # durable in the journal: a restore applies it
+            self._failed(None, partition, exc)
 
     def signal_committed(self, partition: int, signal: Signal) -> None:
         """The signal is durable in the turn's journal: record it and wake the turn if it
@@ -460,13 +534,18 @@ class ParkedTurns:
 
 
 def _refusal_letter(
-    record: ConsumedRecord, topics: AgentTopics, worker_id: str, why: str
+    record: ConsumedRecord,
+    topics: AgentTopics,
+    worker_id: str,
+    why: str,
+    code: ErrorCode | None = None,
 ) -> OutRecord:
     """The dead letter of a refused reply or signal: the reason its sender reads."""
     signal = is_signal(record.headers)
-    what, code = (
+    what, refused = (
         ("signal", ErrorCode.SIGNAL_REFUSED) if signal else ("reply", ErrorCode.UNSOLICITED_REPLY)
     )
+    code = refused if code is None else code
     source = f"{topics.replies}[{record.partition}]@{record.offset}"
     log.warning("refused the %s at %s: %s", what, source, why)
     return dead_letter(

@@ -48,6 +48,16 @@ class OffsetWatermark:
             return self._order[0]
         return self._next
 
+    def committable_past(self, skipped: Collection[int]) -> int | None:
+        """``committable`` as if the ``skipped`` offsets were done: how far this owner's
+        own work has got when it leaves some records unfinished for another worker."""
+        if not skipped:
+            return self.committable()
+        for offset in self._order:
+            if offset not in self._done and offset not in skipped:
+                return offset
+        return self._next
+
     @property
     def unfinished(self) -> int:
         return len(self._order)

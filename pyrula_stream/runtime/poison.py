@@ -23,7 +23,10 @@ journal, as one *intake mark* (key ``cursor/intake``) that restore reads anyway:
   that kills every process that runs it is thus quarantined by the ``max_retries + 2``-th
   owner: the first death switches to careful mode, the next ``max_retries`` are counted.
 - Marks name the process that wrote them: a process that finds its own mark open (its
-  session failed, or a handover could not commit) knows nobody died and charges nothing.
+  session failed, or a handover could not commit) knows nobody died and charges nothing,
+  unless its sessions keep ending on that partition's committed offset
+  (``runtime/restarts.py``): from the second ending in a row it runs carefully, and an
+  ending under a careful mark that names that offset is charged like a death.
 
 Within one process a turn that keeps failing without progress is counted by its own
 attempts in its journal, the other half of ``PoisonOptions``.
@@ -128,6 +131,9 @@ class CrashGuard:
     in_flight: int | None = None
     gate: asyncio.Future[None] | None = None
     held: deque[Any] = field(default_factory=deque)
+    left: set[int] = field(default_factory=set)
+    """Offsets of turns admitted here that did not start (pinned to a version this
+    worker lacks): not in flight, and no reason to stay careful for them."""
 
     @classmethod
     def restored(
@@ -141,10 +147,23 @@ class CrashGuard:
         worker: str,
         write_mark: MarkWriter,
         release: Admit,
+        restarts: int = 0,
     ) -> CrashGuard:
-        """Read the mark the previous owner left and commit this owner's own."""
-        careful, crashes = cls.after(mark, committed, options)
-        if mark is not None and mark.open and mark.process != PROCESS:
+        """Read the mark the previous owner left and commit this owner's own.
+        ``restarts``: this process's sessions that ended in a row with the partition at
+        ``committed``."""
+        careful, crashes = cls.after(mark, committed, options, restarts)
+        if mark is not None and mark.open and mark.process == PROCESS and restarts >= 2:
+            log.warning(
+                "partition %d: %d sessions of this worker ended in a row at input offset %d "
+                "(%d of %d charged before quarantine); running its turns one at a time",
+                partition,
+                restarts,
+                committed,
+                crashes,
+                options.max_retries,
+            )
+        elif mark is not None and mark.open and mark.process != PROCESS:
             who = mark.worker or "unknown"
             if crashes:
                 log.warning(
@@ -181,12 +200,17 @@ class CrashGuard:
 
     @classmethod
     def after(
-        cls, mark: IntakeMark | None, committed: int, options: PoisonOptions
+        cls, mark: IntakeMark | None, committed: int, options: PoisonOptions, restarts: int = 0
     ) -> tuple[bool, int]:
         """Whether the new owner runs carefully, and the crashes of the record at
-        ``committed``, given the mark the previous owner left."""
+        ``committed``, given the mark the previous owner left (and, when this process
+        left it, how many of its sessions ended in a row at ``committed``)."""
         if mark is None or not mark.open:
             return False, 0  # a first assignment or a clean handover
+        if mark.process == PROCESS and restarts >= 2:
+            # This process keeps restarting on the same input: an ending is charged
+            # like a death, to the record that ran alone under a careful mark.
+            return True, cls._charged(mark, committed, options)
         if mark.process == PROCESS:
             # Left open by this very process (its session failed): nobody died. Keep
             # the mark's mode and count, add nothing.
@@ -240,7 +264,9 @@ class CrashGuard:
         return "run"
 
     def ended(self, offset: int, committable: int | None) -> None:
-        """A turn of this partition ended (or parked): the next careful turn may start."""
+        """A turn of this partition ended, parked or was not started (``declined``): the
+        next careful turn may start. ``committable``: how far the partition's own work
+        has got, past the offsets it ``left``."""
         if self.in_flight != offset:
             return
         self.in_flight = None

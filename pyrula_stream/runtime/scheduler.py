@@ -95,7 +95,14 @@ class TurnScheduler:
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._undeliverable: dict[str, str] = {}
         """Turns being ended because their records keep failing delivery, with why."""
-        self.parked = ParkedTurns(parts, self.admit, self._cancels.__contains__, self.runtime_of)
+        self.parked = ParkedTurns(
+            parts,
+            self.admit,
+            self._cancels.__contains__,
+            self.runtime_of,
+            max_failures=options.poison.max_retries,
+            quarantined=telemetry.metrics.quarantined,
+        )
         self._closers = turn_closers(agent)
         """What the agent's features add to a finishing turn's records (built once)."""
 
@@ -136,8 +143,10 @@ class TurnScheduler:
             if decision == "quarantine":
                 queued.quarantine = (
                     f"the record at {self.agent.topics.turns}[{partition}]@{queued.offset} "
-                    f"was running alone when {guard.options.max_retries} worker processes died"
+                    f"was running alone when {guard.options.max_retries} worker processes died "
+                    "(or their sessions ended)"
                 )
+                self._telemetry.metrics.quarantined("turns")
         self._waiting.push(partition, queued)  # a free slot goes to the tenants in turn
         if len(self._running) < self.options.max_concurrent_turns:
             self.fill_slots()
@@ -177,6 +186,7 @@ class TurnScheduler:
                 version,
                 known_versions(self.agent),
             )
+            self._declined(ps, queued)
             return
         ps.journal.turns[turn_id] = journal  # replies land here while the turn runs
         runtime = self._new_runtime(partition, queued.request, journal, queued.trace, queued.offset)
@@ -284,11 +294,21 @@ class TurnScheduler:
             return
         ps.watermark.done(queued.offset)
         self._committer().offsets_changed()
-        if ps.crash_guard is not None:
-            ps.crash_guard.ended(queued.offset, ps.watermark.committable())
+        guard = ps.crash_guard
+        if guard is not None:
+            guard.ended(queued.offset, ps.watermark.committable_past(guard.left))
         nxt = ps.dequeue(queued.request.key)
         if nxt is not None:
             self.admit(ps.partition, nxt)
+
+    def _declined(self, ps: PartitionState, queued: QueuedTurn) -> None:
+        """A turn admitted here will not start (its offset stays uncommitted, its key's
+        later turns behind it): careful mode must not wait for it to end."""
+        guard = ps.crash_guard
+        if guard is None or queued.offset < 0:
+            return
+        guard.left.add(queued.offset)
+        guard.ended(queued.offset, ps.watermark.committable_past(guard.left))
 
     # -- cancel, revoke, abort ------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from pyrula_stream.runtime.housekeeping import JournalHousekeeping
 from pyrula_stream.runtime.intake import RecordIntake
 from pyrula_stream.runtime.options import PoisonOptions, WorkerOptions
 from pyrula_stream.runtime.partition import PartitionState
+from pyrula_stream.runtime.restarts import SessionRestarts
 from pyrula_stream.runtime.scheduler import TurnScheduler
 from pyrula_stream.runtime.session import GroupSession, SessionLost, open_session
 from pyrula_stream.runtime.startup import (
@@ -134,9 +135,14 @@ class KafkaWorker(RunsInBackground):
         self._stop_requested = False
         self._ready = False
         self._joined = asyncio.Event()
+        self._stopping = asyncio.Event()
+        """Set by ``stop()``: ends a wait before rejoining."""
         self._state_dir: Path | None = None  # created by run(): options.state_dir or a temp dir
         self._reader_codec: serde.ValueCodec | None = None
         self._writer_codec: serde.ValueCodec = serde.SCHEMALESS
+        self._restarts = SessionRestarts(self.options.poison)
+        self._standing: dict[int, int | None] = {}
+        """Each owned partition's committed offset at its restore, as the last session ended."""
         self._housekeeping = JournalHousekeeping(
             self.topics.journal, self._parts, self.options, committer=lambda: self.committer
         )
@@ -152,6 +158,7 @@ class KafkaWorker(RunsInBackground):
             worker_id=self.worker_id,
             group_id=self.group_id,
             metrics=self.metrics,
+            restarts=self._restarts,
         )
         self._intake = RecordIntake(
             agent,
@@ -231,6 +238,7 @@ class KafkaWorker(RunsInBackground):
         Safe to call before the worker runs and more than once.
         """
         self._stop_requested = True
+        self._stopping.set()
 
     def _task_name(self) -> str:
         return f"worker-{self.agent.name}"
@@ -326,12 +334,32 @@ class KafkaWorker(RunsInBackground):
                     try:
                         await self._run_session()
                     except (ProducerFenced, ConsumerFenced, SessionLost) as exc:
-                        log.warning("%s: dropping turns and rejoining", exc)
-                        self.metrics.was_fenced()
-                        await self._drop_all_turns()
+                        await self._rejoin_after(exc)
         finally:
             self._cache, self._memory = InProcessCacheStore(), None
             self._close_codecs()
+
+    async def _rejoin_after(self, exc: Exception) -> None:
+        """Drop every turn; when sessions keep ending on the same input, wait (doubling,
+        capped) before the next one (``runtime/restarts.py``)."""
+        repeats = self._restarts.ended(self._standing)
+        delay = self._restarts.delay_s(repeats)
+        if delay:
+            log.warning(
+                "%s: dropping turns and rejoining in %.1fs (session %d in a row to end on "
+                "the same input)",
+                exc,
+                delay,
+                repeats,
+            )
+        else:
+            log.warning("%s: dropping turns and rejoining", exc)
+        self.metrics.was_fenced()
+        self.metrics.session_restarted(repeats > 1)
+        await self._drop_all_turns()
+        if delay and not self._stop_requested:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
 
     def _open_codecs(self) -> None:
         """Schema Registry framing (opt-in; see ``kafka/schema_registry.py``)."""
@@ -355,6 +383,7 @@ class KafkaWorker(RunsInBackground):
 
     async def _run_session(self) -> None:
         self.sessions += 1
+        self._standing = {}
         committer = GroupCommitter(
             self._write,
             self._committable_offsets,
@@ -387,6 +416,8 @@ class KafkaWorker(RunsInBackground):
             await self._intake.run(session, committer_task)
         finally:
             self._ready = False
+            # Where the session stood when it ended: the drain below forgets partitions.
+            self._standing = {p: ps.restored_committed for p, ps in self._parts.items()}
             self._parked.turns_reader = None
             self._parked.turns_read()  # releases what waited on this session's reads
             await self._drain()

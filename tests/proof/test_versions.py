@@ -16,6 +16,7 @@ from pyrula_stream.errors import AgentRegistrationError
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.wire.events import Event
 
 SPEC = "tests.agents.versioned:agent"
 
@@ -38,6 +39,12 @@ def worker(tag: str, versions: str, bootstrap: str, env: dict[str, str], run_dir
     proc = Managed(tag, argv, child_env(extra), run_dir / f"worker-{tag}.log")
     proc.start()
     return proc
+
+
+async def last_event(client: KafkaAgentClient, agent: str, turn_id: str) -> Event:
+    """The turn's terminal event (its stream ends there)."""
+    events = [e async for e in client.stream(agent, turn_id)]
+    return events[-1]
 
 
 @pytest.mark.timeout(240)
@@ -87,6 +94,50 @@ async def test_a_pinned_turn_survives_a_rolling_deploy_with_a_killed_worker(
     assert [e.seq for e in events] == list(range(len(events)))
     ran_on = [line.split()[0] for line in effects.read_text().splitlines()]
     assert ran_on == ["a", "c"], "the version-2-only worker never ran the turn"
+
+
+@pytest.mark.timeout(240)
+async def test_a_worker_without_the_pinned_version_still_runs_new_turns_after_a_crash(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, tmp_path: Path
+) -> None:
+    """Issue 46: a worker that took the partition over from a killed owner runs its turns
+    one at a time (careful mode); the first, pinned to a version it lacks, is left, and
+    must not count as the turn in flight, or no later turn of the partition starts."""
+    name = unique_name("careful")
+    gate, effects = tmp_path / "gate", tmp_path / "effects"
+    env = {
+        "VERSIONED_AGENT_NAME": name,
+        "VERSIONED_GATE": str(gate),
+        "VERSIONED_EFFECTS": str(effects),
+    }
+    apply_topics(kafka_bootstrap_servers, agent_topic_specs(name, partitions=1))
+    procs: list[Managed] = []
+    try:
+        old = worker("a", "1", kafka_bootstrap_servers, env, tmp_path)
+        procs.append(old)
+        pinned_turn = await client.submit(name, question="Where is order 7?")
+        await wait_for(lambda: effects.exists() and "a " in effects.read_text(), 90, "tool on a")
+        stream = client.stream(name, pinned_turn.turn_id)
+        await asyncio.wait_for(anext(e async for e in stream if e.type == "llm:complete"), 90)
+        old.kill()  # SIGKILL: its intake mark stays open, so the next owner is careful
+        gate.touch()
+
+        new = worker("b", "2", kafka_bootstrap_servers, env, tmp_path)
+        procs.append(new)
+        pinned = f"turn {pinned_turn.turn_id} is pinned to version 1"
+        await wait_for(lambda: pinned in new.log_path.read_text(), 90, "b left the turn alone")
+        assert "running its turns one at a time" in new.log_path.read_text()
+
+        # New turns of that partition (other keys) run on version 2, one after another.
+        fresh = [await client.submit(name, question=f"Where is order {n}?") for n in (8, 9)]
+        ends = [await asyncio.wait_for(last_event(client, name, h.turn_id), 90) for h in fresh]
+    finally:
+        for p in procs:
+            p.kill()
+
+    assert [e.data.get("result") for e in ends] == ["v2: it shipped", "v2: it shipped"]
+    log_text = new.log_path.read_text()
+    assert log_text.count(pinned) == 1, "the pinned turn was left once, not retried"
 
 
 async def test_auto_upgrade_continues_on_new_code_and_fails_a_changed_step(
