@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from pyrula_stream.access.api_keys import OWNER_METADATA
 from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
+from pyrula_stream.access.tenant_signature import TENANT_SIGNATURE_HEADER, tenant_signature
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import (
@@ -44,11 +45,13 @@ from pyrula_stream.gateway.errors import (
     refusal_of,
     refusal_response,
 )
-from pyrula_stream.gateway.options import AppOptions
+from pyrula_stream.gateway.options import GATEWAY_TENANT_HEADER, AppOptions
 from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
 from pyrula_stream.gateway.sse import last_event_id, sse_frames
 from pyrula_stream.kafka.admin import broker_answers
 
+RESERVED_METADATA_PREFIX = "pyrula."
+"""Metadata keys the gateway drops from a caller's request (see ``end_user_metadata``)."""
 OWNER_HEADER = "pyrula-owner"
 """The turn request's header naming the principal who submitted it (as its metadata does)."""
 
@@ -127,6 +130,20 @@ class Gateway:
             raise not_found(f"agent '{name}'")
         return found
 
+    def tenant_headers(
+        self, agent: str, turn_id: str, principal: str | None
+    ) -> list[tuple[str, bytes]]:
+        """The caller's tenant (``options.tenants``, else the principal itself), signed
+        for this turn when the gateway has the workers' ``tenant_key``; none without keys."""
+        if principal is None:
+            return []
+        tenant = (self.options.tenants or {}).get(principal, principal)
+        headers = [(GATEWAY_TENANT_HEADER, tenant.encode())]
+        if self.options.tenant_key is not None:
+            signature = tenant_signature(self.options.tenant_key, agent, turn_id, tenant)
+            headers.append((TENANT_SIGNATURE_HEADER, signature.encode()))
+        return headers
+
     def thread_key(self, principal: str | None, thread_id: str) -> str:
         """With keys, a thread id is the caller's own: ``<principal>:<thread_id>`` on
         Kafka, so no other principal can read, extend or delete it."""
@@ -173,6 +190,16 @@ class Gateway:
         )
         self._ready = (time.monotonic(), answer)
         return answer
+
+
+def end_user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A caller's metadata without what only the gateway or an operator may set: keys
+    under ``pyrula.`` (a branch's original, system prompt and model, ...) and ``owner``."""
+    return {
+        k: v
+        for k, v in metadata.items()
+        if not str(k).startswith(RESERVED_METADATA_PREFIX) and k != OWNER_METADATA
+    }
 
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
@@ -345,6 +372,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         await gateway.admit(served)
         key = request.headers.get("idempotency-key")
         headers: list[tuple[str, bytes]] = []
+        metadata = end_user_metadata(metadata)
         if principal is not None:
             metadata = {**metadata, OWNER_METADATA: principal}
             headers.append((OWNER_HEADER, principal.encode()))
@@ -354,6 +382,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
 
         kafka_thread = gateway.thread_key(principal, thread_id) if thread_id else None
         turn = new_request(agent, key, metadata, kafka_thread, params)
+        headers += gateway.tenant_headers(agent, turn.turn_id, principal)
         handle = await gateway.client(served).submit_request(turn, headers=headers)
         gateway.owners.remember(agent, handle.turn_id, principal or NOBODY, handle.submitted_ms)
         since_ms = handle.submitted_ms - CLOCK_SKEW_MS
