@@ -39,7 +39,8 @@ class AppOptions:
     With keys, each turn's tenant is the caller's: ``tenants`` maps a principal to its
     tenant (a principal it does not name is its own tenant), written in the header
     ``GATEWAY_TENANT_HEADER``, and signed with ``tenant_key`` when given (the workers' key:
-    they then trust the tenant, see docs/tenants.md).
+    they then trust the tenant, see docs/tenants.md). ``max_connections`` caps open
+    connections when served by ``pyrula-stream gateway`` (default 1024; past it, ``503``).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -64,6 +65,7 @@ class AppOptions:
     kafka_timeout: float = 10.0
     retry_after_s: int = 5
     tenants: Mapping[str, str] | None = None
+    max_connections: int | None = None
     tenant_key: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -240,6 +240,10 @@ class UIApp:
 
 
 NO_STORE = {"cache-control": "no-store"}
+MAX_CONNECTIONS = 256
+"""Open connections past which uvicorn answers 503 (an operator's UI, not a public site)."""
+KEEP_ALIVE_S = 5
+MAX_HEADER_BYTES = 16 * 1024
 
 
 class UIServer(uvicorn.Server):
@@ -254,6 +258,9 @@ class UIServer(uvicorn.Server):
                 port=ui.options.port,
                 log_level="warning",
                 timeout_graceful_shutdown=5,
+                limit_concurrency=MAX_CONNECTIONS,
+                timeout_keep_alive=KEEP_ALIVE_S,
+                h11_max_incomplete_event_size=MAX_HEADER_BYTES,
             )
         )
 
