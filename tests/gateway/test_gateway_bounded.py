@@ -1,6 +1,7 @@
-"""Bounded work per connection (issue 46): uvicorn serves the gateway with a connection
+"""Bounded work per request (issue 46): uvicorn serves the gateway with a connection
 limit, so clients that open connections and never finish a request cannot take every
-socket; the worker's health server closes a connection that sends nothing."""
+socket; the worker's health server closes a connection that sends nothing; asking again
+for a turn that is not there does not scan its turns partition again."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ import asyncio
 
 import httpx
 
+from pyrula_stream.access.api_keys import APIKeyAuth
 from pyrula_stream.gateway import AppOptions, create_app
+from pyrula_stream.gateway.app import Gateway
 from pyrula_stream.gateway.serve import running_gateway
+from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.runtime.health import start_health_server
+from pyrula_stream.testing import unique_name
+
+WEB = "k-web-0123456789abcdef"
 
 
 async def test_connections_past_the_limit_are_refused_with_503() -> None:
@@ -42,3 +49,28 @@ async def test_the_health_server_closes_a_connection_that_sends_nothing() -> Non
         server.close()
         await server.wait_closed()
     assert closed == b""
+
+
+async def test_a_missing_turn_is_read_once_not_once_per_request(
+    kafka_bootstrap_servers: str,
+) -> None:
+    name = unique_name("gwmiss")
+    await asyncio.to_thread(
+        apply_topics, kafka_bootstrap_servers, agent_topic_specs(name, partitions=1)
+    )
+    options = AppOptions(bootstrap_servers=kafka_bootstrap_servers, auth=APIKeyAuth({"web": WEB}))
+    app = create_app(agents=[name], options=options)
+    gateway: Gateway = app.state.gateway
+    async with (
+        running_gateway(app) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
+        answers = [
+            await http.get(
+                f"/agents/{name}/turns/no-such-turn",
+                headers={"Authorization": f"Bearer {WEB}"},
+            )
+            for _ in range(5)
+        ]
+    assert [a.status_code for a in answers] == [404] * 5
+    assert gateway.owners.reads == 1
