@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from pyrula_stream.access.api_keys import OWNER_METADATA
 from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
+from pyrula_stream.access.rate_limit import RateLimit
 from pyrula_stream.access.tenant_signature import TENANT_SIGNATURE_HEADER, tenant_signature
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.client.kafka_client import KafkaAgentClient
@@ -268,6 +269,8 @@ def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None
     check_bind(bind_host, access, exposes=GATEWAY_EXPOSES)  # now, not at the first request
     api = FastAPI(title="pyrula-stream gateway", openapi_url=None, docs_url=None, redoc_url=None)
     browser = options.static_dir is not None  # a page's EventSource carries a cookie
+    if options.rate_limit is not None:  # added first: inside the guard, which names the key
+        api.add_middleware(RateLimit, policy=options.rate_limit)
     api.add_middleware(
         HTTPGuard,
         access=access,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyrula_stream.access.api_keys import APIKeyAuth
+from pyrula_stream.access.rate_limit import RatePolicy
 from pyrula_stream.access.tenant_signature import check_tenant_key
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
@@ -20,6 +21,10 @@ GATEWAY_TENANT_HEADER = "pyrula-gateway-tenant"
 """The request header the gateway sets to the caller's tenant (an agent behind the gateway
 reads it with ``tenant="header:pyrula-gateway-tenant"``)."""
 MAX_BODY_BYTES = 1024 * 1024
+
+
+GATEWAY_RATE = RatePolicy(per_second=50.0, burst=100)
+"""Each caller's default rate."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class AppOptions:
     ``GATEWAY_TENANT_HEADER``, and signed with ``tenant_key`` when given (the workers' key:
     they then trust the tenant, see docs/tenants.md). ``max_connections`` caps open
     connections when served by ``pyrula-stream gateway`` (default 1024; past it, ``503``).
+    ``rate_limit`` holds each caller (key, or address without keys) to its rate on the
+    routes under ``prefix`` (``429`` past it; ``None``: no limit).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -66,6 +73,7 @@ class AppOptions:
     retry_after_s: int = 5
     tenants: Mapping[str, str] | None = None
     max_connections: int | None = None
+    rate_limit: RatePolicy | None = GATEWAY_RATE
     tenant_key: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

@@ -35,6 +35,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pyrula_stream.access.http_guard import NO_KEYS, ASGIApp, HTTPAccess, HTTPGuard, principal_of
+from pyrula_stream.access.rate_limit import RateLimit, RatePolicy
 from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import PyrulaError
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
@@ -43,6 +44,10 @@ from pyrula_stream.ui.model import UIState
 STATIC = Path(__file__).parent / "static"
 KEEPALIVE_S = 15.0
 ACTION_HEADER = "x-pyrula-action"  # a custom header: a cross-site form cannot send it
+
+
+UI_RATE = RatePolicy(per_second=20.0, burst=60)
+"""Each caller's default rate."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class UIOptions:
     allow_actions: bool = False
     max_turns: int = 200
     access: HTTPAccess = NO_KEYS
+    rate_limit: RatePolicy | None = UI_RATE
+    """Each caller's requests (per key, or per address without keys); ``None``: none."""
 
 
 def exposure(options: UIOptions) -> str:
@@ -84,8 +91,11 @@ class UIApp:
             ],
             lifespan=self.lifespan,
         )
+        inner: ASGIApp = self.routes
+        if options.rate_limit is not None:  # inside the guard, which names the key
+            inner = RateLimit(inner, options.rate_limit)
         self.app: ASGIApp = HTTPGuard(
-            self.routes,
+            inner,
             options.access,
             bind_host=options.host,
             exposes=exposure(options),
