@@ -40,6 +40,7 @@ from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import PyrulaError
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import UIState
+from pyrula_stream.ui.questions import QuestionBoard
 
 STATIC = Path(__file__).parent / "static"
 KEEPALIVE_S = 15.0
@@ -78,6 +79,9 @@ class UIApp:
         self.options = options
         self.state = UIState(max_turns=options.max_turns, max_dead_letters=options.max_turns)
         self.feed = EventFeed(feed_options, self.state)
+        self.questions = QuestionBoard(
+            feed_options, lambda: self.state.agents | set(feed_options.agents or ())
+        )
         self._client: KafkaAgentClient | None = None
         self.routes = Starlette(
             routes=[
@@ -105,11 +109,14 @@ class UIApp:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         task = asyncio.create_task(self.feed.run(), name="pyrula-ui-feed")
+        board = asyncio.create_task(self.questions.run(), name="pyrula-ui-questions")
         try:
             yield
         finally:
             await self.feed.stop()
+            await self.questions.stop()
             await task
+            await board
             if self._client is not None:
                 await self._client.close()
 
@@ -210,16 +217,12 @@ class UIApp:
         return self._client
 
     async def waiting(self, request: Request) -> Response:
-        """Every followed agent's open questions, oldest first."""
-        found: list[dict[str, Any]] = []
-        errors: list[str] = []
-        for agent in sorted(self.state.agents | set(self.feed.options.agents or ())):
-            try:
-                found += [q.as_dict() for q in await self.client().pending(agent)]
-            except PyrulaError as exc:  # one agent's missing topic must not hide the rest
-                errors.append(f"{agent}: {exc}")
-        found.sort(key=lambda q: (q["asked_ms"], q["turn_id"]))
-        return JSONResponse({"questions": found, "errors": errors}, headers=NO_STORE)
+        """Every followed agent's open questions, oldest first (from the one journal
+        follower, ``QuestionBoard``: a poll reads nothing from Kafka)."""
+        found, errors = self.questions.questions()
+        return JSONResponse(
+            {"questions": [q.as_dict() for q in found], "errors": errors}, headers=NO_STORE
+        )
 
     async def answer(self, request: Request) -> Response:
         if not self.options.allow_actions:
