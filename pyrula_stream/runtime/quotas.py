@@ -181,12 +181,17 @@ class TenantQuotas:
         self._tables: list[GlobalTable] = []
         self._stale_logged = False
         self._reviving = threading.Event()
+        self._closed = False
 
     # -- lifecycle (blocking; the worker runs these in a thread) --------------------------
 
     def start(self) -> None:
         """Create the two topics if missing, read both to their end, then follow them
         (again after ``close``: a worker that lost Kafka starts its stores anew)."""
+        self._closed = False
+        self._open()
+
+    def _open(self) -> None:
         specs = [s for s in self.agent.topic_specs() if s.name in self._topic_names()]
         apply_topics(self.bootstrap_servers, specs, self._timeout_s, kafka_config=self.kafka_config)
         topics = self.agent.topics
@@ -207,6 +212,10 @@ class TenantQuotas:
             table.start(timeout_s=self._timeout_s)
 
     def close(self) -> None:
+        self._closed = True
+        self._stop_tables()
+
+    def _stop_tables(self) -> None:
         tables, self._tables = self._tables, []
         for table in tables:
             table.stop()
@@ -245,10 +254,15 @@ class TenantQuotas:
         """Read both tables anew (usage from empty windows, so no record counts twice);
         the view stays stale, deferring new turns, until they follow again."""
         try:
-            self.close()
+            self._stop_tables()
             with self._lock:
                 self._windows = UsageWindows()
-            self.start()
+            if self._closed:  # the worker closed the view meanwhile: leave it closed
+                return
+            self._open()
+            if self._closed:
+                self._stop_tables()
+                return
             log.warning("the tenant quotas of %s follow their topics again", self.agent.name)
         except Exception:
             log.error("reopening the tenant quotas of %s failed", self.agent.name, exc_info=True)
