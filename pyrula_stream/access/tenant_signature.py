@@ -47,6 +47,16 @@ def tenant_signature(key: bytes, agent: str, turn_id: str, tenant: str) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
+def signed_tenant_headers(
+    key: bytes, agent: str, turn_id: str, tenant: str, header: str
+) -> list[tuple[str, bytes]]:
+    """The request headers that name ``tenant`` in ``header`` (the agent's
+    ``tenant="header:<name>"``) and sign it for this turn: pass them to
+    ``KafkaAgentClient.submit_request(request, headers=...)``."""
+    signature = tenant_signature(key, agent, turn_id, tenant)
+    return [(header, tenant.encode()), (TENANT_SIGNATURE_HEADER, signature.encode())]
+
+
 def signed_by(key: bytes, agent: str, turn_id: str, tenant: str, signature: str | None) -> bool:
     """Whether ``signature`` is ``tenant``'s for this turn under ``key`` (constant time)."""
     if not signature:
@@ -61,5 +71,6 @@ __all__ = [
     "check_tenant_key",
     "load_tenant_key",
     "signed_by",
+    "signed_tenant_headers",
     "tenant_signature",
 ]

@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pyrula_stream.access.api_keys import OWNER_METADATA
 from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
 from pyrula_stream.access.rate_limit import RateLimit
-from pyrula_stream.access.tenant_signature import TENANT_SIGNATURE_HEADER, tenant_signature
+from pyrula_stream.access.tenant_signature import signed_tenant_headers
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import (
@@ -139,11 +139,10 @@ class Gateway:
         if principal is None:
             return []
         tenant = (self.options.tenants or {}).get(principal, principal)
-        headers = [(GATEWAY_TENANT_HEADER, tenant.encode())]
-        if self.options.tenant_key is not None:
-            signature = tenant_signature(self.options.tenant_key, agent, turn_id, tenant)
-            headers.append((TENANT_SIGNATURE_HEADER, signature.encode()))
-        return headers
+        key = self.options.tenant_key
+        if key is None:
+            return [(GATEWAY_TENANT_HEADER, tenant.encode())]
+        return signed_tenant_headers(key, agent, turn_id, tenant, GATEWAY_TENANT_HEADER)
 
     def thread_key(self, principal: str | None, thread_id: str) -> str:
         """With keys, a thread id is the caller's own: ``<principal>:<thread_id>`` on

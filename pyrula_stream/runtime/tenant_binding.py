@@ -49,7 +49,7 @@ def bind_tenant(
         signature = headers.get(TENANT_SIGNATURE_HEADER)
         if signed_by(key, agent, request.turn_id, tenant, signature):
             return resolved
-        log.info(
+        log.debug(  # per turn: a flood of forgeries must not flood the log
             "turn %s of %s names tenant %.80r without a valid %s: it runs as %r",
             request.turn_id,
             agent,

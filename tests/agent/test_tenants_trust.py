@@ -11,7 +11,11 @@ import math
 import pytest
 
 from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
-from pyrula_stream.access.tenant_signature import TENANT_SIGNATURE_HEADER, tenant_signature
+from pyrula_stream.access.tenant_signature import (
+    TENANT_SIGNATURE_HEADER,
+    signed_tenant_headers,
+    tenant_signature,
+)
 from pyrula_stream.agent.tenants import UNKNOWN_TENANT, TenantLimits
 from pyrula_stream.client.kafka_client import new_request
 from pyrula_stream.llm import FakeLLM
@@ -94,10 +98,8 @@ async def test_with_a_tenant_key_only_a_tenant_signed_for_the_turn_counts(
     async with running_worker(agent, kafka_bootstrap_servers, options):
         signed_request = new_request(agent.name, None, None, None, {})
         signature = tenant_signature(KEY, agent.name, signed_request.turn_id, "acme")
-        signed = await client.submit_request(
-            signed_request,
-            headers=[("x-tenant", b"acme"), (TENANT_SIGNATURE_HEADER, signature.encode())],
-        )
+        headers = signed_tenant_headers(KEY, agent.name, signed_request.turn_id, "acme", "x-tenant")
+        signed = await client.submit_request(signed_request, headers=headers)
         stream = client.stream(agent.name, signed.turn_id, idle_timeout_seconds=60)
         signed_events = [e async for e in stream]
         replayed = await submit_as(client, agent.name, "acme", signature)
