@@ -20,7 +20,14 @@ from pydantic.errors import PydanticUserError
 
 from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.agent.output import OutputSpec
-from pyrula_stream.agent.tenants import OnQuota, Tenancy, TenantLimits, TenantSource, check_tenancy
+from pyrula_stream.agent.tenants import (
+    OnQuota,
+    Tenancy,
+    TenantLimits,
+    TenantSource,
+    UnknownTenants,
+    check_tenancy,
+)
 from pyrula_stream.errors import AgentRegistrationError, ToolRegistrationError
 from pyrula_stream.kafka.acls import shared_prefix
 from pyrula_stream.kafka.admin import (
@@ -205,6 +212,7 @@ def kafka_agent(
     tenant_limits: TenantLimits | None = None,
     tenant_overrides: Mapping[str, TenantLimits] | None = None,
     on_quota: OnQuota = "defer",
+    unknown_tenants: UnknownTenants = "shared",
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
@@ -233,7 +241,9 @@ def kafka_agent(
     function of the request; workers admit turns round-robin across tenants and hold
     each to ``tenant_limits`` (or its entry in ``tenant_overrides``); a turn over a quota
     is deferred (``on_quota="defer"``) or fails with ``budget_exceeded`` (``"fail"``).
-    See docs/tenants.md.
+    A tenant nobody configured (no override in code or in the tenants topic, no signature
+    under the workers' ``tenant_key``) runs as the one shared tenant ``"unknown"``
+    (``unknown_tenants="own"`` gives each id its own share). See docs/tenants.md.
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
@@ -264,7 +274,11 @@ def kafka_agent(
             trust_domain=trust_domain,
             human_in_the_loop=human_in_the_loop,
             tenancy=Tenancy(
-                tenant, tenant_limits or TenantLimits(), dict(tenant_overrides or {}), on_quota
+                tenant,
+                tenant_limits or TenantLimits(),
+                dict(tenant_overrides or {}),
+                on_quota,
+                unknown_tenants,
             ),
         )
         for check in _BIND_CHECKS:

@@ -21,6 +21,11 @@ from pyrula_stream.wire.serde import TurnRequest
 DEFAULT_TENANT = "default"
 """The tenant of a turn whose source gives none (no key, no such header, ``None``)."""
 
+UNKNOWN_TENANT = "unknown"
+"""The one bucket every tenant nobody configured shares (``Tenancy.unknown_tenants``):
+a producer that invents a new tenant id per turn gets this bucket's share and limits,
+never one of its own."""
+
 MAX_TENANT_CHARS = 200
 """A tenant id is a label and a key: a longer one is cut, never refused."""
 
@@ -30,6 +35,9 @@ TenantSource = str | Callable[[TurnRequest], str | None]
 """``"key"``, ``"header:<name>"``, or a function of the request."""
 
 OnQuota = Literal["defer", "fail"]
+UnknownTenants = Literal["shared", "own"]
+"""``"shared"``: a tenant the worker does not know runs as ``UNKNOWN_TENANT``;
+``"own"``: every tenant id gets its own share (trusted producers only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +97,7 @@ class Tenancy:
     limits: TenantLimits = field(default_factory=TenantLimits)
     overrides: Mapping[str, TenantLimits] = field(default_factory=dict)
     on_quota: OnQuota = "defer"
+    unknown_tenants: UnknownTenants = "shared"
 
     @property
     def enabled(self) -> bool:
@@ -103,6 +112,15 @@ class Tenancy:
         if operator is not None and tenant in operator:
             return operator[tenant]
         return self.overrides.get(tenant, self.limits)
+
+    def known(self, tenant: str, operator: Mapping[str, TenantLimits] | None = None) -> bool:
+        """Whether ``tenant`` was configured (an override in code or the operator's
+        tenants topic); ``DEFAULT_TENANT`` and ``UNKNOWN_TENANT`` are buckets of their own."""
+        return (
+            tenant in (DEFAULT_TENANT, UNKNOWN_TENANT)
+            or tenant in self.overrides
+            or (operator is not None and tenant in operator)
+        )
 
     def tenant_of(self, request: TurnRequest, headers: Mapping[str, str]) -> str:
         """The request's tenant by the agent's source; ``DEFAULT_TENANT`` when it names
@@ -195,6 +213,11 @@ def check_tenancy(agent_name: str, tenancy: Tenancy) -> None:
             f"agent '{agent_name}': tenant must be 'key', 'header:<name>' or a function "
             f"of the request, got {source!r}"
         )
+    if tenancy.unknown_tenants not in ("shared", "own"):
+        raise AgentRegistrationError(
+            f"agent '{agent_name}': unknown_tenants must be 'shared' or 'own', "
+            f"got {tenancy.unknown_tenants!r}"
+        )
     if tenancy.on_quota not in ("defer", "fail"):
         raise AgentRegistrationError(
             f"agent '{agent_name}': on_quota must be 'defer' or 'fail', got {tenancy.on_quota!r}"
@@ -209,12 +232,14 @@ def check_tenancy(agent_name: str, tenancy: Tenancy) -> None:
 __all__ = [
     "DEFAULT_TENANT",
     "LIMIT_FIELDS",
+    "UNKNOWN_TENANT",
     "Deferral",
     "OnQuota",
     "Tenancy",
     "TenantLimits",
     "TenantMeter",
     "TenantSource",
+    "UnknownTenants",
     "check_tenancy",
     "parse_limit",
 ]

@@ -49,6 +49,7 @@ def fairness_agent(model_s: float, partitions: int) -> KafkaAgent:
         llm=FakeLLM(["ok"], latency_s=model_s),
         partitions=partitions,
         tenant=lambda request: request.metadata.get("tenant"),
+        unknown_tenants="own",  # the bench's own two tenants, configured nowhere
     )
     async def agent(ctx: AgentContext) -> str:
         return await ctx.llm.run([{"role": "user", "content": "hi"}])

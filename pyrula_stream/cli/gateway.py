@@ -34,6 +34,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         ) from None
     from pyrula_stream.access.api_keys import parse_api_keys
     from pyrula_stream.access.http_guard import check_bind
+    from pyrula_stream.access.tenant_signature import load_tenant_key
 
     if args.static is not None and not os.path.isdir(args.static):
         raise ConfigurationError(f"--static {args.static}: no such directory")
@@ -60,6 +61,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         allow_unauthenticated=access.allow_unauthenticated,
         kafka_timeout=args.timeout,
         static_dir=args.static,
+        tenants=tenant_mapping(args.tenant),
+        tenant_key=load_tenant_key(args.tenant_key_file) if args.tenant_key_file else None,
     )
     app = create_app(agents=agents, options=options)
     warn_if_open(args.host, access)
@@ -68,6 +71,19 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn stops gracefully, then re-raises
         asyncio.run(serve_gateway(app, args.host, args.port))
     return 0
+
+
+def tenant_mapping(pairs: list[str]) -> dict[str, str]:
+    """``--tenant PRINCIPAL=TENANT`` pairs as a mapping (a principal named twice is refused)."""
+    mapping: dict[str, str] = {}
+    for pair in pairs:
+        principal, sep, tenant = pair.partition("=")
+        if not sep or not principal.strip() or not tenant.strip():
+            raise ConfigurationError(f"--tenant {pair!r}: expected PRINCIPAL=TENANT")
+        if principal.strip() in mapping:
+            raise ConfigurationError(f"--tenant: principal {principal.strip()!r} named twice")
+        mapping[principal.strip()] = tenant.strip()
+    return mapping
 
 
 def register(sub: Commands[argparse.ArgumentParser]) -> None:
@@ -115,6 +131,19 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         default=None,
         help="serve DIR at / (a web page, e.g. examples/web_chat); with keys the page signs "
         "in at /login",
+    )
+    g.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        metavar="PRINCIPAL=TENANT",
+        help="the tenant of a key's turns (default: the key's name); repeatable",
+    )
+    g.add_argument(
+        "--tenant-key-file",
+        metavar="FILE",
+        default=None,
+        help="sign each turn's tenant with the workers' tenant key in FILE",
     )
     add_access_arguments(g)
     g.set_defaults(func=cmd_gateway)

@@ -26,6 +26,7 @@ from pyrula_stream.runtime.event_loop import EVENT_LOOPS
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from pyrula_stream.access.tenant_signature import load_tenant_key
     from pyrula_stream.observability import logs, tracing
     from pyrula_stream.runtime.mesh import run_worker
     from pyrula_stream.runtime.options import WorkerOptions
@@ -52,6 +53,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         group_protocol=args.group_protocol,
         kafka_config=kafka_config_from(args),
         serialization=args.serialization,
+        tenant_key=load_tenant_key(args.tenant_key_file) if args.tenant_key_file else None,
     )
     run_worker(
         agents[0] if len(agents) == 1 else agents,
@@ -180,6 +182,12 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         choices=list(EVENT_LOOPS),
         help="the worker's event loop (default: $PYRULA_EVENT_LOOP, else asyncio); uvloop: "
         "less CPU per short turn, more per step of a very long one",
+    )
+    w.add_argument(
+        "--tenant-key-file",
+        metavar="FILE",
+        default=None,
+        help="trust a turn's tenant only when signed with the key in FILE (docs/tenants.md)",
     )
     w.set_defaults(func=cmd_worker)
 

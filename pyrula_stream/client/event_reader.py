@@ -2,9 +2,10 @@
 
 A consumer per stream cost about 40 ms of setup each. Here one ``read_committed``
 consumer reads the partitions that open streams need and hands each record to the streams
-of its key. A stream that needs an older part of a partition moves the partition back;
-the other streams of that partition see records again and drop them by ``seq``, as they
-already do for the at-least-once mode.
+of its key. A stream that needs an older part of a partition than the shared consumer has
+reached gets that part from a one-off read of its own (``PartitionFollower.read_range``),
+then the shared records it held meanwhile: a caller's ``since_ms`` never moves the shared
+consumer back, so it costs the other streams of the partition nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.wire.events import Event
 
 POLL_S = 0.1
+CATCH_UP_TIMEOUT_S = 60.0
+"""The longest a stream's one-off read of older records may take."""
 
 
 @dataclass(eq=False)
@@ -30,6 +33,10 @@ class Subscription:
     topic: str
     key: bytes
     queue: asyncio.Queue[TopicRecord | BaseException] = field(default_factory=asyncio.Queue)
+    held: list[TopicRecord] | None = None
+    """While its older records are read apart, the shared records wait here."""
+    catch_up: asyncio.Task[None] | None = None
+    """That read (left to end on its own: it is bounded by ``CATCH_UP_TIMEOUT_S``)."""
 
 
 class SharedEventReader:
@@ -42,12 +49,10 @@ class SharedEventReader:
         kafka_config: Mapping[str, Any] | None = None,
         group_id: str | None = None,
     ) -> None:
-        self._follower = PartitionFollower(
-            bootstrap_servers,
-            client_id=f"pyrula-client-{uuid.uuid4().hex[:8]}",
-            kafka_config=kafka_config,
-            group_id=group_id,
-        )
+        self._bootstrap = bootstrap_servers
+        self._kafka_config = kafka_config
+        self._group_id = group_id
+        self._follower = self._new_follower()
         self._lock = asyncio.Lock()  # the consumer is used by one thread at a time
         self._subs: dict[tuple[str, bytes], set[Subscription]] = {}
         self._next_offset: dict[tuple[str, int], int] = {}
@@ -66,12 +71,17 @@ class SharedEventReader:
                 self._follower.start_offset, topic, partition, since_ms
             )
             current = self._next_offset.get((topic, partition))
-            if current is None or offset < current:
+            sub = Subscription(topic, key)
+            if current is None:
                 await asyncio.to_thread(
-                    self._follower.read_from, topic, partition, offset, assigned=current is not None
+                    self._follower.read_from, topic, partition, offset, assigned=False
                 )
                 self._next_offset[(topic, partition)] = offset
-            sub = Subscription(topic, key)
+            elif offset < current:  # older than the shared consumer: a read of its own
+                sub.held = []
+                sub.catch_up = asyncio.create_task(
+                    self._catch_up(sub, partition, offset, current), name="pyrula-catch-up"
+                )
             self._subs.setdefault((topic, key), set()).add(sub)
         self._keep_reading()
         return sub
@@ -92,6 +102,38 @@ class SharedEventReader:
         self._subs.setdefault((topic, key), set()).add(sub)
         self._keep_reading()
         return sub
+
+    def _new_follower(self) -> PartitionFollower:
+        return PartitionFollower(
+            self._bootstrap,
+            client_id=f"pyrula-client-{uuid.uuid4().hex[:8]}",
+            kafka_config=self._kafka_config,
+            group_id=self._group_id,
+        )
+
+    async def _catch_up(self, sub: Subscription, partition: int, start: int, end: int) -> None:
+        """Hand ``sub`` its key's records in ``[start, end)`` from a one-off reader, then
+        the shared records held meanwhile, in offset order."""
+        try:
+            follower = await asyncio.to_thread(self._new_follower)
+            try:
+                older = await asyncio.to_thread(
+                    follower.read_range,
+                    sub.topic,
+                    partition,
+                    start,
+                    end,
+                    sub.key,
+                    timeout_s=CATCH_UP_TIMEOUT_S,
+                )
+            finally:
+                await asyncio.to_thread(follower.close)
+        except Exception as exc:
+            sub.queue.put_nowait(exc)
+            return
+        for record in [*older, *(sub.held or ())]:
+            sub.queue.put_nowait(record)
+        sub.held = None
 
     def _keep_reading(self) -> None:
         if self._task is None or self._task.done():
@@ -118,7 +160,10 @@ class SharedEventReader:
                 where = (record.topic, record.partition)
                 self._next_offset[where] = max(self._next_offset.get(where, 0), record.offset + 1)
                 for sub in self._subs.get((record.topic, record.key or b""), ()):
-                    sub.queue.put_nowait(record)
+                    if sub.held is not None:
+                        sub.held.append(record)
+                    else:
+                        sub.queue.put_nowait(record)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -29,6 +29,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from pyrula_stream.access.api_keys import OWNER_METADATA
 from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
+from pyrula_stream.access.rate_limit import RateLimit
+from pyrula_stream.access.tenant_signature import signed_tenant_headers
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import (
@@ -44,11 +46,13 @@ from pyrula_stream.gateway.errors import (
     refusal_of,
     refusal_response,
 )
-from pyrula_stream.gateway.options import AppOptions
+from pyrula_stream.gateway.options import GATEWAY_TENANT_HEADER, AppOptions
 from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
 from pyrula_stream.gateway.sse import last_event_id, sse_frames
 from pyrula_stream.kafka.admin import broker_answers
 
+RESERVED_METADATA_PREFIX = "pyrula."
+"""Metadata keys the gateway drops from a caller's request (see ``end_user_metadata``)."""
 OWNER_HEADER = "pyrula-owner"
 """The turn request's header naming the principal who submitted it (as its metadata does)."""
 
@@ -127,6 +131,19 @@ class Gateway:
             raise not_found(f"agent '{name}'")
         return found
 
+    def tenant_headers(
+        self, agent: str, turn_id: str, principal: str | None
+    ) -> list[tuple[str, bytes]]:
+        """The caller's tenant (``options.tenants``, else the principal itself), signed
+        for this turn when the gateway has the workers' ``tenant_key``; none without keys."""
+        if principal is None:
+            return []
+        tenant = (self.options.tenants or {}).get(principal, principal)
+        key = self.options.tenant_key
+        if key is None:
+            return [(GATEWAY_TENANT_HEADER, tenant.encode())]
+        return signed_tenant_headers(key, agent, turn_id, tenant, GATEWAY_TENANT_HEADER)
+
     def thread_key(self, principal: str | None, thread_id: str) -> str:
         """With keys, a thread id is the caller's own: ``<principal>:<thread_id>`` on
         Kafka, so no other principal can read, extend or delete it."""
@@ -173,6 +190,16 @@ class Gateway:
         )
         self._ready = (time.monotonic(), answer)
         return answer
+
+
+def end_user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A caller's metadata without what only the gateway or an operator may set: keys
+    under ``pyrula.`` (a branch's original, system prompt and model, ...) and ``owner``."""
+    return {
+        k: v
+        for k, v in metadata.items()
+        if not str(k).startswith(RESERVED_METADATA_PREFIX) and k != OWNER_METADATA
+    }
 
 
 async def json_body(request: Request, limit: int) -> dict[str, Any]:
@@ -241,6 +268,8 @@ def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None
     check_bind(bind_host, access, exposes=GATEWAY_EXPOSES)  # now, not at the first request
     api = FastAPI(title="pyrula-stream gateway", openapi_url=None, docs_url=None, redoc_url=None)
     browser = options.static_dir is not None  # a page's EventSource carries a cookie
+    if options.rate_limit is not None:  # added first: inside the guard, which names the key
+        api.add_middleware(RateLimit, policy=options.rate_limit)
     api.add_middleware(
         HTTPGuard,
         access=access,
@@ -345,6 +374,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         await gateway.admit(served)
         key = request.headers.get("idempotency-key")
         headers: list[tuple[str, bytes]] = []
+        metadata = end_user_metadata(metadata)
         if principal is not None:
             metadata = {**metadata, OWNER_METADATA: principal}
             headers.append((OWNER_HEADER, principal.encode()))
@@ -354,6 +384,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
 
         kafka_thread = gateway.thread_key(principal, thread_id) if thread_id else None
         turn = new_request(agent, key, metadata, kafka_thread, params)
+        headers += gateway.tenant_headers(agent, turn.turn_id, principal)
         handle = await gateway.client(served).submit_request(turn, headers=headers)
         gateway.owners.remember(agent, handle.turn_id, principal or NOBODY, handle.submitted_ms)
         since_ms = handle.submitted_ms - CLOCK_SKEW_MS

@@ -7,15 +7,24 @@ without importing FastAPI.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyrula_stream.access.api_keys import APIKeyAuth
+from pyrula_stream.access.rate_limit import RatePolicy
+from pyrula_stream.access.tenant_signature import check_tenant_key
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 
 DEFAULT_HTTP_PREFIX = "/agents"
+GATEWAY_TENANT_HEADER = "pyrula-gateway-tenant"
+"""The request header the gateway sets to the caller's tenant (an agent behind the gateway
+reads it with ``tenant="header:pyrula-gateway-tenant"``)."""
 MAX_BODY_BYTES = 1024 * 1024
+
+
+GATEWAY_RATE = RatePolicy(per_second=50.0, burst=100)
+"""Each caller's default rate."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,13 @@ class AppOptions:
     ``static_dir`` serves that folder at ``/`` (a web page such as ``examples/web_chat``);
     with keys, a browser signs in with a key at ``/login`` and then carries a session
     cookie, since ``EventSource`` cannot send an ``Authorization`` header.
+    With keys, each turn's tenant is the caller's: ``tenants`` maps a principal to its
+    tenant (a principal it does not name is its own tenant), written in the header
+    ``GATEWAY_TENANT_HEADER``, and signed with ``tenant_key`` when given (the workers' key:
+    they then trust the tenant, see docs/tenants.md). ``max_connections`` caps open
+    connections when served by ``pyrula-stream gateway`` (default 1024; past it, ``503``).
+    ``rate_limit`` holds each caller (key, or address without keys) to its rate on the
+    routes under ``prefix`` (``429`` past it; ``None``: no limit).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -55,6 +71,10 @@ class AppOptions:
     ready_path: str = "/readyz"
     kafka_timeout: float = 10.0
     retry_after_s: int = 5
+    tenants: Mapping[str, str] | None = None
+    max_connections: int | None = None
+    rate_limit: RatePolicy | None = GATEWAY_RATE
+    tenant_key: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.prefix.startswith("/") or (self.prefix != "/" and self.prefix.endswith("/")):
@@ -67,5 +87,10 @@ class AppOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigurationError(f"{name} must be >= 1 or None, got {value}")
+        if self.tenant_key is not None:
+            check_tenant_key(self.tenant_key)
+        for principal, tenant in (self.tenants or {}).items():
+            if not isinstance(tenant, str) or not tenant.strip():
+                raise ConfigurationError(f"tenants[{principal!r}] must be non-empty text")
         if self.max_body_bytes < 1:
             raise ConfigurationError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")

@@ -9,6 +9,7 @@ the same answer. Stream counts are per process: a limit protects this process.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -25,6 +26,10 @@ from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.wire import serde
 
 REMEMBERED_OWNERS = 10_000
+MISS_TTL_S = 10.0
+"""How long "no such turn" is remembered: a repeated ask for a turn id that is not there
+(a guess, a typo) reads the turns partition once per this, not once per request. Short,
+so a turn submitted through another gateway process is found soon after."""
 NOBODY = ""
 """The owner of a request that names none (submitted without keys, or not over HTTP)."""
 
@@ -39,9 +44,13 @@ class TurnOwners:
         self._kafka_config = kafka_config
         self._timeout_s = timeout_s
         self._known: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()
+        self._missing: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self.reads = 0
+        """Reads of a turns partition so far (each scans up to a whole partition)."""
 
     def remember(self, agent: str, turn_id: str, owner: str, submitted_ms: int) -> None:
         """What this process submitted it knows without a read."""
+        self._missing.pop((agent, turn_id), None)
         self._known[(agent, turn_id)] = (owner, submitted_ms)
         while len(self._known) > REMEMBERED_OWNERS:
             self._known.popitem(last=False)
@@ -52,9 +61,18 @@ class TurnOwners:
         known = self._known.get((agent, turn_id))
         if known is not None:
             return known[0]
+        missed_at = self._missing.get((agent, turn_id))
+        if missed_at is not None and time.monotonic() - missed_at < MISS_TTL_S:
+            return None
+        self.reads += 1
         found = await asyncio.to_thread(self._read, prefix, agent, turn_id, key)
         if found is None:
+            self._missing[(agent, turn_id)] = time.monotonic()
+            self._missing.move_to_end((agent, turn_id))
+            while len(self._missing) > REMEMBERED_OWNERS:
+                self._missing.popitem(last=False)
             return None
+        self._missing.pop((agent, turn_id), None)
         self.remember(agent, turn_id, *found)
         return found[0]
 

@@ -10,11 +10,28 @@ from collections.abc import AsyncIterator
 import uvicorn
 from fastapi import FastAPI
 
+MAX_CONNECTIONS = 1024
+"""Open connections (streams included) past which uvicorn answers 503: slow or idle
+clients cannot exhaust the process's sockets."""
+KEEP_ALIVE_S = 5
+"""An idle kept-alive connection is closed after this."""
+MAX_HEADER_BYTES = 16 * 1024
+"""h11's limit on a request's headers (a bigger request is refused)."""
+
 
 def _uvicorn_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
     # A short graceful shutdown: open SSE streams would hold it; clients resume anyway.
+    gateway = getattr(app.state, "gateway", None)
+    limit = gateway.options.max_connections if gateway is not None else None
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=2,
+        limit_concurrency=limit or MAX_CONNECTIONS,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
     return uvicorn.Server(config)
 

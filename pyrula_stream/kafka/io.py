@@ -379,22 +379,24 @@ class TopicFollower:
                 if err.code() == KafkaError._PARTITION_EOF or err.retriable():
                     continue
                 raise KafkaException(err)
-            key = msg.key()
-            out.append(
-                TopicRecord(
-                    msg.topic() or "",
-                    msg.partition() or 0,
-                    msg.offset() or 0,
-                    key.encode() if isinstance(key, str) else key,
-                    msg.value(),
-                    headers_dict(msg.headers()),
-                    int(msg.timestamp()[1]),
-                )
-            )
+            out.append(_topic_record(msg))
         return out
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _topic_record(msg: Any) -> TopicRecord:
+    key = msg.key()
+    return TopicRecord(
+        msg.topic() or "",
+        msg.partition() or 0,
+        msg.offset() or 0,
+        key.encode() if isinstance(key, str) else key,
+        msg.value(),
+        headers_dict(msg.headers()),
+        int(msg.timestamp()[1]),
+    )
 
 
 class PartitionFollower(TopicFollower):
@@ -422,3 +424,30 @@ class PartitionFollower(TopicFollower):
         if assigned:
             self._consumer.incremental_unassign([TopicPartition(topic, partition)])
         self._consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+
+    def read_range(
+        self, topic: str, partition: int, start: int, end: int, key: bytes, *, timeout_s: float
+    ) -> list[TopicRecord]:
+        """The committed records of ``key`` in offsets ``[start, end)`` of one partition,
+        read once (``TimeoutError`` when the range is not read within ``timeout_s``)."""
+        self._consumer.assign([TopicPartition(topic, partition, start)])
+        out: list[TopicRecord] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}[{partition}] {start}..{end} took too long")
+            msg = self._consumer.poll(0.2)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return out
+                if err.retriable():
+                    continue
+                raise KafkaException(err)
+            if (msg.offset() or 0) >= end:
+                return out
+            record = _topic_record(msg)
+            if record.key == key:
+                out.append(record)

@@ -182,6 +182,18 @@ class GlobalTable:
         self._stop = threading.Event()
         self._consumer: Consumer | None = None
         self._thread: threading.Thread | None = None
+        self._polled_at = time.monotonic()
+
+    def following(self, within_s: float) -> bool:
+        """Whether the follower thread is alive and has polled within ``within_s``: a
+        view that is not may be frozen (a reader that died or hangs)."""
+        thread = self._thread
+        return (
+            thread is not None
+            and thread.is_alive()
+            and self.failure is None
+            and time.monotonic() - self._polled_at <= within_s
+        )
 
     def start(self, *, timeout_s: float) -> None:
         """Read the topic to its end (``TimeoutError`` after ``timeout_s``), then follow it."""
@@ -222,6 +234,7 @@ class GlobalTable:
         next_tick = time.monotonic() + self._tick_interval_s
         try:
             while not self._stop.is_set():
+                self._polled_at = time.monotonic()
                 # poll() returns on the first record (consume() would wait out its timeout
                 # for a full batch); whatever else is buffered is then drained at once.
                 first = consumer.poll(0.1)

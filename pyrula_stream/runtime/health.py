@@ -11,6 +11,11 @@ from collections.abc import Callable
 
 from pyrula_stream.observability.metrics import METRICS_CONTENT_TYPE
 
+READ_TIMEOUT_S = 5.0
+"""A connection that has not sent its request line by then is closed: a silent client
+must not hold a socket and a task for ever."""
+MAX_REQUEST_LINE = 8192
+
 
 async def start_health_server(
     host: str,
@@ -22,7 +27,12 @@ async def start_health_server(
     """Serve the probes (and ``/metrics``) on ``host:port`` until the server is closed."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        line = (await reader.readline()).decode(errors="replace")
+        try:
+            raw = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+        except (TimeoutError, ValueError, ConnectionError):  # silent, oversized or gone
+            writer.close()
+            return
+        line = raw.decode(errors="replace")
         path = line.split(" ")[1] if " " in line else "/"
         path = path.split("?", 1)[0]
         content_type = "text/plain; charset=utf-8"
@@ -44,4 +54,4 @@ async def start_health_server(
         await writer.drain()
         writer.close()
 
-    return await asyncio.start_server(handle, host, port)
+    return await asyncio.start_server(handle, host, port, limit=MAX_REQUEST_LINE)

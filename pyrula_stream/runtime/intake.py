@@ -26,6 +26,7 @@ from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
 from pyrula_stream.runtime.scheduler import TurnScheduler
 from pyrula_stream.runtime.session import GroupSession
+from pyrula_stream.runtime.tenant_binding import bind_tenant
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.journal_keys import DEAD_LETTERED_PREFIX
 from pyrula_stream.wire.records import ControlRequest, content_type_header, dead_letter_source
@@ -52,6 +53,7 @@ class RecordIntake:
         metrics: WorkerMetrics,
         stopping: Callable[[], bool],
         after_poll: Callable[[], None],
+        tenant_key: bytes | None = None,
     ) -> None:
         self._agent = agent
         self._topics = agent.topics
@@ -65,6 +67,7 @@ class RecordIntake:
         self._after_poll = after_poll
         """Raises when a rebalance callback of the poll failed (the session is lost)."""
         self._journal_table = PartitionedTable(self._topics.journal)
+        self._tenant_key = tenant_key
 
     async def run(self, session: GroupSession, committer_task: asyncio.Task[None]) -> None:
         """Poll until a stop is asked for; raise when the committer failed (fenced) or a
@@ -123,7 +126,15 @@ class RecordIntake:
 
     def _on_turn_record(self, record: TurnRecord) -> None:
         p, offset = record.partition, record.offset
-        request = self._agent.tenancy.resolve(record.request, record.headers)
+        quotas = self._scheduler.quotas
+        request = bind_tenant(
+            self._agent.name,
+            self._agent.tenancy,
+            record.request,
+            record.headers,
+            key=self._tenant_key,
+            operator=quotas.operator_limits if quotas is not None else None,
+        )
         ps = self._parts.get(p)
         if ps is None:
             return

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pyrula_stream.access.tenant_signature import check_tenant_key
 from pyrula_stream.kafka.config import KafkaSettings, check_serialization, resolve
 from pyrula_stream.wire.guard import DecodeLimits
 
@@ -81,6 +82,9 @@ class WorkerOptions:
     before it writes its deltas and its response (0: unbounded). Many slow calls that
     return together then cost one buffer, not a burst of records at once; quicker calls
     are paced by the commits they await and never wait (docs/operating.md).
+    ``tenant_key`` (at least 32 bytes) makes the worker trust a turn's tenant only when
+    the request carries its signature under that key (``access/tenant_signature.py``);
+    any other tenant runs as the shared ``"unknown"`` one (docs/tenants.md).
     """
 
     max_concurrent_turns: int = 50
@@ -112,8 +116,11 @@ class WorkerOptions:
     decode_limits: DecodeLimits = field(default_factory=DecodeLimits)
     max_delivery_attempts: int = 5
     max_pending_records: int = 1000
+    tenant_key: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        if self.tenant_key is not None:
+            check_tenant_key(self.tenant_key)
         # Resolved once, so every client sees the same settings, and a repr hides secrets.
         object.__setattr__(self, "kafka_config", resolve(self.kafka_config))
         check_serialization(self.serialization, self.kafka_config)

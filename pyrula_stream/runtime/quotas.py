@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -40,6 +41,12 @@ DAY_MS = 86_400_000
 KEPT_MINUTES = 3
 """Minute windows kept in memory (the current one and a little slack for late records)."""
 KEPT_DAYS = 2
+STALE_AFTER_S = 30.0
+"""A table whose follower has not polled this long (or died) gives a stale view."""
+STALE_REASON = "quota_view_stale"
+"""The deferral reason while the view is stale: quotas fail closed, never on frozen numbers."""
+STALE_RETRY_MS = 15_000
+"""A turn deferred for a stale view is checked again this much later."""
 
 
 @dataclass
@@ -62,9 +69,13 @@ class UsageWindows:
     after compaction) counts once."""
 
     def fold(self, key: str, body: Mapping[str, Any]) -> None:
+        """Add one usage record; ``ValueError`` (nothing added) for a figure that is not
+        a finite number >= 0: a NaN or negative figure would lift a cap."""
         ts = int(body.get("ts_ms") or 0)
         minute, day = ts // MINUTE_MS, ts // DAY_MS
         tenant = str(body["tenant"])
+        turns, tokens = _figure(body, "turns"), _figure(body, "tokens")
+        cost_usd = _figure(body, "cost_usd")
         seen = self.seen.setdefault(minute, set())
         if key in seen:
             return
@@ -73,9 +84,9 @@ class UsageWindows:
             self.minutes.setdefault((tenant, minute), Usage()),
             self.days.setdefault((tenant, day), Usage()),
         ):
-            window.turns += int(body.get("turns") or 0)
-            window.tokens += int(body.get("tokens") or 0)
-            window.cost_usd += float(body.get("cost_usd") or 0.0)
+            window.turns += int(turns)
+            window.tokens += int(tokens)
+            window.cost_usd += cost_usd
 
     def current(self, tenant: str, now_ms: int) -> tuple[Usage, Usage]:
         """Copies of the tenant's minute and day totals at ``now_ms``."""
@@ -90,6 +101,18 @@ class UsageWindows:
         self.minutes = {k: v for k, v in self.minutes.items() if k[1] >= oldest_minute}
         self.days = {k: v for k, v in self.days.items() if k[1] >= oldest_day}
         self.seen = {m: keys for m, keys in self.seen.items() if m >= oldest_minute}
+
+
+def _figure(body: Mapping[str, Any], name: str) -> float:
+    """A usage figure: absent is 0; anything but a finite number >= 0 is refused."""
+    value = body.get(name)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a tenant-usage record's {name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"a tenant-usage record's {name} must be finite and >= 0: {value!r}")
+    return float(value)
 
 
 def _usage_body(record: ConsumedRecord) -> dict[str, Any] | None:
@@ -156,12 +179,19 @@ class TenantQuotas:
         self._overrides: dict[str, TenantLimits] = {}
         self._worker_id = worker_id
         self._tables: list[GlobalTable] = []
+        self._stale_logged = False
+        self._reviving = threading.Event()
+        self._closed = False
 
     # -- lifecycle (blocking; the worker runs these in a thread) --------------------------
 
     def start(self) -> None:
         """Create the two topics if missing, read both to their end, then follow them
         (again after ``close``: a worker that lost Kafka starts its stores anew)."""
+        self._closed = False
+        self._open()
+
+    def _open(self) -> None:
         specs = [s for s in self.agent.topic_specs() if s.name in self._topic_names()]
         apply_topics(self.bootstrap_servers, specs, self._timeout_s, kafka_config=self.kafka_config)
         topics = self.agent.topics
@@ -182,6 +212,10 @@ class TenantQuotas:
             table.start(timeout_s=self._timeout_s)
 
     def close(self) -> None:
+        self._closed = True
+        self._stop_tables()
+
+    def _stop_tables(self) -> None:
         tables, self._tables = self._tables, []
         for table in tables:
             table.stop()
@@ -190,6 +224,50 @@ class TenantQuotas:
         return {self.agent.topics.tenants, self.agent.topics.tenant_usage}
 
     # -- reading --------------------------------------------------------------------------
+
+    @property
+    def operator_limits(self) -> Mapping[str, TenantLimits]:
+        """The operator's overrides by tenant (the tenants topic), as read so far."""
+        return self._overrides
+
+    def stale(self) -> bool:
+        """Whether this view may be frozen: a table's follower died or stopped polling.
+        Logged once when it turns stale; new turns are deferred until it is not."""
+        tables = self._tables
+        stale = not tables or not all(t.following(STALE_AFTER_S) for t in tables)
+        if stale and not self._stale_logged:
+            failures = [f"{t.topic}: {t.failure!r}" for t in tables if t.failure is not None]
+            log.error(
+                "the tenant quotas of %s are stale (%s): new turns are deferred (%s) while "
+                "the worker reopens its readers",
+                self.agent.name,
+                "; ".join(failures) or "a reader is not following",
+                STALE_REASON,
+            )
+        self._stale_logged = stale
+        if stale and tables and not self._reviving.is_set():
+            self._reviving.set()
+            threading.Thread(target=self._revive, name="pyrula-quotas-revive", daemon=True).start()
+        return stale
+
+    def _revive(self) -> None:
+        """Read both tables anew (usage from empty windows, so no record counts twice);
+        the view stays stale, deferring new turns, until they follow again."""
+        try:
+            self._stop_tables()
+            with self._lock:
+                self._windows = UsageWindows()
+            if self._closed:  # the worker closed the view meanwhile: leave it closed
+                return
+            self._open()
+            if self._closed:
+                self._stop_tables()
+                return
+            log.warning("the tenant quotas of %s follow their topics again", self.agent.name)
+        except Exception:
+            log.error("reopening the tenant quotas of %s failed", self.agent.name, exc_info=True)
+        finally:
+            self._reviving.clear()
 
     def limits_for(self, tenant: str) -> TenantLimits:
         """The tenant's limits now: an operator's override, else the code's."""
@@ -205,6 +283,8 @@ class TenantQuotas:
         """The first limit the tenant has reached now (``starting``: a new turn, which
         the turn rate also caps), with when its window ends."""
         now = int(time.time() * 1000)
+        if starting and self.stale():
+            return Deferral(STALE_REASON, tenant, now + STALE_RETRY_MS)
         lim = self.limits_for(tenant)
         minute, day = self.usage(tenant, now)
         next_minute = (now // MINUTE_MS + 1) * MINUTE_MS

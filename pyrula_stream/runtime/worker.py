@@ -169,6 +169,7 @@ class KafkaWorker(RunsInBackground):
             metrics=self.metrics,
             stopping=lambda: self._stop_requested,
             after_poll=self._handover.raise_if_failed,
+            tenant_key=self.options.tenant_key,
         )
 
     # -- lifecycle ------------------------------------------------------------------------

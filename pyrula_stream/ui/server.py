@@ -35,14 +35,20 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from pyrula_stream.access.http_guard import NO_KEYS, ASGIApp, HTTPAccess, HTTPGuard, principal_of
+from pyrula_stream.access.rate_limit import RateLimit, RatePolicy
 from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.errors import PyrulaError
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import UIState
+from pyrula_stream.ui.questions import QuestionBoard
 
 STATIC = Path(__file__).parent / "static"
 KEEPALIVE_S = 15.0
 ACTION_HEADER = "x-pyrula-action"  # a custom header: a cross-site form cannot send it
+
+
+UI_RATE = RatePolicy(per_second=20.0, burst=60)
+"""Each caller's default rate."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,8 @@ class UIOptions:
     allow_actions: bool = False
     max_turns: int = 200
     access: HTTPAccess = NO_KEYS
+    rate_limit: RatePolicy | None = UI_RATE
+    """Each caller's requests (per key, or per address without keys); ``None``: none."""
 
 
 def exposure(options: UIOptions) -> str:
@@ -71,6 +79,9 @@ class UIApp:
         self.options = options
         self.state = UIState(max_turns=options.max_turns, max_dead_letters=options.max_turns)
         self.feed = EventFeed(feed_options, self.state)
+        self.questions = QuestionBoard(
+            feed_options, lambda: self.state.agents | set(feed_options.agents or ())
+        )
         self._client: KafkaAgentClient | None = None
         self.routes = Starlette(
             routes=[
@@ -84,8 +95,11 @@ class UIApp:
             ],
             lifespan=self.lifespan,
         )
+        inner: ASGIApp = self.routes
+        if options.rate_limit is not None:  # inside the guard, which names the key
+            inner = RateLimit(inner, options.rate_limit)
         self.app: ASGIApp = HTTPGuard(
-            self.routes,
+            inner,
             options.access,
             bind_host=options.host,
             exposes=exposure(options),
@@ -95,11 +109,14 @@ class UIApp:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         task = asyncio.create_task(self.feed.run(), name="pyrula-ui-feed")
+        board = asyncio.create_task(self.questions.run(), name="pyrula-ui-questions")
         try:
             yield
         finally:
             await self.feed.stop()
+            await self.questions.stop()
             await task
+            await board
             if self._client is not None:
                 await self._client.close()
 
@@ -200,16 +217,12 @@ class UIApp:
         return self._client
 
     async def waiting(self, request: Request) -> Response:
-        """Every followed agent's open questions, oldest first."""
-        found: list[dict[str, Any]] = []
-        errors: list[str] = []
-        for agent in sorted(self.state.agents | set(self.feed.options.agents or ())):
-            try:
-                found += [q.as_dict() for q in await self.client().pending(agent)]
-            except PyrulaError as exc:  # one agent's missing topic must not hide the rest
-                errors.append(f"{agent}: {exc}")
-        found.sort(key=lambda q: (q["asked_ms"], q["turn_id"]))
-        return JSONResponse({"questions": found, "errors": errors}, headers=NO_STORE)
+        """Every followed agent's open questions, oldest first (from the one journal
+        follower, ``QuestionBoard``: a poll reads nothing from Kafka)."""
+        found, errors = self.questions.questions()
+        return JSONResponse(
+            {"questions": [q.as_dict() for q in found], "errors": errors}, headers=NO_STORE
+        )
 
     async def answer(self, request: Request) -> Response:
         if not self.options.allow_actions:
@@ -240,6 +253,10 @@ class UIApp:
 
 
 NO_STORE = {"cache-control": "no-store"}
+MAX_CONNECTIONS = 256
+"""Open connections past which uvicorn answers 503 (an operator's UI, not a public site)."""
+KEEP_ALIVE_S = 5
+MAX_HEADER_BYTES = 16 * 1024
 
 
 class UIServer(uvicorn.Server):
@@ -254,6 +271,9 @@ class UIServer(uvicorn.Server):
                 port=ui.options.port,
                 log_level="warning",
                 timeout_graceful_shutdown=5,
+                limit_concurrency=MAX_CONNECTIONS,
+                timeout_keep_alive=KEEP_ALIVE_S,
+                h11_max_incomplete_event_size=MAX_HEADER_BYTES,
             )
         )
 

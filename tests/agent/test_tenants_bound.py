@@ -30,6 +30,7 @@ async def test_a_flood_stays_within_the_documented_overshoot(
         llm=FakeLLM(["ok"], latency_s=0.05),
         partitions=WORKERS,
         tenant=lambda request: request.metadata.get("tenant"),
+        unknown_tenants="own",
         tenant_limits=TenantLimits(tokens_per_minute=CAP),
         on_quota="fail",
     )

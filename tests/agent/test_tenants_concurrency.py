@@ -37,6 +37,7 @@ async def test_a_tenants_cap_holds_per_worker_and_a_parked_turn_takes_no_slot(
         llm=FakeLLM(["ok"]),
         partitions=2,
         tenant=lambda request: request.metadata.get("tenant"),
+        unknown_tenants="own",
         tenant_limits=TenantLimits(max_concurrent_turns=CAP),
     )
     async def agent(ctx: AgentContext, who: str, park: bool = False) -> str:

@@ -33,6 +33,7 @@ async def test_the_tenant_is_on_every_event_and_in_the_result(
         llm=FakeLLM(["ok"] * 2),
         partitions=1,
         tenant="header:x-tenant",
+        unknown_tenants="own",
     )
     async def agent(ctx: AgentContext) -> str:
         return await ctx.llm.run([{"role": "user", "content": "hi"}])
@@ -107,6 +108,7 @@ async def test_a_tenants_flood_does_not_hold_back_another_tenant(
         llm=FakeLLM(),
         partitions=1,
         tenant=lambda request: request.metadata.get("tenant"),
+        unknown_tenants="own",
     )
     async def agent(ctx: AgentContext, tenant: str) -> str:
         await asyncio.sleep(0.005)  # a turn holds its slot a moment, as a model call would
@@ -148,6 +150,7 @@ async def test_metrics_label_the_first_20_tenants_and_count_the_rest_as_other(
         llm=FakeLLM(["ok"]),
         partitions=1,
         tenant="key",
+        unknown_tenants="own",
     )
     async def agent(ctx: AgentContext) -> str:
         return await ctx.llm.run([{"role": "user", "content": "hi"}])

@@ -38,6 +38,7 @@ def tenanted(name: str, limits: TenantLimits, on_quota: OnQuota = "defer") -> Ka
         llm=FakeLLM(["ok"]),
         partitions=1,
         tenant=lambda request: request.metadata.get("tenant"),
+        unknown_tenants="own",
         tenant_limits=limits,
         on_quota=on_quota,
     )

@@ -23,7 +23,13 @@ QUICK = WorkerOptions(shutdown_grace=0.2)
 
 
 def leaf_agents() -> tuple[KafkaAgent, KafkaAgent]:
-    @kafka_agent(name=unique_name("tkeyed"), llm=FakeLLM(["ok"]), partitions=2, tenant="key")
+    @kafka_agent(
+        name=unique_name("tkeyed"),
+        llm=FakeLLM(["ok"]),
+        partitions=2,
+        tenant="key",
+        unknown_tenants="own",
+    )
     async def keyed(ctx: AgentContext, n: int) -> int:
         return n
 
@@ -32,6 +38,7 @@ def leaf_agents() -> tuple[KafkaAgent, KafkaAgent]:
         llm=FakeLLM(["ok"]),
         partitions=2,
         tenant=lambda request: request.params.get("customer"),
+        unknown_tenants="own",
     )
     async def own(ctx: AgentContext, customer: str | None = None) -> str | None:
         return customer
@@ -53,6 +60,7 @@ def parent_agent(keyed: KafkaAgent, own: KafkaAgent, plain: KafkaAgent) -> Kafka
         llm=FakeLLM(["ok"]),
         partitions=2,
         tenant=lambda request: request.metadata.get("tenant"),
+        unknown_tenants="own",
     )
     async def parent(ctx: AgentContext) -> dict[str, Any]:
         return {

@@ -15,6 +15,7 @@ from pyrula_stream.llm import FakeLLM
     llm=FakeLLM(["ok"]),
     partitions=2,
     tenant=lambda request: request.metadata.get("tenant"),
+    unknown_tenants="own",
     tenant_limits=TenantLimits(turns_per_minute=3),
 )
 async def tenanted(ctx: AgentContext) -> str:

@@ -301,7 +301,13 @@ async def test_ui_links_sub_agent_calls_both_ways_and_filters_by_agent_thread_an
     kafka_bootstrap_servers: str, client: KafkaAgentClient, page: Page
 ) -> None:
     # The children take their parent's tenant ("key" names none for a sub-agent).
-    @kafka_agent(name=unique_name("refunds"), llm=FakeLLM(["ok"]), partitions=1, tenant="key")
+    @kafka_agent(
+        name=unique_name("refunds"),
+        llm=FakeLLM(["ok"]),
+        partitions=1,
+        tenant="key",
+        unknown_tenants="own",
+    )
     async def refunds(ctx: AgentContext, order_id: str, cents: int) -> dict[str, Any]:
         if cents > 10_000:
             raise ValueError(f"a refund of {cents} needs a person")
@@ -312,6 +318,7 @@ async def test_ui_links_sub_agent_calls_both_ways_and_filters_by_agent_thread_an
         llm=FakeLLM(["ok"]),
         partitions=1,
         tenant=lambda request: request.metadata.get("tenant"),
+        unknown_tenants="own",
     )
     async def triage(ctx: AgentContext, order_id: str) -> str:
         # Two calls in a row: the parent parks twice, so its reply steps are attempts 2 and 3.
