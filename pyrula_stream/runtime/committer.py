@@ -8,7 +8,8 @@ A record the broker refuses (its delivery failed) aborts its whole transaction. 
 record is bounded: the next commit waits a backoff that doubles with each failure, and a
 turn whose records failed ``max_delivery_attempts`` commits in a row is ended with
 ``record_undeliverable`` instead of being rerun; a record of no turn is replaced by a dead
-letter that names it. Either way the partition moves on.
+letter that names it. A record ``produce()`` itself refused (too large) would fail every
+try alike: that is its last strike at once. Either way the partition moves on.
 
 The buffer is bounded: past ``max_pending_records`` a turn whose slow model call returned
 waits (``room``) before it writes its deltas and response, in arrival order, until a commit
@@ -421,6 +422,8 @@ class GroupCommitter:
         if not own:
             return {}
         by_turn: dict[str, list[FailedDelivery]] = {}
+        refused: set[int] = set()
+        """Records ``produce()`` refused (every try fails alike): their last strike now."""
         for f in own:
             owner = owners[f.index] if 0 <= f.index < len(owners) else None
             if owner is not None and owner in batch.turns:
@@ -428,10 +431,16 @@ class GroupCommitter:
             elif 0 <= f.index < len(records):
                 record = records[f.index]
                 _, n = self._record_strikes.get(id(record), (record, 0))
-                self._record_strikes[id(record)] = (record, n + 1)
+                n = self._max_attempts if f.at_produce else n + 1
+                self._record_strikes[id(record)] = (record, n)
+                if f.at_produce:
+                    refused.add(id(record))
         given_up: dict[str, str] = {}
         for owner, failures in by_turn.items():
-            strikes = self._turn_strikes[owner] = self._turn_strikes.get(owner, 0) + 1
+            strikes = self._turn_strikes.get(owner, 0) + 1
+            if any(f.at_produce for f in failures):
+                strikes = max(strikes, self._max_attempts)
+            self._turn_strikes[owner] = strikes
             if strikes >= self._max_attempts and self._on_undeliverable is not None:
                 self._turn_strikes.pop(owner, None)
                 given_up[owner] = (
@@ -439,7 +448,11 @@ class GroupCommitter:
                     f"{describe_failures(failures)}"
                 )
         worst = max(
-            [1, *self._turn_strikes.values(), *(n for _, n in self._record_strikes.values())]
+            [
+                1,
+                *self._turn_strikes.values(),
+                *(n for k, (_, n) in self._record_strikes.items() if k not in refused),
+            ]
         )
         first, longest = DELIVERY_BACKOFF_S
         self._backoff_s = min(longest, first * 2 ** (worst - 1))

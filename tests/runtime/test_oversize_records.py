@@ -1,0 +1,75 @@
+"""A record sized at the broker's limit, with many headers, on each topic the worker reads:
+it ends in a (trimmed) dead letter, or is skipped and counted, and its partition keeps
+flowing. Its dead letter (value plus every header as ``pyrula.original.*``) would be over
+the producer's limit; sent as is, ``produce()`` refused it and the session restarted on it
+for good."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
+from pyrula_stream.kafka.io import RecordProducer
+from pyrula_stream.llm import FakeLLM
+from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire.signals import RECORD_TYPE_HEADER, SIGNAL_RECORD_TYPE
+
+BROKER_LIMIT = 1_048_588
+"""The broker's default ``message.max.bytes``: the largest record batch it takes."""
+
+HEADERS = 300
+
+
+def _hostile(
+    extra: list[tuple[str, str | bytes | None]] = (),  # type: ignore[assignment]
+) -> tuple[bytes, list[tuple[str, str | bytes | None]]]:
+    """A value and headers whose one-record batch is just under the broker's limit."""
+    headers: list[tuple[str, str | bytes | None]] = [
+        *extra,
+        *((f"x-hostile-{i:03d}", b"h" * 24) for i in range(HEADERS)),
+    ]
+    header_bytes = sum(len(k) + len(v or b"") + 2 for k, v in headers)
+    # batch header (61), record framing (under 32), the key and some slack
+    value = b"\x00not-a-record" + b"x" * (BROKER_LIMIT - 61 - 32 - 64 - header_bytes - 13 - 64)
+    return value, headers
+
+
+def _hostile_producer(bootstrap: str) -> RecordProducer:
+    """A producer whose own limit is above the broker's (as a hostile one's may be)."""
+    return RecordProducer(bootstrap, message_max_bytes=4_000_000)
+
+
+@pytest.mark.parametrize("topic", ["turns", "replies", "signal"])
+async def test_an_oversize_record_is_dead_lettered_and_the_partition_flows(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, topic: str
+) -> None:
+    @kafka_agent(name=unique_name("big"), llm=FakeLLM(["fine"]), partitions=1)
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    extra: list[tuple[str, str | bytes | None]] = (
+        [(RECORD_TYPE_HEADER, SIGNAL_RECORD_TYPE)] if topic == "signal" else []
+    )
+    value, headers = _hostile(extra)
+    target = agent.topics.turns if topic == "turns" else agent.topics.replies
+    producer = _hostile_producer(kafka_bootstrap_servers)
+    async with running_worker(agent, kafka_bootstrap_servers):
+        await producer.send(target, b"k1", value, headers)
+        events = await client.run(agent.name, question="still there?", timeout=60)
+        assert events[-1].type == "run:complete"
+
+        def letters() -> list[tuple[bytes | None, bytes | None, dict[str, str]]]:
+            return read_topic(kafka_bootstrap_servers, agent.topics.dlq)
+
+        await wait_for(lambda: len(letters()) == 1, 30, "one dead letter")
+    producer.close()
+    [(key, letter, meta)] = letters()
+    assert key == b"k1"
+    assert meta["pyrula.dlq.source"].startswith(f"{target}[0]@")
+    assert meta["pyrula.dlq.reason"]
+    assert "pyrula.dlq.trimmed" in meta, sorted(meta)[:5]
+    # what was cut is said; what is kept is the value's start and the first headers
+    assert letter is not None and value.startswith(letter)
+    assert len(letter) < len(value)
+    assert "value" in meta["pyrula.dlq.trimmed"]
+    assert meta["pyrula.original.x-hostile-000"] == "h" * 24
