@@ -128,3 +128,60 @@ async def test_a_dead_letter_the_dlq_refuses_is_dropped_and_the_partition_moves_
         f"dropped a record of no turn for {agent.topics.dlq}: 3 commits in a row failed to "
         f"deliver this record to {agent.topics.dlq} (partition None)"
     ]
+
+
+def test_a_record_produce_refuses_is_charged_to_it_not_read_as_fencing(
+    kafka_bootstrap_servers: str,
+) -> None:
+    topic = unique_name("atproduce")
+    _new_topic(kafka_bootstrap_servers, topic)
+    writer = BatchWriter(
+        kafka_bootstrap_servers,
+        transactional_id=unique_name("atproduce"),
+        extra={"message.max.bytes": 10_000},
+    )
+    writer.start()
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap_servers, "group.id": "unused"})
+    try:
+        with pytest.raises(TransactionAborted) as aborted:
+            writer.write(
+                [
+                    OutRecord(topic, b"k", b"lost with its batch", []),
+                    OutRecord(topic, b"big", b"x" * 20_000, []),
+                ],
+                {},
+                consumer,
+                None,
+            )
+        writer.write([OutRecord(topic, b"k", b"fits", [])], {}, consumer, None)
+    finally:
+        writer.close()
+        consumer.close()
+    [failure] = aborted.value.failed
+    assert (failure.index, failure.topic, failure.code, failure.at_produce) == (
+        1,
+        topic,
+        "MSG_SIZE_TOO_LARGE",
+        True,
+    )
+    assert "b'big'" in failure.reason  # the record is named
+    assert [v for _, v, _ in read_topic(kafka_bootstrap_servers, topic)] == [b"fits"]
+
+
+async def test_a_turn_whose_record_produce_refuses_ends_at_once(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("atproduce"), llm=FakeLLM(["unused"]), partitions=1)
+    async def agent(ctx: AgentContext, size: int) -> str:
+        return "x" * size
+
+    options = WorkerOptions(producer_config={"message.max.bytes": 50_000})
+    async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+        refused = await client.run(agent.name, size=80_000, timeout=60)
+        after = await client.run(agent.name, size=10, timeout=60)
+        aborts, sessions = worker.committer.stats.aborts, worker.sessions
+    assert refused[-1].type == "run:error"
+    assert refused[-1].data["code"] == "record_undeliverable"
+    assert "MSG_SIZE_TOO_LARGE" in refused[-1].data["message"]
+    assert after[-1].type == "run:complete"
+    assert (aborts, sessions) == (1, 1)  # one abort, and never read as fencing

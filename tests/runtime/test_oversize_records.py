@@ -73,3 +73,30 @@ async def test_an_oversize_record_is_dead_lettered_and_the_partition_flows(
     assert len(letter) < len(value)
     assert "value" in meta["pyrula.dlq.trimmed"]
     assert meta["pyrula.original.x-hostile-000"] == "h" * 24
+
+
+async def test_an_oversize_control_record_is_skipped_and_counted(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Control records are never dead-lettered (every worker reads them all from the
+    start): skipped and counted, and the turns flow."""
+
+    @kafka_agent(name=unique_name("bigctl"), llm=FakeLLM(["fine"]), partitions=1)
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}])
+
+    value, headers = _hostile()
+    producer = _hostile_producer(kafka_bootstrap_servers)
+    async with running_worker(agent, kafka_bootstrap_servers) as worker:
+        await producer.send(agent.topics.control, b"k1", value, headers)
+        events = await client.run(agent.name, question="still there?", timeout=60)
+        metric = worker.metrics.registry.get_sample_value
+        skipped = {"agent": agent.name, "source": "control"}
+        await wait_for(
+            lambda: metric("pyrula_skipped_records_total", skipped) == 1, 30, "a counted skip"
+        )
+        sessions = worker.sessions
+    producer.close()
+    assert events[-1].type == "run:complete"
+    assert sessions == 1
+    assert read_topic(kafka_bootstrap_servers, agent.topics.dlq) == []
