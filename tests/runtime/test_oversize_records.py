@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
+from pyrula_stream.errors import PayloadTooLarge
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
+from pyrula_stream.runtime.quotas import TenantQuotas
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 from pyrula_stream.wire.signals import RECORD_TYPE_HEADER, SIGNAL_RECORD_TYPE
 
@@ -100,3 +102,24 @@ async def test_an_oversize_control_record_is_skipped_and_counted(
     assert events[-1].type == "run:complete"
     assert sessions == 1
     assert read_topic(kafka_bootstrap_servers, agent.topics.dlq) == []
+
+
+def test_a_usage_record_keyed_by_a_long_tenant_id_is_refused_before_it_is_sent() -> None:
+    """The tenant-usage record holds the (outside) tenant id in its key and its value: one
+    past the producer's room fails its turn with a clear error (``stream_too_large``)
+    instead of reaching ``produce()``, and is not counted."""
+
+    @kafka_agent(
+        name=unique_name("bigtenant"),
+        llm=FakeLLM(["fine"]),
+        tenant=lambda request: request.metadata.get("tenant"),
+    )
+    async def agent(ctx: AgentContext) -> str:
+        return "unused"
+
+    quotas = TenantQuotas(agent, "unused:9092", worker_id="w1", record_room=10_000)
+    quotas.usage_record("acme", "turn-1", "start", turns=1)
+    with pytest.raises(PayloadTooLarge, match="tenant-usage record of a tenant id of 6000"):
+        quotas.usage_record("t" * 6_000, "turn-2", "start", turns=1)
+    assert quotas.usage("t" * 6_000)[0].turns == 0
+    assert quotas.usage("acme")[0].turns == 1
