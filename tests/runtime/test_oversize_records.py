@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
-from pyrula_stream.errors import PayloadTooLarge
+from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.errors import PayloadTooLarge, SubAgentError
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.runtime.quotas import TenantQuotas
@@ -123,3 +123,39 @@ def test_a_usage_record_keyed_by_a_long_tenant_id_is_refused_before_it_is_sent()
         quotas.usage_record("t" * 6_000, "turn-2", "start", turns=1)
     assert quotas.usage("t" * 6_000)[0].turns == 0
     assert quotas.usage("acme")[0].turns == 1
+
+
+async def test_a_reply_too_large_to_journal_fails_the_call_instead_of_wedging(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """The parent's journal copy of a child's reply must fit its producer: one that would
+    not is dead-lettered, and the parent reads a failed reply (``stream_too_large``)."""
+
+    @kafka_agent(name=unique_name("bigchild"), llm=FakeLLM(["unused"]), partitions=1)
+    async def child(ctx: AgentContext, size: int) -> str:
+        return "x" * size
+
+    @kafka_agent(name=unique_name("smallparent"), llm=FakeLLM(["unused"]), partitions=1)
+    async def parent(ctx: AgentContext, size: int) -> str:
+        try:
+            answer = await ctx.call_agent(child, size=size)
+        except SubAgentError as exc:
+            return f"failed: {exc.child_code}"
+        return f"got {len(answer)}"
+
+    small = WorkerOptions(producer_config={"message.max.bytes": 200_000})
+    async with (
+        running_worker(child, kafka_bootstrap_servers),
+        running_worker(parent, kafka_bootstrap_servers, small) as worker,
+    ):
+        big = await client.run(parent.name, size=300_000, timeout=60)
+        fine = await client.run(parent.name, size=10, timeout=60)
+        sessions = worker.sessions
+    assert big[-1].data["result"] == "failed: stream_too_large"
+    assert fine[-1].data["result"] == "got 10"
+    assert sessions == 1
+    [(_, letter, meta)] = read_topic(kafka_bootstrap_servers, parent.topics.dlq)
+    assert letter is not None and 0 < len(letter) < 200_000  # the reply's start
+    assert meta["pyrula.dlq.reason"].startswith("reply refused: too large: its journal copy")
+    assert meta["pyrula.dlq.code"] == "unsolicited_reply"
+    assert "pyrula.dlq.trimmed" in meta  # the copy of the reply is cut to fit too
