@@ -397,7 +397,7 @@ class ParkedTurns:
             copy = reply_journal_record(topics.journal, p, taken)
         if copy is not None and not fits(copy.key, copy.value, copy.headers, room):
             why = (
-                f"too large: its journal copy would be "
+                f"too_large: its journal copy would be "
                 f"{wire_size(copy.key, copy.value, copy.headers)} bytes, over the "
                 f"{room}-byte room of a record (the producer's message.max.bytes)"
             )

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import pytest
 
-from pyrula_stream import AgentContext, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream import (
+    AgentContext,
+    KafkaAgentClient,
+    SignalRefused,
+    WorkerOptions,
+    kafka_agent,
+)
 from pyrula_stream.errors import PayloadTooLarge, SubAgentError
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.runtime.quotas import TenantQuotas
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 from pyrula_stream.wire.signals import RECORD_TYPE_HEADER, SIGNAL_RECORD_TYPE
+from tests.approvals_kit import all_events
 
 BROKER_LIMIT = 1_048_588
 """The broker's default ``message.max.bytes``: the largest record batch it takes."""
@@ -156,6 +163,32 @@ async def test_a_reply_too_large_to_journal_fails_the_call_instead_of_wedging(
     assert sessions == 1
     [(_, letter, meta)] = read_topic(kafka_bootstrap_servers, parent.topics.dlq)
     assert letter is not None and 0 < len(letter) < 200_000  # the reply's start
-    assert meta["pyrula.dlq.reason"].startswith("reply refused: too large: its journal copy")
+    assert meta["pyrula.dlq.reason"].startswith("reply refused: too_large: its journal copy")
     assert meta["pyrula.dlq.code"] == "unsolicited_reply"
     assert "pyrula.dlq.trimmed" in meta  # the copy of the reply is cut to fit too
+
+
+async def test_a_signal_too_large_to_journal_is_refused_and_the_turn_runs_on(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """The journal copy of a signal must fit the worker's producer: one that would not is
+    refused back to its sender (``too_large``), and the turn takes the next one."""
+
+    @kafka_agent(name=unique_name("bigsignal"), llm=FakeLLM(["unused"]), partitions=1)
+    async def agent(ctx: AgentContext) -> object:
+        return (await ctx.wait_for_signal("go")).payload
+
+    small = WorkerOptions(producer_config={"message.max.bytes": 200_000})
+    async with running_worker(agent, kafka_bootstrap_servers, small) as worker:
+        handle = await client.submit(agent.name)
+        await wait_for(lambda: worker.parked_turns == 1, 60, "the turn parked on 'go'")
+        with pytest.raises(SignalRefused) as refused:
+            await client.signal(agent.name, handle.turn_id, "go", "x" * 300_000)
+        assert (await client.signal(agent.name, handle.turn_id, "go", "small")).accepted
+        events = await all_events(client, agent.name, handle.turn_id)
+        sessions = worker.sessions
+    assert refused.value.reason == "too_large"
+    assert "journal copy would be" in str(refused.value)
+    assert events[-1].type == "run:complete"
+    assert events[-1].data["result"] == "small"
+    assert sessions == 1
