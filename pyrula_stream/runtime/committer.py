@@ -130,6 +130,8 @@ class GroupCommitter:
         """Commits in a row in which a record of the turn failed delivery."""
         self._record_strikes: dict[int, tuple[OutRecord, int]] = {}
         """The same for records of no turn, by identity (they ride the next commit as is)."""
+        self._refused_at_produce: set[int] = set()
+        """Records of no turn among those that ``produce()`` itself refused."""
         self._backoff_s = 0.0
         self._telemetry = telemetry
         self._on_committed = on_committed
@@ -387,6 +389,7 @@ class GroupCommitter:
         if self._record_strikes:
             for r in batch.records:
                 self._record_strikes.pop(id(r), None)
+                self._refused_at_produce.discard(id(r))
         self.stats.commits += 1
         self.stats.records += len(records)
         self.stats.largest = max(self.stats.largest, len(records))
@@ -422,8 +425,7 @@ class GroupCommitter:
         if not own:
             return {}
         by_turn: dict[str, list[FailedDelivery]] = {}
-        refused: set[int] = set()
-        """Records ``produce()`` refused (every try fails alike): their last strike now."""
+        refused: set[int] = set()  # records produce() refused: every try fails alike
         for f in own:
             owner = owners[f.index] if 0 <= f.index < len(owners) else None
             if owner is not None and owner in batch.turns:
@@ -435,18 +437,21 @@ class GroupCommitter:
                 self._record_strikes[id(record)] = (record, n)
                 if f.at_produce:
                     refused.add(id(record))
+                    self._refused_at_produce.add(id(record))
         given_up: dict[str, str] = {}
         for owner, failures in by_turn.items():
             strikes = self._turn_strikes.get(owner, 0) + 1
-            if any(f.at_produce for f in failures):
+            at_produce = any(f.at_produce for f in failures)
+            if at_produce:
                 strikes = max(strikes, self._max_attempts)
             self._turn_strikes[owner] = strikes
             if strikes >= self._max_attempts and self._on_undeliverable is not None:
                 self._turn_strikes.pop(owner, None)
                 given_up[owner] = (
-                    f"{strikes} commits in a row failed to deliver a record of the turn: "
-                    f"{describe_failures(failures)}"
-                )
+                    "produce() refused a record of the turn"
+                    if at_produce
+                    else f"{strikes} commits in a row failed to deliver a record of the turn"
+                ) + f": {describe_failures(failures)}"
         worst = max(
             [
                 1,
@@ -473,9 +478,13 @@ class GroupCommitter:
             return record
         del self._record_strikes[id(record)]
         reason = (
-            f"{entry[1]} commits in a row failed to deliver this record to "
+            f"produce() refused this record for {record.topic} (partition "
+            f"{record.partition}); its every try would fail alike"
+            if id(record) in self._refused_at_produce
+            else f"{entry[1]} commits in a row failed to deliver this record to "
             f"{record.topic} (partition {record.partition})"
         )
+        self._refused_at_produce.discard(id(record))
         letter = self._dead_letter(record, reason) if self._dead_letter is not None else None
         if letter is None:
             log.error("dropped a record of no turn for %s: %s", record.topic, reason)
