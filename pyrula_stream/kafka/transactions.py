@@ -29,6 +29,7 @@ from pyrula_stream.kafka.config import (
 )
 from pyrula_stream.kafka.deadline import CallAbandoned, call_with_deadline
 from pyrula_stream.kafka.offsets import kafka_error
+from pyrula_stream.wire.fitting import record_room
 from pyrula_stream.wire.records import OutRecord
 
 log = logging.getLogger(__name__)
@@ -53,9 +54,50 @@ class FailedDelivery:
     partition: int
     code: str
     reason: str
+    at_produce: bool = False
+    """Refused by ``produce()`` itself (too large, say): every later try fails the same."""
 
     def __str__(self) -> str:
         return f"{self.topic} [{self.partition}]: {self.code} ({self.reason})"
+
+
+class RefusedAtProduce(Exception):
+    """``produce()`` refused a record of the batch at once: that record's failure, never a
+    fencing (the transaction is aborted and the record charged, as a failed delivery is)."""
+
+    def __init__(self, failure: FailedDelivery) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+_PRODUCER_STATE = frozenset(
+    {
+        KafkaError._FATAL,
+        KafkaError._STATE,
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    }
+)
+"""``produce()`` errors about the producer, not the record: handled as before (fencing)."""
+
+
+def _producer_state(exc: KafkaException) -> bool:
+    err = kafka_error(exc)
+    return err is None or err.fatal() or err.code() in _PRODUCER_STATE
+
+
+def _refused(index: int, rec: OutRecord, exc: KafkaException) -> FailedDelivery:
+    """The failure of a record ``produce()`` refused, named by its place in the batch."""
+    err = kafka_error(exc)
+    return FailedDelivery(
+        index,
+        rec.topic,
+        -1 if rec.partition is None else rec.partition,
+        err.name() if err is not None else type(exc).__name__,
+        f"{err.str() if err is not None else exc}; key {rec.key[:80]!r}, {rec.size} bytes",
+        at_produce=True,
+    )
 
 
 def describe_failures(failed: Sequence[FailedDelivery], limit: int = 5) -> str:
@@ -105,6 +147,21 @@ REPLACE_AFTER = frozenset(
 """Abort causes after which the producer is replaced even with no delivery report read."""
 
 
+WRITER_MESSAGE_MAX_BYTES = 1_048_576
+"""The writer's ``message.max.bytes`` unless the user's producer settings say otherwise."""
+
+
+def writer_record_room(
+    kafka_config: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
+) -> int:
+    """The bytes one record of a worker's writer may take (``fitting.record_room`` of its
+    ``message.max.bytes``): what a record built from outside bytes is fitted to."""
+    conf = producer_config(
+        "", kafka_config, extra=extra, message_max_bytes=WRITER_MESSAGE_MAX_BYTES
+    )
+    return record_room(int(conf["message.max.bytes"]))
+
+
 ANSWER_TIMEOUT_S = 2.0
 """How long the metadata request that tells a stalled call from a slow one may take."""
 
@@ -150,7 +207,7 @@ class BatchWriter:
             transactional_id=transactional_id if exactly_once else None,
             transaction_timeout_ms=transaction_timeout_ms,
             extra=extra,
-            message_max_bytes=1_048_576,
+            message_max_bytes=WRITER_MESSAGE_MAX_BYTES,
             compression_type="lz4",
             # Only a failed record calls back into Python; a delivered one costs nothing.
             delivery_report_only_error=True,
@@ -207,7 +264,7 @@ class BatchWriter:
         self._blamed.clear()
         self._sending = records
         produce, report = self._producer.produce, self._report
-        for rec in records:
+        for index, rec in enumerate(records):
             partition = UNASSIGNED_PARTITION if rec.partition is None else rec.partition
             while True:
                 try:
@@ -222,6 +279,10 @@ class BatchWriter:
                     break
                 except BufferError:
                     self._producer.poll(0.05)
+                except KafkaException as exc:
+                    if _producer_state(exc):
+                        raise
+                    raise RefusedAtProduce(_refused(index, rec, exc)) from exc
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         """A failed record's report (``delivery.report.only.error``: no other calls)."""
@@ -264,8 +325,24 @@ class BatchWriter:
                     [TopicPartition(t, p, o) for (t, p), o in offsets.items()], group_metadata
                 )
             self._commit_with_retry()
+        except RefusedAtProduce as refused:
+            self._abort_refused(refused.failure)
         except KafkaException as exc:
             self._handle(exc)
+
+    def _abort_refused(self, failure: FailedDelivery) -> None:
+        """Abort the batch of a record ``produce()`` refused, and charge that record. The
+        producer's state is sound (the record was never queued): it stays."""
+        log.warning("transaction must abort; produce() refused a record: %s", failure)
+        producer = self._producer
+        try:
+            self._bounded(
+                lambda: producer.abort_transaction(TRANSACTION_CALL_TIMEOUT_S),
+                "abort_transaction",
+            )
+        except KafkaException as abort_exc:
+            raise ProducerFenced(f"abort failed: {abort_exc}") from None
+        raise TransactionAborted(f"produce() refused a record: {failure}", [failure])
 
     def _send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
         producer = self._producer
@@ -385,7 +462,12 @@ class BatchWriter:
     def _write_then_commit(
         self, records: Sequence[OutRecord], offsets: Offsets, consumer: Consumer
     ) -> None:
-        self._produce_all(records)
+        try:
+            self._produce_all(records)
+        except RefusedAtProduce as refused:
+            self._producer.flush(60)  # what went before is sent; its input is read again
+            log.warning("batch not committed; produce() refused a record: %s", refused.failure)
+            raise TransactionAborted(str(refused), [refused.failure]) from None
         remaining = self._producer.flush(60)
         if remaining or self._failed:
             failed = sorted(self._failed, key=lambda f: f.index)

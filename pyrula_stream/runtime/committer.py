@@ -8,7 +8,8 @@ A record the broker refuses (its delivery failed) aborts its whole transaction. 
 record is bounded: the next commit waits a backoff that doubles with each failure, and a
 turn whose records failed ``max_delivery_attempts`` commits in a row is ended with
 ``record_undeliverable`` instead of being rerun; a record of no turn is replaced by a dead
-letter that names it. Either way the partition moves on.
+letter that names it. A record ``produce()`` itself refused (too large) would fail every
+try alike: that is its last strike at once. Either way the partition moves on.
 
 The buffer is bounded: past ``max_pending_records`` a turn whose slow model call returned
 waits (``room``) before it writes its deltas and response, in arrival order, until a commit
@@ -129,6 +130,8 @@ class GroupCommitter:
         """Commits in a row in which a record of the turn failed delivery."""
         self._record_strikes: dict[int, tuple[OutRecord, int]] = {}
         """The same for records of no turn, by identity (they ride the next commit as is)."""
+        self._refused_at_produce: set[int] = set()
+        """Records of no turn among those that ``produce()`` itself refused."""
         self._backoff_s = 0.0
         self._telemetry = telemetry
         self._on_committed = on_committed
@@ -386,6 +389,7 @@ class GroupCommitter:
         if self._record_strikes:
             for r in batch.records:
                 self._record_strikes.pop(id(r), None)
+                self._refused_at_produce.discard(id(r))
         self.stats.commits += 1
         self.stats.records += len(records)
         self.stats.largest = max(self.stats.largest, len(records))
@@ -421,6 +425,7 @@ class GroupCommitter:
         if not own:
             return {}
         by_turn: dict[str, list[FailedDelivery]] = {}
+        refused: set[int] = set()  # records produce() refused: every try fails alike
         for f in own:
             owner = owners[f.index] if 0 <= f.index < len(owners) else None
             if owner is not None and owner in batch.turns:
@@ -428,18 +433,31 @@ class GroupCommitter:
             elif 0 <= f.index < len(records):
                 record = records[f.index]
                 _, n = self._record_strikes.get(id(record), (record, 0))
-                self._record_strikes[id(record)] = (record, n + 1)
+                n = self._max_attempts if f.at_produce else n + 1
+                self._record_strikes[id(record)] = (record, n)
+                if f.at_produce:
+                    refused.add(id(record))
+                    self._refused_at_produce.add(id(record))
         given_up: dict[str, str] = {}
         for owner, failures in by_turn.items():
-            strikes = self._turn_strikes[owner] = self._turn_strikes.get(owner, 0) + 1
+            strikes = self._turn_strikes.get(owner, 0) + 1
+            at_produce = any(f.at_produce for f in failures)
+            if at_produce:
+                strikes = max(strikes, self._max_attempts)
+            self._turn_strikes[owner] = strikes
             if strikes >= self._max_attempts and self._on_undeliverable is not None:
                 self._turn_strikes.pop(owner, None)
                 given_up[owner] = (
-                    f"{strikes} commits in a row failed to deliver a record of the turn: "
-                    f"{describe_failures(failures)}"
-                )
+                    "produce() refused a record of the turn"
+                    if at_produce
+                    else f"{strikes} commits in a row failed to deliver a record of the turn"
+                ) + f": {describe_failures(failures)}"
         worst = max(
-            [1, *self._turn_strikes.values(), *(n for _, n in self._record_strikes.values())]
+            [
+                1,
+                *self._turn_strikes.values(),
+                *(n for k, (_, n) in self._record_strikes.items() if k not in refused),
+            ]
         )
         first, longest = DELIVERY_BACKOFF_S
         self._backoff_s = min(longest, first * 2 ** (worst - 1))
@@ -460,9 +478,13 @@ class GroupCommitter:
             return record
         del self._record_strikes[id(record)]
         reason = (
-            f"{entry[1]} commits in a row failed to deliver this record to "
+            f"produce() refused this record for {record.topic} (partition "
+            f"{record.partition}); its every try would fail alike"
+            if id(record) in self._refused_at_produce
+            else f"{entry[1]} commits in a row failed to deliver this record to "
             f"{record.topic} (partition {record.partition})"
         )
+        self._refused_at_produce.discard(id(record))
         letter = self._dead_letter(record, reason) if self._dead_letter is not None else None
         if letter is None:
             log.error("dropped a record of no turn for %s: %s", record.topic, reason)

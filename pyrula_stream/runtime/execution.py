@@ -29,6 +29,7 @@ from pyrula_stream.durable.steps import StepData
 from pyrula_stream.durable.turn import TurnRuntime
 from pyrula_stream.errors import ErrorCode, Poison, PyrulaError, VersionUnavailable
 from pyrula_stream.kafka.stores.memory import KafkaMemory
+from pyrula_stream.kafka.transactions import writer_record_room
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.discovery import MCPToolbox
 from pyrula_stream.mcp.pool import MCPPool
@@ -328,6 +329,9 @@ class TurnExecutor:
                     key=req.key.encode(),
                     value=serde.encode("turn_request", req),
                     headers=[content_type_header("turn_request")],
+                    max_bytes=writer_record_room(
+                        self.options.kafka_config, self.options.producer_config
+                    ),
                 )
             ]
         )

@@ -51,11 +51,14 @@ class RecordIntake:
         committer: Callable[[], GroupCommitter],
         worker_id: str,
         metrics: WorkerMetrics,
+        record_room: int,
         stopping: Callable[[], bool],
         after_poll: Callable[[], None],
         tenant_key: bytes | None = None,
     ) -> None:
         self._agent = agent
+        self._record_room = record_room
+        """What a dead letter of a record read here is fitted to (``fitting.record_room``)."""
         self._topics = agent.topics
         self._parts = parts
         self._scheduler = scheduler
@@ -116,6 +119,7 @@ class RecordIntake:
                 bad.reason,
                 ErrorCode.INVALID_REQUEST,
                 worker=self._worker_id,
+                max_bytes=self._record_room,
             )
             self._committer().add_records([letter, marker])
             ps.journal.dead_lettered.add(bad.offset)
@@ -165,4 +169,6 @@ class RecordIntake:
         self._scheduler.on_control(control)
 
     def _on_reply(self, record: ConsumedRecord) -> None:
-        self._parked.take_reply(record, self._topics, self._worker_id, self._committer())
+        self._parked.take_reply(
+            record, self._topics, self._worker_id, self._committer(), self._record_room
+        )

@@ -47,6 +47,7 @@ from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
 from pyrula_stream.runtime.session import SessionLost
+from pyrula_stream.wire.fitting import fits, wire_size
 from pyrula_stream.wire.guard import bad_record_reason
 from pyrula_stream.wire.records import OutRecord, dead_letter
 from pyrula_stream.wire.signals import (
@@ -288,19 +289,26 @@ class ParkedTurns:
                 self.resume(partition, turn_id)
 
     def take_reply(
-        self, record: ConsumedRecord, topics: AgentTopics, worker_id: str, committer: GroupCommitter
+        self,
+        record: ConsumedRecord,
+        topics: AgentTopics,
+        worker_id: str,
+        committer: GroupCommitter,
+        room: int,
     ) -> None:
         """A child's outcome or a signal: journal it with the replies position in one
         transaction that also carries the input offsets (a worker that lost the partition
         is fenced). A record that is not the reply to a call the parent made and still
-        waits for is dead-lettered in that transaction instead, with the reason. A reply
+        waits for is dead-lettered in that transaction instead, with the reason; so is one
+        whose journal copy would not fit in ``room`` bytes (a reply's parent then reads a
+        failed reply that says so). Dead letters are fitted to ``room`` too. A reply
         to a call whose commit is still in flight here, and a signal for a turn whose
         request this worker has not read yet, are decided later (in order)."""
         p = record.partition
         ps = self._parts.get(p)
         if ps is None or self.failure is not None:
             return  # a failure ends the session: read again from the journaled position
-        decide = partial(self._decide, ps, record, topics, worker_id, committer)
+        decide = partial(self._decide, ps, record, topics, worker_id, committer, room)
         earlier = self._deciding.get(p)
         ahead = earlier[1] if earlier is not None and earlier[0] is ps else None
         if ahead is None and self._call_commit(record) is None and not self._unread(ps, record):
@@ -403,6 +411,7 @@ class ParkedTurns:
         topics: AgentTopics,
         worker_id: str,
         committer: GroupCommitter,
+        room: int,
     ) -> None:
         """Take the reply or signal, or dead-letter it, with the replies position, in the
         next commit."""
@@ -412,7 +421,7 @@ class ParkedTurns:
         failures = self._failures.get((p, record.offset), 0)
         if failures >= self._max_failures:
             del self._failures[(p, record.offset)]
-            self._quarantine(record, topics, worker_id, committer, failures)
+            self._quarantine(record, topics, worker_id, committer, room, failures)
             return
         taken: Reply | Signal | None
         why: str | None = None
@@ -431,13 +440,24 @@ class ParkedTurns:
                 parent = taken.parent_turn_id
                 why = refusal(_journal_of(ps, parent), parent in ps.finished, taken)
             records = [cursor_record(topics.journal, p, record.offset + 1)]
+            copy = None
             if why is None and isinstance(taken, Signal):
-                records.append(signal_journal_record(topics.journal, p, taken))
+                copy = signal_journal_record(topics.journal, p, taken)
             elif why is None and isinstance(taken, Reply):
-                records.append(reply_journal_record(topics.journal, p, taken))
-            else:
+                copy = reply_journal_record(topics.journal, p, taken)
+            if copy is not None and not fits(copy.key, copy.value, copy.headers, room):
+                why = (
+                    f"too_large: its journal copy would be "
+                    f"{wire_size(copy.key, copy.value, copy.headers)} bytes, over the "
+                    f"{room}-byte room of a record (the producer's message.max.bytes)"
+                )
+                taken, copy = _too_large_reply(topics, p, taken, why, room)
+            if why is not None and copy is None:
                 taken = None
-                records.append(_refusal_letter(record, topics, worker_id, str(why)))
+            if copy is not None:
+                records.append(copy)
+            if why is not None:
+                records.append(_refusal_letter(record, topics, worker_id, str(why), room))
             committed = committer.durable_records(replies_owner(p), records)
         except Exception as exc:
             self._failed(record, p, exc)
@@ -452,13 +472,14 @@ class ParkedTurns:
         topics: AgentTopics,
         worker_id: str,
         committer: GroupCommitter,
+        room: int,
         failures: int,
     ) -> None:
         """Deciding this reply failed ``failures`` sessions in a row: dead-letter it as
         poison and move the position past it (it can be redriven once the cause is fixed)."""
         p = record.partition
         why = f"deciding it ended {failures} sessions of this worker in a row"
-        letter = _refusal_letter(record, topics, worker_id, why, ErrorCode.POISON_QUARANTINE)
+        letter = _refusal_letter(record, topics, worker_id, why, room, ErrorCode.POISON_QUARANTINE)
         records = [cursor_record(topics.journal, p, record.offset + 1), letter]
         committer.durable_records(replies_owner(p), records)
         self._quarantined("replies")
@@ -533,11 +554,35 @@ class ParkedTurns:
             self.resume(partition, parent)
 
 
+def _too_large_reply(
+    topics: AgentTopics, partition: int, taken: Reply | Signal | None, why: str, room: int
+) -> tuple[Reply | None, OutRecord | None]:
+    """A failed reply and its journal copy in place of a reply too large to write, so that
+    its parent ends that call with an error instead of waiting; none for a signal (it is
+    refused) and for a reply whose ids alone are too large."""
+    if not isinstance(taken, Reply):
+        return None, None
+    failed = Reply(
+        taken.parent_turn_id,
+        taken.child_turn_id,
+        taken.agent,
+        "failed",
+        code=ErrorCode.STREAM_TOO_LARGE,
+        message=f"the reply of {taken.agent} was refused: {why}",
+        usage=taken.usage,
+    )
+    copy = reply_journal_record(topics.journal, partition, failed)
+    if not fits(copy.key, copy.value, copy.headers, room):
+        return None, None
+    return failed, copy
+
+
 def _refusal_letter(
     record: ConsumedRecord,
     topics: AgentTopics,
     worker_id: str,
     why: str,
+    room: int,
     code: ErrorCode | None = None,
 ) -> OutRecord:
     """The dead letter of a refused reply or signal: the reason its sender reads."""
@@ -556,6 +601,7 @@ def _refusal_letter(
         key=record.key.encode(),
         value=record.value,
         headers=[(k, v.encode()) for k, v in record.headers.items()],
+        max_bytes=room,
         source=source,
     )
 

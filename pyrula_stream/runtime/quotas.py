@@ -28,10 +28,11 @@ from typing import Any
 
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.agent.tenants import LIMIT_FIELDS, Deferral, OnQuota, TenantLimits
-from pyrula_stream.errors import BudgetExceeded
+from pyrula_stream.errors import BudgetExceeded, PayloadTooLarge
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.table import GlobalTable
+from pyrula_stream.wire.fitting import fits, wire_size
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord
 
 log = logging.getLogger(__name__)
@@ -168,8 +169,12 @@ class TenantQuotas:
         worker_id: str,
         kafka_config: Mapping[str, Any] | None = None,
         timeout_s: float = 60.0,
+        record_room: int | None = None,
     ) -> None:
         self.agent = agent
+        self._record_room = record_room
+        """What a usage record (keyed by the outside tenant id) must fit in; ``None``: no
+        check."""
         self.tenancy = agent.tenancy
         self.bootstrap_servers = bootstrap_servers
         self.kafka_config = kafka_config
@@ -318,9 +323,17 @@ class TenantQuotas:
         body = {"tenant": tenant, "ts_ms": now, "turns": turns, "tokens": tokens}
         body["cost_usd"] = cost_usd
         value = json.dumps(body).encode()
+        record = OutRecord(self.agent.topics.tenant_usage, key.encode(), value, [JSON_CONTENT_TYPE])
+        room = self._record_room
+        if room is not None and not fits(record.key, value, record.headers, room):
+            raise PayloadTooLarge(
+                f"the tenant-usage record of a tenant id of {len(tenant)} characters would be "
+                f"{wire_size(record.key, value, record.headers)} bytes, over the {room}-byte "
+                "room of a record (the producer's message.max.bytes); use a shorter tenant id"
+            )
         with self._lock:
             self._windows.fold(key, body)
-        return OutRecord(self.agent.topics.tenant_usage, key.encode(), value, [JSON_CONTENT_TYPE])
+        return record
 
     def meter(self, tenant: str, turn_id: str, on_quota: OnQuota) -> TurnMeter:
         return TurnMeter(self, tenant, turn_id, on_quota)

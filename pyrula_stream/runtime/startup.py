@@ -23,6 +23,7 @@ from pyrula_stream.errors import ConfigurationError, TopicDriftError
 from pyrula_stream.kafka.admin import apply_topics, broker_answers, missing_topics
 from pyrula_stream.kafka.stores.cache import KafkaCacheStore
 from pyrula_stream.kafka.stores.memory import KafkaMemory
+from pyrula_stream.kafka.transactions import writer_record_room
 from pyrula_stream.runtime.options import WorkerOptions
 from pyrula_stream.runtime.quotas import TenantQuotas
 from pyrula_stream.tools.cache import CacheStore, InProcessCacheStore
@@ -117,7 +118,11 @@ def tenant_quotas(
     if not agent.tenancy.enabled:
         return None
     return TenantQuotas(
-        agent, bootstrap_servers, worker_id=worker_id, kafka_config=options.kafka_config
+        agent,
+        bootstrap_servers,
+        worker_id=worker_id,
+        kafka_config=options.kafka_config,
+        record_room=writer_record_room(options.kafka_config, options.producer_config),
     )
 
 

@@ -34,7 +34,7 @@ from pyrula_stream.kafka.connection_log import is_connection_failure
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.group import ConsumerFenced
 from pyrula_stream.kafka.stores.memory import KafkaMemory
-from pyrula_stream.kafka.transactions import Offsets, ProducerFenced
+from pyrula_stream.kafka.transactions import Offsets, ProducerFenced, writer_record_room
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.observability import logs
@@ -117,6 +117,10 @@ class KafkaWorker(RunsInBackground):
         self._cache: CacheStore = InProcessCacheStore()
         self._memory: KafkaMemory | None = None
         self._parts: dict[int, PartitionState] = {}
+        self._record_room = writer_record_room(
+            self.options.kafka_config, self.options.producer_config
+        )
+        """What a record built from outside bytes is fitted to (a dead letter, say)."""
         self._quotas = tenant_quotas(agent, bootstrap_servers, self.options, self.worker_id)
         self._scheduler = TurnScheduler(
             agent,
@@ -167,6 +171,7 @@ class KafkaWorker(RunsInBackground):
             committer=lambda: self.committer,
             worker_id=self.worker_id,
             metrics=self.metrics,
+            record_room=self._record_room,
             stopping=lambda: self._stop_requested,
             after_poll=self._handover.raise_if_failed,
             tenant_key=self.options.tenant_key,
@@ -394,7 +399,12 @@ class KafkaWorker(RunsInBackground):
             telemetry=self.telemetry,
             on_committed=self._housekeeping.on_committed,
             on_undeliverable=self._scheduler.end_undeliverable,
-            dead_letter=partial(undeliverable_letter, self.topics.dlq, worker=self.worker_id),
+            dead_letter=partial(
+                undeliverable_letter,
+                self.topics.dlq,
+                worker=self.worker_id,
+                max_bytes=self._record_room,
+            ),
             max_delivery_attempts=self.options.max_delivery_attempts,
             max_pending_records=self.options.max_pending_records,
         )

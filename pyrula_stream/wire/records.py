@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from pyrula_stream.errors import ErrorCode, MalformedRecordError, PayloadTooLarge
 from pyrula_stream.wire import guard, serde
+from pyrula_stream.wire.fitting import ORIGINAL_PREFIX, fit_letter
 
 
 @dataclass(slots=True)
@@ -216,10 +217,13 @@ def dead_letter(
     key: bytes,
     value: bytes | None,
     headers: list[tuple[str, bytes]],
+    max_bytes: int,
     source: str | None = None,
 ) -> OutRecord:
     """A record we could not process: its bytes, with the reason in ``pyrula.dlq.*`` headers
-    and its own headers kept as ``pyrula.original.*``."""
+    and its own headers kept as ``pyrula.original.*``, cut to ``max_bytes`` (the producer's
+    room for one record, ``fitting.record_room``) with what was cut said in
+    ``pyrula.dlq.trimmed``: a letter the producer refuses would leave its input unread."""
     out = [
         ("pyrula.dlq.reason", reason.encode()),
         ("pyrula.dlq.code", str(code).encode()),
@@ -227,12 +231,19 @@ def dead_letter(
     ]
     if source is not None:
         out.append(("pyrula.dlq.source", source.encode()))
-    out += [(f"pyrula.original.{k}", v or b"") for k, v in headers]
-    return OutRecord(dlq_topic, key, value, out)
+    original = [(f"{ORIGINAL_PREFIX}{k}", v or b"") for k, v in headers]
+    key, value, fitted = fit_letter(key, value, out, original, max_bytes)
+    return OutRecord(dlq_topic, key, value, fitted)
 
 
 def dead_letter_source(
-    dlq_topic: str, record: SourceRecord, reason: str, code: ErrorCode, *, worker: str
+    dlq_topic: str,
+    record: SourceRecord,
+    reason: str,
+    code: ErrorCode,
+    *,
+    worker: str,
+    max_bytes: int,
 ) -> OutRecord:
     """A consumed record that could not be read, dead-lettered as received."""
     return dead_letter(
@@ -243,12 +254,13 @@ def dead_letter_source(
         key=record.key or b"",
         value=record.value,
         headers=record.headers,
+        max_bytes=max_bytes,
         source=record.source,
     )
 
 
 def undeliverable_letter(
-    dlq_topic: str, record: OutRecord, reason: str, *, worker: str
+    dlq_topic: str, record: OutRecord, reason: str, *, worker: str, max_bytes: int
 ) -> OutRecord | None:
     """The dead letter of a record the broker keeps refusing: its key and headers, not its
     value (often why it was refused); ``None`` for a record that is a dead letter itself."""
@@ -262,6 +274,7 @@ def undeliverable_letter(
         key=record.key,
         value=None,
         headers=record.headers,
+        max_bytes=max_bytes,
         source=f"{record.topic}/{record.partition}",
     )
 

@@ -168,6 +168,7 @@ REFUSAL_REASONS = (
     "not_asked",
     "duplicate",
     "malformed",
+    "too_large",
 )
 """What ``SignalRefused.reason`` can say (the dead letter's reason starts with it)."""
 
