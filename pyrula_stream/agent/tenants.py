@@ -15,14 +15,15 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Protocol
 
 from pyrula_stream.errors import AgentRegistrationError
+from pyrula_stream.wire import caps
 from pyrula_stream.wire.records import OutRecord
 from pyrula_stream.wire.serde import TurnRequest
 
 DEFAULT_TENANT = "default"
 """The tenant of a turn whose source gives none (no key, no such header, ``None``)."""
 
-MAX_TENANT_CHARS = 200
-"""A tenant id is a label and a key: a longer one is cut, never refused."""
+MAX_TENANT_CHARS = caps.MAX_TENANT_CHARS
+"""A tenant id is a label and a key: one the source names is cut to this, never refused."""
 
 HEADER_SOURCE = "header:"
 

@@ -7,6 +7,7 @@ MalformedRecordError`` and ended the worker, and every restart died on the same 
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -57,14 +58,9 @@ def test_a_control_record_of_brackets_is_unreadable_not_fatal() -> None:
 def test_any_bracket_text_ends_in_a_value_or_malformed(parts: list[str]) -> None:
     text = "".join(parts)
     for limits in (guard.DEFAULT_LIMITS, guard.DecodeLimits(max_depth=0)):
-        try:
+        with contextlib.suppress(MalformedRecordError):
             guard.loads(text, "value", limits)
-        except MalformedRecordError:
-            pass
-        try:
-            guard.json_depth(text)
-        except MalformedRecordError:  # pragma: no cover - the scan itself raises nothing
-            pass
+        assert guard.json_depth(text) >= 0  # the scan itself raises nothing
 
 
 def test_stray_closing_brackets_do_not_make_a_negative_depth() -> None:
