@@ -274,7 +274,10 @@ REPLY_ENTRY_KIND = "reply"
 SIGNAL_ENTRY_KIND = "signal"
 """The kind of a signal's journal entry (``signals.SIGNAL_KIND``)."""
 
-_FRAME = struct.Struct(">HI")
+_FRAME = struct.Struct(">II")
+"""A record's key suffix and value lengths. Both 32-bit: a journal key holds ids from
+outside (a signal's id), and one written before ``wire/caps.py`` capped them may pass a
+16-bit length. The file is rebuilt from the topic at each assignment, so no old frames."""
 
 
 class ParkedJournals:
