@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from pyrula_stream.errors import ErrorCode
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
+from pyrula_stream.wire.caps import MAX_PENDING_SIGNAL_BYTES, MAX_PENDING_SIGNALS, check_headers
 from pyrula_stream.wire.guard import bad_record_reason
 from pyrula_stream.wire.records import OutRecord, dead_letter
 from pyrula_stream.wire.signals import (
@@ -368,6 +370,7 @@ class ParkedTurns:
         p = record.partition
         taken: Reply | Signal | None
         try:
+            check_headers(record.headers, "signal" if is_signal(record.headers) else "reply")
             if is_signal(record.headers):
                 taken = parse_signal(record.value, record.offset)
                 why = self._signal_refusal(ps, taken)
@@ -403,7 +406,10 @@ class ParkedTurns:
         asked = question.get("key") if isinstance(question, dict) else None
         expired = journal is not None and question_expired(journal, signal.name, _now_ms())
         signals = None if journal is None else journal.signals
-        return signal_refusal(signals, ended, signal, asked, expired and signal.answer)
+        refused = signal_refusal(signals, ended, signal, asked, expired and signal.answer)
+        if refused is None and journal is not None:
+            return pending_over_cap(journal, signal)
+        return refused
 
     def _on_taken(self, partition: int, taken: Reply | Signal, fut: asyncio.Future[None]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -479,6 +485,30 @@ def _refusal_letter(
         headers=[(k, v.encode()) for k, v in record.headers.items()],
         source=source,
     )
+
+
+def pending_over_cap(journal: TurnJournal, signal: Signal) -> str | None:
+    """Why ``signal`` would hold its turn past ``MAX_PENDING_SIGNALS`` or
+    ``MAX_PENDING_SIGNAL_BYTES`` of signals no wait has taken (``None``: it fits). An
+    answer, or a signal the parked turn waits for, is taken at once: never refused here,
+    so a flood cannot keep a reviewer's answer out."""
+    waited = (journal.park or {}).get("signals") or ()
+    if signal.answer or (isinstance(waited, list | tuple) and signal.name in waited):
+        return None
+    taken = journal.taken_signals()
+    pending = [s for sid, s in journal.signals.items() if sid not in taken]
+    if len(pending) >= MAX_PENDING_SIGNALS:
+        return (
+            f"too_many: turn {signal.turn_id} holds {len(pending)} signals no wait has "
+            f"taken, the cap (MAX_PENDING_SIGNALS)"
+        )
+    size = sum(len(json.dumps(s, default=str)) for s in [*pending, signal.data()])
+    if size > MAX_PENDING_SIGNAL_BYTES:
+        return (
+            f"too_many: turn {signal.turn_id} would hold {size} bytes of signals no wait "
+            f"has taken, over the cap of {MAX_PENDING_SIGNAL_BYTES} (MAX_PENDING_SIGNAL_BYTES)"
+        )
+    return None
 
 
 def _pending_names(journal: TurnJournal) -> set[str]:
