@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.errors import LLMError, MalformedRecordError
+from pyrula_stream.llm import AnthropicLLM
+from pyrula_stream.tools.cache import InProcessCacheStore, read_cached_result
 from pyrula_stream.wire import guard
 from pyrula_stream.wire.records import ControlRequest
 
@@ -65,3 +67,19 @@ def test_any_bracket_text_ends_in_a_value_or_malformed(parts: list[str]) -> None
 
 def test_stray_closing_brackets_do_not_make_a_negative_depth() -> None:
     assert guard.json_depth("]]]" + json.dumps(BRACKETS)) == 0
+
+
+def test_tool_arguments_of_brackets_are_a_clean_llm_error() -> None:
+    """A model's tool arguments shaped like that were an ``internal`` error."""
+    llm = AnthropicLLM("claude-test", api_key="k", base_url="http://127.0.0.1:9")
+    with pytest.raises(LLMError, match="non-object arguments for tool 'lookup'"):
+        llm._parse_tool_input("lookup", json.dumps(BRACKETS), cut_short=False)
+    assert llm._parse_tool_input("lookup", json.dumps({"q": BRACKETS}), cut_short=False) == {
+        "q": BRACKETS
+    }
+
+
+async def test_a_cached_tool_result_of_brackets_reads_back() -> None:
+    store = InProcessCacheStore()
+    await store.set("k", {"text": json.dumps(BRACKETS), "is_str": False}, 60.0)
+    assert await read_cached_result(store, "k") == (BRACKETS, json.dumps(BRACKETS))
