@@ -432,11 +432,9 @@ class ParkedTurns:
         if journal is not None:
             journal.signals[signal.signal_id] = signal.data()
         elif turn_id in ps.parked:
-            journal = ps.journal.parked.get(turn_id)
-            if journal is None:
+            # One row more, not the parked journal rewritten (a turn may hold many).
+            if not ps.journal.parked.add_signal(turn_id, signal.signal_id, signal.data()):
                 return
-            journal.signals[signal.signal_id] = signal.data()
-            ps.journal.parked.put(journal)
         else:
             return
         parked = ps.parked.get(turn_id)
