@@ -28,7 +28,7 @@ import heapq
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Protocol
 
@@ -149,6 +149,10 @@ class ParkedTurns:
         self._deciding: dict[int, tuple[PartitionState, asyncio.Future[None]]] = {}
         """Per partition, the last reply still waiting for its call's commit (with the
         partition state it was read for: a reassigned partition does not wait on it)."""
+
+        self._taking: dict[tuple[int, str], dict[str, int]] = {}
+        """Signals taken per (partition, turn) whose commit is not confirmed yet, by id,
+        with their size: what the pending-signal caps count beside the journal."""
 
     @property
     def count(self) -> int:
@@ -407,8 +411,16 @@ class ParkedTurns:
         expired = journal is not None and question_expired(journal, signal.name, _now_ms())
         signals = None if journal is None else journal.signals
         refused = signal_refusal(signals, ended, signal, asked, expired and signal.answer)
-        if refused is None and journal is not None:
-            return pending_over_cap(journal, signal)
+        if refused is not None or journal is None:
+            return refused
+        # Signals taken but not committed yet count too: a batch is decided before the
+        # journal holds any of it.
+        taking = self._taking.setdefault((ps.partition, signal.turn_id), {})
+        for signal_id in [s for s in taking if s in journal.signals]:
+            del taking[signal_id]
+        refused = pending_over_cap(journal, signal, taking)
+        if refused is None:
+            taking[signal.signal_id] = signal_size(signal)
         return refused
 
     def _on_taken(self, partition: int, taken: Reply | Signal, fut: asyncio.Future[None]) -> None:
@@ -426,6 +438,9 @@ class ParkedTurns:
         if ps is None:
             return
         turn_id = signal.turn_id
+        taking = self._taking.get((partition, turn_id))
+        if taking is not None and taking.pop(signal.signal_id, None) is not None and not taking:
+            del self._taking[(partition, turn_id)]
         journal = ps.journal.turns.get(turn_id)
         if journal is None and turn_id in ps.queued_ids and turn_id not in ps.parked:
             journal = ps.journal.turns[turn_id] = TurnJournal(turn_id)  # it starts on this
@@ -485,22 +500,32 @@ def _refusal_letter(
     )
 
 
-def pending_over_cap(journal: TurnJournal, signal: Signal) -> str | None:
+def signal_size(signal: Signal) -> int:
+    """What one pending signal counts toward ``MAX_PENDING_SIGNAL_BYTES``."""
+    return len(json.dumps(signal.data(), default=str))
+
+
+def pending_over_cap(
+    journal: TurnJournal, signal: Signal, taking: Mapping[str, int] | None = None
+) -> str | None:
     """Why ``signal`` would hold its turn past ``MAX_PENDING_SIGNALS`` or
-    ``MAX_PENDING_SIGNAL_BYTES`` of signals no wait has taken (``None``: it fits). An
-    answer, or a signal the parked turn waits for, is taken at once: never refused here,
-    so a flood cannot keep a reviewer's answer out."""
+    ``MAX_PENDING_SIGNAL_BYTES`` of signals no wait has taken (``None``: it fits), with
+    ``taking`` (signals taken whose commit is not confirmed: id -> size). An answer, or a
+    signal the parked turn waits for, is taken at once: never refused here, so a flood
+    cannot keep a reviewer's answer out."""
     waited = (journal.park or {}).get("signals") or ()
     if signal.answer or (isinstance(waited, list | tuple) and signal.name in waited):
         return None
     taken = journal.taken_signals()
     pending = [s for sid, s in journal.signals.items() if sid not in taken]
-    if len(pending) >= MAX_PENDING_SIGNALS:
+    count = len(pending) + len(taking or {})
+    if count >= MAX_PENDING_SIGNALS:
         return (
-            f"too_many: turn {signal.turn_id} holds {len(pending)} signals no wait has "
+            f"too_many: turn {signal.turn_id} holds {count} signals no wait has "
             f"taken, the cap (MAX_PENDING_SIGNALS)"
         )
-    size = sum(len(json.dumps(s, default=str)) for s in [*pending, signal.data()])
+    size = sum(len(json.dumps(s, default=str)) for s in pending)
+    size += sum((taking or {}).values()) + signal_size(signal)
     if size > MAX_PENDING_SIGNAL_BYTES:
         return (
             f"too_many: turn {signal.turn_id} would hold {size} bytes of signals no wait "

@@ -10,6 +10,7 @@ from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
+from pyrula_stream.wire.caps import MAX_PENDING_SIGNALS
 from pyrula_stream.wire.signals import Signal, signal_record
 
 JSON = [("content-type", b"application/json")]
@@ -115,3 +116,49 @@ async def test_turn_records_past_a_cap_are_dead_lettered_with_the_cap_named(
     assert len(reasons) == len(hostile)
     for reason, (_, _, cap) in zip(reasons, hostile, strict=True):
         assert cap in reason and "over the cap of" in reason, reason
+
+
+async def test_a_signal_flood_past_the_pending_cap_is_refused_and_the_wait_still_ends(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("flood"), llm=FakeLLM(["ok"]), partitions=1)
+    async def agent(ctx: AgentContext) -> str:
+        signal = await ctx.wait_for_signal("go")
+        return f"went with {signal.payload}"
+
+    journal, dlq = agent.topics.journal, agent.topics.dlq
+    flood = MAX_PENDING_SIGNALS + 5
+    producer = RecordProducer(kafka_bootstrap_servers)
+    try:
+        async with running_worker(agent, kafka_bootstrap_servers) as worker:
+            handle = await client.submit(agent.name)
+            park = f"{handle.turn_id}/park".encode()
+
+            def parked() -> bool:
+                records = read_topic(kafka_bootstrap_servers, journal)
+                return any(k == park and v for k, v, _ in records)
+
+            await wait_for(parked, 60, "the turn parked on its wait")
+            for n in range(flood):
+                note = Signal("note", n, 1, "mallory", f"flood-{n}", handle.turn_id)
+                out = signal_record(agent.topics.replies, handle.turn_id, note)
+                await producer.send(out.topic, out.key, out.value, list(out.headers))
+            refused = flood - MAX_PENDING_SIGNALS
+
+            def all_refused() -> bool:
+                return len(read_topic(kafka_bootstrap_servers, dlq)) >= refused
+
+            await wait_for(all_refused, 120, "the signals past the cap refused")
+            sent = await client.signal(agent.name, handle.turn_id, "go", "now", wait=60)
+            assert sent.accepted  # the signal the turn waits for still gets through
+            events = [e async for e in client.stream(agent.name, handle.turn_id)]
+            assert events[-1].data["result"] == "went with now"
+            assert not worker.done
+    finally:
+        producer.close()
+    letters = read_topic(kafka_bootstrap_servers, dlq)
+    assert len(letters) == flood - MAX_PENDING_SIGNALS
+    for _, _, headers in letters:
+        assert headers["pyrula.dlq.code"] == "signal_refused"
+        assert "too_many" in headers["pyrula.dlq.reason"]
+        assert "MAX_PENDING_SIGNALS" in headers["pyrula.dlq.reason"]

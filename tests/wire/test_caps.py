@@ -118,3 +118,10 @@ def test_pending_signals_are_capped_by_count_and_bytes() -> None:
 
 def test_max_tool_calls_has_a_default() -> None:
     assert AgentLimits().max_tool_calls == DEFAULT_MAX_TOOL_CALLS == 128
+
+
+def test_signals_taken_but_not_committed_count_toward_the_cap() -> None:
+    journal = TurnJournal("t")
+    taking = {f"s{n}": 10 for n in range(caps.MAX_PENDING_SIGNALS)}
+    why = pending_over_cap(journal, Signal("note", None, 1, None, "x", "t"), taking)
+    assert why is not None and "too_many" in why
