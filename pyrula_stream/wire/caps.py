@@ -1,9 +1,10 @@
 """Caps on every id and count that comes from outside, in one place.
 
 A record's size and nesting are checked by ``guard``; these bound what a readable record
-may still claim: an id is a key on the journal and in a worker's memory (the parked-turn
-store packs a journal key suffix with a 16-bit length), a header is copied into every
-dead letter, a pending signal is held by its turn until a wait takes it. Past a cap the
+may still claim: an id is a key on the journal, in a worker's memory and on its disk (a
+70,000-character signal id once broke every restore of its partition), a header is
+copied into every dead letter, a pending signal is held by its turn until a wait takes
+it. Past a cap the
 record is refused with ``MalformedRecordError`` whose message names the cap, so its dead
 letter tells the sender what to change. ``docs/hostile-input.md`` lists them.
 """
