@@ -261,8 +261,9 @@ class WaitTimeout(PyrulaError):
 class SignalRefused(UserError):
     """A signal or answer the turn's worker refused: the turn is ``unknown`` on its
     partition, has ``ended``, the question was ``already_answered``, has ``expired`` or
-    is ``not_asked`` (an answer names the question the turn parked on), or the signal is
-    ``too_large`` to journal. ``reason`` is one of those; ``message`` is the worker's own
+    is ``not_asked`` (an answer names the question the turn parked on), the signal is
+    ``too_large`` to journal, or the turn holds ``too_many`` signals no wait took
+    (``MAX_PENDING_SIGNALS``). ``reason`` is one of those; ``message`` is the worker's own
     words."""
 
     code = ErrorCode.SIGNAL_REFUSED

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from pyrula_stream.llm.base import ModelResponse, ToolDefinition
 
 DEFAULT_MAX_LLM_CALLS = 50
+DEFAULT_MAX_TOOL_CALLS = 128
+"""A model asks for tools in batches of any size: without a cap one answer could start
+thousands of calls (``None`` lifts it)."""
 DEFAULT_MAX_TOOL_RESULT_BYTES = 100_000
 
 
@@ -31,7 +34,7 @@ class AgentLimits:
     (price them with ``max_cost_usd``).
     """
 
-    max_tool_calls: int | None = None
+    max_tool_calls: int | None = DEFAULT_MAX_TOOL_CALLS
     max_llm_calls: int | None = DEFAULT_MAX_LLM_CALLS
     max_total_tokens: int | None = None
     max_cost_usd: float | None = None

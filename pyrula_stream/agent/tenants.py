@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Protocol
 
 from pyrula_stream.errors import AgentRegistrationError
+from pyrula_stream.wire import caps
 from pyrula_stream.wire.records import OutRecord
 from pyrula_stream.wire.serde import TurnRequest
 
@@ -26,8 +27,8 @@ UNKNOWN_TENANT = "unknown"
 a producer that invents a new tenant id per turn gets this bucket's share and limits,
 never one of its own."""
 
-MAX_TENANT_CHARS = 200
-"""A tenant id is a label and a key: a longer one is cut, never refused."""
+MAX_TENANT_CHARS = caps.MAX_TENANT_CHARS
+"""A tenant id is a label and a key: one the source names is cut to this, never refused."""
 
 HEADER_SOURCE = "header:"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import struct
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,9 +227,7 @@ class TurnJournal:
         for child, data in self.replies.items():
             entry = JournalEntry(tid, -1, REPLY_ENTRY_KIND, child, data=data)
             out.append((REPLY + child, encode("journal_entry", entry)))
-        for signal_id, data in self.signals.items():
-            entry = JournalEntry(tid, -1, SIGNAL_ENTRY_KIND, str(data.get("name")), data=data)
-            out.append((SIGNAL + signal_id, encode("journal_entry", entry)))
+        out += [signal_row(tid, signal_id, data) for signal_id, data in self.signals.items()]
         return out
 
     def taken_signals(self) -> set[str]:
@@ -274,60 +272,107 @@ REPLY_ENTRY_KIND = "reply"
 SIGNAL_ENTRY_KIND = "signal"
 """The kind of a signal's journal entry (``signals.SIGNAL_KIND``)."""
 
-_FRAME = struct.Struct(">HI")
+
+def signal_row(turn_id: str, signal_id: str, data: dict[str, Any]) -> tuple[str, bytes]:
+    """A taken-in signal as the journal holds it: its key suffix and record value."""
+    entry = JournalEntry(turn_id, -1, SIGNAL_ENTRY_KIND, str(data.get("name")), data=data)
+    return SIGNAL + signal_id, encode("journal_entry", entry)
 
 
 class ParkedJournals:
     """The journals of a partition's parked turns, on disk until they resume.
 
     A parked turn may wait an hour or a week, and a worker may hold tens of thousands:
-    in memory each journal cost kilobytes (decoded steps, its request twice). Here it is
-    one row per turn, its records as the journal topic holds them, read back when the
-    turn resumes or a reply for it arrives. The file is opened at the first park and,
-    like the idempotency keys, rebuilt from the topic at each assignment.
+    in memory each journal cost kilobytes (decoded steps, its request twice). Here each
+    of a turn's records is a row keyed by turn and key suffix, as the journal topic holds
+    it, read back when the turn resumes or a reply for it arrives; a signal taken for a
+    parked turn adds its one row (``add_signal``) instead of rewriting the turn's
+    journal. The file is opened at the first park and, like the idempotency keys,
+    rebuilt from the topic at each assignment.
     """
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._view: SqliteView | None = None
+        self._db: sqlite3.Connection | None = None
+
+    def _open(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._path.unlink(missing_ok=True)  # rebuilt from the topic, never reused
+            db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+            db.executescript(
+                """
+                PRAGMA journal_mode = OFF;
+                PRAGMA synchronous = OFF;
+                PRAGMA cache_size = -128;
+                CREATE TABLE records (
+                    turn TEXT NOT NULL, suffix TEXT NOT NULL, value BLOB NOT NULL,
+                    PRIMARY KEY (turn, suffix)
+                ) WITHOUT ROWID;
+                """
+            )
+            self._db = db
+        return self._db
 
     def __len__(self) -> int:
-        return 0 if self._view is None else len(self._view)
+        if self._db is None:
+            return 0
+        return int(self._db.execute("SELECT count(DISTINCT turn) FROM records").fetchone()[0])
 
     def put(self, journal: TurnJournal) -> None:
-        if self._view is None:
-            self._view = SqliteView(self._path)
-        frames = [
-            _FRAME.pack(len(k := suffix.encode()), len(value)) + k + value
-            for suffix, value in journal.records()
-        ]
-        self._view.apply(journal.turn_id, b"".join(frames), 0)
+        db, turn = self._open(), journal.turn_id
+        db.execute("BEGIN")
+        try:
+            db.execute("DELETE FROM records WHERE turn = ?", (turn,))
+            db.executemany(
+                "INSERT OR REPLACE INTO records (turn, suffix, value) VALUES (?, ?, ?)",
+                [(turn, suffix, value) for suffix, value in journal.records()],
+            )
+        finally:
+            db.execute("COMMIT")
+
+    def add_signal(self, turn_id: str, signal_id: str, data: dict[str, Any]) -> bool:
+        """Keep one more signal of a parked turn; ``False`` when the turn is not here."""
+        if self._db is None or not self._has(turn_id):
+            return False
+        suffix, value = signal_row(turn_id, signal_id, data)
+        self._db.execute(
+            "INSERT OR REPLACE INTO records (turn, suffix, value) VALUES (?, ?, ?)",
+            (turn_id, suffix, value),
+        )
+        return True
+
+    def _has(self, turn_id: str) -> bool:
+        assert self._db is not None
+        found = self._db.execute("SELECT 1 FROM records WHERE turn = ? LIMIT 1", (turn_id,))
+        return found.fetchone() is not None
 
     def get(self, turn_id: str) -> TurnJournal | None:
-        found = self._view.get(turn_id) if self._view is not None else None
-        if found is None:
+        if self._db is None:
             return None
-        blob, journal, at = found[0], TurnJournal(turn_id), 0
-        while at < len(blob):
-            k_len, v_len = _FRAME.unpack_from(blob, at)
-            at += _FRAME.size
-            suffix = blob[at : at + k_len].decode()
-            at += k_len
-            journal.apply(f"{turn_id}/{suffix}", blob[at : at + v_len], 0)
-            at += v_len
+        rows = self._db.execute(
+            "SELECT suffix, value FROM records WHERE turn = ?", (turn_id,)
+        ).fetchall()
+        if not rows:
+            return None
+        journal = TurnJournal(turn_id)
+        for suffix, value in rows:
+            journal.apply(f"{turn_id}/{suffix}", bytes(value), 0)
         return journal
 
     def take(self, turn_id: str) -> TurnJournal | None:
         """The turn's journal, no longer kept here (it resumes)."""
         journal = self.get(turn_id)
-        if journal is not None and self._view is not None:
-            self._view.apply(turn_id, None, 0)
+        if journal is not None and self._db is not None:
+            self._db.execute("DELETE FROM records WHERE turn = ?", (turn_id,))
         return journal
 
     def close(self) -> None:
-        if self._view is not None:
-            self._view.close()
-            self._view = None
+        """Close and delete the file: the next owner rebuilds it from the topic."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+            self._path.unlink(missing_ok=True)
 
 
 @dataclass

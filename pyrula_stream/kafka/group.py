@@ -25,6 +25,7 @@ from pyrula_stream.kafka.consumers import group_consumer, raise_if_denied
 from pyrula_stream.kafka.offsets import watermarks
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.observability.tracing import carrier_from_headers
+from pyrula_stream.wire.caps import check_headers
 from pyrula_stream.wire.guard import DEFAULT_LIMITS, DecodeLimits, bad_record_reason
 from pyrula_stream.wire.records import SourceRecord
 from pyrula_stream.wire.serde import TurnRequest, ValueCodec, decode_turn_request, headers_dict
@@ -192,6 +193,7 @@ class TurnConsumer:
         partition, offset = msg.partition(), msg.offset()
         raw_headers = [(k, v or b"") for k, v in (msg.headers() or [])]
         try:
+            check_headers(raw_headers, "turn request")
             headers = headers_dict(raw_headers)
             request = decode_turn_request(
                 msg.value(),

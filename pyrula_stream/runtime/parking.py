@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Protocol
 
@@ -47,6 +48,7 @@ from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
 from pyrula_stream.runtime.session import SessionLost
+from pyrula_stream.wire.caps import MAX_PENDING_SIGNAL_BYTES, MAX_PENDING_SIGNALS, check_headers
 from pyrula_stream.wire.fitting import fits, wire_size
 from pyrula_stream.wire.guard import bad_record_reason
 from pyrula_stream.wire.records import OutRecord, dead_letter
@@ -188,6 +190,10 @@ class ParkedTurns:
         )
         if self.failure is None:
             self.failure = SessionLost(f"a reply of partition {partition} failed: {exc!r}")
+
+        self._taking: dict[tuple[int, str], dict[str, int]] = {}
+        """Signals taken per (partition, turn) whose commit is not confirmed yet, by id,
+        with their size: what the pending-signal caps count beside the journal."""
 
     @property
     def count(self) -> int:
@@ -426,6 +432,7 @@ class ParkedTurns:
         taken: Reply | Signal | None
         why: str | None = None
         try:
+            check_headers(record.headers, "signal" if is_signal(record.headers) else "reply")
             taken = (
                 parse_signal(record.value, record.offset)
                 if is_signal(record.headers)
@@ -495,7 +502,18 @@ class ParkedTurns:
         asked = question.get("key") if isinstance(question, dict) else None
         expired = journal is not None and question_expired(journal, signal.name, _now_ms())
         signals = None if journal is None else journal.signals
-        return signal_refusal(signals, ended, signal, asked, expired and signal.answer)
+        refused = signal_refusal(signals, ended, signal, asked, expired and signal.answer)
+        if refused is not None or journal is None:
+            return refused
+        # Signals taken but not committed yet count too: a batch is decided before the
+        # journal holds any of it.
+        taking = self._taking.setdefault((ps.partition, signal.turn_id), {})
+        for signal_id in [s for s in taking if s in journal.signals]:
+            del taking[signal_id]
+        refused = pending_over_cap(journal, signal, taking)
+        if refused is None:
+            taking[signal.signal_id] = signal_size(signal)
+        return refused
 
     def _on_taken(self, partition: int, taken: Reply | Signal, fut: asyncio.Future[None]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -515,17 +533,18 @@ class ParkedTurns:
         if ps is None:
             return
         turn_id = signal.turn_id
+        taking = self._taking.get((partition, turn_id))
+        if taking is not None and taking.pop(signal.signal_id, None) is not None and not taking:
+            del self._taking[(partition, turn_id)]
         journal = ps.journal.turns.get(turn_id)
         if journal is None and turn_id in ps.queued_ids and turn_id not in ps.parked:
             journal = ps.journal.turns[turn_id] = TurnJournal(turn_id)  # it starts on this
         if journal is not None:
             journal.signals[signal.signal_id] = signal.data()
         elif turn_id in ps.parked:
-            journal = ps.journal.parked.get(turn_id)
-            if journal is None:
+            # One row more, not the parked journal rewritten (a turn may hold many).
+            if not ps.journal.parked.add_signal(turn_id, signal.signal_id, signal.data()):
                 return
-            journal.signals[signal.signal_id] = signal.data()
-            ps.journal.parked.put(journal)
         else:
             return
         parked = ps.parked.get(turn_id)
@@ -604,6 +623,40 @@ def _refusal_letter(
         max_bytes=room,
         source=source,
     )
+
+
+def signal_size(signal: Signal) -> int:
+    """What one pending signal counts toward ``MAX_PENDING_SIGNAL_BYTES``."""
+    return len(json.dumps(signal.data(), default=str))
+
+
+def pending_over_cap(
+    journal: TurnJournal, signal: Signal, taking: Mapping[str, int] | None = None
+) -> str | None:
+    """Why ``signal`` would hold its turn past ``MAX_PENDING_SIGNALS`` or
+    ``MAX_PENDING_SIGNAL_BYTES`` of signals no wait has taken (``None``: it fits), with
+    ``taking`` (signals taken whose commit is not confirmed: id -> size). An answer, or a
+    signal the parked turn waits for, is taken at once: never refused here, so a flood
+    cannot keep a reviewer's answer out."""
+    waited = (journal.park or {}).get("signals") or ()
+    if signal.answer or (isinstance(waited, list | tuple) and signal.name in waited):
+        return None
+    taken = journal.taken_signals()
+    pending = [s for sid, s in journal.signals.items() if sid not in taken]
+    count = len(pending) + len(taking or {})
+    if count >= MAX_PENDING_SIGNALS:
+        return (
+            f"too_many: turn {signal.turn_id} holds {count} signals no wait has "
+            f"taken, the cap (MAX_PENDING_SIGNALS)"
+        )
+    size = sum(len(json.dumps(s, default=str)) for s in pending)
+    size += sum((taking or {}).values()) + signal_size(signal)
+    if size > MAX_PENDING_SIGNAL_BYTES:
+        return (
+            f"too_many: turn {signal.turn_id} would hold {size} bytes of signals no wait "
+            f"has taken, over the cap of {MAX_PENDING_SIGNAL_BYTES} (MAX_PENDING_SIGNAL_BYTES)"
+        )
+    return None
 
 
 def _pending_names(journal: TurnJournal) -> set[str]:

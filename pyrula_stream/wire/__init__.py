@@ -10,6 +10,7 @@
 - ``lineage``: which turn called which.
 - ``subagents``, ``signals``: the records of a sub-agent call and of a signal.
 - ``guard``: the guarded decode path every byte from outside goes through.
+- ``caps``: the caps on ids and counts that come from outside.
 - ``text``: cutting text to a byte budget.
 
 Imports only the leaves (``errors``, ``_version``, ``redaction``).

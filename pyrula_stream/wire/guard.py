@@ -62,7 +62,8 @@ def json_depth(data: bytes | bytearray | str) -> int:
     if raw.count(b"[") + raw.count(b"{") == 0:
         return 0
     brackets = _BRACKETS_B.sub(b"", _STRING_B.sub(b"", raw))
-    return max(0, max(accumulate(1 if b in _OPEN else -1 for b in brackets)))
+    # Every bracket may sit inside a string (a JSON string of 300 "["): nothing to count.
+    return max(accumulate((1 if b in _OPEN else -1 for b in brackets), initial=0))
 
 
 def check_size(data: bytes | bytearray | str | None, what: str, limits: DecodeLimits) -> None:
@@ -97,9 +98,9 @@ def loads(
         raise MalformedRecordError(f"{what} is missing (null)")
     if not isinstance(data, bytes | bytearray | str):
         raise MalformedRecordError(f"{what} is {type(data).__name__}, not JSON text")
-    check_size(data, what, limits)
-    check_depth(data, what, limits)
     with guarded(what):
+        check_size(data, what, limits)
+        check_depth(data, what, limits)
         # Strict UTF-8 first (a BOM allowed, as before): ``json.loads`` of bytes decodes
         # with "surrogatepass", so an encoded surrogate (ED A0 80) would become a string
         # that no encoder writes back.

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.wire import caps
 
 PREFIX = "pyrula-"
 _FIELDS = {
@@ -92,8 +93,14 @@ class Lineage:
                 f"sub-agent request lacks lineage headers {missing}: call_agent sets them; "
                 "a producer sends every pyrula-* lineage header or none"
             )
+        raw = {name: headers.get(h) for name, h in _FIELDS.items()}
+        for name in ("root_turn_id", "parent_turn_id"):
+            what = f"lineage {_FIELDS[name]}"
+            caps.check_text(str(raw[name]), caps.MAX_TURN_ID_CHARS, what, "MAX_TURN_ID_CHARS")
+        caps.check_text(
+            raw["tenant"] or "", caps.MAX_TENANT_CHARS, "lineage pyrula-tenant", "MAX_TENANT_CHARS"
+        )
         try:
-            raw = {name: headers.get(h) for name, h in _FIELDS.items()}
             return cls(
                 root_turn_id=str(raw["root_turn_id"]),
                 parent_turn_id=str(raw["parent_turn_id"]),

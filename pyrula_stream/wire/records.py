@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import NoReturn
 
-from pyrula_stream.errors import ErrorCode, MalformedRecordError, PayloadTooLarge
-from pyrula_stream.wire import guard, serde
+from pyrula_stream.errors import ErrorCode, PayloadTooLarge
+from pyrula_stream.wire import caps, guard, serde
 from pyrula_stream.wire.fitting import ORIGINAL_PREFIX, fit_letter
 
 
@@ -304,15 +304,17 @@ class ControlRequest:
 
     @classmethod
     def parse(cls, value: bytes | None) -> ControlRequest | None:
-        """The request a control record holds, or ``None`` when it is unreadable."""
+        """The request a control record holds, or ``None`` when it is unreadable (or its
+        turn id is past ``MAX_TURN_ID_CHARS``): whatever the bytes, nothing raises."""
         try:
             body = guard.loads_object(value, "control record")
             turn_id, action = body.get("turn_id"), body.get("action")
             if not isinstance(turn_id, str) or not turn_id or action not in CONTROL_ACTIONS:
                 return None
+            caps.check_text(turn_id, caps.MAX_TURN_ID_CHARS, "turn_id", "MAX_TURN_ID_CHARS")
             reason = body.get("reason")
             reason = (reason if isinstance(reason, str) and reason else action)[:500]
             ts_ms = guard.int_field(body, "ts_ms", "control record")
-        except MalformedRecordError:
+        except Exception:  # any flaw of outside bytes: the reader skips and counts it
             return None
         return cls(turn_id, action, reason, ts_ms)

@@ -28,8 +28,8 @@ import fastavro
 import orjson
 
 from pyrula_stream.errors import MalformedRecordError
+from pyrula_stream.wire import caps, journal_keys
 from pyrula_stream.wire import guard as wire_guard
-from pyrula_stream.wire import journal_keys
 from pyrula_stream.wire.avro_writer import record_writer
 from pyrula_stream.wire.guard import DEFAULT_LIMITS, DecodeLimits
 from pyrula_stream.wire.lineage import Lineage
@@ -406,6 +406,7 @@ def _turn_request(
     )
     what = "turn request"
     metadata = wire_guard.dict_field(body, "metadata", what)
+    _check_caps(body)
     try:
         return TurnRequest(
             turn_id=_id_field(body, "turn_id", default_turn_id),
@@ -422,6 +423,22 @@ def _turn_request(
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedRecordError(f"turn request is missing or has a bad field: {exc}") from None
+
+
+_CAPPED_FIELDS = (
+    ("turn_id", caps.MAX_TURN_ID_CHARS, "MAX_TURN_ID_CHARS"),
+    ("thread_id", caps.MAX_THREAD_ID_CHARS, "MAX_THREAD_ID_CHARS"),
+    ("idempotency_key", caps.MAX_IDEMPOTENCY_KEY_CHARS, "MAX_IDEMPOTENCY_KEY_CHARS"),
+)
+
+
+def _check_caps(body: dict[str, Any]) -> None:
+    """Refuse an id past its cap (``wire/caps.py``): each is a key of the partition's
+    journal and of the worker's memory."""
+    for name, cap, cap_name in _CAPPED_FIELDS:
+        value = body.get(name)
+        if isinstance(value, str):
+            caps.check_text(value, cap, f"turn request: field {name!r}", cap_name)
 
 
 def _id_field(body: dict[str, Any], name: str, default: str | None) -> str:

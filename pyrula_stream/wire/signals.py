@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.wire import guard, serde
+from pyrula_stream.wire import caps, guard, serde
 from pyrula_stream.wire.journal_keys import signal_key
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord, wire_record
 from pyrula_stream.wire.serde import JournalEntry
@@ -139,6 +139,10 @@ def parse_signal(value: bytes | None, position: int) -> Signal:
         raise MalformedRecordError("signal has an empty value")
     data = guard.loads_object(value, "signal")
     signal = guard.decode("signal", lambda: Signal.from_data(data))
+    caps.check_text(signal.turn_id, caps.MAX_TURN_ID_CHARS, "signal: turn_id", "MAX_TURN_ID_CHARS")
+    caps.check_text(
+        signal.signal_id, caps.MAX_SIGNAL_ID_CHARS, "signal: signal_id", "MAX_SIGNAL_ID_CHARS"
+    )
     return Signal(**{**signal.data(), "position": position})
 
 
@@ -169,6 +173,7 @@ REFUSAL_REASONS = (
     "duplicate",
     "malformed",
     "too_large",
+    "too_many",
 )
 """What ``SignalRefused.reason`` can say (the dead letter's reason starts with it)."""
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.wire import guard, serde
+from pyrula_stream.wire import caps, guard, serde
 from pyrula_stream.wire.events import RunComplete, Terminal
 from pyrula_stream.wire.journal_keys import PARK, REPLY_CURSOR_KEY, park_key, reply_key
 from pyrula_stream.wire.lineage import Lineage
@@ -143,7 +143,12 @@ def parse_reply(value: bytes | None) -> Reply:
     if not value:
         raise MalformedRecordError("reply has an empty value")
     data = guard.loads_object(value, "reply")
-    return guard.decode("reply", lambda: Reply.from_data(data))
+    reply = guard.decode("reply", lambda: Reply.from_data(data))
+    for name in ("parent_turn_id", "child_turn_id"):
+        turn_id: str = getattr(reply, name)
+        caps.check_text(turn_id, caps.MAX_TURN_ID_CHARS, f"reply: {name}", "MAX_TURN_ID_CHARS")
+    caps.check_text(reply.agent, caps.MAX_AGENT_NAME_CHARS, "reply: agent", "MAX_AGENT_NAME_CHARS")
+    return reply
 
 
 # -- the parent's journal records -------------------------------------------------------------

@@ -60,7 +60,6 @@ from confluent_kafka import KafkaError, KafkaException
 from pyrula_stream.errors import (
     BrokerUnavailableError,
     ConfigurationError,
-    MalformedRecordError,
     PayloadTooLarge,
     TopicDriftError,
     UserError,
@@ -163,6 +162,11 @@ class KafkaCacheStore:
             kafka_config=self._kafka_config,
             group_id=f"{self.topic}.readers",
         )
+
+    @property
+    def skipped_records(self) -> int:
+        """Records of the topic that could not be read and were skipped (logged)."""
+        return self._reader.skipped_records
 
     def __repr__(self) -> str:
         return f"<KafkaCacheStore {self.topic} at {self.bootstrap_servers} ({self._state})>"
@@ -446,13 +450,8 @@ class KafkaCacheStore:
                 record.partition,
             )
             return
-        try:
-            entry = None if record.value is None else decode_entry(record.value)
-        except MalformedRecordError as exc:
-            logger.warning(
-                "skipped a malformed record for %r in %s: %s", record.key, self.topic, exc
-            )
-            return
+        # An unreadable value raises: the table reader skips, logs and counts it.
+        entry = None if record.value is None else decode_entry(record.value)
         self._table.apply(record.key, entry, record.headers)
 
     def _sweep(self) -> None:
