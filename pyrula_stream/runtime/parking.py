@@ -168,6 +168,9 @@ class ParkedTurns:
         self.failure: SessionLost | None = None
         """Set when a reply could not be decided or applied: no later reply is decided,
         and the worker's poll loop ends the session (``raise_failure``)."""
+        self._taking: dict[tuple[int, str], dict[str, int]] = {}
+        """Signals taken per (partition, turn) whose commit is not confirmed yet, by id,
+        with their size: what the pending-signal caps count beside the journal."""
 
     def raise_failure(self) -> None:
         """End the session if a reply failed here (the partition is restored again)."""
@@ -190,10 +193,6 @@ class ParkedTurns:
         )
         if self.failure is None:
             self.failure = SessionLost(f"a reply of partition {partition} failed: {exc!r}")
-
-        self._taking: dict[tuple[int, str], dict[str, int]] = {}
-        """Signals taken per (partition, turn) whose commit is not confirmed yet, by id,
-        with their size: what the pending-signal caps count beside the journal."""
 
     @property
     def count(self) -> int:
