@@ -366,11 +366,14 @@ class ParkedTurns:
         """Take the reply or signal, or dead-letter it, with the replies position, in the
         next commit."""
         p = record.partition
+        kind = topic_kind(record, topics)
         taken: Reply | Signal | None
         try:
             if is_signal(record.headers):
                 taken = parse_signal(record.value, record.offset)
-                why = self._signal_refusal(ps, taken)
+                why = misplaced_signal(taken, kind, topics) or self._signal_refusal(ps, taken)
+            elif kind != "replies":
+                taken, why = None, f"a sub-agent's reply comes on {topics.replies}, not {kind}"
             else:
                 taken = parse_reply(record.value)
                 why = refusal(
@@ -380,7 +383,7 @@ class ParkedTurns:
                 )
         except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
             taken, why = None, bad_record_reason(exc)
-        records = [cursor_record(topics.journal, p, record.offset + 1)]
+        records = [cursor_record(topics.journal, p, record.offset + 1, kind)]
         if why is None and isinstance(taken, Signal):
             records.append(signal_journal_record(topics.journal, p, taken))
         elif why is None and isinstance(taken, Reply):
@@ -467,7 +470,7 @@ def _refusal_letter(
     what, code = (
         ("signal", ErrorCode.SIGNAL_REFUSED) if signal else ("reply", ErrorCode.UNSOLICITED_REPLY)
     )
-    source = f"{topics.replies}[{record.partition}]@{record.offset}"
+    source = f"{record.topic or topics.replies}[{record.partition}]@{record.offset}"
     log.warning("refused the %s at %s: %s", what, source, why)
     return dead_letter(
         topics.dlq,
@@ -479,6 +482,30 @@ def _refusal_letter(
         headers=[(k, v.encode()) for k, v in record.headers.items()],
         source=source,
     )
+
+
+def topic_kind(record: ConsumedRecord, topics: AgentTopics) -> str:
+    """Which followed topic the record came from: ``replies``, ``signals`` or ``answers``
+    (a record without a topic is the replies topic's, as before the split)."""
+    if record.topic == topics.answers:
+        return "answers"
+    if record.topic == topics.signals:
+        return "signals"
+    return "replies"
+
+
+def misplaced_signal(signal: Signal, kind: str, topics: AgentTopics) -> str | None:
+    """Why a signal is refused for the topic it came on (``None``: its topic may carry
+    it). Only reviewers write the answers topic, so an answer is taken from there alone:
+    on the signals topic (clients) or the replies topic (the workers of called agents,
+    and clients before the split) it is refused, whoever wrote it. A plain signal is
+    taken from any of the three (it answers nothing)."""
+    if signal.answer and kind != "answers":
+        return (
+            f"wrong_topic: an answer to {signal.name} is taken only from {topics.answers} "
+            f"(reviewers), not from {kind}"
+        )
+    return None
 
 
 def _pending_names(journal: TurnJournal) -> set[str]:
