@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from pyrula_stream import AgentContext, AgentRegistrationError, kafka_agent
 from pyrula_stream.cli import main
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.acls import agent_acls, describe
+from pyrula_stream.llm import FakeLLM
 
 
 def test_one_principal_as_worker_and_client_gets_each_binding_once() -> None:
@@ -172,3 +174,12 @@ def test_a_prefix_that_could_match_another_agents_names_is_refused(prefix: str, 
     under agent ``a``'s PREFIXED rule ``p.a.``."""
     with pytest.raises(ConfigurationError, match=r"no dot"):
         agent_acls(agent, prefix=prefix, worker_principal="User:w")
+
+
+def test_an_agent_with_a_dotted_prefix_is_refused_at_binding() -> None:
+    async def body(ctx: AgentContext) -> str:
+        return "x"
+
+    with pytest.raises(AgentRegistrationError, match=r"prefix 'acme\.prod' .*\(no dot\)"):
+        kafka_agent(name="a", llm=FakeLLM(["x"]), prefix="acme.prod")(body)
+    assert kafka_agent(name="a", llm=FakeLLM(["x"]), prefix="acme-prod")(body).prefix == "acme-prod"

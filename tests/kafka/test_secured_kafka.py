@@ -300,8 +300,8 @@ async def test_a_client_reads_only_events_and_the_status_reader_the_rest(
     secured_kafka: Secured,
 ) -> None:
     """Other clients' requests (turns) are the status reader's; another agent's events
-    and journal are nobody's but its own clients' (who read their agent's journal for a
-    signal's receipt and the open questions)."""
+    are nobody's but its own clients', and its journal nobody's but its workers', status
+    readers' and reviewers' (``test_roles.py``)."""
     client_a = secured_kafka.settings("client_a")
     for topic in (
         f"pyrula.{AGENT_A}.turns",
