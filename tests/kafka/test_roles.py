@@ -176,11 +176,13 @@ async def test_a_client_signals_its_turn_but_reads_no_journal_or_dead_letters(
 ) -> None:
     """Client Y's turn, its journal and the dead letters are out of client X's reach; a
     plain signal is still a client's to send (taken, though the client cannot see the
-    receipt in the journal)."""
+    receipt in the journal). A plain signal on the replies topic, where clients sent them
+    before the split, is still taken (only called agents' workers write there now)."""
 
     async def waits(ctx: AgentContext) -> str:
         got = await ctx.wait_for_signal("go", timeout=60)
-        return f"went {got.payload}"
+        old = await ctx.wait_for_signal("old", timeout=60)
+        return f"went {got.payload} {old.payload}"
 
     agent = _agent(roles.agent, waits, [], ["x"])
     options = WorkerOptions(
@@ -194,8 +196,10 @@ async def test_a_client_signals_its_turn_but_reads_no_journal_or_dead_letters(
         handle = await other.submit(agent.name)
         receipt = await other.signal(agent.name, handle.turn_id, "go", 7)
         assert not receipt.accepted, "no journal to read the receipt in: sent, not awaited"
+        old = new_signal(handle.turn_id, "old", 8, sender="worker_child")
+        await _send(roles, "worker_child", signal_record(roles.topics.replies, handle.turn_id, old))
         events = await all_events(other, agent.name, handle.turn_id)
-    assert events[-1].type == "run:complete" and events[-1].data["result"] == "went 7"
+    assert events[-1].type == "run:complete" and events[-1].data["result"] == "went 7 8"
     for topic in (roles.topics.journal, roles.topics.dlq, roles.topics.turns):
         with pytest.raises(KafkaAuthorizationError, match=rf"User:client_x .* READ topic {topic}"):
             await asyncio.to_thread(
