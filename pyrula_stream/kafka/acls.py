@@ -167,14 +167,17 @@ def agent_acls(
             Acl(w, "TOPIC", f"{base}.tenants", "READ", why="operators' tenant limits"),
             Acl(w, "TOPIC", f"{base}.tenant-usage", "READ", why="the group's tenant usage"),
             Acl(w, "TOPIC", f"{base}.tenant-usage", "WRITE", why="what its turns used"),
+            Acl(w, "GROUP", f"{base}.tenants.readers", "DESCRIBE", why="limits reader"),
+            Acl(w, "GROUP", f"{base}.tenant-usage.readers", "DESCRIBE", why="usage reader"),
         ]
         if operator_principal is not None:
             o = operator_principal
             rules += [
-                Acl(o, "TOPIC", f"{base}.tenants", "WRITE", why="tenants set / remove"),
-                Acl(o, "TOPIC", f"{base}.tenants", "READ", why="tenants list"),
-                Acl(o, "TOPIC", f"{base}.tenant-usage", "READ", why="tenants usage"),
-                Acl(o, "GROUP", readers, "DESCRIBE", why="its readers"),
+                Acl(o, "TOPIC", f"{base}.tenants", "WRITE", why="tenants set"),
+                Acl(o, "TOPIC", f"{base}.tenants", "READ", why="tenants set merges, show"),
+                Acl(o, "TOPIC", f"{base}.tenant-usage", "READ", why="tenants show"),
+                Acl(o, "GROUP", f"{base}.tenants.readers", "DESCRIBE", why="its readers"),
+                Acl(o, "GROUP", f"{base}.tenant-usage.readers", "DESCRIBE", why="its readers"),
             ]
     for child in sorted(set(calls)):
         rules += [

@@ -30,6 +30,7 @@ SECURED_USERS = (
     "reviewer_x",
     "worker_caller",
     "worker_child",
+    "operator_t",
 )
 """The SCRAM users of the secured broker (made when it is formatted, so listed here)."""
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,9 @@ import pytest
 from pyrula_stream import AgentContext, KafkaAgent, KafkaAgentClient, WorkerOptions, kafka_agent
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.cli import main as cli_main
+from pyrula_stream.client.kafka_client import new_request
 from pyrula_stream.errors import KafkaAuthorizationError
+from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.local.broker import LocalBroker
 from pyrula_stream.llm import FakeLLM, reply_tool_call
@@ -232,3 +235,52 @@ def test_the_acls_printed_match_the_roles(roles: Roles, capsys: pytest.CaptureFi
     assert answers == ["User:r"]
     assert not [line for line in lines if line.startswith("User:c") and ".journal" in line]
     assert not [line for line in lines if line.startswith("User:c") and ".dlq" in line]
+
+
+async def test_a_tenant_agent_runs_and_only_the_operator_sets_limits(
+    roles: Roles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``--tenants``, the worker reads the limits and shares usage; the operator
+    alone writes the limits: no client and no worker can lift them."""
+    name = unique_name("tenanted")
+
+    @kafka_agent(name=name, llm=FakeLLM(["ok"]), partitions=1, tenant="header:x-tenant")
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "hi"}])
+
+    admin = roles.broker.admin_settings()
+    specs = agent_topic_specs(name, partitions=1, tenants=True)
+    assert apply_topics(roles.bootstrap, specs, kafka_config=admin).ok
+    operator = tmp_path / "operator.properties"
+    operator.write_text("".join(f"{k}={v}\n" for k, v in roles.settings("operator_t").items()))
+    with_admin = tmp_path / "admin.properties"
+    with_admin.write_text("".join(f"{k}={v}\n" for k, v in admin.items()))
+    grant = ["acls", name, "--worker-principal", "User:worker_x", "--tenants"]
+    grant += ["--client-principal", "User:client_x", "--operator-principal", "User:operator_t"]
+    at = ["--bootstrap-servers", roles.bootstrap]
+    assert cli_main([*grant, "--apply", *at, "--kafka-config", str(with_admin)]) == 0
+    capsys.readouterr()
+
+    as_operator = [*at, "--kafka-config", str(operator)]
+    tenants_set = ["tenants", "set", name, "acme", "turns_per_minute=50"]
+    assert await asyncio.to_thread(cli_main, [*tenants_set, *as_operator]) == 0
+    assert '"turns_per_minute": 50' in capsys.readouterr().out
+    lifted = OutRecord(f"pyrula.{name}.tenants", b"acme", b"{}", [])
+    for user in ("client_x", "worker_x"):
+        with pytest.raises(KafkaAuthorizationError, match=rf"User:{user} .* WRITE topic"):
+            await _send(roles, user, lifted)
+
+    options = WorkerOptions(
+        shutdown_grace=0.2, worker_id="t1", kafka_config=roles.settings("worker_x")
+    )
+    async with (
+        running_worker(agent, roles.bootstrap, options),
+        roles.client("client_x") as client,
+    ):
+        request = new_request(name, None, None, None, {})
+        handle = await client.submit_request(request, headers=[("x-tenant", b"acme")])
+        events = await asyncio.wait_for(all_events(client, name, handle.turn_id), 60)
+    assert events[-1].type == "run:complete", events[-1].data
+    assert events[-1].data.get("tenant") == "acme"
+    assert await asyncio.to_thread(cli_main, ["tenants", "show", name, *as_operator]) == 0
+    assert '"tenant": "acme"' in capsys.readouterr().out
