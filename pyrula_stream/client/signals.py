@@ -54,10 +54,13 @@ POLL_S = 0.1
 @dataclass(frozen=True)
 class SignalReceipt:
     """What ``signal`` returns: the signal as sent and whether its turn's worker took it
-    (``False``: no decision seen in time; it stays on the topic until one is made)."""
+    (``False``: no decision seen in time; it stays on the topic until one is made).
+    ``watched`` is ``False`` when this principal may not read the decision (no READ on
+    the journal and dead letters, as the client role): it was sent, not waited for."""
 
     signal: Signal
     accepted: bool
+    watched: bool = True
 
 
 class SignalsClient:
@@ -195,7 +198,7 @@ class SignalsClient:
             )
         finally:
             await asyncio.to_thread(lookup.close)
-        return SignalReceipt(signal, accepted)
+        return SignalReceipt(signal, accepted, watched=starts is not None)
 
 
 @dataclass(frozen=True)

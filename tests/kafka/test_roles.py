@@ -198,7 +198,7 @@ async def test_a_client_signals_its_turn_but_reads_no_journal_or_dead_letters(
     ):
         handle = await other.submit(agent.name)
         receipt = await other.signal(agent.name, handle.turn_id, "go", 7)
-        assert not receipt.accepted, "no journal to read the receipt in: sent, not awaited"
+        assert not receipt.accepted and not receipt.watched, "no journal: sent, not awaited"
         old = new_signal(handle.turn_id, "old", 8, sender="worker_child")
         await _send(roles, "worker_child", signal_record(roles.topics.replies, handle.turn_id, old))
         events = await all_events(other, agent.name, handle.turn_id)
