@@ -26,6 +26,7 @@ BROKER_FIXTURES = frozenset(
         "schema_registry_url",
         "kafka_cluster",
         "secured_kafka",
+        "secured_broker",
     }
 )
 """Fixtures that start (or need) a real broker: a test that uses one, directly or through

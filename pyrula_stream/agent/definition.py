@@ -28,8 +28,12 @@ from pyrula_stream.agent.tenants import (
     UnknownTenants,
     check_tenancy,
 )
-from pyrula_stream.errors import AgentRegistrationError, ToolRegistrationError
-from pyrula_stream.kafka.acls import shared_prefix
+from pyrula_stream.errors import (
+    AgentRegistrationError,
+    ConfigurationError,
+    ToolRegistrationError,
+)
+from pyrula_stream.kafka.acls import check_name_piece, shared_prefix
 from pyrula_stream.kafka.admin import (
     DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
@@ -77,6 +81,7 @@ class AgentTopics:
     history: str
     """Recorded turns: a finished turn's request, steps and outcome (``keep_history``)."""
     replies: str
+    """Sub-agent outcomes: only the workers of the agents it calls write here."""
     results: str
     threads: str
     """Thread messages: the conversation a thread's next turn continues."""
@@ -84,6 +89,10 @@ class AgentTopics:
     """Operators' tenant limits, keyed by tenant (``pyrula-stream tenants set``)."""
     tenant_usage: str
     """What each tenant used, per window and model call, shared by the worker group."""
+    signals: str
+    """Clients' signals to waiting turns (not answers): what a client may send."""
+    answers: str
+    """Answers to questions (approvals, interrupts): what only a reviewer may write."""
 
     @classmethod
     def for_agent(cls, agent: str, prefix: str = DEFAULT_PREFIX) -> AgentTopics:
@@ -100,6 +109,8 @@ class AgentTopics:
             f"{base}.threads",
             f"{base}.tenants",
             f"{base}.tenant-usage",
+            f"{base}.signals",
+            f"{base}.answers",
         )
 
 
@@ -397,7 +408,13 @@ def _check_outputs(agent: KafkaAgent) -> None:
 
 
 def _check_trust_domain(agent: KafkaAgent) -> None:
-    """The trust domain names the memory and cache topics the agent shares."""
+    """The trust domain names the memory and cache topics the agent shares; the prefix
+    starts every topic and transactional id, so a dot in it would let one agent's
+    PREFIXED ACL (``<prefix>.<agent>.``) match another agent's ids."""
+    try:
+        check_name_piece("prefix", agent.prefix)
+    except ConfigurationError as exc:
+        raise _refuse(agent, str(exc)) from None
     if agent.trust_domain is not None and not _AGENT_NAME.match(agent.trust_domain):
         raise _refuse(
             agent,

@@ -32,7 +32,14 @@ def _client(args: argparse.Namespace) -> Any:
     )
 
 
-def _undecided(what: str) -> None:
+def _undecided(what: str, watched: bool = True) -> None:
+    if not watched:
+        print(
+            f"{what} sent; this principal may not read the journal and dead letters, so "
+            "the worker's decision is not shown (follow the turn's events)",
+            file=sys.stderr,
+        )
+        return
     print(
         f"{what} sent, but no worker decided on it within the timeout: it stays on the topic "
         "and is taken (or refused) when a worker for the agent runs",
@@ -55,7 +62,7 @@ def cmd_signal(args: argparse.Namespace) -> int:
                 print(f"refused ({exc.reason}): {exc}", file=sys.stderr)
                 return 3
         if not receipt.accepted:
-            _undecided(f"signal {receipt.signal.signal_id}")
+            _undecided(f"signal {receipt.signal.signal_id}", receipt.watched)
             return 4
         print(json.dumps({"signal_id": receipt.signal.signal_id, "accepted": True}))
         return 0
@@ -83,7 +90,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
                 print(f"refused ({exc.reason}): {exc}", file=sys.stderr)
                 return 3
         if not receipt.accepted:
-            _undecided(f"answer to {args.question_key}")
+            _undecided(f"answer to {args.question_key}", receipt.watched)
             return 4
         print(json.dumps({"key": args.question_key, "answer": args.command, "accepted": True}))
         return 0

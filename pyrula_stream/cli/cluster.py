@@ -188,6 +188,7 @@ def cmd_acls(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.acls import agent_acls, apply_acls, describe
 
     name, prefix, outputs, keep_history, trust_domain = agent_from(args)
+    tenants = ":" in args.agent and load_agent(args.agent).tenancy.enabled
     rules = agent_acls(
         name,
         prefix=prefix,
@@ -195,6 +196,9 @@ def cmd_acls(args: argparse.Namespace) -> int:
         client_principal=args.client_principal,
         status_principal=args.status_principal,
         gateway_principal=args.gateway_principal,
+        reviewer_principal=args.reviewer_principal,
+        operator_principal=args.operator_principal,
+        tenants=tenants or args.tenants,
         output_topics=outputs - {f"{prefix}.{name}.events", f"{prefix}.{name}.results"},
         keep_history=keep_history,
         calls=args.calls,
@@ -276,6 +280,23 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         default=None,
         help="pyrula-stream gateway: submits, streams, reads requests and status, "
         "e.g. User:gateway",
+    )
+    a.add_argument(
+        "--reviewer-principal",
+        default=None,
+        help="answers questions (approve, reject, resume): the only writer of "
+        "<agent>.answers, e.g. User:reviewer",
+    )
+    a.add_argument(
+        "--operator-principal",
+        default=None,
+        help="writes the tenants' limits (pyrula-stream tenants set), e.g. User:ops",
+    )
+    a.add_argument(
+        "--tenants",
+        action="store_true",
+        help="the agent has tenants (AGENT only): workers read <agent>.tenants and share "
+        "<agent>.tenant-usage",
     )
     a.add_argument("--apply", action="store_true", help="create them with the admin API")
     a.add_argument(

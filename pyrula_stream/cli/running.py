@@ -120,6 +120,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         port=args.port,
         allow_actions=args.allow_actions,
         max_turns=args.max_turns,
+        reviewers=frozenset(args.reviewer) if args.reviewer else None,
         access=access,
     )
     check_bind(args.host, access, exposes=exposure(options))  # before saying it serves
@@ -211,6 +212,14 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     u.add_argument("--host", default="127.0.0.1", help="bind address")
     u.add_argument(
         "--allow-actions", action="store_true", help="allow cancel/terminate from the page"
+    )
+    u.add_argument(
+        "--reviewer",
+        action="append",
+        default=None,
+        metavar="KEY_NAME",
+        help="an API key name that may answer questions (approve, reject); repeatable; "
+        "default: any key that may act",
     )
     u.add_argument("--history-minutes", type=float, default=60.0, help="how far back to read")
     u.add_argument("--max-turns", type=int, default=200, help="turns kept per agent")

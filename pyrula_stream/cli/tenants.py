@@ -37,7 +37,11 @@ def _overrides(args: argparse.Namespace, topic: str) -> dict[str, dict[str, Any]
 
     found: dict[str, dict[str, Any]] = {}
     for record in read_topic(
-        bootstrap_from(args), topic, timeout_s=args.timeout, kafka_config=kafka_config_from(args)
+        bootstrap_from(args),
+        topic,
+        timeout_s=args.timeout,
+        kafka_config=kafka_config_from(args),
+        group_id=f"{topic}.readers",  # the group the operator's ACLs grant (acls.py)
     ):
         if record.value is None:
             found.pop(record.key, None)
@@ -87,6 +91,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         usage_topic,
         timeout_s=args.timeout,
         kafka_config=kafka_config_from(args),
+        group_id=f"{usage_topic}.readers",
     )
     usage = fold_usage(records, int(time.time() * 1000))
     for tenant in sorted(set(overrides) | set(usage)):

@@ -1,12 +1,16 @@
 """``KafkaAgentClient.signal`` and the answers to questions: the client's half of a person
 in the loop.
 
-A signal is produced to ``<agent>.replies`` keyed like the turn's request, so it lands on
-the turn's partition (``signals.py``). The sender then learns what the worker that owns
-that partition decided: the signal's record in ``<agent>.journal`` (taken) or its dead
-letter in ``<agent>.dlq`` (refused, with the reason), both read from where they ended
-before the send. ``SignalRefused`` reports a refusal; a decision not seen within the
-timeout (no worker running) leaves the signal on its topic, decided when one starts.
+A signal is produced to ``<agent>.signals`` and an answer (``resume``, ``approve``,
+``reject``) to ``<agent>.answers``, keyed like the turn's request, so it lands on the
+turn's partition (``signals.py``). The two topics are apart so that ACLs can tell who asks
+from who decides: clients write signals, only reviewers write answers. The sender then
+learns what the worker that owns that partition decided: the signal's record in
+``<agent>.journal`` (taken) or its dead letter in ``<agent>.dlq`` (refused, with the
+reason), both read from where they ended before the send. ``SignalRefused`` reports a
+refusal; a decision not seen within the timeout (no worker running) leaves the signal on
+its topic, decided when one starts. A sender that may not read the journal and dead
+letters (the client role) does not wait: its receipt says no decision was seen.
 """
 
 from __future__ import annotations
@@ -19,7 +23,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent.definition import AgentTopics
-from pyrula_stream.errors import MalformedRecordError, SignalRefused, UnknownTopicError
+from pyrula_stream.errors import (
+    KafkaAuthorizationError,
+    MalformedRecordError,
+    SignalRefused,
+    UnknownTopicError,
+)
 from pyrula_stream.kafka.config import KafkaSettings
 from pyrula_stream.kafka.consumers import read_topic, reader_group_id
 from pyrula_stream.kafka.io import RecordProducer
@@ -45,10 +54,13 @@ POLL_S = 0.1
 @dataclass(frozen=True)
 class SignalReceipt:
     """What ``signal`` returns: the signal as sent and whether its turn's worker took it
-    (``False``: no decision seen in time; it stays on the topic until one is made)."""
+    (``False``: no decision seen in time; it stays on the topic until one is made).
+    ``watched`` is ``False`` when this principal may not read the decision (no READ on
+    the journal and dead letters, as the client role): it was sent, not waited for."""
 
     signal: Signal
     accepted: bool
+    watched: bool = True
 
 
 class SignalsClient:
@@ -154,6 +166,8 @@ class SignalsClient:
     async def _send(
         self, agent: str, signal: Signal, key: str | None, wait: float | None
     ) -> SignalReceipt:
+        """Produce the signal (an answer to the answers topic, any other to the signals
+        topic) and wait for its decision where this principal may read it."""
         topics = AgentTopics.for_agent(agent, self.prefix)
         key = key or self._submitted.get((agent, signal.turn_id)) or signal.turn_id
         lookup = TurnLookup(
@@ -164,8 +178,14 @@ class SignalsClient:
             timeout_s=self.timeout,
         )
         try:
-            starts = await asyncio.to_thread(_starts, lookup, topics, key)
-            record = signal_record(topics.replies, key, signal)
+            try:
+                starts: dict[tuple[str, int], int] | None = await asyncio.to_thread(
+                    _starts, lookup, topics, key
+                )
+            except KafkaAuthorizationError:
+                starts = None  # the client role reads no journal: send, do not wait
+            topic = topics.answers if signal.answer else topics.signals
+            record = signal_record(topic, key, signal)
             try:
                 await self._get_producer().send(
                     record.topic, record.key, record.value, list(record.headers)
@@ -173,10 +193,12 @@ class SignalsClient:
             except UnknownTopicError as exc:
                 raise self._no_topic(agent, exc) from None
             budget = self.timeout if wait is None else wait
-            accepted = await asyncio.to_thread(_decision, lookup, starts, signal, budget)
+            accepted = starts is not None and await asyncio.to_thread(
+                _decision, lookup, starts, signal, budget
+            )
         finally:
             await asyncio.to_thread(lookup.close)
-        return SignalReceipt(signal, accepted)
+        return SignalReceipt(signal, accepted, watched=starts is not None)
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,13 @@ from pyrula_stream.kafka.table import SqliteView
 from pyrula_stream.wire.fingerprint import RunningFingerprint, fingerprint
 from pyrula_stream.wire.guard import bad_record_reason
 from pyrula_stream.wire.journal_keys import (
+    CURSOR_KEYS,
     DEAD_LETTERED_PREFIX,
     IDEMPOTENCY_PREFIX,
     INTAKE_MARK_KEY,
     PARK,
     PROGRESS,
     REPLY,
-    REPLY_CURSOR_KEY,
     SIGNAL,
     TAKE_SIGNAL_KIND,
     TERMINAL,
@@ -450,7 +450,8 @@ class PartitionJournal:
     idempotency: IdempotencyKeys
     turns: dict[str, TurnJournal] = field(default_factory=dict)
     records_read: int = 0
-    reply_cursor: int | None = None
+    cursors: dict[str, int] = field(default_factory=dict)
+    """Read positions in the replies, signals and answers topics, by kind."""
     skipped_records: int = 0
     intake_mark: tuple[dict[str, Any], int] | None = None
     """The intake mark's data and write time (``None``: none, or a tombstone)."""
@@ -507,10 +508,13 @@ class PartitionJournal:
             data = _entry_data(key, value)
             self.intake_mark = None if data is None else (data, ts_ms)
             return
-        if key == REPLY_CURSOR_KEY:
+        if key in CURSOR_KEYS:
             data = _entry_data(key, value)
             offset = data.get("offset") if data else None
-            self.reply_cursor = offset if isinstance(offset, int) and offset >= 0 else None
+            if isinstance(offset, int) and offset >= 0:
+                self.cursors[CURSOR_KEYS[key]] = offset
+            else:
+                self.cursors.pop(CURSOR_KEYS[key], None)
             return
         if key.startswith(IDEMPOTENCY_PREFIX):
             self.idempotency.apply(key[len(IDEMPOTENCY_PREFIX) :], value, ts_ms)

@@ -7,6 +7,7 @@ applying twice is safe.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,21 @@ from pyrula_stream.kafka.admin import admin_client
 from pyrula_stream.kafka.consumers import reader_group_id
 
 CLUSTER = "kafka-cluster"
+NAME_PIECE = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
+"""A prefix, agent name or trust domain: no dot, so ``<prefix>.<agent>.`` (the PREFIXED
+rule on transactional ids) and ``<prefix>.<agent>.<kind>`` name one agent only."""
+
+
+def check_name_piece(what: str, value: str) -> None:
+    """Refuse a prefix, agent or trust domain that could make one agent's names another's:
+    with ``.`` allowed, prefix ``p.a`` and agent ``x`` give ``p.a.x.<worker>``, which
+    agent ``a`` of prefix ``p`` (rule ``p.a.`` PREFIXED) could then use."""
+    if not NAME_PIECE.match(value):
+        raise ConfigurationError(
+            f"{what} {value!r} must match [a-zA-Z0-9_-]{{1,100}} (no dot): it starts the "
+            "names of topics and transactional ids, and a dot would let one agent's "
+            "prefix match another's"
+        )
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,9 @@ def agent_acls(
     client_principal: str | None = None,
     status_principal: str | None = None,
     gateway_principal: str | None = None,
+    reviewer_principal: str | None = None,
+    operator_principal: str | None = None,
+    tenants: bool = False,
     output_topics: Iterable[str] = (),
     keep_history: bool = False,
     calls: Iterable[str] = (),
@@ -67,24 +86,46 @@ def agent_acls(
     agent A (``called_by``, its callers) writes its outcome to A's replies topic, and to
     no other agent's. Each worker reads only its own agent's replies. Memory and the tool
     cache are those of the agent's ``trust_domain``. A client (``client_principal``)
-    submits, cancels and reads events and results; reading requests, the journal and
-    threads (``status``, ``get_thread``) is the status reader's role
-    (``status_principal``). The HTTP gateway (``gateway_principal``) is both: it
-    submits, cancels and streams, and reads a turn's request (its owner) and status.
+    submits, cancels, sends signals (``<agent>.signals``) and reads events and results;
+    it cannot answer a question, write a reply, or read the journal or dead letters.
+    Answers (approvals, interrupts) go to ``<agent>.answers``, which only the reviewer
+    (``reviewer_principal``) writes; it reads the journal (the open questions) and the
+    dead letters (a refused answer's reason). Reading requests, the journal and threads
+    (``status``, ``get_thread``) is the status reader's role (``status_principal``). The
+    HTTP gateway (``gateway_principal``) is a client and a status reader: it submits,
+    cancels and streams, and reads a turn's request (its owner) and status. With
+    ``tenants``, workers read the tenants' limits and share their usage, and only the
+    operator (``operator_principal``) writes the limits.
     ``idempotent_write`` adds CLUSTER IDEMPOTENT_WRITE, which only
     brokers before Kafka 3.0 need (since KIP-679, WRITE on a topic implies it).
     """
-    for principal in (worker_principal, client_principal, status_principal, gateway_principal):
+    principals = (
+        worker_principal,
+        client_principal,
+        status_principal,
+        gateway_principal,
+        reviewer_principal,
+        operator_principal,
+    )
+    for principal in principals:
         if principal is not None and not principal.startswith("User:"):
             raise ConfigurationError(f"a principal looks like User:name, got {principal!r}")
+    check_name_piece("prefix", prefix)
+    for name in (agent, *calls, *called_by):
+        check_name_piece("agent", name)
+    if trust_domain is not None:
+        check_name_piece("trust domain", trust_domain)
     base = f"{prefix}.{agent}"
     readers = reader_group_id(prefix, agent)
     shared = shared_prefix(prefix, trust_domain)
     cache = f"{shared}.cache"
     memory = f"{shared}.memory"
-    own = ["turns", "events", "journal", "replies", "threads", "control", "dlq", "results"]
+    own = ["turns", "events", "journal", "replies", "signals", "answers", "threads"]
+    own += ["control", "dlq", "results"]
     if keep_history:
         own.append("history")
+    if tenants:
+        own += ["tenants", "tenant-usage"]
     w = worker_principal
     rules = [
         Acl(w, "TOPIC", f"{base}.turns", "READ", why="consume turn requests"),
@@ -92,6 +133,8 @@ def agent_acls(
         Acl(w, "TOPIC", f"{base}.journal", "READ", why="restore turns"),
         Acl(w, "TOPIC", f"{base}.journal", "WRITE", why="journal steps"),
         Acl(w, "TOPIC", f"{base}.replies", "READ", why="outcomes of its sub-agent calls"),
+        Acl(w, "TOPIC", f"{base}.signals", "READ", why="clients' signals to waiting turns"),
+        Acl(w, "TOPIC", f"{base}.answers", "READ", why="reviewers' answers to questions"),
         Acl(w, "TOPIC", f"{base}.threads", "READ", why="restore conversations"),
         Acl(w, "TOPIC", f"{base}.threads", "WRITE", why="a finished turn joins its thread"),
         Acl(w, "TOPIC", f"{base}.events", "WRITE", why="publish events"),
@@ -119,6 +162,23 @@ def agent_acls(
             Acl(w, "TOPIC", f"{base}.history", "WRITE", why="record finished turns"),
             Acl(w, "TOPIC", f"{base}.history", "READ", why="branch / replay a recorded turn"),
         ]
+    if tenants:
+        rules += [
+            Acl(w, "TOPIC", f"{base}.tenants", "READ", why="operators' tenant limits"),
+            Acl(w, "TOPIC", f"{base}.tenant-usage", "READ", why="the group's tenant usage"),
+            Acl(w, "TOPIC", f"{base}.tenant-usage", "WRITE", why="what its turns used"),
+            Acl(w, "GROUP", f"{base}.tenants.readers", "DESCRIBE", why="limits reader"),
+            Acl(w, "GROUP", f"{base}.tenant-usage.readers", "DESCRIBE", why="usage reader"),
+        ]
+        if operator_principal is not None:
+            o = operator_principal
+            rules += [
+                Acl(o, "TOPIC", f"{base}.tenants", "WRITE", why="tenants set"),
+                Acl(o, "TOPIC", f"{base}.tenants", "READ", why="tenants set merges, show"),
+                Acl(o, "TOPIC", f"{base}.tenant-usage", "READ", why="tenants show"),
+                Acl(o, "GROUP", f"{base}.tenants.readers", "DESCRIBE", why="its readers"),
+                Acl(o, "GROUP", f"{base}.tenant-usage.readers", "DESCRIBE", why="its readers"),
+            ]
     for child in sorted(set(calls)):
         rules += [
             Acl(w, "TOPIC", f"{prefix}.{child}.turns", "WRITE", why=f"call sub-agent {child}"),
@@ -136,10 +196,16 @@ def agent_acls(
             Acl(c, "TOPIC", f"{base}.events", "READ", why="stream a turn's events"),
             Acl(c, "TOPIC", f"{base}.results", "READ", why="read turn results"),
             Acl(c, "TOPIC", f"{base}.threads", "DESCRIBE", why="delete_thread: topic check"),
-            Acl(c, "TOPIC", f"{base}.replies", "WRITE", why="signals and answers to questions"),
-            Acl(c, "TOPIC", f"{base}.journal", "READ", why="a signal's receipt; pending"),
-            Acl(c, "TOPIC", f"{base}.dlq", "READ", why="a refused signal's reason"),
+            Acl(c, "TOPIC", f"{base}.signals", "WRITE", why="signals to its waiting turns"),
             Acl(c, "GROUP", readers, "DESCRIBE", why="event readers"),
+        ]
+    if reviewer_principal is not None:
+        r = reviewer_principal
+        rules += [
+            Acl(r, "TOPIC", f"{base}.answers", "WRITE", why="approve, reject, resume"),
+            Acl(r, "TOPIC", f"{base}.journal", "READ", why="pending: the open questions"),
+            Acl(r, "TOPIC", f"{base}.dlq", "READ", why="a refused answer's reason"),
+            Acl(r, "GROUP", readers, "DESCRIBE", why="its readers"),
         ]
     for s in [p for p in (status_principal, gateway_principal) if p is not None]:
         rules += [
@@ -160,7 +226,8 @@ def agent_acls(
     if idempotent_write:
         rules += [
             Acl(p, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)")
-            for p in (worker_principal, *clients)
+            for p in (worker_principal, *clients, reviewer_principal, operator_principal)
+            if p is not None
         ]
     # One principal may be both worker and client; the admin API refuses duplicate bindings.
     seen: set[tuple[str, ...]] = set()

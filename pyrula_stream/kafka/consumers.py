@@ -11,7 +11,7 @@ the two functions here are its shapes for restore and for ``read_topic``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -237,42 +237,47 @@ def read_key(
 
 
 class RepliesReader:
-    """Follows the replies partitions whose turns partitions this worker owns, from the
-    position journaled with the last reply taken (so each reply is taken exactly once).
+    """Follows the replies, signals and answers partitions whose turns partitions this
+    worker owns, each from the position journaled with the last record taken from it (so
+    each is taken exactly once).
 
     Not a group member: the group's cooperative assignor would not give one member
-    partition p of two topics, so the owner of turns partition p assigns replies p here.
+    partition p of two topics, so the owner of turns partition p assigns partition p of
+    each followed topic here.
     """
 
     def __init__(
         self,
         bootstrap_servers: str,
-        topic: str,
+        topics: Sequence[str],
         *,
         client_id: str,
         kafka_config: Mapping[str, Any] | None = None,
         group_id: str | None = None,
     ) -> None:
-        self.topic = topic
+        self.topics = tuple(topics)
         self._consumer = reader_consumer(
             bootstrap_servers, client_id=client_id, kafka_config=kafka_config, group_id=group_id
         )
 
-    def assign(self, positions: dict[int, int | None]) -> None:
-        """Start reading each partition at its position (``None``: from the beginning)."""
+    def assign(self, positions: Mapping[int, Mapping[str, int | None]]) -> None:
+        """Start reading partition p of each topic at its position (``None`` or absent:
+        from the beginning)."""
         if positions:
             self._consumer.incremental_assign(
                 [
-                    TopicPartition(self.topic, p, OFFSET_BEGINNING if pos is None else pos)
-                    for p, pos in positions.items()
+                    TopicPartition(topic, p, OFFSET_BEGINNING if pos is None else pos)
+                    for p, by_topic in positions.items()
+                    for topic in self.topics
+                    for pos in [by_topic.get(topic)]
                 ]
             )
 
     def unassign(self, partitions: set[int]) -> None:
-        owned = {tp.partition for tp in self._consumer.assignment()}
-        gone = sorted(partitions & owned)
+        owned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        gone = sorted(tp for tp in owned if tp[1] in partitions)
         if gone:
-            self._consumer.incremental_unassign([TopicPartition(self.topic, p) for p in gone])
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in gone])
 
     def poll(self) -> list[ConsumedRecord]:
         """The replies that arrived since the last call (never waits)."""

@@ -75,6 +75,8 @@ class ConsumedRecord:
     value: bytes | None
     headers: dict[str, str]
     ts_ms: int
+    topic: str = ""
+    """The topic it was read from (set by ``to_record``; a reader of one topic ignores it)."""
 
 
 def _retrying(deadline: float, call: Any) -> Any:
@@ -211,6 +213,7 @@ def to_record(msg: Any) -> ConsumedRecord:
         msg.value(),
         headers_dict(msg.headers()),
         int(msg.timestamp()[1]),
+        msg.topic() or "",
     )
 
 

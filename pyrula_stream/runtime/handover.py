@@ -144,9 +144,15 @@ class PartitionHandover:
             state.crash_guard = self._crash_guard(p, state)
         session = self._session()
         assert session is not None
-        session.replies.assign({p: s.journal.reply_cursor for p, s in restored.items()})
+        session.replies.assign({p: self._cursors(s) for p, s in restored.items()})
         for p in restored:
             self._scheduler.parked.rearm(p)
+
+    def _cursors(self, state: PartitionState) -> dict[str, int | None]:
+        """Where to read each followed topic (replies, signals, answers) from, by name."""
+        topics = self._topics
+        names = {"replies": topics.replies, "signals": topics.signals, "answers": topics.answers}
+        return {name: state.journal.cursors.get(kind) for kind, name in names.items()}
 
     def _crash_guard(self, p: int, state: PartitionState) -> CrashGuard:
         """Count a crash of the previous owner and commit this owner's intake mark before

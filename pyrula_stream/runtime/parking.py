@@ -152,8 +152,8 @@ class ParkedTurns:
         self._parts = parts
         self._max_failures = max_failures
         self._quarantined = quarantined
-        self._failures: dict[tuple[int, int], int] = {}
-        """Per (partition, offset), how often deciding that reply failed in a row."""
+        self._failures: dict[tuple[str, int, int], int] = {}
+        """Per (topic, partition, offset), how often deciding that reply failed in a row."""
         self._admit = admit
         self._cancelled = cancelled
         self._running = running
@@ -181,7 +181,7 @@ class ParkedTurns:
     def _failed(self, record: ConsumedRecord | None, partition: int, exc: BaseException) -> None:
         where = f"offset {record.offset}" if record is not None else "a reply"
         if record is not None:
-            at = (partition, record.offset)
+            at = (record.topic, partition, record.offset)
             self._failures = {at: self._failures.get(at, 0) + 1}  # in a row: forget others
         log.error(
             "replies partition %d: %s could not be decided or applied (%r); restoring the "
@@ -423,29 +423,32 @@ class ParkedTurns:
         p = record.partition
         if self.failure is not None:
             return  # an earlier reply failed: this one is read again after the restore
-        failures = self._failures.get((p, record.offset), 0)
+        at = (record.topic, p, record.offset)
+        failures = self._failures.get(at, 0)
         if failures >= self._max_failures:
-            del self._failures[(p, record.offset)]
+            del self._failures[at]
             self._quarantine(record, topics, worker_id, committer, room, failures)
             return
+        kind = topic_kind(record, topics)
         taken: Reply | Signal | None
         why: str | None = None
         try:
             check_headers(record.headers, "signal" if is_signal(record.headers) else "reply")
-            taken = (
-                parse_signal(record.value, record.offset)
-                if is_signal(record.headers)
-                else parse_reply(record.value)
-            )
+            if is_signal(record.headers):
+                taken = parse_signal(record.value, record.offset)
+            elif kind != "replies":
+                taken, why = None, f"a sub-agent's reply comes on {topics.replies}, not {kind}"
+            else:
+                taken = parse_reply(record.value)
         except Exception as exc:  # any flaw of outside bytes: dead-letter, never crash
             taken, why = None, bad_record_reason(exc)
         try:  # from here on a failure is this worker's, not the record's
             if isinstance(taken, Signal):
-                why = self._signal_refusal(ps, taken)
+                why = misplaced_signal(taken, kind, topics) or self._signal_refusal(ps, taken)
             elif isinstance(taken, Reply):
                 parent = taken.parent_turn_id
                 why = refusal(_journal_of(ps, parent), parent in ps.finished, taken)
-            records = [cursor_record(topics.journal, p, record.offset + 1)]
+            records = [cursor_record(topics.journal, p, record.offset + 1, kind)]
             copy = None
             if why is None and isinstance(taken, Signal):
                 copy = signal_journal_record(topics.journal, p, taken)
@@ -468,7 +471,7 @@ class ParkedTurns:
         except Exception as exc:
             self._failed(record, p, exc)
             return
-        self._failures.pop((p, record.offset), None)
+        self._failures.pop(at, None)
         if taken is not None:
             committed.add_done_callback(partial(self._on_taken, p, taken))
 
@@ -486,7 +489,8 @@ class ParkedTurns:
         p = record.partition
         why = f"deciding it ended {failures} sessions of this worker in a row"
         letter = _refusal_letter(record, topics, worker_id, why, room, ErrorCode.POISON_QUARANTINE)
-        records = [cursor_record(topics.journal, p, record.offset + 1), letter]
+        kind = topic_kind(record, topics)
+        records = [cursor_record(topics.journal, p, record.offset + 1, kind), letter]
         committer.durable_records(replies_owner(p), records)
         self._quarantined("replies")
 
@@ -609,7 +613,7 @@ def _refusal_letter(
         ("signal", ErrorCode.SIGNAL_REFUSED) if signal else ("reply", ErrorCode.UNSOLICITED_REPLY)
     )
     code = refused if code is None else code
-    source = f"{topics.replies}[{record.partition}]@{record.offset}"
+    source = f"{record.topic or topics.replies}[{record.partition}]@{record.offset}"
     log.warning("refused the %s at %s: %s", what, source, why)
     return dead_letter(
         topics.dlq,
@@ -654,6 +658,30 @@ def pending_over_cap(
         return (
             f"too_many: turn {signal.turn_id} would hold {size} bytes of signals no wait "
             f"has taken, over the cap of {MAX_PENDING_SIGNAL_BYTES} (MAX_PENDING_SIGNAL_BYTES)"
+        )
+    return None
+
+
+def topic_kind(record: ConsumedRecord, topics: AgentTopics) -> str:
+    """Which followed topic the record came from: ``replies``, ``signals`` or ``answers``
+    (a record without a topic is the replies topic's, as before the split)."""
+    if record.topic == topics.answers:
+        return "answers"
+    if record.topic == topics.signals:
+        return "signals"
+    return "replies"
+
+
+def misplaced_signal(signal: Signal, kind: str, topics: AgentTopics) -> str | None:
+    """Why a signal is refused for the topic it came on (``None``: its topic may carry
+    it). Only reviewers write the answers topic, so an answer is taken from there alone:
+    on the signals topic (clients) or the replies topic (the workers of called agents,
+    and clients before the split) it is refused, whoever wrote it. A plain signal is
+    taken from any of the three (it answers nothing)."""
+    if signal.answer and kind != "answers":
+        return (
+            f"wrong_topic: an answer to {signal.name} is taken only from {topics.answers} "
+            f"(reviewers), not from {kind}"
         )
     return None
 

@@ -109,7 +109,7 @@ async def open_session(
         ),
         replies=RepliesReader(
             bootstrap_servers,
-            agent.topics.replies,
+            (agent.topics.replies, agent.topics.signals, agent.topics.answers),
             client_id=f"{worker_id}-replies",
             kafka_config=settings,
             group_id=readers,

@@ -10,7 +10,9 @@ server-sent-events stream of changes, over the shared ``EventFeed``.
 - ``GET /api/waiting``: the open questions of the followed agents, oldest first
   (``client.pending``).
 - ``POST /api/questions/AGENT/TURN_ID/approve|reject`` (JSON ``key``, ``reason``): only
-  with ``allow_actions``; the answer, sent as ``client.approve``/``reject`` do.
+  with ``allow_actions``, and only for the key names in ``reviewers`` when it is set; the
+  answer, sent as ``client.approve``/``reject`` do (to ``<agent>.answers``, which the
+  UI's principal may write only as a reviewer).
 
 Every route sits behind ``HTTPGuard`` (Host, Origin, API keys with a login form).
 """
@@ -63,6 +65,9 @@ class UIOptions:
     access: HTTPAccess = NO_KEYS
     rate_limit: RatePolicy | None = UI_RATE
     """Each caller's requests (per key, or per address without keys); ``None``: none."""
+    reviewers: frozenset[str] | None = None
+    """The API key names that may answer questions (approve, reject); ``None``: any key
+    that may act. The UI's own Kafka principal must hold the reviewer role besides."""
 
 
 def exposure(options: UIOptions) -> str:
@@ -126,6 +131,7 @@ class UIApp:
     def _config(self) -> dict[str, Any]:
         return {
             "allow_actions": self.options.allow_actions,
+            "reviewers": sorted(self.options.reviewers or ()),
             "signed_in": self.options.access.auth is not None,
             "prefix": self.feed.options.prefix,
             "max_turns": self.options.max_turns,
@@ -231,6 +237,12 @@ class UIApp:
             )
         if ACTION_HEADER not in request.headers:
             return JSONResponse({"error": f"missing header {ACTION_HEADER}"}, 400)
+        sender = principal_of(request.scope)
+        reviewers = self.options.reviewers
+        if reviewers is not None and sender not in reviewers:
+            return JSONResponse(
+                {"error": f"{sender or 'this key'} is not a reviewer: only reviewers answer"}, 403
+            )
         agent, turn_id = request.path_params["agent"], request.path_params["turn_id"]
         answer = request.path_params["answer"]
         if answer not in ("approve", "reject"):
@@ -244,9 +256,14 @@ class UIApp:
         reason = body.get("reason") if isinstance(body.get("reason"), str) else None
         client = self.client()
         send = client.approve if answer == "approve" else client.reject
-        sender = principal_of(request.scope) or "pyrula-stream ui"  # the API key's name
         try:
-            receipt = await send(agent, turn_id, body["key"], reason=reason or None, sender=sender)
+            receipt = await send(
+                agent,
+                turn_id,
+                body["key"],
+                reason=reason or None,
+                sender=sender or "pyrula-stream ui",  # the API key's name
+            )
         except PyrulaError as exc:
             return JSONResponse({"error": str(exc)}, 400)
         return JSONResponse({"sent": answer, "key": body["key"], "accepted": receipt.accepted})

@@ -24,6 +24,9 @@ TAKE_SIGNAL_KIND = "take_signal"
 """The kind of the step that takes a signal (its data: the signal's id) or its timeout."""
 REPLY_CURSOR_KEY = "cursor/replies"
 """The partition's read position in the agent's replies topic (same partition number)."""
+CURSOR_KINDS = ("replies", "signals", "answers")
+"""The topics the replies reader follows, each with its own ``cursor/<kind>`` position."""
+CURSOR_KEYS = {f"cursor/{kind}": kind for kind in CURSOR_KINDS}
 INTAKE_MARK_KEY = "cursor/intake"
 """The partition's intake mark (``runtime/poison.py``): who reads it, from where."""
 DEAD_LETTERED_PREFIX = "dead-lettered/"

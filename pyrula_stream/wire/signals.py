@@ -1,10 +1,11 @@
 """Signals as records: what a person (or any producer) sends a waiting turn, and the
 journal records that make each signal taken exactly once.
 
-A signal is a record on the agent's ``replies`` topic, keyed like the turn's request (its
-thread id or its turn id) so it lands on the turn's partition, with the header
+A signal is a record on the agent's ``signals`` topic (an answer: on its ``answers``
+topic, which only reviewers write), keyed like the turn's request (its thread id or its
+turn id) so it lands on the turn's partition, with the header
 ``pyrula-record-type: signal``. The worker that owns the partition journals it under
-``<turn_id>/signal:<signal id>`` with the replies read position, in one transaction that
+``<turn_id>/signal:<signal id>`` with that topic's read position, in one transaction that
 also carries the partition's input offset (as a sub-agent's reply is taken): a crash
 before that commit reads it again, after it the signal is in the journal.
 
@@ -15,8 +16,8 @@ the read, ``runtime/parking.py``). A signal for a turn this partition does not k
 that has ended, is dead-lettered with code
 ``signal_refused`` and the reason, where its sender looks for the outcome
 (``client_signals``). An *answer* (to an interrupt or a tool approval) is a signal whose
-name is the question's key; a second answer to the same key, or one after the
-question's deadline, is refused the same way.
+name is the question's key; a second answer to the same key, one after the question's
+deadline, or one on any topic but ``answers`` (``wrong_topic``) is refused the same way.
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ def new_signal(
 
 
 def signal_record(topic: str, key: str, signal: Signal) -> OutRecord:
-    """The signal on ``<agent>.replies``, keyed like the turn's request (its partition)."""
+    """The signal on ``topic`` (``<agent>.signals`` or ``.answers``), keyed like the
+    turn's request (its partition)."""
     return OutRecord(
         topic,
         key.encode(),
@@ -128,7 +130,8 @@ def signal_record(topic: str, key: str, signal: Signal) -> OutRecord:
 
 
 def is_signal(headers: Mapping[str, str]) -> bool:
-    """Whether a record of the replies topic is a signal (else: a sub-agent's reply)."""
+    """Whether a record of the replies, signals or answers topic is a signal (else: a
+    sub-agent's reply)."""
     return headers.get(RECORD_TYPE_HEADER) == SIGNAL_RECORD_TYPE
 
 
@@ -174,6 +177,7 @@ REFUSAL_REASONS = (
     "malformed",
     "too_large",
     "too_many",
+    "wrong_topic",
 )
 """What ``SignalRefused.reason`` can say (the dead letter's reason starts with it)."""
 

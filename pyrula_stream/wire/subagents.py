@@ -176,9 +176,11 @@ def reply_journal_record(topic: str, partition: int, reply: Reply) -> OutRecord:
     return _journal(topic, partition, reply_key(reply.parent_turn_id, reply.child_turn_id), entry)
 
 
-def cursor_record(topic: str, partition: int, next_offset: int) -> OutRecord:
+def cursor_record(topic: str, partition: int, next_offset: int, kind: str = "replies") -> OutRecord:
+    """The read position in the agent's ``kind`` topic (replies, signals or answers)."""
     entry = JournalEntry("", -1, "cursor", data={"offset": next_offset})
-    return _journal(topic, partition, REPLY_CURSOR_KEY, entry)
+    key = REPLY_CURSOR_KEY if kind == "replies" else f"cursor/{kind}"
+    return _journal(topic, partition, key, entry)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from pyrula_stream import AgentContext, AgentRegistrationError, kafka_agent
 from pyrula_stream.cli import main
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.kafka.acls import agent_acls, describe
+from pyrula_stream.llm import FakeLLM
 
 
 def test_one_principal_as_worker_and_client_gets_each_binding_once() -> None:
@@ -54,7 +56,7 @@ def test_replies_results_and_history_follow_who_reads_and_writes_them() -> None:
     assert not any("history" in r.name or r.name.startswith("p.b.") for r in without)
 
 
-def test_a_plain_client_writes_turns_control_and_replies_and_reads_what_it_follows() -> None:
+def test_a_plain_client_asks_but_neither_answers_nor_replies_nor_reads_the_journal() -> None:
     rules = agent_acls("a", prefix="p", worker_principal="User:w", client_principal="User:c")
     client = {(r.resource, r.name, r.operation) for r in rules if r.principal == "User:c"}
     topics = {(name, op) for resource, name, op in client if resource == "TOPIC"}
@@ -64,10 +66,7 @@ def test_a_plain_client_writes_turns_control_and_replies_and_reads_what_it_follo
         ("p.a.events", "READ"),
         ("p.a.results", "READ"),
         ("p.a.threads", "DESCRIBE"),
-        # a person in the loop: signals and answers, their receipts, open questions
-        ("p.a.replies", "WRITE"),
-        ("p.a.journal", "READ"),
-        ("p.a.dlq", "READ"),
+        ("p.a.signals", "WRITE"),  # signals to waiting turns; answers are the reviewer's
     }
     assert not [r for r in rules if r.operation == "IDEMPOTENT_WRITE"], "Kafka >= 3.0"
     legacy = agent_acls(
@@ -116,3 +115,71 @@ def test_the_gateway_submits_streams_and_reads_owners_and_status() -> None:
         op == "WRITE" and name.endswith((".events", ".journal")) for _, name, op in gateway
     )
     assert not any(res == "TRANSACTIONAL_ID" for res, _, _ in gateway)
+
+
+def test_only_the_reviewer_writes_answers_and_it_reads_what_it_decides_on() -> None:
+    rules = agent_acls(
+        "a",
+        prefix="p",
+        worker_principal="User:w",
+        client_principal="User:c",
+        status_principal="User:s",
+        gateway_principal="User:g",
+        reviewer_principal="User:r",
+        calls=["b"],
+        called_by=["parent"],
+    )
+    writers = {r.principal for r in rules if r.name == "p.a.answers" and r.operation == "WRITE"}
+    assert writers == {"User:r"}
+    reviewer = {(r.name, r.operation) for r in rules if r.principal == "User:r"}
+    assert reviewer == {
+        ("p.a.answers", "WRITE"),
+        ("p.a.journal", "READ"),  # pending: what each question asks
+        ("p.a.dlq", "READ"),  # a refused answer's reason
+        ("p.a.readers", "DESCRIBE"),
+    }
+    reply_writers = {
+        r.principal for r in rules if r.name.endswith(".replies") and r.operation == "WRITE"
+    }
+    assert reply_writers == {"User:w"}, "only workers write replies (of their callers)"
+    readers = {r.name for r in rules if r.principal == "User:w" and r.operation == "READ"}
+    assert {"p.a.replies", "p.a.signals", "p.a.answers"} <= readers
+
+
+def test_tenant_topics_are_read_by_workers_and_written_by_the_operator() -> None:
+    rules = agent_acls(
+        "a",
+        prefix="p",
+        worker_principal="User:w",
+        client_principal="User:c",
+        operator_principal="User:o",
+        tenants=True,
+    )
+    granted = {(r.principal, r.name, r.operation) for r in rules if r.resource == "TOPIC"}
+    assert {("User:w", "p.a.tenants", "READ"), ("User:w", "p.a.tenant-usage", "WRITE")} <= granted
+    assert ("User:w", "p.a.tenants", "WRITE") not in granted, "a worker cannot lift limits"
+    assert {p for p, name, op in granted if name == "p.a.tenants" and op == "WRITE"} == {"User:o"}
+    assert not [g for g in granted if g[0] == "User:c" and "tenant" in g[1]]
+    untenanted = agent_acls("a", prefix="p", worker_principal="User:w", operator_principal="User:o")
+    assert not [r for r in untenanted if "tenant" in r.name]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "agent"),
+    [("p.a", "x"), ("p", "a.x"), ("", "x"), ("p*", "x")],
+    ids=["dotted-prefix", "dotted-agent", "empty-prefix", "wildcard"],
+)
+def test_a_prefix_that_could_match_another_agents_names_is_refused(prefix: str, agent: str) -> None:
+    """With prefix ``p.a``, agent ``x``'s transactional ids ``p.a.x.<worker>`` would fall
+    under agent ``a``'s PREFIXED rule ``p.a.``."""
+    with pytest.raises(ConfigurationError, match=r"no dot"):
+        agent_acls(agent, prefix=prefix, worker_principal="User:w")
+
+
+def test_an_agent_with_a_dotted_prefix_is_refused_at_binding() -> None:
+    async def body(ctx: AgentContext) -> str:
+        return "x"
+
+    with pytest.raises(AgentRegistrationError, match=r"prefix 'acme\.prod' .*\(no dot\)"):
+        kafka_agent(name="a", llm=FakeLLM(["x"]), prefix="acme.prod")(body)
+    assert kafka_agent(name="a", llm=FakeLLM(["x"]), prefix="acme-prod")(body).prefix == "acme-prod"

@@ -1,7 +1,8 @@
 """A secured cluster for real: SASL_SSL (SCRAM-SHA-512), TLS, KRaft's StandardAuthorizer with
 ``allow.everyone.if.no.acl.found=false``, and exactly the ACLs ``pyrula-stream acls`` grants.
 
-The broker is started once for this module's tests (``secured_kafka``), never for others.
+The broker is the session's secured one (``secured_broker``); this module's agents and
+their ACLs are set up once for its tests (``secured_kafka``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pyrula_stream.errors import (
     ThreadDeleteFailed,
 )
 from pyrula_stream.kafka.acls import agent_acls, apply_acls
-from pyrula_stream.kafka.local.broker import BrokerSecurity, LocalBroker, start_local_broker
+from pyrula_stream.kafka.local.broker import BrokerSecurity, LocalBroker
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
 from pyrula_stream.llm.fake import count_model_calls
 from pyrula_stream.runtime.worker import KafkaWorker
@@ -67,51 +68,39 @@ def _properties(path: Path, settings: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="module")
-def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+def secured_kafka(
+    secured_broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Secured]:
     """Users: worker_a, client_a and status_a (agent A's ACLs), worker_b (agent B's),
     worker_c and client_c (agent C's, trust domain ``vault``), nobody (none).
     Topics and ACLs are made with the CLI as an operator would, as the super user."""
-    names = (
-        "worker_a",
-        "client_a",
-        "status_a",
-        "worker_b",
-        "worker_c",
-        "client_c",
-        "nobody",
-        *WITHHELD,
-    )
-    users = {name: unique_name("pw") for name in names}
-    broker = start_local_broker(scram_users=users)
+    broker = secured_broker
     assert broker.security is not None
     secured = Secured(broker, broker.security)
     admin_file = _properties(
         tmp_path_factory.mktemp("secured") / "admin.properties", broker.admin_settings()
     )
-    try:
-        common = ["--bootstrap-servers", secured.bootstrap, "--kafka-config", admin_file]
-        domain = ["--trust-domain", DOMAIN]
-        for agent, more in ((AGENT_A, []), (AGENT_B, []), (AGENT_C, domain)):
-            assert cli_main(["topics", "apply", agent, "--partitions", "1", *more, *common]) == 0
-        grants = (
-            (AGENT_A, "worker_a", ["--client-principal", "User:client_a"]),
-            (AGENT_A, "worker_a", ["--status-principal", "User:status_a"]),
-            (AGENT_B, "worker_b", []),
-            (AGENT_C, "worker_c", ["--client-principal", "User:client_c", *domain]),
-        )
-        for agent, worker, extra in grants:
-            args = ["acls", agent, "--worker-principal", f"User:{worker}", *extra]
-            assert cli_main([*args, "--apply", *common]) == 0
-        # Agent A's worker rights, each missing one kind.
-        for user, (resource, name, operation) in WITHHELD.items():
-            rules = agent_acls(AGENT_A, prefix="pyrula", worker_principal=f"User:{user}")
-            withheld = (resource, name, operation)
-            kept = [r for r in rules if (r.resource, r.name, r.operation) != withheld]
-            assert len(kept) == len(rules) - 1
-            apply_acls(secured.bootstrap, kept, kafka_config=broker.admin_settings())
-        yield secured
-    finally:
-        broker.stop()
+    common = ["--bootstrap-servers", secured.bootstrap, "--kafka-config", admin_file]
+    domain = ["--trust-domain", DOMAIN]
+    for agent, more in ((AGENT_A, []), (AGENT_B, []), (AGENT_C, domain)):
+        assert cli_main(["topics", "apply", agent, "--partitions", "1", *more, *common]) == 0
+    grants = (
+        (AGENT_A, "worker_a", ["--client-principal", "User:client_a"]),
+        (AGENT_A, "worker_a", ["--status-principal", "User:status_a"]),
+        (AGENT_B, "worker_b", []),
+        (AGENT_C, "worker_c", ["--client-principal", "User:client_c", *domain]),
+    )
+    for agent, worker, extra in grants:
+        args = ["acls", agent, "--worker-principal", f"User:{worker}", *extra]
+        assert cli_main([*args, "--apply", *common]) == 0
+    # Agent A's worker rights, each missing one kind.
+    for user, (resource, name, operation) in WITHHELD.items():
+        rules = agent_acls(AGENT_A, prefix="pyrula", worker_principal=f"User:{user}")
+        withheld = (resource, name, operation)
+        kept = [r for r in rules if (r.resource, r.name, r.operation) != withheld]
+        assert len(kept) == len(rules) - 1
+        apply_acls(secured.bootstrap, kept, kafka_config=broker.admin_settings())
+    yield secured
 
 
 class Recorder:
@@ -311,8 +300,8 @@ async def test_a_client_reads_only_events_and_the_status_reader_the_rest(
     secured_kafka: Secured,
 ) -> None:
     """Other clients' requests (turns) are the status reader's; another agent's events
-    and journal are nobody's but its own clients' (who read their agent's journal for a
-    signal's receipt and the open questions)."""
+    are nobody's but its own clients', and its journal nobody's but its workers', status
+    readers' and reviewers' (``test_roles.py``)."""
     client_a = secured_kafka.settings("client_a")
     for topic in (
         f"pyrula.{AGENT_A}.turns",

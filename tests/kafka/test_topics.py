@@ -22,6 +22,8 @@ def test_apply_creates_then_matches(kafka_bootstrap_servers: str) -> None:
         f"pyrula.{agent}.events",
         f"pyrula.{agent}.journal",
         f"pyrula.{agent}.replies",
+        f"pyrula.{agent}.signals",
+        f"pyrula.{agent}.answers",
         f"pyrula.{agent}.threads",
         f"pyrula.{agent}.control",
         f"pyrula.{agent}.dlq",

@@ -95,10 +95,17 @@ async def test_a_dns_rebinding_page_cannot_read_turns_or_cancel_them(
         assert status.json()["status"] == "running"  # nothing cancelled it
 
 
-def keyed(*, host: str = "127.0.0.1", allow_actions: bool = False) -> UIOptions:
+def keyed(
+    *,
+    host: str = "127.0.0.1",
+    allow_actions: bool = False,
+    reviewers: frozenset[str] | None = None,
+) -> UIOptions:
     """UI options with two keys, "web" and "ops"."""
     access = HTTPAccess(auth=APIKeyAuth({"web": WEB_KEY, "ops": OPS_KEY}))
-    return UIOptions(host=host, port=0, allow_actions=allow_actions, access=access)
+    return UIOptions(
+        host=host, port=0, allow_actions=allow_actions, access=access, reviewers=reviewers
+    )
 
 
 async def test_with_keys_every_route_needs_one_and_the_login_cookie_opens_the_page(
@@ -165,6 +172,30 @@ async def test_with_keys_every_route_needs_one_and_the_login_cookie_opens_the_pa
         logout = await http.post("/logout", headers={"origin": url})
         assert logout.status_code == 303 and "Max-Age=0" in logout.headers["set-cookie"]
         assert (await http.get(f"/api/turns/{agent}/{done}")).status_code == 401
+
+
+async def test_only_a_reviewers_key_may_answer_a_question(
+    kafka_bootstrap_servers: str, agent_and_turns: tuple[str, str, str]
+) -> None:
+    agent, _, running = agent_and_turns
+    feed = FeedOptions(kafka_bootstrap_servers, agents=(agent,))
+    answer = f"/api/questions/{agent}/{running}/approve"
+    body = {"key": "tool_approval:refund#0.0"}
+    async with (
+        running_ui(feed, keyed(allow_actions=True, reviewers=frozenset({"ops"}))) as url,
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
+        web = {**ACTION, "authorization": f"Bearer {WEB_KEY}"}
+        refused = await http.post(answer, headers=web, json=body)
+        assert refused.status_code == 403, refused.text
+        assert "web is not a reviewer" in refused.json()["error"]
+        ops = {**ACTION, "authorization": f"Bearer {OPS_KEY}"}
+        sent = await http.post(answer, headers=ops, json=body)
+        # Past the reviewer check: the worker refuses it, as the turn asked no question.
+        assert sent.status_code == 400 and "not_asked" in sent.json()["error"], sent.text
+        # Other actions stay open to any key.
+        cancel = await http.post(f"/api/turns/{agent}/{running}/cancel", headers=web)
+        assert cancel.status_code == 200, cancel.text
 
 
 def test_serving_beyond_loopback_without_keys_is_refused_naming_both_options() -> None:
