@@ -213,6 +213,12 @@ def _broker_security() -> Any:
     return BrokerSecurity("/tmp/ca.pem", "/tmp/keystore.p12", {"client": MARK}, MARK)
 
 
+def _raw_record() -> Any:
+    from pyrula_stream.kafka.once import RawRecord
+
+    return RawRecord(0, 7, b"k", b"v", (("authorization", f"Bearer {MARK}".encode()),), 1)
+
+
 def _local_registry() -> Any:
     import subprocess
     import sys
@@ -251,6 +257,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "pyrula_stream.kafka.group.TurnRecord": lambda: TurnRecord(
         0, 0, TurnRequest("t-1", "triage", {}), headers={"authorization": f"Bearer {MARK}"}
     ),
+    "pyrula_stream.kafka.once.RawRecord": lambda: _raw_record(),
 }
 
 
