@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,23 +25,49 @@ SINGLE_KEY_NAME = "api-key"
 
 _SESSION_LABEL = b"pyrula-stream browser session v1"
 
+MIN_KEY_LENGTH = 32
+"""Shorter keys are refused unless ``allow_short_keys``: a key is the only secret between
+a caller and every turn of its principal, and a short one can be guessed."""
+
+PRINCIPAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+"""A principal's name: it becomes part of thread and idempotency keys (``<principal>:<id>``)
+and journal keys (``/``), so it may not hold their separators, spaces or other text."""
+
+
+def check_principal_name(name: object) -> str:
+    """``name`` if it is a safe principal name, else ``ConfigurationError`` saying why."""
+    if not isinstance(name, str) or PRINCIPAL_NAME.fullmatch(name) is None:
+        raise ConfigurationError(
+            f"API key name {name!r} must be 1 to 128 letters, digits and . _ @ + - "
+            "(starting with a letter or digit): the name is the principal, and ':' and '/' "
+            "separate the keys of its threads and turns"
+        )
+    return name
+
 
 class APIKeyAuth:
     """Named static keys. ``APIKeyAuth({"web": k1, "ops": k2})`` or ``APIKeyAuth(key)``."""
 
     __slots__ = ("_keys",)
 
-    def __init__(self, keys: Mapping[str, str] | str) -> None:
+    def __init__(self, keys: Mapping[str, str] | str, *, allow_short_keys: bool = False) -> None:
+        """``allow_short_keys`` takes keys under ``MIN_KEY_LENGTH`` characters (tests, a
+        trusted network); otherwise they are refused."""
         named = {SINGLE_KEY_NAME: keys} if isinstance(keys, str) else dict(keys)
         if not named:
             raise ConfigurationError("APIKeyAuth needs at least one key")
         by_value: dict[str, str] = {}
         for name, key in named.items():
-            if not isinstance(name, str) or not name.strip() or name != name.strip():
-                raise ConfigurationError(f"API key name {name!r} must be non-empty text")
+            check_principal_name(name)
             if not isinstance(key, str) or not key or key != key.strip():
                 raise ConfigurationError(
                     f"API key '{name}' must be non-empty text without surrounding spaces"
+                )
+            if len(key) < MIN_KEY_LENGTH and not allow_short_keys:
+                raise ConfigurationError(
+                    f"API key '{name}' is {len(key)} characters; give at least "
+                    f"{MIN_KEY_LENGTH} characters (e.g. `openssl rand -hex 32`), or allow "
+                    "short keys explicitly (--allow-short-api-keys, allow_short_keys=True)"
                 )
             if key in by_value:  # one key, two principals: who would the caller be?
                 raise ConfigurationError(
@@ -84,7 +111,9 @@ class APIKeyAuth:
         return f"APIKeyAuth(names={list(self.names)!r})"
 
 
-def parse_api_keys(text: str, *, source: str = "the API key file") -> APIKeyAuth:
+def parse_api_keys(
+    text: str, *, source: str = "the API key file", allow_short_keys: bool = False
+) -> APIKeyAuth:
     """``name=key`` lines (``#`` comments, blank lines) → ``APIKeyAuth``. An empty file,
     a line without ``=``, an empty name or key, or a name given twice is refused; the
     error names the line, never its key."""
@@ -104,20 +133,24 @@ def parse_api_keys(text: str, *, source: str = "the API key file") -> APIKeyAuth
                 f"{source}, line {number}: the name '{name}' is given twice; each name "
                 "is one principal with one key"
             )
+        try:
+            APIKeyAuth({name: key}, allow_short_keys=allow_short_keys)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{source}, line {number}: {exc}") from None
         keys[name] = key
     if not keys:
         raise ConfigurationError(f"{source} holds no keys: add lines of name=key")
     try:
-        return APIKeyAuth(keys)
+        return APIKeyAuth(keys, allow_short_keys=allow_short_keys)
     except ConfigurationError as exc:
         raise ConfigurationError(f"{source}: {exc}") from None
 
 
-def load_api_keys(path: str | Path) -> APIKeyAuth:
+def load_api_keys(path: str | Path, *, allow_short_keys: bool = False) -> APIKeyAuth:
     """Read a key file (see ``parse_api_keys``)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ConfigurationError(f"cannot read the API key file {path}: {reason}") from None
-    return parse_api_keys(text, source=f"API key file {path}")
+    return parse_api_keys(text, source=f"API key file {path}", allow_short_keys=allow_short_keys)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyrula_stream.access.api_keys import APIKeyAuth
 from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, Message, Scope, principal_of
 
-KEY = "guard-key-0123456789abcdef"
+KEY = "guard-key-0123456789abcdef0123456789abcdef"
 
 
 async def hello(scope: Scope, receive: Any, send: Any) -> None:

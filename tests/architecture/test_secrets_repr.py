@@ -191,14 +191,14 @@ def _http_access() -> Any:
     from pyrula_stream.access.api_keys import APIKeyAuth
     from pyrula_stream.access.http_guard import HTTPAccess
 
-    return HTTPAccess(auth=APIKeyAuth({"ops": MARK}))
+    return HTTPAccess(auth=APIKeyAuth({"ops": MARK}, allow_short_keys=True))
 
 
 def _app_options() -> object:
     from pyrula_stream.access.api_keys import APIKeyAuth
     from pyrula_stream.gateway.options import AppOptions
 
-    return AppOptions(auth=APIKeyAuth({"web": MARK}))
+    return AppOptions(auth=APIKeyAuth({"web": MARK}, allow_short_keys=True))
 
 
 def _feed() -> Any:
