@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,7 +24,12 @@ OWNER_METADATA = "owner"
 SINGLE_KEY_NAME = "api-key"
 """The principal of ``APIKeyAuth("<key>")``: a single string is ``{"api-key": key}``."""
 
-_SESSION_LABEL = b"pyrula-stream browser session v1"
+_SESSION_LABEL = b"pyrula-stream browser session v2"
+
+SESSION_MAX_AGE_S = 12 * 3600
+"""How long a browser session lasts after its login (the cookie's ``Max-Age`` too): a
+cookie copied from a browser stops working within a working day."""
+SESSION_CLOCK_SKEW_S = 60
 
 MIN_KEY_LENGTH = 32
 """Shorter keys are refused unless ``allow_short_keys``: a key is the only secret between
@@ -92,18 +98,34 @@ class APIKeyAuth:
                 found = name
         return found
 
-    def session_token(self, principal: str) -> str:
-        """What a browser keeps in its cookie for ``principal``: derived from the key, not
-        the key, and no longer valid once the key is replaced."""
-        key = self._keys[principal]
-        return hmac.new(key, _SESSION_LABEL, hashlib.sha256).hexdigest()
+    def session_token(self, principal: str, *, issued_s: int | None = None) -> str:
+        """What a browser keeps in its cookie for ``principal``: ``<issued>.<mac>``, the
+        issue time (epoch seconds) and a MAC of it under the key. Not the key, valid for
+        ``SESSION_MAX_AGE_S`` from ``issued_s`` (now), and no longer once the key is
+        replaced."""
+        issued = int(time.time()) if issued_s is None else issued_s
+        return f"{issued}.{self._session_mac(principal, issued)}"
 
-    def session_principal(self, token: str) -> str | None:
-        """The principal whose ``session_token`` is ``token``, or ``None``."""
-        presented = token.encode("ascii", "replace")
+    def _session_mac(self, principal: str, issued: int) -> str:
+        message = _SESSION_LABEL + b"|" + str(issued).encode()
+        return hmac.new(self._keys[principal], message, hashlib.sha256).hexdigest()
+
+    def session_principal(self, token: str, *, now_s: float | None = None) -> str | None:
+        """The principal whose ``session_token`` is ``token`` and still young enough (at
+        most ``SESSION_MAX_AGE_S`` old, not issued later than a minute from now), or
+        ``None``."""
+        stamp, _, mac = token.partition(".")
+        if not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
+            return None
+        issued = int(stamp)
+        now = time.time() if now_s is None else now_s
+        if not (now - SESSION_MAX_AGE_S <= issued <= now + SESSION_CLOCK_SKEW_S):
+            return None
+        presented = mac.encode("ascii", "replace")
         found: str | None = None
         for name in self._keys:
-            if hmac.compare_digest(self.session_token(name).encode(), presented) and found is None:
+            ok = hmac.compare_digest(self._session_mac(name, issued).encode(), presented)
+            if ok and found is None:
                 found = name
         return found
 

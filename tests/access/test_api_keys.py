@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from pyrula_stream import ConfigurationError
-from pyrula_stream.access.api_keys import APIKeyAuth, load_api_keys, parse_api_keys
+from pyrula_stream.access.api_keys import (
+    SESSION_MAX_AGE_S,
+    APIKeyAuth,
+    load_api_keys,
+    parse_api_keys,
+)
 
 KEY_A = "a-0123456789abcdef0123456789abcdef"
 KEY_B = "b-fedcba9876543210fedcba9876543210"
@@ -101,3 +106,17 @@ def test_a_key_under_32_characters_is_refused_unless_allowed(tmp_path: Path) -> 
     assert APIKeyAuth({"web": short}, allow_short_keys=True).principal(short) == "web"
     assert load_api_keys(path, allow_short_keys=True).principal(short) == "web"
     assert APIKeyAuth({"web": "k" * 32}).principal("k" * 32) == "web"
+
+
+def test_a_browser_session_carries_its_issue_time_and_ends_after_its_max_age() -> None:
+    auth = APIKeyAuth({"web": KEY_A})
+    token = auth.session_token("web", issued_s=1_000_000)
+    assert token.startswith("1000000.")
+    assert auth.session_principal(token, now_s=1_000_000) == "web"
+    assert auth.session_principal(token, now_s=1_000_000 + SESSION_MAX_AGE_S - 1) == "web"
+    assert auth.session_principal(token, now_s=1_000_000 + SESSION_MAX_AGE_S + 1) is None
+    forged = "2000000." + token.partition(".")[2]  # a later issue time on the same MAC
+    assert auth.session_principal(forged, now_s=2_000_000) is None
+    assert auth.session_principal(token, now_s=900_000) is None  # issued in the future
+    for junk in ("", ".", "x.y", "1000000", "-5.abc", "1e9." + token.partition(".")[2]):
+        assert auth.session_principal(junk, now_s=1_000_000) is None
