@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyrula_stream.redaction import REDACTED, is_credential_header
 from pyrula_stream.wire.events import Event, EventType
 
 MAX_TEXT = 20_000  # characters of a model call's text or a tool's output kept per step
@@ -372,10 +373,11 @@ class DeadLetter:
         headers: dict[str, str],
         version: int,
     ) -> DeadLetter:
-        original = {
-            k.removeprefix("pyrula.original."): v
+        original = {  # a letter written before dead letters were redacted, too
+            name: REDACTED if is_credential_header(name) else v
             for k, v in headers.items()
             if k.startswith("pyrula.original.")
+            for name in (k.removeprefix("pyrula.original."),)
         }
         other = {
             k: v

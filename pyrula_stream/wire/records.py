@@ -15,6 +15,7 @@ from functools import cache
 from typing import NoReturn
 
 from pyrula_stream.errors import ErrorCode, MalformedRecordError, PayloadTooLarge
+from pyrula_stream.redaction import REDACTED, is_credential_header
 from pyrula_stream.wire import guard, serde
 
 
@@ -191,6 +192,9 @@ def result_records(
     ]
 
 
+_REDACTED = REDACTED.encode()
+
+
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
     """Where a consumed record came from and what it held: what a dead letter copies."""
@@ -219,7 +223,7 @@ def dead_letter(
     source: str | None = None,
 ) -> OutRecord:
     """A record we could not process: its bytes, with the reason in ``pyrula.dlq.*`` headers
-    and its own headers kept as ``pyrula.original.*``."""
+    and its own headers kept as ``pyrula.original.*`` (a credential's value redacted)."""
     out = [
         ("pyrula.dlq.reason", reason.encode()),
         ("pyrula.dlq.code", str(code).encode()),
@@ -227,7 +231,10 @@ def dead_letter(
     ]
     if source is not None:
         out.append(("pyrula.dlq.source", source.encode()))
-    out += [(f"pyrula.original.{k}", v or b"") for k, v in headers]
+    out += [
+        (f"pyrula.original.{k}", _REDACTED if is_credential_header(k) else v or b"")
+        for k, v in headers
+    ]
     return OutRecord(dlq_topic, key, value, out)
 
 

@@ -190,3 +190,35 @@ def test_an_event_the_timeline_cannot_fold_is_counted_and_the_rest_still_shows()
     assert feed._fold(records)
     assert (feed.unshowable, feed.undecodable) == (1, 1)
     assert state.find("support", "fine") is not None
+
+
+def test_a_dead_letter_shows_no_credential_a_producer_put_in_its_headers() -> None:
+    state = UIState()
+    secrets = {
+        "Authorization": "Bearer sk-live-1",
+        "cookie": "sid=2",
+        "X-Auth-Token": "3",
+        "client_secret": "4",
+        "db-password": "5",
+        "x-api-key": "6",
+        "Api_Key": "7",
+    }
+    letter = state.add_dead_letter(
+        "support",
+        0,
+        5,
+        1_000,
+        b"k1",
+        b"{}",
+        {
+            "pyrula.dlq.reason": "value does not decode",
+            **{f"pyrula.original.{k}": v for k, v in secrets.items()},
+            "pyrula.original.traceparent": "00-abc-def-01",
+            "pyrula.original.pyrula-budget-tokens-left": "900",
+        },
+    )
+    assert letter.original_headers == {
+        **{k: "[redacted]" for k in secrets},
+        "traceparent": "00-abc-def-01",
+        "pyrula-budget-tokens-left": "900",
+    }
