@@ -158,7 +158,7 @@ def test_sub_agent_calls_link_the_child_and_a_parked_parent_resumes_without_a_cr
 
 def test_a_restart_is_told_apart_from_a_reply_and_a_child_names_its_parent() -> None:
     turn = TurnView("c1", "refunds")
-    turn.apply(ev(0, "run:start", metadata={"parent_turn_id": "p1", "parent_agent": "triage"}))
+    turn.apply(ev(0, "run:start", parent={"agent": "triage", "turn_id": "p1"}))
     turn.apply(ev(1, "tool:start", call_key="0.0", tool="refund", input={}))
     turn.apply(ev(2, "tool:start", attempt=2, call_key="0.0", tool="refund", input={}))
     assert turn.detail()["parent"] == {"agent": "triage", "turn_id": "p1"}
@@ -222,3 +222,14 @@ def test_a_dead_letter_shows_no_credential_a_producer_put_in_its_headers() -> No
         "traceparent": "00-abc-def-01",
         "pyrula-budget-tokens-left": "900",
     }
+
+
+def test_called_by_comes_from_lineage_never_from_submitter_metadata() -> None:
+    forged = TurnView("t1", "support")
+    forged.apply(
+        ev(0, "run:start", worker="w1", metadata={"parent_turn_id": "p9", "parent_agent": "x"})
+    )
+    assert forged.parent is None
+    child = TurnView("t1", "support")
+    child.apply(ev(0, "run:start", worker="w1", parent={"agent": "triage", "turn_id": "p1"}))
+    assert child.parent == {"agent": "triage", "turn_id": "p1"}
