@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pyrula_stream.agent.definition import AgentTopics
-from pyrula_stream.errors import ErrorCode, UserError
+from pyrula_stream.errors import ErrorCode, UnknownTopicError, UserError
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.once import OnceWriter, RawRecord, read_raw
@@ -197,13 +197,21 @@ class DeadLetters:
         self.timeout_s = timeout_s
 
     def _read(self, topic: str) -> list[RawRecord]:
-        return read_raw(
-            self.bootstrap_servers,
-            topic,
-            timeout_s=self.timeout_s,
-            kafka_config=self.kafka_config,
-            group_id=reader_group_id(self.prefix, self.agent),
-        )
+        try:
+            return read_raw(
+                self.bootstrap_servers,
+                topic,
+                timeout_s=self.timeout_s,
+                kafka_config=self.kafka_config,
+                group_id=reader_group_id(self.prefix, self.agent),
+            )
+        except UnknownTopicError:
+            raise UnknownTopicError(
+                f"no topic {topic}: is {self.agent!r} (prefix {self.prefix!r}) the agent? "
+                "`pyrula-stream topics apply` (or a starting worker of this version) creates "
+                "its topics",
+                topic=topic,
+            ) from None
 
     def notes(self) -> dict[int, RedriveNote]:
         """Every redrive so far, by dead-letter offset (the latest note of each)."""

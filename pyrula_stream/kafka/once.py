@@ -20,7 +20,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from pyrula_stream.errors import PyrulaError
+from pyrula_stream.errors import PyrulaError, UnknownTopicError
 from pyrula_stream.kafka.config import (
     authorization_error,
     is_authorization_failure,
@@ -65,7 +65,7 @@ def read_raw(
     group_id: str | None = None,
 ) -> list[RawRecord]:
     """Every committed record of ``topic`` now, headers untouched (a small topic: the
-    DLQ, a command's notes)."""
+    DLQ, a command's notes); ``UnknownTopicError`` when there is no such topic."""
     conf = reader_config(
         bootstrap_servers, kafka_config=kafka_config, client_id="pyrula-once", group_id=group_id
     )
@@ -78,6 +78,8 @@ def read_raw(
             err = kafka_error(exc)
             if err is not None:
                 raise_if_denied(conf, err, topic)
+                if err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                    raise UnknownTopicError(f"no topic {topic}", topic=topic) from None
             raise
         catch_up = CatchUp.measure(consumer, topic, parts, timeout_s=timeout_s)
         if catch_up.done:

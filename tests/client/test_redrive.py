@@ -19,6 +19,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.cli import main
 from pyrula_stream.client.redrive import REDRIVE_OF_HEADER, DeadLetters
+from pyrula_stream.errors import UnknownTopicError
 from pyrula_stream.kafka.once import WriteNotDone
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
@@ -161,3 +162,10 @@ async def test_a_quarantined_poison_turn_is_redriven_after_its_fix(
 
         await wait_for(lambda: "run:complete" in types(), 60, "the redriven turn completes")
     assert types().count("run:error") == 1
+
+
+def test_an_agent_without_its_topics_gets_a_clear_error(kafka_bootstrap_servers: str) -> None:
+    letters = DeadLetters(kafka_bootstrap_servers, unique_name("nosuch"), timeout_s=5)
+    with pytest.raises(UnknownTopicError, match="topics apply") as missing:
+        letters.find()
+    assert letters.topics.dlq_redrives in str(missing.value)
