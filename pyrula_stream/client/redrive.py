@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.errors import ErrorCode, UnknownTopicError, UserError
-from pyrula_stream.kafka.admin import DEFAULT_PREFIX
+from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.once import OnceWriter, RawRecord, read_raw
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord
@@ -171,6 +171,16 @@ class RedriveResult:
         }
 
 
+def redrive_topic_spec(agent: str, prefix: str = DEFAULT_PREFIX) -> TopicSpec:
+    """The spec of ``<agent>.dlq-redrives`` (``topics/agent.yaml``): created by ``topics
+    apply`` and by the first redrive, never by workers, which do not use it."""
+    name = AgentTopics.for_agent(agent, prefix).dlq_redrives
+    (spec,) = [
+        s for s in agent_topic_specs(agent, prefix=prefix, dlq_redrives=True) if s.name == name
+    ]
+    return spec
+
+
 def redrive_transactional_id(prefix: str, agent: str) -> str:
     """One per agent, outside the workers' ``<prefix>.<agent>.`` ids: two redrives of one
     agent fence each other, and never a worker."""
@@ -208,15 +218,20 @@ class DeadLetters:
         except UnknownTopicError:
             raise UnknownTopicError(
                 f"no topic {topic}: is {self.agent!r} (prefix {self.prefix!r}) the agent? "
-                "`pyrula-stream topics apply` (or a starting worker of this version) creates "
+                "`pyrula-stream topics apply` (or a starting worker) creates "
                 "its topics",
                 topic=topic,
             ) from None
 
     def notes(self) -> dict[int, RedriveNote]:
-        """Every redrive so far, by dead-letter offset (the latest note of each)."""
+        """Every redrive so far, by dead-letter offset (the latest note of each); none
+        before the first redrive created their topic."""
         found: dict[int, RedriveNote] = {}
-        for record in self._read(self.topics.dlq_redrives):
+        try:
+            records = self._read(self.topics.dlq_redrives)
+        except UnknownTopicError:
+            return found
+        for record in records:
             note = RedriveNote.parse(record.value)
             if note is not None:
                 found[note.dlq_offset] = note
@@ -260,6 +275,12 @@ class DeadLetters:
             raise UserError("choose dead letters to redrive: --offset, --reason or --code")
         if not by.strip():
             raise UserError("say who redrives (--by)")
+        apply_topics(
+            self.bootstrap_servers,
+            [redrive_topic_spec(self.agent, self.prefix)],
+            self.timeout_s,
+            kafka_config=self.kafka_config,
+        )  # creates the notes topic on the first redrive
         writer = OnceWriter(
             self.bootstrap_servers,
             redrive_transactional_id(self.prefix, self.agent),

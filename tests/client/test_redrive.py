@@ -20,6 +20,7 @@ from pyrula_stream import (
 from pyrula_stream.cli import main
 from pyrula_stream.client.redrive import REDRIVE_OF_HEADER, DeadLetters
 from pyrula_stream.errors import UnknownTopicError
+from pyrula_stream.kafka.admin import missing_topics
 from pyrula_stream.kafka.once import WriteNotDone
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
@@ -56,6 +57,8 @@ async def test_a_fixed_dead_letter_redriven_twice_runs_once(
         handle = await client.submit(agent.name, question="x" * 5000)
         await wait_for(lambda: len(read_topic(bs, agent.topics.dlq)) == 1, 30, "a dead letter")
     assert runs == []
+    notes_topic = agent.topics.dlq_redrives
+    assert missing_topics(bs, [notes_topic]) == [notes_topic]  # workers never use it
 
     capsys.readouterr()
     assert main(["dlq", "list", agent.name, "--bootstrap-servers", bs]) == 0
@@ -168,4 +171,11 @@ def test_an_agent_without_its_topics_gets_a_clear_error(kafka_bootstrap_servers:
     letters = DeadLetters(kafka_bootstrap_servers, unique_name("nosuch"), timeout_s=5)
     with pytest.raises(UnknownTopicError, match="topics apply") as missing:
         letters.find()
-    assert letters.topics.dlq_redrives in str(missing.value)
+    assert letters.topics.dlq in str(missing.value)
+
+
+def test_topics_apply_creates_the_notes_topic(kafka_bootstrap_servers: str) -> None:
+    agent = unique_name("redriveapply")
+    args = ["topics", "apply", agent, "--partitions", "1"]
+    assert main([*args, "--bootstrap-servers", kafka_bootstrap_servers]) == 0
+    assert missing_topics(kafka_bootstrap_servers, [f"pyrula.{agent}.dlq-redrives"]) == []

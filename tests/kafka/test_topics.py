@@ -25,7 +25,6 @@ def test_apply_creates_then_matches(kafka_bootstrap_servers: str) -> None:
         f"pyrula.{agent}.threads",
         f"pyrula.{agent}.control",
         f"pyrula.{agent}.dlq",
-        f"pyrula.{agent}.dlq-redrives",
         f"pyrula.{agent}.results",
     ]
     journal = specs[2]
