@@ -218,8 +218,7 @@ class DeadLetters:
         except UnknownTopicError:
             raise UnknownTopicError(
                 f"no topic {topic}: is {self.agent!r} (prefix {self.prefix!r}) the agent? "
-                "`pyrula-stream topics apply` (or a starting worker) creates "
-                "its topics",
+                "`pyrula-stream topics apply` (or a starting worker) creates its topics",
                 topic=topic,
             ) from None
 
@@ -292,7 +291,7 @@ class DeadLetters:
             results, records = self._plan(letters, by)
             missing = set(offsets) - {d.offset for d in letters}
             results += [
-                RedriveResult(o, "not_redrivable", "no dead letter at this offset")
+                RedriveResult(o, "not_redrivable", "no dead letter at this offset matches")
                 for o in sorted(missing)
             ]
             if records:
