@@ -100,6 +100,21 @@ def scrub(text: str, conf: Mapping[str, Any]) -> str:
     return text
 
 
+_CREDENTIAL_HEADER = re.compile(
+    r"^(?:proxy-)?authorization$|^(?:set-)?cookie$|token|secret|password|passwd|api[-_]?key",
+    re.IGNORECASE,
+)
+_OWN_HEADER = re.compile(r"^pyrula[-.]", re.IGNORECASE)
+
+
+def is_credential_header(name: str) -> bool:
+    """A record header whose value may be a credential a producer put there
+    (``Authorization``, ``Cookie``, ``*token*``, ``*secret*``, ``*password*``,
+    ``*api-key*``): kept out of dead letters and the UI. Our own ``pyrula-``/``pyrula.``
+    headers never hold one (``pyrula-budget-tokens-left`` is a count) and are kept."""
+    return _CREDENTIAL_HEADER.search(name) is not None and _OWN_HEADER.match(name) is None
+
+
 # Shapes of well-known provider keys, caught even when we do not know the exact key.
 _KEY_SHAPES = re.compile(r"\b(?:sk-ant-|sk-proj-|sk-)[A-Za-z0-9_\-]{8,}")
 _BEARER = re.compile(r"(?i)\b(bearer|x-api-key:?)\s+[^\s,;\"']+")

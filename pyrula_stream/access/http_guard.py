@@ -26,7 +26,8 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from pyrula_stream.access.api_keys import APIKeyAuth
+from pyrula_stream.access.api_keys import SESSION_MAX_AGE_S, APIKeyAuth
+from pyrula_stream.access.attempts import FailedAttempts
 from pyrula_stream.errors import ConfigurationError, ErrorCode
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,12 @@ def _headers(scope: Scope) -> dict[str, str]:
     return out
 
 
+def _client(scope: Scope) -> str:
+    """The caller's address, as the server saw it ("" when it did not say)."""
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
 def _bearer(headers: dict[str, str]) -> str | None:
     scheme, _, token = headers.get("authorization", "").strip().partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
@@ -170,11 +177,14 @@ class HTTPGuard:
         bind_host: str,
         exposes: str,
         browser_login: bool = False,
+        attempts: FailedAttempts | None = None,
     ) -> None:
         check_bind(bind_host, access, exposes=exposes)
         self.app = app
         self.access = access
         self.browser_login = browser_login
+        self.attempts = FailedAttempts() if attempts is None else attempts
+        """Wrong keys per client: each refusal after the first waits longer."""
         self.hosts = host_names(bind_host, access.allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -205,7 +215,10 @@ class HTTPGuard:
         if principal is None and session is not None:
             principal = auth.session_principal(session)
         if principal is None:
-            await self._unauthorized(scope, send, headers, missing=not presented and not session)
+            missing = not presented and not session
+            if not missing:
+                await self.attempts.slow_down(_client(scope))
+            await self._unauthorized(scope, send, headers, missing=missing)
             return
         scope[PRINCIPAL_SCOPE_KEY] = principal
         await self.app(scope, receive, _framed(send))
@@ -265,10 +278,12 @@ class HTTPGuard:
         principal = auth.principal(fields.get("key", [""])[0].strip())
         if principal is None:
             log.info("a login with a wrong or missing API key was refused")
+            await self.attempts.slow_down(_client(scope))
             page = _login_page("That key is not valid.")
             await _send(scope, send, 401, page, "text/html; charset=utf-8")
             return
-        session = f"{cookie}={auth.session_token(principal)}; {attributes}".encode()
+        token = auth.session_token(principal)
+        session = f"{cookie}={token}; Max-Age={SESSION_MAX_AGE_S}; {attributes}".encode()
         await _redirect(scope, send, "/", [(b"set-cookie", session)])
 
 

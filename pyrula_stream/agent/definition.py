@@ -113,6 +113,11 @@ class AgentTopics:
             f"{base}.answers",
         )
 
+    @property
+    def dlq_redrives(self) -> str:
+        """Redriven dead letters, keyed by dlq offset (``pyrula-stream dlq redrive``)."""
+        return f"{self.dlq}-redrives"
+
 
 VersionBehavior = Literal["pinned", "auto_upgrade"]
 

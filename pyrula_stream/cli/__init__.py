@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-from pyrula_stream.cli import answers, cluster, gateway, running, tenants, turns
+from pyrula_stream.cli import answers, cluster, dlq, gateway, running, tenants, turns
 from pyrula_stream.cli.common import format_event, load_agent
 from pyrula_stream.errors import BrokerUnavailableError, PyrulaError, UserError
 
@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrula-stream", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (cluster, running, turns, answers, tenants, gateway):
+    for module in (cluster, running, turns, answers, tenants, dlq, gateway):
         module.register(sub)
     return parser
 

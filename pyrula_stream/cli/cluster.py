@@ -143,6 +143,7 @@ def agent_from(args: argparse.Namespace) -> tuple[str, str, set[str], bool, str 
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
+    from pyrula_stream.client.redrive import redrive_topic_spec
     from pyrula_stream.kafka.acls import shared_prefix
     from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics, weak_exactly_once
     from pyrula_stream.kafka.stores.cache import cache_topic_spec
@@ -164,8 +165,10 @@ def cmd_topics(args: argparse.Namespace) -> int:
             partitions=args.partitions,
             keep_history=args.keep_history,
         )
-    # The shared tool cache and memory too, so workers without CREATE rights find them.
+    # The shared tool cache and memory too, so workers without CREATE rights find them,
+    # and the operators' notes of redriven dead letters.
     specs += [cache_topic_spec(prefix=shared), memory_topic_spec(prefix=shared)]
+    specs += [redrive_topic_spec(name, prefix)]
     settings = kafka_config_from(args)
     report = apply_topics(bootstrap_from(args), specs, kafka_config=settings)
     print(report.describe())

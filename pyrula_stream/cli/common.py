@@ -152,8 +152,8 @@ def with_bootstrap(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def add_access_arguments(p: argparse.ArgumentParser) -> None:
-    """``--api-keys``, ``--allowed-hosts`` and ``--allow-unauthenticated``: the same three
-    options on every command that serves HTTP."""
+    """``--api-keys``, ``--allowed-hosts``, ``--allow-unauthenticated`` and
+    ``--allow-short-api-keys``: the same options on every command that serves HTTP."""
     p.add_argument(
         "--api-keys",
         metavar="FILE",
@@ -174,6 +174,11 @@ def add_access_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve beyond loopback without --api-keys (something in front checks callers)",
     )
+    p.add_argument(
+        "--allow-short-api-keys",
+        action="store_true",
+        help="take keys under 32 characters from --api-keys (refused otherwise)",
+    )
 
 
 def access_from(args: argparse.Namespace) -> HTTPAccess:
@@ -183,7 +188,11 @@ def access_from(args: argparse.Namespace) -> HTTPAccess:
 
     hosts = tuple(h.strip() for item in args.allowed_hosts for h in item.split(",") if h.strip())
     return HTTPAccess(
-        auth=load_api_keys(args.api_keys) if args.api_keys else None,
+        auth=(
+            load_api_keys(args.api_keys, allow_short_keys=args.allow_short_api_keys)
+            if args.api_keys
+            else None
+        ),
         allowed_hosts=hosts,
         allow_unauthenticated=args.allow_unauthenticated,
     )

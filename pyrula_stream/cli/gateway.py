@@ -45,7 +45,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     if access.auth is None and os.environ.get(API_KEYS_ENV):
         text = os.environ[API_KEYS_ENV].replace(",", "\n")
         access = type(access)(
-            auth=parse_api_keys(text, source=f"${API_KEYS_ENV}"),
+            auth=parse_api_keys(
+                text, source=f"${API_KEYS_ENV}", allow_short_keys=args.allow_short_api_keys
+            ),
             allowed_hosts=access.allowed_hosts,
             allow_unauthenticated=access.allow_unauthenticated,
         )

@@ -107,12 +107,14 @@ def agent_topic_specs(
     keep_history: bool = False,
     history_retention_ms: int | None = None,
     tenants: bool = False,
+    dlq_redrives: bool = False,
 ) -> list[TopicSpec]:
     """The agent's topics from ``topics/agent.yaml`` (``<agent>.history`` only with
     ``keep_history``, its ``retention.ms`` overridden by ``history_retention_ms``; the
-    tenants and tenant-usage topics only with ``tenants``)."""
+    tenants and tenant-usage topics only with ``tenants``; ``<agent>.dlq-redrives``, which
+    only operators use, only with ``dlq_redrives``)."""
     fill = {"prefix": prefix, "agent": agent, "partitions": str(partitions)}
-    chosen = {"keep_history": keep_history, "tenants": tenants}
+    chosen = {"keep_history": keep_history, "tenants": tenants, "dlq_redrives": dlq_redrives}
     specs = topic_specs("agent.yaml", fill, options=chosen)
     if history_retention_ms is not None:
         for spec in specs:

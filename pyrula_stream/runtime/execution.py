@@ -313,6 +313,12 @@ class TurnExecutor:
                 data["version"] = version
             if request.tenant is not None:  # what `status` says of a running turn
                 data["tenant"] = request.tenant
+            if request.lineage is not None:  # who called: from headers, not metadata
+                lineage = request.lineage
+                data["parent"] = {
+                    "agent": lineage.parent_agent,
+                    "turn_id": lineage.parent_turn_id,
+                }
             return data
 
         return live
@@ -347,6 +353,7 @@ def _run_start(data: StepData) -> RunStart:
         thread_id=data["thread_id"],
         worker=data["worker"],
         started_ms=int(data.get("started_ms") or 0),
+        parent=data.get("parent"),
     )
 
 

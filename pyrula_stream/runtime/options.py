@@ -55,6 +55,7 @@ class WorkerOptions:
     ``state_dir`` holds the worker's local tables (idempotency keys within
     ``idempotency_ttl_s``, one SQLite file per partition, rebuilt from the journal on each
     assignment); unset, each worker uses a temporary directory it removes when it stops.
+    The worker makes it a 0700 directory and its files 0600 (they hold what turns carry).
     ``telemetry=False`` records no per-turn metrics and starts no spans (``/metrics``
     still answers); the bench uses it as the baseline that prices telemetry.
     ``durable_timer_after_s``: a ``ctx.sleep``/``sleep_until`` longer than this parks the

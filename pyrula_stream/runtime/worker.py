@@ -68,6 +68,13 @@ log = logging.getLogger(__name__)
 _State = Literal["new", "running", "stopped"]
 
 
+def private_dir(path: Path) -> None:
+    """``path`` as a directory only this account may enter (0700): the local tables in it
+    hold what turns carry (idempotency keys, memory)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+
+
 class KafkaWorker(RunsInBackground):
     """Runs one agent's turns as a member of the agent's consumer group.
 
@@ -273,6 +280,7 @@ class KafkaWorker(RunsInBackground):
             if self.options.state_dir is None
             else self.options.state_dir
         )
+        private_dir(self._state_dir)
         logs.bind(agent=self.agent.name, worker_id=self.worker_id)
         try:
             while not self._stop_requested:

@@ -9,6 +9,7 @@ a ``SqliteMemory`` on every worker, with an FTS5 index for ``search``). What a t
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from dataclasses import asdict, dataclass
@@ -143,8 +144,10 @@ class SqliteMemory:
     """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
+        # Only this account reads it (sqlite would take the umask): what turns hold.
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         self.path = path
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)

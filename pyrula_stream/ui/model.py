@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyrula_stream.redaction import REDACTED, is_credential_header
 from pyrula_stream.wire.events import Event, EventType
 
 MAX_TEXT = 20_000  # characters of a model call's text or a tool's output kept per step
@@ -46,7 +47,7 @@ class TurnView:
     thread_id: str | None = None
     tenant: str | None = None  # agents with tenant=: every event names it
     worker: str | None = None
-    parent: dict[str, str] | None = None  # a sub-agent's caller: agent and turn_id
+    parent: dict[str, str] | None = None  # a sub-agent's caller, from its lineage only
     params: dict[str, Any] | None = None
     model_calls: int = 0
     tool_calls: int = 0
@@ -183,11 +184,11 @@ def _run_start(turn: TurnView, event: Event) -> None:
     turn.params = event.data.get("params")
     turn.thread_id = event.data.get("thread_id")
     turn.worker = event.data.get("worker")
-    metadata = event.data.get("metadata") or {}
-    if metadata.get("parent_turn_id"):
+    parent = event.data.get("parent")  # the worker's, from lineage headers
+    if isinstance(parent, dict) and parent.get("turn_id"):
         turn.parent = {
-            "agent": str(metadata.get("parent_agent") or ""),
-            "turn_id": str(metadata["parent_turn_id"]),
+            "agent": str(parent.get("agent") or ""),
+            "turn_id": str(parent["turn_id"]),
         }
 
 
@@ -372,10 +373,11 @@ class DeadLetter:
         headers: dict[str, str],
         version: int,
     ) -> DeadLetter:
-        original = {
-            k.removeprefix("pyrula.original."): v
+        original = {  # a letter written before dead letters were redacted, too
+            name: REDACTED if is_credential_header(name) else v
             for k, v in headers.items()
             if k.startswith("pyrula.original.")
+            for name in (k.removeprefix("pyrula.original."),)
         }
         other = {
             k: v

@@ -13,6 +13,8 @@ server-sent-events stream of changes, over the shared ``EventFeed``.
   with ``allow_actions``, and only for the key names in ``reviewers`` when it is set; the
   answer, sent as ``client.approve``/``reject`` do (to ``<agent>.answers``, which the
   UI's principal may write only as a reviewer).
+- ``POST /api/dlq/AGENT/OFFSET/redrive``: only with ``allow_actions``; the dead letter
+  back to its source, once, noted under the caller's principal (``client/redrive.py``).
 
 Every route sits behind ``HTTPGuard`` (Host, Origin, API keys with a login form).
 """
@@ -39,6 +41,7 @@ from starlette.staticfiles import StaticFiles
 from pyrula_stream.access.http_guard import NO_KEYS, ASGIApp, HTTPAccess, HTTPGuard, principal_of
 from pyrula_stream.access.rate_limit import RateLimit, RatePolicy
 from pyrula_stream.client.kafka_client import KafkaAgentClient
+from pyrula_stream.client.redrive import DeadLetters
 from pyrula_stream.errors import PyrulaError
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import UIState
@@ -73,7 +76,7 @@ class UIOptions:
 def exposure(options: UIOptions) -> str:
     """What a stranger could do with this UI (for the refusal to serve it unguarded)."""
     exposes = "read every turn's parameters, model output, tool calls and dead letters"
-    acts = ", and cancel or terminate any turn and answer its questions"
+    acts = ", and cancel or terminate any turn, answer its questions and redrive dead letters"
     return exposes + (acts if options.allow_actions else "")
 
 
@@ -96,6 +99,7 @@ class UIApp:
                 Route("/api/turns/{agent}/{turn_id}/{action}", self.action, methods=["POST"]),
                 Route("/api/waiting", self.waiting),
                 Route("/api/questions/{agent}/{turn_id}/{answer}", self.answer, methods=["POST"]),
+                Route("/api/dlq/{agent}/{offset:int}/redrive", self.redrive, methods=["POST"]),
                 Mount("/static", StaticFiles(directory=STATIC), name="static"),
             ],
             lifespan=self.lifespan,
@@ -267,6 +271,27 @@ class UIApp:
         except PyrulaError as exc:
             return JSONResponse({"error": str(exc)}, 400)
         return JSONResponse({"sent": answer, "key": body["key"], "accepted": receipt.accepted})
+
+    async def redrive(self, request: Request) -> Response:
+        if not self.options.allow_actions:
+            return JSONResponse(
+                {"error": "actions are off; start the UI with --allow-actions"}, 403
+            )
+        if ACTION_HEADER not in request.headers:
+            return JSONResponse({"error": f"missing header {ACTION_HEADER}"}, 400)
+        letters = DeadLetters(
+            self.feed.options.bootstrap_servers,
+            request.path_params["agent"],
+            prefix=self.feed.options.prefix,
+            kafka_config=self.feed.options.kafka_config,
+        )
+        by = principal_of(request.scope) or "pyrula-stream ui"  # the API key's name
+        offset: int = request.path_params["offset"]
+        try:
+            (result,) = await asyncio.to_thread(letters.redrive, by=by, offsets=[offset])
+        except PyrulaError as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        return JSONResponse(result.as_json())
 
 
 NO_STORE = {"cache-control": "no-store"}

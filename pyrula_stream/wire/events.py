@@ -101,15 +101,21 @@ class RunStart:
     thread_id: str | None
     worker: str
     started_ms: int
+    parent: dict[str, str] | None = None
+    """A sub-agent turn's caller (``agent``, ``turn_id``), from its request's lineage
+    headers: never from ``metadata``, which any submitter writes."""
 
     def data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "params": self.params,
             "metadata": self.metadata,
             "thread_id": self.thread_id,
             "worker": self.worker,
             "started_ms": self.started_ms,
         }
+        if self.parent is not None:
+            data["parent"] = self.parent
+        return data
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from functools import cache
 from typing import NoReturn
 
 from pyrula_stream.errors import ErrorCode, PayloadTooLarge
+from pyrula_stream.redaction import REDACTED, is_credential_header
 from pyrula_stream.wire import caps, guard, serde
 from pyrula_stream.wire.fitting import ORIGINAL_PREFIX, fit_letter
 
@@ -192,6 +193,9 @@ def result_records(
     ]
 
 
+_REDACTED = REDACTED.encode()
+
+
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
     """Where a consumed record came from and what it held: what a dead letter copies."""
@@ -221,9 +225,10 @@ def dead_letter(
     source: str | None = None,
 ) -> OutRecord:
     """A record we could not process: its bytes, with the reason in ``pyrula.dlq.*`` headers
-    and its own headers kept as ``pyrula.original.*``, cut to ``max_bytes`` (the producer's
-    room for one record, ``fitting.record_room``) with what was cut said in
-    ``pyrula.dlq.trimmed``: a letter the producer refuses would leave its input unread."""
+    and its own headers kept as ``pyrula.original.*`` (a credential's value redacted), cut
+    to ``max_bytes`` (the producer's room for one record, ``fitting.record_room``) with what
+    was cut said in ``pyrula.dlq.trimmed``: a letter the producer refuses would leave its
+    input unread."""
     out = [
         ("pyrula.dlq.reason", reason.encode()),
         ("pyrula.dlq.code", str(code).encode()),
@@ -231,7 +236,10 @@ def dead_letter(
     ]
     if source is not None:
         out.append(("pyrula.dlq.source", source.encode()))
-    original = [(f"{ORIGINAL_PREFIX}{k}", v or b"") for k, v in headers]
+    original = [
+        (f"{ORIGINAL_PREFIX}{k}", _REDACTED if is_credential_header(k) else v or b"")
+        for k, v in headers
+    ]
     key, value, fitted = fit_letter(key, value, out, original, max_bytes)
     return OutRecord(dlq_topic, key, value, fitted)
 

@@ -9,10 +9,15 @@ from pathlib import Path
 import pytest
 
 from pyrula_stream import ConfigurationError
-from pyrula_stream.access.api_keys import APIKeyAuth, load_api_keys, parse_api_keys
+from pyrula_stream.access.api_keys import (
+    SESSION_MAX_AGE_S,
+    APIKeyAuth,
+    load_api_keys,
+    parse_api_keys,
+)
 
-KEY_A = "a-0123456789abcdef0123"
-KEY_B = "b-fedcba9876543210fedc"
+KEY_A = "a-0123456789abcdef0123456789abcdef"
+KEY_B = "b-fedcba9876543210fedcba9876543210"
 
 
 def test_a_key_file_names_principals_and_the_name_is_who_calls(tmp_path: Path) -> None:
@@ -73,3 +78,45 @@ def test_a_browser_session_token_is_derived_from_the_key_and_dies_with_it() -> N
     assert auth.session_principal(KEY_A) is None  # the key itself is not a session
     rotated = APIKeyAuth({"web": KEY_B + "new", "ops": KEY_B})
     assert rotated.session_principal(token) is None
+
+
+@pytest.mark.parametrize("name", ["alice:ops", "a b", "x/y", "é", "-web", "web\n"])
+def test_a_principal_name_outside_the_safe_alphabet_is_refused(name: str) -> None:
+    """A principal is part of thread and idempotency keys, whose separator is ``:``:
+    ``alice`` + thread ``ops:t`` must never be ``alice:ops`` + thread ``t``."""
+    with pytest.raises(ConfigurationError, match="letters, digits") as refused:
+        APIKeyAuth({name: KEY_A})
+    assert KEY_A not in str(refused.value)
+
+
+def test_a_principal_name_in_the_safe_alphabet_is_taken() -> None:
+    auth = APIKeyAuth({"alice.ops@example-1_2": KEY_A})
+    assert auth.principal(KEY_A) == "alice.ops@example-1_2"
+
+
+def test_a_key_under_32_characters_is_refused_unless_allowed(tmp_path: Path) -> None:
+    short = "k" * 31
+    with pytest.raises(ConfigurationError, match="32 characters") as refused:
+        APIKeyAuth({"web": short})
+    assert short not in str(refused.value)
+    path = tmp_path / "keys"
+    path.write_text(f"web={short}\n")
+    with pytest.raises(ConfigurationError, match=r"line 1.*32 characters"):
+        load_api_keys(path)
+    assert APIKeyAuth({"web": short}, allow_short_keys=True).principal(short) == "web"
+    assert load_api_keys(path, allow_short_keys=True).principal(short) == "web"
+    assert APIKeyAuth({"web": "k" * 32}).principal("k" * 32) == "web"
+
+
+def test_a_browser_session_carries_its_issue_time_and_ends_after_its_max_age() -> None:
+    auth = APIKeyAuth({"web": KEY_A})
+    token = auth.session_token("web", issued_s=1_000_000)
+    assert token.startswith("1000000.")
+    assert auth.session_principal(token, now_s=1_000_000) == "web"
+    assert auth.session_principal(token, now_s=1_000_000 + SESSION_MAX_AGE_S - 1) == "web"
+    assert auth.session_principal(token, now_s=1_000_000 + SESSION_MAX_AGE_S + 1) is None
+    forged = "2000000." + token.partition(".")[2]  # a later issue time on the same MAC
+    assert auth.session_principal(forged, now_s=2_000_000) is None
+    assert auth.session_principal(token, now_s=900_000) is None  # issued in the future
+    for junk in ("", ".", "x.y", "1000000", "-5.abc", "1e9." + token.partition(".")[2]):
+        assert auth.session_principal(junk, now_s=1_000_000) is None

@@ -5,15 +5,17 @@ Host, Origin and key rules hold for IPv6 and odd spellings as well."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyrula_stream.access.api_keys import APIKeyAuth
+from pyrula_stream.access.api_keys import SESSION_MAX_AGE_S, APIKeyAuth
+from pyrula_stream.access.attempts import FailedAttempts
 from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, Message, Scope, principal_of
 
-KEY = "guard-key-0123456789abcdef"
+KEY = "guard-key-0123456789abcdef0123456789abcdef"
 
 
 async def hello(scope: Scope, receive: Any, send: Any) -> None:
@@ -30,6 +32,7 @@ def call(
     method: str = "GET",
     path: str = "/",
     body: bytes = b"",
+    client: str | None = None,
 ) -> tuple[int, dict[bytes, bytes], bytes]:
     """One request through ``guard``: (status, response headers, body)."""
     sent: list[Message] = []
@@ -48,6 +51,8 @@ def call(
         "scheme": "http",
         "server": ("127.0.0.1", 8088),
     }
+    if client is not None:
+        scope["client"] = (client, 50000)
     asyncio.run(guard(scope, receive, send))
     start = sent[0]
     return start["status"], dict(start["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
@@ -121,3 +126,52 @@ def test_any_request_head_gets_an_answer_and_never_an_exception(
 ) -> None:
     status, _, _ = call(guard(), headers, method=method, path=path, body=body)
     assert status in (200, 303, 400, 401, 403, 405, 421)
+
+
+def test_failed_attempts_are_slowed_per_client_and_a_good_key_never() -> None:
+    """Each wrong key or login after the first from one client waits longer before its
+    answer (0.5 s, 1 s, 2 s, ... up to 5 s); other clients and valid keys do not wait."""
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    access = HTTPAccess(auth=APIKeyAuth({"web": KEY}))
+    g = HTTPGuard(
+        hello,
+        access,
+        bind_host="127.0.0.1",
+        exposes="test",
+        browser_login=True,
+        attempts=FailedAttempts(sleep=sleep),
+    )
+    host = (b"host", b"localhost:8088")
+    wrong = (b"authorization", b"Bearer not-the-key-0123456789abcdef0123")
+    for _ in range(3):
+        assert call(g, [host, wrong], client="10.0.0.7")[0] == 401
+    assert waits == [0.5, 1.0]
+    assert call(g, [host, wrong], client="10.0.0.8")[0] == 401  # another client: its first
+    assert waits == [0.5, 1.0]
+    good = (b"authorization", f"Bearer {KEY}".encode())
+    assert call(g, [host, good], client="10.0.0.7")[2] == b"hello web"
+    assert waits == [0.5, 1.0]  # a valid key is answered at once
+    login = call(g, [host], method="POST", path="/login", body=b"key=guess", client="10.0.0.7")
+    assert login[0] == 401
+    for _ in range(4):
+        call(g, [host, wrong], client="10.0.0.7")
+    assert waits == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
+    assert call(g, [host], client="10.0.0.9")[0] == 401  # no key at all: not an attempt
+    assert len(waits) == 7
+
+
+def test_the_login_cookie_carries_its_issue_time_and_a_max_age() -> None:
+    g = guard()
+    host = (b"host", b"localhost:8088")
+    status, headers, _ = call(g, [host], method="POST", path="/login", body=f"key={KEY}".encode())
+    assert status == 303
+    cookie = headers[b"set-cookie"].decode()
+    assert f"Max-Age={SESSION_MAX_AGE_S}" in cookie
+    token = cookie.split(";")[0].partition("=")[2]
+    issued = int(token.split(".")[0])
+    assert abs(issued - time.time()) < 600
+    assert call(g, [host, (b"cookie", f"pyrula_session_8088={token}".encode())])[0] == 200

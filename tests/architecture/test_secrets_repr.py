@@ -191,14 +191,14 @@ def _http_access() -> Any:
     from pyrula_stream.access.api_keys import APIKeyAuth
     from pyrula_stream.access.http_guard import HTTPAccess
 
-    return HTTPAccess(auth=APIKeyAuth({"ops": MARK}))
+    return HTTPAccess(auth=APIKeyAuth({"ops": MARK}, allow_short_keys=True))
 
 
 def _app_options() -> object:
     from pyrula_stream.access.api_keys import APIKeyAuth
     from pyrula_stream.gateway.options import AppOptions
 
-    return AppOptions(auth=APIKeyAuth({"web": MARK}))
+    return AppOptions(auth=APIKeyAuth({"web": MARK}, allow_short_keys=True))
 
 
 def _feed() -> Any:
@@ -211,6 +211,12 @@ def _broker_security() -> Any:
     from pyrula_stream.kafka.local.broker import BrokerSecurity
 
     return BrokerSecurity("/tmp/ca.pem", "/tmp/keystore.p12", {"client": MARK}, MARK)
+
+
+def _raw_record() -> Any:
+    from pyrula_stream.kafka.once import RawRecord
+
+    return RawRecord(0, 7, b"k", b"v", (("authorization", f"Bearer {MARK}".encode()),), 1)
 
 
 def _local_registry() -> Any:
@@ -251,6 +257,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     "pyrula_stream.kafka.group.TurnRecord": lambda: TurnRecord(
         0, 0, TurnRequest("t-1", "triage", {}), headers={"authorization": f"Bearer {MARK}"}
     ),
+    "pyrula_stream.kafka.once.RawRecord": lambda: _raw_record(),
 }
 
 

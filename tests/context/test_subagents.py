@@ -73,6 +73,20 @@ def live_journal_keys(bootstrap: str, topic: str) -> list[str]:
     return sorted(k.decode() for k, v in latest.items() if v is not None and k is not None)
 
 
+async def test_a_caller_named_in_metadata_only_is_not_a_parent(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Any submitter writes metadata; only lineage headers (placement-checked) name a
+    parent, so a turn cannot pass itself off as another agent's call."""
+    refunds = refunds_agent()
+    forged = {"parent_turn_id": "someone-else", "parent_agent": "triage"}
+    async with running_worker(refunds, kafka_bootstrap_servers, QUICK, all_partitions=True):
+        events = await client.run(refunds.name, metadata=forged, order_id="1", cents=5, timeout=60)
+    assert events[-1].type == "run:complete"
+    assert events[0].data["metadata"] == forged  # kept as the submitter's metadata
+    assert "parent" not in events[0].data
+
+
 async def test_a_parent_calls_a_child_on_another_worker_and_gets_its_result(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
@@ -98,6 +112,8 @@ async def test_a_parent_calls_a_child_on_another_worker_and_gets_its_result(
 
     child = await events_of(client, refunds.name, start["child_turn_id"])
     assert child[-1].type == "run:complete"
+    # Who called, from the request's lineage headers (what the UI shows as "called by").
+    assert child[0].data["parent"] == {"agent": triage.name, "turn_id": ok[0].turn_id}
     tree = await asyncio.wait_for(_tree(client, triage.name, ok[0].turn_id), 60)
     assert [(e.turn_id, e.seq) for e in tree if e.turn_id == ok[0].turn_id] == [
         (e.turn_id, e.seq) for e in ok

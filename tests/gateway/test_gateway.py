@@ -31,7 +31,8 @@ from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.echo import echo
 from tests.mcp_servers.processes import ROOT, sigkill, start_listening
 
-WEB, OPS = "k-web-0123456789abcdef", "k-ops-fedcba9876543210"
+WEB = "k-web-0123456789abcdef0123456789abcdef"
+OPS = "k-ops-fedcba9876543210fedcba9876543210"
 KEYS = APIKeyAuth({"web": WEB, "ops": OPS})
 AS_WEB = {"Authorization": f"Bearer {WEB}"}
 AS_OPS = {"Authorization": f"Bearer {OPS}"}

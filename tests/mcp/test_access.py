@@ -31,7 +31,7 @@ from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.echo import echo
 from tests.mcp_servers.processes import ROOT, sigkill, start_listening
 
-DESK_KEY = "desk-0123456789abcdef0123"
+DESK_KEY = "desk-0123456789abcdef0123456789abcdef"
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,

@@ -29,8 +29,8 @@ from pyrula_stream.ui.server import UIApp, UIOptions, running_ui
 from tests.ui.test_cli import HOST, free_port, wait_until_served
 
 ACTION = {"x-pyrula-action": "cancel"}
-WEB_KEY = "k-web-0123456789abcdef"
-OPS_KEY = "k-ops-fedcba9876543210"
+WEB_KEY = "k-web-0123456789abcdef0123456789abcdef"
+OPS_KEY = "k-ops-fedcba9876543210fedcba9876543210"
 
 
 def waiting_agent(release: asyncio.Event) -> KafkaAgent:

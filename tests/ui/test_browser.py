@@ -480,7 +480,7 @@ async def test_ui_with_api_keys_signs_a_browser_in_with_a_cookie_and_out_again(
     async def agent(ctx: AgentContext, question: str) -> str:
         return await ctx.llm.run([{"role": "user", "content": question}])
 
-    key = "ui-key-0123456789abcdef"
+    key = "ui-key-0123456789abcdef0123456789abcdef"
     access = HTTPAccess(auth=APIKeyAuth({"web": key}))
     feed = FeedOptions(kafka_bootstrap_servers, agents=(agent.name,))
     async with (

@@ -158,7 +158,7 @@ def test_sub_agent_calls_link_the_child_and_a_parked_parent_resumes_without_a_cr
 
 def test_a_restart_is_told_apart_from_a_reply_and_a_child_names_its_parent() -> None:
     turn = TurnView("c1", "refunds")
-    turn.apply(ev(0, "run:start", metadata={"parent_turn_id": "p1", "parent_agent": "triage"}))
+    turn.apply(ev(0, "run:start", parent={"agent": "triage", "turn_id": "p1"}))
     turn.apply(ev(1, "tool:start", call_key="0.0", tool="refund", input={}))
     turn.apply(ev(2, "tool:start", attempt=2, call_key="0.0", tool="refund", input={}))
     assert turn.detail()["parent"] == {"agent": "triage", "turn_id": "p1"}
@@ -190,3 +190,46 @@ def test_an_event_the_timeline_cannot_fold_is_counted_and_the_rest_still_shows()
     assert feed._fold(records)
     assert (feed.unshowable, feed.undecodable) == (1, 1)
     assert state.find("support", "fine") is not None
+
+
+def test_a_dead_letter_shows_no_credential_a_producer_put_in_its_headers() -> None:
+    state = UIState()
+    secrets = {
+        "Authorization": "Bearer sk-live-1",
+        "cookie": "sid=2",
+        "X-Auth-Token": "3",
+        "client_secret": "4",
+        "db-password": "5",
+        "x-api-key": "6",
+        "Api_Key": "7",
+    }
+    letter = state.add_dead_letter(
+        "support",
+        0,
+        5,
+        1_000,
+        b"k1",
+        b"{}",
+        {
+            "pyrula.dlq.reason": "value does not decode",
+            **{f"pyrula.original.{k}": v for k, v in secrets.items()},
+            "pyrula.original.traceparent": "00-abc-def-01",
+            "pyrula.original.pyrula-budget-tokens-left": "900",
+        },
+    )
+    assert letter.original_headers == {
+        **{k: "[redacted]" for k in secrets},
+        "traceparent": "00-abc-def-01",
+        "pyrula-budget-tokens-left": "900",
+    }
+
+
+def test_called_by_comes_from_lineage_never_from_submitter_metadata() -> None:
+    forged = TurnView("t1", "support")
+    forged.apply(
+        ev(0, "run:start", worker="w1", metadata={"parent_turn_id": "p9", "parent_agent": "x"})
+    )
+    assert forged.parent is None
+    child = TurnView("t1", "support")
+    child.apply(ev(0, "run:start", worker="w1", parent={"agent": "triage", "turn_id": "p1"}))
+    assert child.parent == {"agent": "triage", "turn_id": "p1"}

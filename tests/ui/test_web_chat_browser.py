@@ -23,7 +23,7 @@ from pyrula_stream.testing import running_worker, unique_name
 from tests.browsers import WAIT_MS
 from tests.mcp_servers.processes import ROOT
 
-KEY = "web-chat-key-0123456789"
+KEY = "web-chat-key-0123456789abcdef0123456789"
 
 
 @tool(read_only=True)

@@ -514,7 +514,21 @@ function renderDeadLetters() {
         </dl>
         ${Object.keys(d.original_headers).length ? `<div class="label">original headers</div><dl class="kv">${kv(d.original_headers)}</dl>` : ""}
         <div class="label">value · ${esc(d.value_bytes)} bytes</div><pre>${esc(d.value_preview)}</pre>
+        ${state.config.allow_actions && d.partition === 0 ? `<div class="actions"><button data-testid="redrive" data-agent="${esc(d.agent)}" data-offset="${esc(d.offset)}">Redrive</button></div>` : ""}
       </li>`).join("")}</ol>`;
+  for (const b of view.querySelectorAll("button[data-testid=redrive]")) {
+    b.addEventListener("click", () => redrive(b.dataset.agent, b.dataset.offset));
+  }
+}
+
+async function redrive(agent, offset) {
+  if (!confirm(`send dead letter ${offset} of ${agent} back to its source?`)) return;
+  const res = await fetch(`/api/dlq/${encodeURIComponent(agent)}/${encodeURIComponent(offset)}/redrive`, {
+    method: "POST",
+    headers: { "x-pyrula-action": "redrive" },
+  });
+  const body = await res.json();
+  alert(res.ok ? `${body.outcome}: ${body.detail}` : body.error);
 }
 
 // Durations of running turns tick; the page re-renders only when something runs.
