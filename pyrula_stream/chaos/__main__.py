@@ -167,6 +167,12 @@ def summary(result: ChaosResult) -> str:
         )
     if c.get("hostile_kinds"):
         lines.append(f"hostile records by kind: {c['hostile_kinds']}")
+    if "forged_answers_sent" in c:
+        lines.append(
+            f"forged answers sent {c['forged_answers_sent']}, most flood signals one turn held "
+            f"{c.get('flood_signals_held_most', 0)}, unknown tenants' turns per minute "
+            f"{c.get('unknown_tenant_turns_per_minute')} (bucket {c.get('unknown_tenant_bound')})"
+        )
     failed = [k for k in GATE_KEYS if c.get(k, 1)] + [k for k in SUBAGENT_KEYS if c.get(k, 0)]
     if "hostile_not_in_dlq" in c:
         failed += [k for k in HOSTILE_KEYS if c.get(k, 1)]
