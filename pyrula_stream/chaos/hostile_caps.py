@@ -57,13 +57,15 @@ OVERSIZE_BYTES = 1_045_000
 """Value plus header names and values of an ``oversize_record``, under ``WIRE_LIMIT``
 with room for the record's framing; a dead letter that adds ``pyrula.original.`` to
 each of its headers is past the producers' 1 MiB."""
-FLOOD_SIGNALS = 300
+FLOOD_SIGNALS = 400
 FLOOD_BIG_SIGNALS = 40
 FLOOD_PAYLOAD = 64 * 1024
-FLOOD_HELD_MAX = 100
-"""More signals than this held by one turn means no count cap stopped the flood."""
+FLOOD_HELD_MAX = 256
+"""More signals than this held by one turn means no count cap stopped the flood (issue
+46's cap of pending signals a turn, ``MAX_PENDING_SIGNALS``)."""
 FLOOD_HELD_BYTES = 1024 * 1024
-"""More payload than this held by one turn means no byte cap stopped the flood."""
+"""More than this of held signals (their records as sent) means no byte cap stopped the
+flood (``MAX_PENDING_SIGNAL_BYTES``)."""
 FLOOD_DELAY_S = 3.0
 ANSWER_DELAYS_S = (3.0, 10.0)
 """A forged answer goes out this long after its turn (again later, should the first

@@ -2,8 +2,8 @@
 
 - ``hostile_not_in_dlq`` (with ``hostile_check``'s): a flood signal neither dead-lettered
   nor journaled under its turn, and a flood's turn holding more than
-  ``FLOOD_HELD_MAX`` signals or ``FLOOD_HELD_BYTES`` of payload (one per signal past the
-  cap); a signal with a long id that was not dead-lettered (``Outcomes``);
+  ``FLOOD_HELD_MAX`` signals or ``FLOOD_HELD_BYTES`` of them (one per signal past the
+  cap, one for bytes); a signal with a long id that was not dead-lettered (``Outcomes``);
 - ``forged_answers_taken``: forged answers a turn took: the answer journaled under its
   turn (``<turn>/signal:<id>``), or the gated call it approved took effect;
 - ``invented_tenant_overshoot``: minutes in which the turns of the tenants the agent does
@@ -39,15 +39,15 @@ CAPS_KEYS = ("forged_answers_taken", "invented_tenant_overshoot", "valid_turns_s
 
 
 def journaled_signals(journal: list[Record]) -> dict[str, dict[str, int]]:
-    """Signal ids journaled (and not yet tombstoned) under each turn, with the size of
-    their journal record's value: what the turn held."""
+    """Signal ids journaled under each turn (a later tombstone, at the turn's end, keeps
+    them counted), with the size of their journal record's value: what the turn held."""
     held: dict[str, dict[str, int]] = {}
     for rec in journal:
         turn, _, suffix = rec.key.rpartition("/")
         if not suffix.startswith(SIGNAL):
             continue
         sid = suffix[len(SIGNAL) :]
-        if rec.value is not None:  # a later tombstone (the turn ended) keeps it counted
+        if rec.value is not None:
             held.setdefault(turn, {})[sid] = len(rec.value)
     return held
 
@@ -70,7 +70,7 @@ def check_floods(
                 f.add("hostile_dlq_doubled", len(letters) - 1, example=rec.describe())
             if follow.note in mine:
                 count += 1
-                nbytes += mine[follow.note]
+                nbytes += len(follow.value or b"")
             elif not letters:
                 f.add("hostile_not_in_dlq", example=f"{rec.describe()}: signal {follow.note} "
                       f"at {follow.source()} neither held nor dead-lettered")  # fmt: skip
