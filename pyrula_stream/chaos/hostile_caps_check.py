@@ -30,7 +30,6 @@ from pyrula_stream.chaos.hostile_record import HostileRecord
 from pyrula_stream.chaos.tenants import LIMITS, turns_bound
 from pyrula_stream.chaos.verify import Findings, Record
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.runtime.quotas import UsageWindows
 from pyrula_stream.wire.events import decode_event
 from pyrula_stream.wire.journal_keys import SIGNAL
 
@@ -104,30 +103,36 @@ def check_forged_answers(
 def check_invented_tenants(
     sent: list[HostileRecord], usage: list[Record], workers: int, f: Findings
 ) -> None:
-    """Usage of the tenants the agent does not know, per minute, against one bucket."""
+    """Turns started per minute by the tenants the agent does not know, against one
+    bucket. A usage record counts when its tenant is not a known one (an invented id, or
+    whatever bucket they share) or its key (``<tenant>/<minute>/<turn>/<what>``) names
+    an invented tenant's turn (should the bucket be the default tenant's)."""
     known = {*LIMITS, DEFAULT_TENANT}
-    windows = UsageWindows()
+    invented = {t for rec in sent for t in (rec.turn_id, *(f.note for f in rec.follow))
+                if rec.kind == "invented_tenant" and t}  # fmt: skip
+    seen: set[str] = set()
+    per_minute: Counter[int] = Counter()
     for rec in usage:
-        if rec.value is None:
-            continue
+        if rec.value is None or rec.key in seen:
+            continue  # a record read twice counts once, as the workers fold them
+        seen.add(rec.key)
         try:
             body = json.loads(rec.value)
-            windows.fold(rec.key, body)
+            tenant, minute = str(body["tenant"]), int(body["ts_ms"]) // 60_000
+            turns = int(body.get("turns") or 0)
         except (ValueError, TypeError, KeyError):
             continue
-    per_minute: Counter[int] = Counter()
-    tenants: dict[int, set[str]] = {}
-    for (tenant, minute), used in windows.minutes.items():
-        if tenant not in known:
-            per_minute[minute] += used.turns
-            tenants.setdefault(minute, set()).add(tenant)
+        parts = rec.key.rsplit("/", 2)
+        turn = parts[1] if len(parts) == 3 else ""
+        if tenant not in known or turn in invented:
+            per_minute[minute] += turns
     cap = UNKNOWN_TENANT_LIMITS.turns_per_minute or 0
     bound = turns_bound(workers, UNKNOWN_TENANT_LIMITS.max_concurrent_turns or 1)
     for minute, turns in sorted(per_minute.items()):
         if turns > cap + bound:
             f.add("invented_tenant_overshoot", example=f"minute {minute}: {turns} turns of "
-                  f"{len(tenants[minute])} unknown tenants > {cap} + bound {bound}")  # fmt: skip
-    f.counts["invented_tenant_turns"] = sum(len(rec.tenants) for rec in sent)
+                  f"unknown tenants > {cap} + bound {bound}")  # fmt: skip
+    f.counts["invented_tenant_turns"] = len(invented)
     f.counts["unknown_tenant_turns_per_minute"] = dict(sorted(per_minute.items()))
     f.counts["unknown_tenant_bound"] = {"turns_per_minute": cap, "bound": bound}
 

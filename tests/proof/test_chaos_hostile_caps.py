@@ -107,9 +107,9 @@ def _rec(key: str, value: bytes | None, headers: dict[str, str] | None = None) -
     return verify.Record(0, 0, key, value, headers or {}, 0)
 
 
-def _usage(tenant: str, minute: int, turns: int, n: int) -> verify.Record:
-    body: dict[str, Any] = {"tenant": tenant, "ts_ms": minute * 60_000 + n, "turns": turns}
-    return _rec(f"{tenant}/{n}", json.dumps(body).encode())
+def _usage(tenant: str, minute: int, turns: int, turn: str) -> verify.Record:
+    body: dict[str, Any] = {"tenant": tenant, "ts_ms": minute * 60_000 + 5, "turns": turns}
+    return _rec(f"{tenant}/{minute}/{turn}/turn", json.dumps(body).encode())
 
 
 def _terminal(turn: str) -> verify.Record:
@@ -131,9 +131,13 @@ def test_caps_checks_count_held_floods_taken_answers_overshoot_and_stuck_turns(
     # The forged answer: its first copy journaled under its turn (taken).
     journal.append(_rec(signal_key(answer.turn_id or "", answer.follow[0].note), b"{}"))
     dlq = [_rec("k", b"", {"pyrula.dlq.source": answer.follow[1].source()})]
-    usage = [_usage(t, 7, 1, i) for i, t in enumerate(burst.tenants)]
-    usage += [_usage(t, 8, 1, i) for i, t in enumerate(burst.tenants[:2])]
-    usage += [_usage("default", 7, 1, 99), _usage("t0", 7, 9, 98)]  # known tenants
+    turns = [burst.turn_id or "", *(f.note for f in burst.follow)]
+    usage = [_usage(t, 7, 1, turn) for t, turn in zip(burst.tenants, turns, strict=True)]
+    usage.append(usage[0])  # read twice: counts once
+    usage += [_usage(t, 8, 1, turn) for t, turn in zip(burst.tenants[:2], turns[:2], strict=True)]
+    usage += [_usage("default", 7, 1, "v"), _usage("t0", 7, 9, "w")]  # known tenants' turns
+    # An invented tenant's turn put in the default tenant's bucket still counts.
+    usage += [_usage("default", 9, 1, turn) for turn in turns]
     f = verify.Findings()
     hostile_caps_check.check_caps(
         [flood, answer, burst],
@@ -151,7 +155,8 @@ def test_caps_checks_count_held_floods_taken_answers_overshoot_and_stuck_turns(
     assert f.counts["hostile_not_in_dlq"] == 1 + over  # the lost signal, those past the cap
     assert f.counts["forged_answers_taken"] == 1
     assert f.counts["forged_answers_sent"] == 2
-    # Six unknown tenants' turns in minute 7 > 2 + bound 2; two in minute 8 are within.
-    assert f.counts["invented_tenant_overshoot"] == 1
-    assert f.counts["unknown_tenant_turns_per_minute"] == {7: 6, 8: 2}
+    # Six unknown tenants' turns in minute 7 > 2 + bound 2, and six of their turns in
+    # the default bucket in minute 9; two in minute 8 are within.
+    assert f.counts["invented_tenant_overshoot"] == 2
+    assert f.counts["unknown_tenant_turns_per_minute"] == {7: 6, 8: 2, 9: 6}
     assert f.counts["valid_turns_stuck"] == 1
