@@ -18,14 +18,16 @@ some send more records after it (``HostileRecord.follow``):
   dead-lettered or held, and the turn may hold no more than ``FLOOD_HELD_MAX`` of them
   (``FLOOD_HELD_BYTES`` of payload), so past a cap they are dead-lettered;
 - ``forged_answer`` (``not_taken``): such a parked turn, then an answer approving its
-  gated call, written as a client may write it (on ``<agent>.replies``, sender
-  ``chaos-client``) twice (``ANSWER_DELAYS_S``): the turn must not take it;
+  gated call, written as a client may write it (on the client's signal topic,
+  ``client_signal_topic``; sender ``chaos-client``) twice (``ANSWER_DELAYS_S``): the turn
+  must not take it;
 - ``invented_tenant`` (``bucket``): ``INVENTED_BURST`` turns at once, each with a tenant
   id never seen before: together they must stay within the one unknown-tenant bucket
   (``UNKNOWN_TENANT_LIMITS``; ``invented_tenant_overshoot``).
 
 The parked turns ask for approval of ``gated_effect`` (the chaos agent's ``ask`` param);
-nobody legitimate answers them.
+nobody legitimate answers them. Signals go where a client writes them
+(``client_signal_topic``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import random
 import uuid
 from typing import Any
 
+from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.agent.tenants import TenantLimits
 from pyrula_stream.chaos.hostile_record import (
     AVRO_HEADERS,
@@ -93,12 +96,19 @@ def _asking_turn(ctx: Context, rec: HostileRecord) -> str:
     return turn_id
 
 
+def client_signal_topic(topics: AgentTopics) -> str:
+    """Where a client writes its signals: ``<agent>.signals`` where the agent has one
+    (answers then ride ``<agent>.answers``, which only a reviewer may write), else
+    ``<agent>.replies``. A forged answer goes here too: it is what a client can send."""
+    return str(getattr(topics, "signals", topics.replies))
+
+
 def _signal(ctx: Context, turn_id: str, name: str, payload: Any, *, answer: bool = False,
             signal_id: str | None = None, delay_s: float) -> FollowUp:  # fmt: skip
     signal = new_signal(turn_id, name, payload, sender=FORGER, answer=answer)
     if signal_id is not None:
         signal = type(signal)(**{**signal.data(), "signal_id": signal_id})
-    out = signal_record(ctx.topics.replies, turn_id, signal)
+    out = signal_record(client_signal_topic(ctx.topics), turn_id, signal)
     return FollowUp(delay_s, out.topic, out.key, out.value, list(out.headers), signal.signal_id)
 
 
@@ -184,7 +194,7 @@ def signal_flood(ctx: Context, rng: random.Random, rec: HostileRecord) -> None:
 
 def forged_answer(ctx: Context, rng: random.Random, rec: HostileRecord) -> None:
     turn_id = _asking_turn(ctx, rec)
-    rec.variant = "approve, sender chaos-client, on replies"
+    rec.variant = "approve, sender chaos-client, on the client's signal topic"
     payload = {"answer": APPROVE, "reason": rec.marker}
     rec.follow = [
         _signal(ctx, turn_id, ASKED, payload, answer=True, delay_s=delay)
