@@ -9,10 +9,11 @@ some send more records after it (``HostileRecord.follow``):
 - ``oversize_record`` (turns or replies, ``dlq``): a value and a few hundred headers that
   together sit just under the broker's 1 MiB limit, so a dead letter that copies them
   all is over the producer's;
-- ``long_id`` (``dlq``): a turn request whose turn id, thread id, idempotency key or
-  tenant is ``LONG_ID`` characters; a reply whose child id is; or a signal whose signal id
-  is, sent to a turn of the record's own that is parked on a question (the signal, not the
-  turn, must be dead-lettered);
+- ``long_id`` (``dlq``): a turn request whose turn id, thread id or idempotency key is
+  ``LONG_ID`` characters; a reply whose child id is; or a signal whose signal id is, sent
+  to a turn of the record's own that is parked on a question (the signal, not the turn,
+  must be dead-lettered); or a turn request whose tenant is (``tenant_cut``: no usage
+  record names a tenant longer than ``MAX_TENANT_CHARS``);
 - ``signal_flood`` (``flood``): such a parked turn, then ``FLOOD_SIGNALS`` signals (or
   ``FLOOD_BIG_SIGNALS`` of ``FLOOD_PAYLOAD`` bytes each) to it at once: each must be
   dead-lettered or held, and the turn may hold no more than ``FLOOD_HELD_MAX`` of them
@@ -164,8 +165,9 @@ def long_id(ctx: Context, rng: random.Random, rec: HostileRecord) -> None:
         rec.variant, rec.key = "idempotency_key", turn_id.encode()
         rec.value = _turn(ctx, turn_id, {"n": 0}, idempotency_key=long)
     elif choice == 3:
-        rec.variant, rec.key = "tenant", turn_id.encode()
+        rec.variant, rec.key, rec.turn_id = "tenant", turn_id.encode(), turn_id
         rec.value = _turn(ctx, turn_id, {"n": 0}, metadata={"tenant": long})
+        rec.outcome = "tenant_cut"  # a tenant id is a label: cut, never refused
     elif choice == 4:
         rec.variant, rec.topic = "reply child id", ctx.topics.replies
         parent = ctx.parent(rng)

@@ -1,6 +1,7 @@
 """What became of issue 46's hostile kinds (``hostile_caps.py``), read from the outside.
 
-- ``hostile_not_in_dlq`` (with ``hostile_check``'s): a flood signal neither dead-lettered
+- ``hostile_not_in_dlq`` (with ``hostile_check``'s): a usage record naming a long
+  tenant (``tenant_cut``) past ``MAX_TENANT_CHARS``; a flood signal neither dead-lettered
   nor journaled under its turn, and a flood's turn holding more than
   ``FLOOD_HELD_MAX`` signals or ``FLOOD_HELD_BYTES`` of them (one per signal past the
   cap, one for bytes); a signal with a long id that was not dead-lettered (``Outcomes``);
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from pyrula_stream.agent.tenants import DEFAULT_TENANT
+from pyrula_stream.agent.tenants import DEFAULT_TENANT, MAX_TENANT_CHARS
 from pyrula_stream.chaos.effects import read_effects
 from pyrula_stream.chaos.hostile_caps import (
     FLOOD_HELD_BYTES,
@@ -132,6 +133,12 @@ def check_invented_tenants(
         if turns > cap + bound:
             f.add("invented_tenant_overshoot", example=f"minute {minute}: {turns} turns of "
                   f"unknown tenants > {cap} + bound {bound}")  # fmt: skip
+    cut = {rec.turn_id: rec for rec in sent if rec.expect == "tenant_cut" and rec.turn_id}
+    for rec in usage:
+        parts = rec.key.rsplit("/", 2)
+        if len(parts) == 3 and parts[1] in cut and len(parts[0]) > MAX_TENANT_CHARS:
+            f.add("hostile_not_in_dlq", example=f"{cut[parts[1]].describe()}: usage record "
+                  f"of a {len(parts[0])}-character tenant")  # fmt: skip
     f.counts["invented_tenant_turns"] = len(invented)
     f.counts["unknown_tenant_turns_per_minute"] = dict(sorted(per_minute.items()))
     f.counts["unknown_tenant_bound"] = {"turns_per_minute": cap, "bound": bound}

@@ -124,6 +124,7 @@ def test_caps_checks_count_held_floods_taken_answers_overshoot_and_stuck_turns(
     (flood,) = _records("signal_flood", 1, seed=1)
     (answer,) = _records("forged_answer", 1)
     (burst,) = _records("invented_tenant", 1)
+    long_tenant = next(r for r in _records("long_id") if r.expect == "tenant_cut")
     for n, follow in enumerate(flood.follow + answer.follow):
         follow.delivered = (0, n)
     # The flood: every signal held but the first, which no one dead-lettered either.
@@ -138,9 +139,11 @@ def test_caps_checks_count_held_floods_taken_answers_overshoot_and_stuck_turns(
     usage += [_usage("default", 7, 1, "v"), _usage("t0", 7, 9, "w")]  # known tenants' turns
     # An invented tenant's turn put in the default tenant's bucket still counts.
     usage += [_usage("default", 9, 1, turn) for turn in turns]
+    # A long tenant id used whole in a usage record (not cut): one more without outcome.
+    usage.append(_usage("L" * 70_000, 9, 0, long_tenant.turn_id or ""))
     f = verify.Findings()
     hostile_caps_check.check_caps(
-        [flood, answer, burst],
+        [flood, answer, burst, long_tenant],
         ["done", "stuck"],
         dlq,
         [_terminal("done")],
@@ -152,7 +155,8 @@ def test_caps_checks_count_held_floods_taken_answers_overshoot_and_stuck_turns(
     )
     held = len(flood.follow) - 1
     over = held - hostile_caps.FLOOD_HELD_MAX if held > hostile_caps.FLOOD_HELD_MAX else 1
-    assert f.counts["hostile_not_in_dlq"] == 1 + over  # the lost signal, those past the cap
+    # The lost signal, those past the cap, the usage record of the tenant not cut.
+    assert f.counts["hostile_not_in_dlq"] == 1 + over + 1
     assert f.counts["forged_answers_taken"] == 1
     assert f.counts["forged_answers_sent"] == 2
     # Six unknown tenants' turns in minute 7 > 2 + bound 2, and six of their turns in
