@@ -83,7 +83,14 @@ def check_control_counts(sent: list[HostileRecord], skips: dict[str, int], f: Fi
 class Outcomes:
     """The dead letters of a run, indexed the ways hostile records are looked up."""
 
-    def __init__(self, dlq: list[Record], markers: set[str]) -> None:
+    def __init__(
+        self,
+        dlq: list[Record],
+        markers: set[str],
+        held: dict[str, dict[str, int]] | None = None,
+    ) -> None:
+        self.held = held or {}
+        """Signal ids journaled under each turn (``hostile_caps_check.journaled_signals``)."""
         self.by_source: dict[str, list[Record]] = {}
         self.by_child: dict[str, list[Record]] = {}
         for rec in dlq:
@@ -103,8 +110,9 @@ class Outcomes:
         return self.by_source.get(rec.source, [])
 
     def seen(self, rec: HostileRecord) -> bool:
-        """The record's documented outcome is visible (``ignored`` is checked later; the
-        ``flood``, ``not_taken`` and ``bucket`` kinds by ``hostile_caps_check``)."""
+        """The record's documented outcome is visible (``ignored`` is checked later; for
+        ``flood`` and ``not_taken``, each signal is decided; ``hostile_caps_check`` counts
+        what the decisions were)."""
         if rec.delivered is None:
             return False
         if rec.expect == "dlq" and rec.follow:
@@ -116,6 +124,13 @@ class Outcomes:
             return any(r.headers.get("pyrula.dlq.reason") for r in self.letters(rec))
         if rec.expect == "skipped":
             return rec.marker in self.markers
+        if rec.expect in ("flood", "not_taken"):  # each signal decided: held or refused
+            mine = self.held.get(rec.turn_id or "", {})
+            return all(
+                f.note in mine or f.source() in self.by_source
+                for f in rec.follow
+                if f.delivered is not None
+            )
         return True
 
 

@@ -1,8 +1,9 @@
 """After the last valid turn of a ``--hostile`` run: wait for the hostile records' outcomes.
 
 The harness waits until every record's documented outcome shows (a dead letter, a log
-line), or ``settle_s``, restarting crashed workers meanwhile (they stay counted), then
-until each worker has counted the unreadable control records it read again.
+line, each signal journaled or dead-lettered), or ``settle_s``, restarting crashed
+workers meanwhile (they stay counted), then until each worker has counted the unreadable
+control records it read again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.chaos import hostile_check
 from pyrula_stream.chaos.hostile import HostileSender
+from pyrula_stream.chaos.hostile_caps_check import journaled_signals
 from pyrula_stream.chaos.processes import Worker
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX
 from pyrula_stream.kafka.consumers import read_topic
@@ -41,13 +43,17 @@ def settle_hostile(
     say: Callable[[str], None],
 ) -> dict[str, int]:
     """Wait as the module docstring says; returns each worker's skipped-control count."""
-    dlq_topic = AgentTopics.for_agent(agent, DEFAULT_PREFIX).dlq
+    topics = AgentTopics.for_agent(agent, DEFAULT_PREFIX)
     sender.join(settle_s)
     deadline = time.monotonic() + settle_s
+    signals = any(rec.expect in ("flood", "not_taken") for rec in sender.sent)
     while True:
+        # Signals are decided when journaled under their turn or dead-lettered.
+        held = journaled_signals(read_topic(bootstrap, topics.journal)) if signals else {}
         outcomes = hostile_check.Outcomes(
-            read_topic(bootstrap, dlq_topic),
+            read_topic(bootstrap, topics.dlq),
             hostile_check.control_log_markers(run_dir.glob("worker-*.log")),
+            held,
         )
         left = hostile_check.pending(sender.sent, outcomes)
         if not left and not sender.is_alive():
