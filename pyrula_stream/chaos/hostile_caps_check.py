@@ -134,10 +134,10 @@ def check_invented_tenants(
             f.add("invented_tenant_overshoot", example=f"minute {minute}: {turns} turns of "
                   f"unknown tenants > {cap} + bound {bound}")  # fmt: skip
     cut = {rec.turn_id: rec for rec in sent if rec.expect == "tenant_cut" and rec.turn_id}
-    for rec in usage:
-        parts = rec.key.rsplit("/", 2)
-        if len(parts) == 3 and parts[1] in cut and len(parts[0]) > MAX_TENANT_CHARS:
-            f.add("hostile_not_in_dlq", example=f"{cut[parts[1]].describe()}: usage record "
+    for rec in usage:  # key: <tenant>/<minute>/<turn>/<what>
+        parts = rec.key.rsplit("/", 3)
+        if len(parts) == 4 and parts[2] in cut and len(parts[0]) > MAX_TENANT_CHARS:
+            f.add("hostile_not_in_dlq", example=f"{cut[parts[2]].describe()}: usage record "
                   f"of a {len(parts[0])}-character tenant")  # fmt: skip
     f.counts["invented_tenant_turns"] = len(invented)
     f.counts["unknown_tenant_turns_per_minute"] = dict(sorted(per_minute.items()))

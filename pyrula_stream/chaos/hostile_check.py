@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from pyrula_stream.chaos.hostile_caps_check import CAPS_KEYS
+from pyrula_stream.chaos.hostile_caps_check import CAPS_KEYS, journaled_signals
 from pyrula_stream.chaos.hostile_record import KIND_HEADER, REPLY_KINDS, HostileRecord
 from pyrula_stream.chaos.verify import Findings, Record
 from pyrula_stream.errors import MalformedRecordError
@@ -149,7 +149,7 @@ def check_hostile(
 ) -> None:
     f.zero("hostile_not_in_dlq", "forged_replies_taken", "hostile_headers_lost")
     f.zero("hostile_dlq_doubled")
-    outcomes = Outcomes(dlq, control_log_markers(logs))
+    outcomes = Outcomes(dlq, control_log_markers(logs), journaled_signals(journal))
     event_turns: set[str] = set()
     ended: set[str] = set()
     taken_children: set[str] = set()

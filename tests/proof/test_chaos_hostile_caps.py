@@ -141,6 +141,7 @@ def test_caps_checks_count_held_floods_taken_answers_overshoot_and_stuck_turns(
     usage += [_usage("default", 9, 1, turn) for turn in turns]
     # A long tenant id used whole in a usage record (not cut): one more without outcome.
     usage.append(_usage("L" * 70_000, 9, 0, long_tenant.turn_id or ""))
+    usage.append(_usage("L" * 200, 9, 0, long_tenant.turn_id or ""))  # cut: its outcome
     f = verify.Findings()
     hostile_caps_check.check_caps(
         [flood, answer, burst, long_tenant],
