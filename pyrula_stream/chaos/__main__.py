@@ -4,8 +4,9 @@ Starts a local Kafka broker unless ``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_
 names one, runs the experiment, prints a summary and, as the last line, one JSON object.
 Exit code 0 when ``lost``, ``duplicate_terminal``, ``duplicate_events``,
 ``repeated_llm_after_journal`` and ``duplicate_effects`` are all 0 (with ``--hostile``
-also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken`` and
-``hostile_dlq_doubled``; with ``--approvals`` also ``approved_not_run``, ``rejected_ran``,
+also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken``,
+``hostile_dlq_doubled``, ``forged_answers_taken``, ``invented_tenant_overshoot`` and
+``valid_turns_stuck``; with ``--approvals`` also ``approved_not_run``, ``rejected_ran``,
 ``answers_lost`` and ``answers_doubled``; with ``--tenants`` also ``quota_overshoot``, and
 at least one deferral), else 1.
 """
@@ -27,6 +28,7 @@ from pyrula_stream.chaos.harness import (
     ChaosResult,
     run_chaos,
 )
+from pyrula_stream.chaos.hostile import KINDS
 from pyrula_stream.chaos.hostile_check import HOSTILE_KEYS
 from pyrula_stream.chaos.tenants import DEFAULT_TIMEOUT_S, DEFAULT_TURNS, TENANT_KEYS
 from pyrula_stream.chaos.verify import SUBAGENT_KEYS
@@ -85,6 +87,10 @@ EXPLAIN = {
     "forged_replies_taken": "forged replies a parent took (--hostile)",
     "hostile_headers_lost": "dead letters of hostile records without their chaos-hostile tag",
     "hostile_dlq_doubled": "hostile records dead-lettered more than once",
+    "forged_answers_taken": "answers a client forged (on replies) that a turn took (--hostile)",
+    "invented_tenant_overshoot": "minutes whose turns of unknown tenants passed one bucket's "
+    "turns_per_minute plus its bound (--hostile)",
+    "valid_turns_stuck": "valid turns without a terminal event when the run ended (--hostile)",
     "control_skips_uncounted": "workers whose skipped-control count is below the unreadable sent",
     "control_skips_unread": "workers whose /metrics did not answer (a mesh serves none)",
     "approved_not_run": "approved gated calls whose tool never took effect (--approvals)",
@@ -161,6 +167,12 @@ def summary(result: ChaosResult) -> str:
         )
     if c.get("hostile_kinds"):
         lines.append(f"hostile records by kind: {c['hostile_kinds']}")
+    if "forged_answers_sent" in c:
+        lines.append(
+            f"forged answers sent {c['forged_answers_sent']}, most flood signals one turn held "
+            f"{c.get('flood_signals_held_most', 0)}, unknown tenants' turns per minute "
+            f"{c.get('unknown_tenant_turns_per_minute')} (bucket {c.get('unknown_tenant_bound')})"
+        )
     failed = [k for k in GATE_KEYS if c.get(k, 1)] + [k for k in SUBAGENT_KEYS if c.get(k, 0)]
     if "hostile_not_in_dlq" in c:
         failed += [k for k in HOSTILE_KEYS if c.get(k, 1)]
@@ -237,7 +249,13 @@ def main(argv: list[str] | None = None) -> int:
         "--hostile",
         action="store_true",
         help="also send generated hostile records (turns, replies, control) among the turns "
-        "and gate worker_crashes, hostile_not_in_dlq, forged_replies_taken and hostile_dlq_doubled",
+        "and gate worker_crashes, hostile_not_in_dlq, forged_replies_taken, hostile_dlq_doubled, "
+        "forged_answers_taken, invented_tenant_overshoot and valid_turns_stuck",
+    )
+    p.add_argument(
+        "--hostile-kinds",
+        default=",".join(KINDS),
+        help="comma-separated kinds of hostile records to send (default: all)",
     )
     p.add_argument(
         "--hostile-records",
@@ -275,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rate must be > 0")
     if args.hostile_records is not None and (args.hostile_records < 1 or not args.hostile):
         p.error("--hostile-records needs --hostile and must be >= 1")
+    kinds = tuple(k.strip() for k in args.hostile_kinds.split(",") if k.strip())
+    if not kinds or set(kinds) - set(KINDS):
+        p.error(f"--hostile-kinds takes some of {', '.join(KINDS)}")
     logging.basicConfig(level=logging.WARNING)
 
     def on_term(signum: int, frame: Any) -> None:
@@ -306,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.hostile
             else 0
         ),
+        hostile_kinds=kinds,
         log=lambda text: print(text, flush=True),
     )
     try:

@@ -14,7 +14,10 @@ it through the environment, so each run gets its own agent name (hence its own t
   then calls ``gated_effect`` directly, which waits for the harness's reviewer and
   records its effect in ``PYRULA_CHAOS_GATED_EFFECTS`` only when approved;
 - ``PYRULA_CHAOS_TENANTS=1``: turns have tenants (``metadata["tenant"]``) held to the
-  small quotas of ``chaos/tenants.py``.
+  small quotas of ``chaos/tenants.py``;
+- ``PYRULA_CHAOS_HOSTILE=1``: a turn with ``ask=True`` (sent by the hostile producer, never
+  by the submitter) parks on ``gated_effect`` at once; turns have tenants, a tenant not
+  in ``chaos/tenants.py`` held to ``hostile_caps.UNKNOWN_TENANT_LIMITS``.
 
 The tool dedupes on ``ctx.idempotency_key`` (see ``effects.py``).
 """
@@ -32,11 +35,13 @@ from pyrula_stream.chaos.effects import (
     APPROVALS_ENV,
     EFFECTS_ENV,
     GATED_EFFECTS_ENV,
+    HOSTILE_ENV,
     MODEL_URL_ENV,
     PARTITIONS_ENV,
     SUBAGENTS_ENV,
     apply_effect_once,
 )
+from pyrula_stream.chaos.hostile_caps import UNKNOWN_TENANT_LIMITS
 from pyrula_stream.chaos.model_server import MODEL, prompt_for
 from pyrula_stream.chaos.tenants import TENANTS_ENV, tenancy_options
 from pyrula_stream.context.agent_context import AgentContext
@@ -80,6 +85,15 @@ def chaos_llm() -> LLMClient:
 
 
 AGENT_NAME = os.environ.get(AGENT_ENV, "chaos")
+HOSTILE = os.environ.get(HOSTILE_ENV) == "1"
+
+
+def _tenancy() -> dict[str, Any]:
+    if os.environ.get(TENANTS_ENV) == "1":
+        return tenancy_options(UNKNOWN_TENANT_LIMITS if HOSTILE else None)
+    return tenancy_options(UNKNOWN_TENANT_LIMITS) if HOSTILE else {}
+
+
 CHILD_NAME = f"{AGENT_NAME}-child"
 
 
@@ -100,10 +114,13 @@ async def chaos_child(ctx: AgentContext, parent: str, i: int) -> dict[str, Any]:
     limits=AgentLimits(max_llm_calls=4, max_tool_calls=2),
     partitions=int(os.environ.get(PARTITIONS_ENV, "6")),
     timeout=300.0,
-    human_in_the_loop=os.environ.get(APPROVALS_ENV) == "1",
-    **(tenancy_options() if os.environ.get(TENANTS_ENV) == "1" else {}),
+    human_in_the_loop=os.environ.get(APPROVALS_ENV) == "1" or HOSTILE,
+    **_tenancy(),
 )
-async def chaos(ctx: AgentContext, n: int) -> dict[str, Any]:
+async def chaos(ctx: AgentContext, n: int, ask: bool = False) -> dict[str, Any]:
+    if ask and HOSTILE:  # a hostile record's turn: parks on a question only a reviewer answers
+        gated = await gated_effect(ctx, turn=ctx.turn_id)
+        return {"turn": ctx.turn_id, "asked": gated}
     # history=False: the model server reads the turn from the request; the thread still
     # records each turn's messages (what `--threads` checks).
     answer = await ctx.llm.run(

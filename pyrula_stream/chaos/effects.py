@@ -24,6 +24,9 @@ SUBAGENTS_ENV = "PYRULA_CHAOS_SUBAGENTS"
 """Set to 1: each chaos turn also calls two children on the ``<agent>-child`` agent."""
 APPROVALS_ENV = "PYRULA_CHAOS_APPROVALS"
 """Set to 1: each chaos turn makes one approval-gated call (``chaos/approvals.py``)."""
+HOSTILE_ENV = "PYRULA_CHAOS_HOSTILE"
+"""Set to 1: turns may ask (``ask``: park on a gated call nobody legitimate answers) and
+have tenants, the unknown ones held to ``hostile_caps.UNKNOWN_TENANT_LIMITS``."""
 GATED_EFFECTS_ENV = "PYRULA_CHAOS_GATED_EFFECTS"
 """The effects file of the gated tool (apart: the checks of ``record_effect`` stay as they are)."""
 

@@ -19,7 +19,6 @@ import shutil
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pyrula_stream.agent.definition import AgentTopics
-from pyrula_stream.chaos import hostile, hostile_check, verify
+from pyrula_stream.chaos import hostile, hostile_caps_check, hostile_check, verify
 from pyrula_stream.chaos.answer_kills import AnswerKiller, check_answer_kills
 from pyrula_stream.chaos.approvals import APPROVAL_KEYS, Reviewer, check_approvals, read_answers
 from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, run_broker
@@ -37,11 +36,14 @@ from pyrula_stream.chaos.effects import (
     APPROVALS_ENV,
     EFFECTS_ENV,
     GATED_EFFECTS_ENV,
+    HOSTILE_ENV,
     MODEL_URL_ENV,
     PARTITIONS_ENV,
     SUBAGENTS_ENV,
 )
 from pyrula_stream.chaos.hostile import Context, HostileSender
+from pyrula_stream.chaos.hostile_record import KINDS as HOSTILE_KINDS
+from pyrula_stream.chaos.hostile_settle import settle_hostile
 from pyrula_stream.chaos.monitor import EventMonitor, replies_watch
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
 from pyrula_stream.chaos.processes import AGENT_SPEC, CHILD_SPEC, ModelServer, Worker, child_env
@@ -102,6 +104,8 @@ class ChaosConfig:
     """Each turn also calls two children on a second agent (both agents in every worker)."""
     hostile: int = 0
     """``--hostile``: this many generated hostile records go out among the valid turns."""
+    hostile_kinds: tuple[str, ...] = HOSTILE_KINDS
+    """``--hostile-kinds``: the kinds they are drawn from (each about as often)."""
     hostile_settle_s: float = 60.0
     """How long to wait, after the last valid turn, for the hostile records' outcomes."""
     approvals: bool = False
@@ -172,16 +176,6 @@ async def submit_all(
             if thread_id is not None and threads is not None:
                 threads.setdefault(thread_id, []).append(handle.turn_id)
             submitted.append(handle.turn_id)
-
-
-def _control_skips(worker: Worker, agent: str) -> int:
-    """The worker's ``pyrula_skipped_records`` for control records (-1: unreadable)."""
-    try:
-        url = f"http://127.0.0.1:{worker.health_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return hostile_check.control_skips(resp.read().decode(), agent)
-    except (OSError, ValueError):
-        return -1
 
 
 def _wait_ready(workers: list[Worker], timeout_s: float) -> None:
@@ -285,44 +279,18 @@ class _Run:
         if restarter is not None:
             restarter.wait_idle()  # the workers stop, and the topics are read, with a broker
         sub.join(5)
-        self._settle_hostile(workers, t0)
-        return t0
-
-    def _settle_hostile(self, workers: list[Worker], t0: float) -> None:
-        """Wait until every hostile record's outcome shows (dead letter, log line), or
-        ``hostile_settle_s``; crashed workers are still counted and restarted."""
-        sender = self.hostile
-        if sender is None:
-            return
-        sender.join(self.cfg.hostile_settle_s)
-        deadline = time.monotonic() + self.cfg.hostile_settle_s
-        while True:
-            outcomes = hostile_check.Outcomes(
-                read_topic(self.bootstrap, self.topics.dlq),
-                hostile_check.control_log_markers(self.run_dir.glob("worker-*.log")),
+        if self.hostile is not None:
+            self.control_skips = settle_hostile(
+                self.hostile,
+                self.bootstrap,
+                self.agent,
+                workers,
+                self.run_dir,
+                self.cfg.hostile_settle_s,
+                lambda: self._restart_crashed(workers, time.monotonic() - t0),
+                self.say,
             )
-            left = hostile_check.pending(sender.sent, outcomes)
-            if not left and not sender.is_alive():
-                break
-            if time.monotonic() > deadline:
-                self.say(
-                    f"  {len(left)} hostile records without their outcome after "
-                    f"{self.cfg.hostile_settle_s}s, e.g. {left[0].describe() if left else ''}"
-                )
-                break
-            self._restart_crashed(workers, time.monotonic() - t0)
-            time.sleep(1.0)
-        # A worker restarted late counts the control records once it has read them again.
-        unreadable = sum(1 for rec in sender.sent if rec.expect == "skipped")
-        deadline = time.monotonic() + 30.0
-        while True:
-            self.control_skips = {w.worker_id: _control_skips(w, self.agent) for w in workers}
-            counts = self.control_skips.values()
-            if min(counts, default=0) >= unreadable or all(n < 0 for n in counts):
-                return  # all counted, or no worker serves /metrics (a mesh)
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.5)
+        return t0
 
     def _restart_crashed(self, workers: list[Worker], at: float) -> None:
         """A worker that exited without being killed by us is a finding; restart it."""
@@ -368,6 +336,11 @@ class _Run:
             logs = sorted(self.run_dir.glob("worker-*.log"))
             hostile_check.check_hostile(self.hostile.sent, dlq, events, journal, logs, f)
             hostile_check.check_control_counts(self.hostile.sent, self.control_skips, f)
+            usage = read_topic(self.bootstrap, self.topics.tenant_usage)
+            gated = str(self.run_dir / "gated-effects.jsonl")
+            hostile_caps_check.check_caps(
+                self.hostile.sent, ids, dlq, events, journal, usage, gated, self.cfg.workers, f
+            )
             for error in self.hostile.errors[:3]:
                 f.add("hostile_not_in_dlq", 0, example=f"not sent: {error}")
         if self.reviewer is not None:
@@ -424,7 +397,9 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
     ):
         say(f"kafka: {bootstrap}")
         run = _Run(cfg, bootstrap, agent, run_dir)
-        specs = agent_topic_specs(agent, partitions=cfg.partitions)
+        # A hostile run's agent has tenants (invented ones among them): their topics too.
+        tenants = cfg.tenants or bool(cfg.hostile)
+        specs = agent_topic_specs(agent, partitions=cfg.partitions, tenants=tenants)
         if cfg.subagents:
             specs += agent_topic_specs(f"{agent}-child", partitions=cfg.partitions)
         report = apply_topics(bootstrap, specs)
@@ -452,6 +427,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     SUBAGENTS_ENV: "1" if cfg.subagents else "0",
                     APPROVALS_ENV: "1" if cfg.approvals else "0",
                     TENANTS_ENV: "1" if cfg.tenants else "0",
+                    HOSTILE_ENV: "1" if cfg.hostile else "0",
                     GATED_EFFECTS_ENV: str(run_dir / "gated-effects.jsonl"),
                 }
             )
@@ -485,6 +461,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     cfg.hostile,
                     max(cfg.turns / cfg.rate, 2.0),
                     random.Random(f"{seed}-hostile"),
+                    cfg.hostile_kinds,
                 )
             # Deferred turns start in later minutes: with tenants the kills reach them too.
             kill_window = max(cfg.turns / cfg.rate, 2.0) + (

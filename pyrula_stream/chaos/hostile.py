@@ -21,12 +21,13 @@ kind must lead to (``expect``) is what the runtime documents (docs/hostile-input
   does not exist is remembered in case the turn arrives; nothing runs, nothing is written.
 
 Cancel and terminate records on ``<agent>.control`` are the control signals sent here;
-signals for a waiting turn (``ctx.wait_for_signal``) ride ``<agent>.replies`` and are not
-among the generated records yet (``--approvals`` answers real questions instead).
+signals on ``<agent>.replies`` (long ids, floods, forged answers) are among issue 46's
+kinds (``hostile_caps.py``), which ``generate`` builds too.
 """
 
 from __future__ import annotations
 
+import heapq
 import io
 import json
 import random
@@ -34,103 +35,43 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import fastavro
 from confluent_kafka import KafkaException
 
-from pyrula_stream.agent.definition import AgentTopics
+from pyrula_stream.chaos import hostile_caps
+from pyrula_stream.chaos.hostile_record import (
+    AVRO_HEADERS,
+    CAPS_KINDS,
+    CONTROL_KINDS,
+    DECODE_KINDS,
+    EXPECT,
+    ID_HEADER,
+    JSON_HEADERS,
+    KIND_HEADER,
+    KINDS,
+    MARK,
+    PARAMS_HEADERS,
+    REPLY_KINDS,
+    TURN_KINDS,
+    Context,
+    FollowUp,
+    Headers,
+    HostileRecord,
+)
 from pyrula_stream.kafka.config import new_producer, producer_config
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.lineage import Lineage
-from pyrula_stream.wire.serde import CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE, PARAMS_CONTENT_TYPE
+from pyrula_stream.wire.serde import CONTENT_TYPE_HEADER
 from pyrula_stream.wire.subagents import CHILD_TURN_HEADER, child_turn_id
 
-KIND_HEADER = "chaos-hostile"
-ID_HEADER = "chaos-hostile-id"
-MARK = "chaos-hostile-"
-"""``chaos-hostile-<run tag>-<index>``: in every forged reply's result (a parent that took
-one shows it in its events) and first in every unreadable control record (so the
-worker's log line names it)."""
-
-TURN_KINDS = (
-    "deep_nesting",
-    "huge_number",
-    "invalid_utf8",
-    "wrong_type",
-    "forged_lineage",
-    "forged_child",
-)
-REPLY_KINDS = ("forged_reply", "hostile_reply")
-CONTROL_KINDS = ("control_unreadable", "control_unknown_turn")
-KINDS = TURN_KINDS + REPLY_KINDS + CONTROL_KINDS
-EXPECT = {
-    **{k: "dlq" for k in TURN_KINDS + REPLY_KINDS},
-    "forged_child": "reply_dlq",
-    "control_unreadable": "skipped",
-    "control_unknown_turn": "ignored",
-}
-
-Headers = list[tuple[str, bytes]]
-_PARAMS: Headers = [(CONTENT_TYPE_HEADER, PARAMS_CONTENT_TYPE.encode())]
-_JSON: Headers = [(CONTENT_TYPE_HEADER, JSON_CONTENT_TYPE.encode())]
-_AVRO: Headers = [(CONTENT_TYPE_HEADER, serde.content_type("turn_request").encode())]
+_PARAMS = PARAMS_HEADERS
+_JSON = JSON_HEADERS
+_AVRO = AVRO_HEADERS
 _BAD_UTF8 = (b"\xff", b"\xfe\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\x80")
 _LEGACY_CHILD_NS = uuid.UUID("6f1d3c2e-6b0f-4f7e-9a53-2b8f0c6f7a11")
-
-
-@dataclass
-class HostileRecord:
-    """One hostile record and what it must lead to."""
-
-    index: int
-    kind: str
-    variant: str
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    partition: int | None = None
-    marker: str = ""
-    turn_id: str | None = None
-    """The turn a ``forged_child`` runs as, or the unknown turn a control record names."""
-    delivered: tuple[int, int] | None = None
-    """(partition, offset) the broker acknowledged."""
-
-    @property
-    def expect(self) -> str:
-        return EXPECT[self.kind]
-
-    @property
-    def source(self) -> str:
-        """Where it sits, as a dead letter's ``pyrula.dlq.source`` names it."""
-        if self.delivered is None:
-            return f"{self.topic}[?]@?"
-        return f"{self.topic}[{self.delivered[0]}]@{self.delivered[1]}"
-
-    def describe(self) -> str:
-        return f"#{self.index} {self.kind}/{self.variant} at {self.source}"
-
-
-@dataclass
-class Context:
-    """What a generator needs: the agent, its topics and the valid turns sent so far."""
-
-    agent: str
-    partitions: int
-    run_tag: str
-    parents: Callable[[], Sequence[str]] = list
-    topics: AgentTopics = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.topics = AgentTopics.for_agent(self.agent)
-
-    def parent(self, rng: random.Random) -> str:
-        """A valid turn already submitted (it never called), else a made-up one."""
-        known = self.parents()
-        return rng.choice(known) if known and rng.random() < 0.85 else uuid.uuid4().hex
 
 
 def _nest(depth: int, rng: random.Random) -> bytes:
@@ -437,7 +378,7 @@ _BUILDERS: dict[str, Callable[[Context, random.Random, HostileRecord], None]] = 
 def _topic(ctx: Context, kind: str) -> str:
     if kind in REPLY_KINDS:
         return ctx.topics.replies
-    if kind in CONTROL_KINDS:
+    if kind in CONTROL_KINDS or kind == "control_brackets":
         return ctx.topics.control
     return ctx.topics.turns
 
@@ -449,48 +390,94 @@ def generate(ctx: Context, rng: random.Random, index: int, kind: str) -> Hostile
     if kind in _SIMPLE:
         rec.variant, rec.value, rec.headers = _SIMPLE[kind](ctx, rng)
         rec.key = rng.choice([None, b"", f"h{index}".encode(), uuid.uuid4().hex.encode()])
+    elif kind in hostile_caps.BUILDERS:
+        hostile_caps.BUILDERS[kind](ctx, rng, rec)
     else:
         _BUILDERS[kind](ctx, rng, rec)
-    rec.headers = [*rec.headers, (KIND_HEADER, kind.encode()), (ID_HEADER, str(index).encode())]
+    tags = [(KIND_HEADER, kind.encode()), (ID_HEADER, str(index).encode())]
+    rec.headers = [*rec.headers, *tags]
+    for follow in rec.follow:
+        follow.headers = [*follow.headers, *tags]
     return rec
 
 
-def kinds_for(count: int, rng: random.Random) -> list[str]:
-    """``count`` kinds, each kind at least once when ``count`` allows, in random order."""
-    kinds = [KINDS[i % len(KINDS)] for i in range(count)]
-    rng.shuffle(kinds)
-    return kinds
+def kinds_for(count: int, rng: random.Random, kinds: Sequence[str] = KINDS) -> list[str]:
+    """``count`` of ``kinds``, each at least once when ``count`` allows, in random order."""
+    chosen = [kinds[i % len(kinds)] for i in range(count)]
+    rng.shuffle(chosen)
+    return chosen
 
 
 class HostileSender(threading.Thread):
-    """Sends ``count`` generated hostile records, evenly over ``window_s`` seconds."""
+    """Sends ``count`` generated hostile records, evenly over ``window_s`` seconds, and
+    each record's follow-ups (``HostileRecord.follow``) when they are due."""
 
     def __init__(
-        self, bootstrap: str, ctx: Context, count: int, window_s: float, rng: random.Random
+        self,
+        bootstrap: str,
+        ctx: Context,
+        count: int,
+        window_s: float,
+        rng: random.Random,
+        kinds: Sequence[str] = KINDS,
     ) -> None:
         super().__init__(name="chaos-hostile", daemon=True)
         self.ctx = ctx
         self.count = count
         self.window_s = window_s
         self.rng = rng
-        self.kinds = kinds_for(count, rng)
+        self.kinds = kinds_for(count, rng, kinds)
         self.sent: list[HostileRecord] = []
         self.errors: list[str] = []
-        self._producer = new_producer(producer_config(bootstrap))
+        # An oversize record is up to the broker's limit, past the client's default.
+        limit = {"message.max.bytes": hostile_caps.WIRE_LIMIT}
+        self._producer = new_producer(producer_config(bootstrap, extra=limit))
         self._halt = threading.Event()
+        self._due: list[tuple[float, int, HostileRecord, FollowUp]] = []
 
     def run(self) -> None:
         start = time.monotonic()
         try:
             for i, kind in enumerate(self.kinds):
                 at = start + self.window_s * (i + self.rng.uniform(0.1, 0.9)) / self.count
-                if self._halt.wait(max(0.0, at - time.monotonic())):
+                if self._wait_until(at):
                     break
-                self._send(generate(self.ctx, self.rng, i, kind))
+                rec = generate(self.ctx, self.rng, i, kind)
+                self._send(rec)
+                now = time.monotonic()
+                for n, follow in enumerate(rec.follow):
+                    heapq.heappush(self._due, (now + follow.delay_s, n, rec, follow))
+            while self._due and not self._wait_until(self._due[0][0]):
+                pass
         finally:
             left = self._producer.flush(30)
             if left:
                 self.errors.append(f"{left} hostile records not acknowledged")
+
+    def _wait_until(self, at: float) -> bool:
+        """Send the follow-ups due before ``at``, then wait for it; True when halted."""
+        while True:
+            while self._due and self._due[0][0] <= time.monotonic():
+                _, _, rec, follow = heapq.heappop(self._due)
+                self._send_follow(rec, follow)
+            due = min(at, self._due[0][0]) if self._due else at
+            if self._halt.wait(max(0.0, due - time.monotonic())):
+                return True
+            if time.monotonic() >= at:
+                return False
+
+    def _produce(self, what: str, topic: str, key: bytes | None, value: bytes | None,
+                 headers: Headers, on_delivery: Callable[[Any, Any], None],
+                 partition: int | None = None) -> None:  # fmt: skip
+        kwargs: dict[str, Any] = {"partition": partition} if partition is not None else {}
+        out: list[tuple[str, str | bytes | None]] = [*headers]
+        try:
+            self._producer.produce(
+                topic, key=key, value=value, headers=out, on_delivery=on_delivery, **kwargs
+            )
+        except (KafkaException, BufferError) as exc:
+            self.errors.append(f"{what}: {exc}")
+        self._producer.poll(0)
 
     def _send(self, rec: HostileRecord) -> None:
         def delivered(err: Any, msg: Any) -> None:
@@ -499,23 +486,42 @@ class HostileSender(threading.Thread):
             else:
                 rec.delivered = (msg.partition(), msg.offset())
 
-        kwargs: dict[str, Any] = {"partition": rec.partition} if rec.partition is not None else {}
-        headers: list[tuple[str, str | bytes | None]] = [*rec.headers]
         self.sent.append(rec)  # an unsent record counts as one without its outcome
-        try:
-            self._producer.produce(
-                rec.topic,
-                key=rec.key,
-                value=rec.value,
-                headers=headers,
-                on_delivery=delivered,
-                **kwargs,
-            )
-        except (KafkaException, BufferError) as exc:
-            self.errors.append(f"{rec.describe()}: {exc}")
-        self._producer.poll(0)
+        self._produce(
+            rec.describe(), rec.topic, rec.key, rec.value, rec.headers, delivered, rec.partition
+        )
+
+    def _send_follow(self, rec: HostileRecord, follow: FollowUp) -> None:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                self.errors.append(f"{rec.describe()} follow-up {follow.note[:40]}: {err}")
+            else:
+                follow.delivered = (msg.partition(), msg.offset())
+
+        what = f"{rec.describe()} follow-up"
+        self._produce(what, follow.topic, follow.key, follow.value, follow.headers, delivered)
 
     def stop(self) -> None:
         self._halt.set()
         if self.is_alive():
             self.join(60)
+
+
+__all__ = [
+    "CAPS_KINDS",
+    "CONTROL_KINDS",
+    "DECODE_KINDS",
+    "EXPECT",
+    "ID_HEADER",
+    "KINDS",
+    "KIND_HEADER",
+    "MARK",
+    "REPLY_KINDS",
+    "TURN_KINDS",
+    "Context",
+    "FollowUp",
+    "HostileRecord",
+    "HostileSender",
+    "generate",
+    "kinds_for",
+]

@@ -4,9 +4,12 @@
 a ``dlq`` record with no dead letter naming its place and a reason, a ``forged_child``
 whose reply was not dead-lettered by the parent it names, a ``control_unreadable`` record
 no worker logged as skipped, a ``control_unknown_turn`` whose turn shows up in the events.
-``forged_replies_taken``: forged replies (and forged children's replies) a parent took: a
-``subagent:result`` event or a ``reply:`` journal entry for their child id, or their
-marker in the parent agent's events or journal.
+``forged_replies_taken``: forged replies (and forged children's replies, and replies with
+a long child id) a parent took: a ``subagent:result`` event or a ``reply:`` journal entry
+for their child id, or their marker in the parent agent's events or journal.
+``control_brackets`` records are ``skipped`` as ``control_unreadable`` ones are; a long
+signal id must be dead-lettered where the signal (not its turn) sits. The other kinds of
+issue 46 are checked by ``hostile_caps_check`` (``HOSTILE_KEYS`` gates its keys too).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from pyrula_stream.chaos.hostile import KIND_HEADER, REPLY_KINDS, HostileRecord
+from pyrula_stream.chaos.hostile_caps_check import CAPS_KEYS, journaled_signals
+from pyrula_stream.chaos.hostile_record import KIND_HEADER, REPLY_KINDS, HostileRecord
 from pyrula_stream.chaos.verify import Findings, Record
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.wire.events import EventType, decode_event
@@ -28,6 +32,7 @@ HOSTILE_KEYS = (
     "hostile_not_in_dlq",
     "forged_replies_taken",
     "hostile_dlq_doubled",
+    *CAPS_KEYS,
 )
 """Gated in a ``--hostile`` run."""
 SKIPPED_LINE = "ignoring unreadable control record"
@@ -78,7 +83,14 @@ def check_control_counts(sent: list[HostileRecord], skips: dict[str, int], f: Fi
 class Outcomes:
     """The dead letters of a run, indexed the ways hostile records are looked up."""
 
-    def __init__(self, dlq: list[Record], markers: set[str]) -> None:
+    def __init__(
+        self,
+        dlq: list[Record],
+        markers: set[str],
+        held: dict[str, dict[str, int]] | None = None,
+    ) -> None:
+        self.held = held or {}
+        """Signal ids journaled under each turn (``hostile_caps_check.journaled_signals``)."""
         self.by_source: dict[str, list[Record]] = {}
         self.by_child: dict[str, list[Record]] = {}
         for rec in dlq:
@@ -93,16 +105,32 @@ class Outcomes:
     def letters(self, rec: HostileRecord) -> list[Record]:
         if rec.expect == "reply_dlq":
             return self.by_child.get(rec.turn_id or "", [])
+        if rec.expect == "dlq" and rec.follow:  # a long signal id sent to a turn of its own
+            return [r for follow in rec.follow for r in self.by_source.get(follow.source(), [])]
         return self.by_source.get(rec.source, [])
 
     def seen(self, rec: HostileRecord) -> bool:
-        """The record's documented outcome is visible (``ignored`` is checked later)."""
+        """The record's documented outcome is visible (``ignored`` is checked later; for
+        ``flood`` and ``not_taken``, each signal is decided; ``hostile_caps_check`` counts
+        what the decisions were)."""
         if rec.delivered is None:
             return False
+        if rec.expect == "dlq" and rec.follow:
+            return all(
+                any(r.headers.get("pyrula.dlq.reason") for r in self.by_source.get(f.source(), []))
+                for f in rec.follow
+            )
         if rec.expect in ("dlq", "reply_dlq"):
             return any(r.headers.get("pyrula.dlq.reason") for r in self.letters(rec))
         if rec.expect == "skipped":
             return rec.marker in self.markers
+        if rec.expect in ("flood", "not_taken"):  # each signal decided: held or refused
+            mine = self.held.get(rec.turn_id or "", {})
+            return all(
+                f.note in mine or f.source() in self.by_source
+                for f in rec.follow
+                if f.delivered is not None
+            )
         return True
 
 
@@ -121,7 +149,7 @@ def check_hostile(
 ) -> None:
     f.zero("hostile_not_in_dlq", "forged_replies_taken", "hostile_headers_lost")
     f.zero("hostile_dlq_doubled")
-    outcomes = Outcomes(dlq, control_log_markers(logs))
+    outcomes = Outcomes(dlq, control_log_markers(logs), journaled_signals(journal))
     event_turns: set[str] = set()
     ended: set[str] = set()
     taken_children: set[str] = set()
@@ -157,7 +185,8 @@ def check_hostile(
             tag = letters[0].headers.get(_ORIGINAL + KIND_HEADER)
             if tag != rec.kind:
                 f.add("hostile_headers_lost", example=f"{rec.describe()}: tag {tag!r}")
-        if rec.kind in REPLY_KINDS or rec.kind == "forged_child":
+        forged = rec.kind in REPLY_KINDS or rec.kind == "forged_child"
+        if forged or (rec.kind == "long_id" and CHILD_TURN_HEADER in dict(rec.headers)):
             child = rec.turn_id or dict(rec.headers).get(CHILD_TURN_HEADER, b"").decode()
             if (child and child in taken_children) or rec.marker.encode() in texts:
                 f.add("forged_replies_taken", example=f"{rec.describe()}: child {child}")

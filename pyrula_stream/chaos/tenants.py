@@ -21,7 +21,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from pyrula_stream.agent.tenants import TenantLimits
+from pyrula_stream.agent.tenants import DEFAULT_TENANT, TenantLimits
 from pyrula_stream.chaos.verify import Findings, Record
 from pyrula_stream.runtime.quotas import UsageWindows
 from pyrula_stream.wire.events import EventType, decode_event
@@ -57,12 +57,15 @@ def chaos_tenant(request: TurnRequest) -> str | None:
     return tenant if isinstance(tenant, str) else None
 
 
-def tenancy_options() -> dict[str, Any]:
-    """``@kafka_agent`` keywords of the chaos agent in a tenants run."""
+def tenancy_options(unknown: TenantLimits | None = None) -> dict[str, Any]:
+    """``@kafka_agent`` keywords of the chaos agent in a tenants run (``unknown``: the
+    limits of a tenant not in ``LIMITS``, as a ``--hostile`` run sets them)."""
+    # With ``unknown``, the valid turns without a tenant (the default one) stay unlimited.
+    known = {**LIMITS, DEFAULT_TENANT: TenantLimits()} if unknown else LIMITS
     return {
         "tenant": chaos_tenant,
-        "tenant_limits": TenantLimits(max_concurrent_turns=SLOTS),
-        "tenant_overrides": LIMITS,
+        "tenant_limits": unknown or TenantLimits(max_concurrent_turns=SLOTS),
+        "tenant_overrides": known,
         "on_quota": "defer",
     }
 

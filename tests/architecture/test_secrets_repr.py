@@ -70,7 +70,8 @@ NOT_CONFIG = {
     "pyrula_stream.wire.records.OutRecord",
     "pyrula_stream.wire.records.SourceRecord",
     "pyrula_stream.ui.model.DeadLetter",
-    "pyrula_stream.chaos.hostile.HostileRecord",  # a generated record the chaos run sends
+    "pyrula_stream.chaos.hostile_record.HostileRecord",  # a generated record chaos sends
+    "pyrula_stream.chaos.hostile_record.FollowUp",  # one sent after it
     # The chaos verifier's tally of what the journal holds (``llm``: model-call times).
     "pyrula_stream.chaos.verify.JournalView",
     # A partition's crash count; its ``options`` are the poison retry policy (two numbers).

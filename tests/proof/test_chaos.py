@@ -268,11 +268,12 @@ def test_chaos_small_hostile_run_dead_letters_every_hostile_record(
             rate=8.0,
             timeout_s=90.0,
             run_dir=str(tmp_path / "chaos"),
-            hostile=len(hostile.KINDS) * 2,
+            hostile=len(hostile.DECODE_KINDS) * 2,
+            hostile_kinds=hostile.DECODE_KINDS,
         )
     )
     c = result.counts
-    assert c["hostile_records"] == 20 and set(c["hostile_kinds"]) == set(hostile.KINDS)
+    assert c["hostile_records"] == 20 and set(c["hostile_kinds"]) == set(hostile.DECODE_KINDS)
     extra = ("hostile_headers_lost", "control_skips_uncounted", "failed_turns")
     for key in (*GATE_KEYS, *hostile_check.HOSTILE_KEYS, *extra):
         assert c[key] == 0, (key, result.examples.get(key), c)
@@ -309,7 +310,7 @@ def test_generated_hostile_records_meet_the_outcome_they_are_checked_for() -> No
     ctx = hostile.Context("chaosx", 6, "tag", parents=lambda: ["a" * 32, "b" * 32])
     rng = random.Random(7)
     wrong: list[str] = []
-    for i, kind in enumerate(hostile.kinds_for(300, rng)):
+    for i, kind in enumerate(hostile.kinds_for(300, rng, hostile.DECODE_KINDS)):
         rec = hostile.generate(ctx, rng, i, kind)
         if _decoded_outcome(ctx, rec) != rec.expect:
             wrong.append(rec.describe())
