@@ -12,8 +12,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from pyrula_stream.chaos import hostile, hostile_caps, hostile_caps_check, verify
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.wire import guard, serde
@@ -92,12 +90,6 @@ def test_bracket_control_records_hold_every_bracket_in_a_string() -> None:
         assert rec.value.count(b"[") >= hostile_caps.BRACKETS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="issue 46: json_depth calls max() on an empty sequence (fixed on i46-decode; "
-    "drop this mark when it merges)",
-)
 def test_bracket_control_records_are_skipped_not_a_crash() -> None:
     outcomes = {_control_outcome(rec.value) for rec in _records("control_brackets")}
     assert outcomes == {"skipped"}
