@@ -20,7 +20,7 @@ from typing import Any
 
 from pyrula_stream import AgentContext, ToolContext, kafka_agent, tool
 from pyrula_stream.agent.definition import KafkaAgent
-from pyrula_stream.agent.limits import DEFAULT_MAX_LLM_CALLS, AgentLimits
+from pyrula_stream.agent.limits import DEFAULT_MAX_LLM_CALLS, DEFAULT_MAX_TOOL_CALLS, AgentLimits
 from pyrula_stream.bench.harness import PREFIX
 from pyrula_stream.llm.base import (
     LLMClient,
@@ -94,7 +94,10 @@ def tool_turn_agent(
         ],
         latency_s=latency_s,
     )
-    limits = AgentLimits(max_llm_calls=max(DEFAULT_MAX_LLM_CALLS, steps + 1))
+    limits = AgentLimits(
+        max_llm_calls=max(DEFAULT_MAX_LLM_CALLS, steps + 1),
+        max_tool_calls=max(DEFAULT_MAX_TOOL_CALLS, steps),
+    )
 
     @kafka_agent(
         name=name,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -43,11 +44,22 @@ def forget_journal(bootstrap: str, topic: str, partitions: int) -> None:
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[policy])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
-    futures = admin.delete_records(
-        [TopicPartition(topic, p, -1) for p in range(partitions)]  # -1: up to the end
-    )
-    for future in futures.values():
-        future.result(timeout=30)
+    # The new policy reaches the partition leaders a moment after the call returns: until
+    # then the broker refuses the deletion (POLICY_VIOLATION).
+    deadline = time.monotonic() + 30
+    while True:
+        futures = admin.delete_records(
+            [TopicPartition(topic, p, -1) for p in range(partitions)]  # -1: up to the end
+        )
+        try:
+            for future in futures.values():
+                future.result(timeout=30)
+            return
+        except KafkaException as exc:
+            policy = exc.args[0].code() == KafkaError.POLICY_VIOLATION
+            if not policy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 async def test_status_of_turns_another_client_submitted_reads_their_partition(

@@ -17,7 +17,7 @@ from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.runtime.health import start_health_server
 from pyrula_stream.testing import unique_name
 
-WEB = "k-web-0123456789abcdef"
+WEB = "k-web-0123456789abcdef0123456789abcdef"
 
 
 async def test_connections_past_the_limit_are_refused_with_503() -> None:

@@ -21,7 +21,7 @@ from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import read_topic, running_worker, unique_name
 from pyrula_stream.wire import serde
 
-WEB, OPS = "k-web-0123456789abcdef", "k-ops-fedcba9876543210"
+WEB, OPS = "k-web-0123456789abcdef0123456789abcdef", "k-ops-fedcba9876543210fedcba9876543210"
 KEYS = APIKeyAuth({"web": WEB, "ops": OPS})
 TENANT_KEY = b"t" * 48
 

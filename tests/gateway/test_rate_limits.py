@@ -13,7 +13,7 @@ from pyrula_stream.gateway.serve import running_gateway
 from pyrula_stream.ui.feed import FeedOptions
 from pyrula_stream.ui.server import UIOptions, running_ui
 
-WEB, OPS = "k-web-0123456789abcdef", "k-ops-fedcba9876543210"
+WEB, OPS = "k-web-0123456789abcdef0123456789abcdef", "k-ops-fedcba9876543210fedcba9876543210"
 KEYS = APIKeyAuth({"web": WEB, "ops": OPS})
 SLOW = RatePolicy(per_second=0.05, burst=3)
 """Three at once, then one per 20 s: a test's few requests never earn a fresh token."""
