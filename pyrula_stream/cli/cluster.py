@@ -294,7 +294,7 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         "--operator-principal",
         default=None,
         help="writes the tenants' limits (pyrula-stream tenants set) and redrives dead "
-        "letters to turns, control, signals (pyrula-stream dlq), e.g. User:ops",
+        "letters to turns and signals (pyrula-stream dlq), e.g. User:ops",
     )
     a.add_argument(
         "--tenants",

@@ -108,10 +108,11 @@ def agent_acls(
     operator (``operator_principal``) writes the limits. The operator also lists and
     redrives dead letters (``pyrula-stream dlq``): it reads the DLQ, keeps its notes on
     ``<agent>.dlq-redrives`` under transactional id ``<prefix>.<agent>-dlq-redrive`` and
-    writes the redriven records back to turns, control and signals, what a client may
-    write. Not to answers (an operator that redrives an answer must also be the reviewer:
-    give one principal both roles) nor to replies (only the called agents' workers vouch
-    for a sub-agent's outcome).
+    writes the redriven records back to turns and signals, what a client may write (a
+    control record is skipped, never dead-lettered: none to redrive). Not to answers (an
+    operator that redrives an answer must also be the reviewer: give one principal both
+    roles) nor to replies (only the called agents' workers vouch for a sub-agent's
+    outcome).
     ``idempotent_write`` adds CLUSTER IDEMPOTENT_WRITE, which only
     brokers before Kafka 3.0 need (since KIP-679, WRITE on a topic implies it).
     """
@@ -271,7 +272,7 @@ def _redrive_acls(o: str, base: str, readers: str, transactional_id: str) -> lis
         Acl(o, "TOPIC", notes, "DESCRIBE_CONFIGS", why="dlq redrive checks the notes topic"),
         *[
             Acl(o, "TOPIC", f"{base}.{t}", "WRITE", why="dlq redrive to its source topic")
-            for t in ("turns", "control", "signals")
+            for t in ("turns", "signals")
         ],
         Acl(o, "TRANSACTIONAL_ID", transactional_id, "WRITE", why="dlq redrive, done once"),
         Acl(o, "GROUP", readers, "DESCRIBE", why="its readers"),

@@ -183,7 +183,6 @@ def test_the_operator_redrives_to_what_a_client_may_write_and_no_further() -> No
         ("TOPIC", "p.a.dlq-redrives", "CREATE", "LITERAL"),
         ("TOPIC", "p.a.dlq-redrives", "DESCRIBE_CONFIGS", "LITERAL"),
         ("TOPIC", "p.a.turns", "WRITE", "LITERAL"),
-        ("TOPIC", "p.a.control", "WRITE", "LITERAL"),
         ("TOPIC", "p.a.signals", "WRITE", "LITERAL"),
         ("TRANSACTIONAL_ID", "p.a-dlq-redrive", "WRITE", "LITERAL"),
         ("GROUP", "p.a.readers", "DESCRIBE", "LITERAL"),
