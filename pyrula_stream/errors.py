@@ -207,6 +207,11 @@ class UnknownTopicError(UserError):
         self.topic = topic
 
 
+class OverCapError(UserError):
+    """An id or a count past its cap (``wire/caps.py``), refused by the client before it
+    produced anything: a worker would have dead-lettered the record."""
+
+
 class KafkaAuthenticationError(ConfigurationError):
     """The cluster refused the client's credentials (a wrong password, an unknown user)."""
 

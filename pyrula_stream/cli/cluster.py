@@ -293,7 +293,8 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     a.add_argument(
         "--operator-principal",
         default=None,
-        help="writes the tenants' limits (pyrula-stream tenants set), e.g. User:ops",
+        help="writes the tenants' limits (pyrula-stream tenants set) and redrives dead "
+        "letters to turns and signals (pyrula-stream dlq), e.g. User:ops",
     )
     a.add_argument(
         "--tenants",

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.client.event_reader import SharedEventReader, Subscription, TurnStream
+from pyrula_stream.client.outgoing_caps import check_request, check_turn_id
 from pyrula_stream.client.signals import SignalsClient
 from pyrula_stream.client.turn_status import TurnStatus, read_turn_status
 from pyrula_stream.durable.branch import branch_metadata, check_from_step
@@ -221,21 +222,21 @@ class KafkaAgentClient(SignalsClient):
         self, request: TurnRequest, *, headers: Sequence[tuple[str, bytes]] = ()
     ) -> TurnHandle:
         """Produce a prepared request, with the current trace context in its headers
-        (and ``headers``, such as the gateway's owner header)."""
+        (and ``headers``, such as the gateway's owner header). An id past its cap
+        (``wire/caps.py``) raises ``OverCapError`` and nothing is sent."""
         topic = self._topics(request.agent).turns
         codec = self._writer_codec()
         value, ctype = await asyncio.to_thread(codec.encode, "turn_request", request, topic)
         with send_span(topic, request.turn_id) as trace:
+            sent: list[tuple[str, str | bytes | None]] = [
+                (serde.CONTENT_TYPE_HEADER, ctype.encode()),
+                *carrier_headers(trace),
+                *headers,
+            ]
+            check_request(request, sent)
             try:
                 delivered = await self._get_producer().send(
-                    topic,
-                    request.key.encode(),
-                    value,
-                    [
-                        (serde.CONTENT_TYPE_HEADER, ctype.encode()),
-                        *carrier_headers(trace),
-                        *headers,
-                    ],
+                    topic, request.key.encode(), value, sent
                 )
             except UnknownTopicError as exc:
                 raise self._no_topic(request.agent, exc) from None
@@ -575,6 +576,7 @@ class KafkaAgentClient(SignalsClient):
         return status
 
     async def _control(self, agent: str, turn_id: str, action: str, reason: str | None) -> None:
+        check_turn_id(turn_id)
         if reason is not None and len(reason) > MAX_REASON:
             raise ConfigurationError(f"reason is {len(reason)} characters; at most {MAX_REASON}")
         record = ControlRequest(turn_id, action, reason).record(self._topics(agent).control)

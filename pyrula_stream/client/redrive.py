@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.errors import ErrorCode, UnknownTopicError, UserError
+from pyrula_stream.kafka.acls import redrive_transactional_id
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.once import OnceWriter, RawRecord, read_raw
@@ -179,12 +180,6 @@ def redrive_topic_spec(agent: str, prefix: str = DEFAULT_PREFIX) -> TopicSpec:
         s for s in agent_topic_specs(agent, prefix=prefix, dlq_redrives=True) if s.name == name
     ]
     return spec
-
-
-def redrive_transactional_id(prefix: str, agent: str) -> str:
-    """One per agent, outside the workers' ``<prefix>.<agent>.`` ids: two redrives of one
-    agent fence each other, and never a worker."""
-    return f"{prefix}.{agent}-dlq-redrive"
 
 
 class DeadLetters:

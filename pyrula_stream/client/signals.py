@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.agent.definition import AgentTopics
+from pyrula_stream.client.outgoing_caps import check_signal
 from pyrula_stream.errors import (
     KafkaAuthorizationError,
     MalformedRecordError,
@@ -167,9 +168,11 @@ class SignalsClient:
         self, agent: str, signal: Signal, key: str | None, wait: float | None
     ) -> SignalReceipt:
         """Produce the signal (an answer to the answers topic, any other to the signals
-        topic) and wait for its decision where this principal may read it."""
+        topic) and wait for its decision where this principal may read it. An id past
+        its cap (``wire/caps.py``) raises ``OverCapError`` and nothing is sent."""
         topics = AgentTopics.for_agent(agent, self.prefix)
         key = key or self._submitted.get((agent, signal.turn_id)) or signal.turn_id
+        check_signal(signal, key)
         lookup = TurnLookup(
             self.bootstrap_servers,
             client_id=f"pyrula-signal-{uuid.uuid4().hex[:8]}",

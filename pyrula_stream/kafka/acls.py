@@ -43,6 +43,16 @@ def check_name_piece(what: str, value: str) -> None:
         )
 
 
+def redrive_transactional_id(prefix: str, agent: str) -> str:
+    """The one transactional id of ``pyrula-stream dlq redrive`` for ``agent``: two runs
+    fence each other, and never a worker. With no dot in ``prefix`` or ``agent``
+    (``check_name_piece``) it has exactly one dot, so no worker id (``<prefix>.<agent>.
+    <worker>``, two dots) is it and no agent's PREFIXED rule ``<prefix>.<agent>.`` covers
+    it; another agent's redrive id differs in the agent name, and the operator's rule on
+    it is LITERAL."""
+    return f"{prefix}.{agent}-dlq-redrive"
+
+
 @dataclass(frozen=True)
 class Acl:
     """One ALLOW rule: ``principal`` may ``operation`` on ``resource`` ``name``."""
@@ -95,7 +105,14 @@ def agent_acls(
     HTTP gateway (``gateway_principal``) is a client and a status reader: it submits,
     cancels and streams, and reads a turn's request (its owner) and status. With
     ``tenants``, workers read the tenants' limits and share their usage, and only the
-    operator (``operator_principal``) writes the limits.
+    operator (``operator_principal``) writes the limits. The operator also lists and
+    redrives dead letters (``pyrula-stream dlq``): it reads the DLQ, keeps its notes on
+    ``<agent>.dlq-redrives`` under transactional id ``<prefix>.<agent>-dlq-redrive`` and
+    writes the redriven records back to turns and signals, what a client may write (a
+    control record is skipped, never dead-lettered: none to redrive). Not to answers (an
+    operator that redrives an answer must also be the reviewer: give one principal both
+    roles) nor to replies (only the called agents' workers vouch for a sub-agent's
+    outcome).
     ``idempotent_write`` adds CLUSTER IDEMPOTENT_WRITE, which only
     brokers before Kafka 3.0 need (since KIP-679, WRITE on a topic implies it).
     """
@@ -179,6 +196,10 @@ def agent_acls(
                 Acl(o, "GROUP", f"{base}.tenants.readers", "DESCRIBE", why="its readers"),
                 Acl(o, "GROUP", f"{base}.tenant-usage.readers", "DESCRIBE", why="its readers"),
             ]
+    if operator_principal is not None:
+        rules += _redrive_acls(
+            operator_principal, base, readers, redrive_transactional_id(prefix, agent)
+        )
     for child in sorted(set(calls)):
         rules += [
             Acl(w, "TOPIC", f"{prefix}.{child}.turns", "WRITE", why=f"call sub-agent {child}"),
@@ -238,6 +259,24 @@ def agent_acls(
             seen.add(binding)
             unique.append(rule)
     return unique
+
+
+def _redrive_acls(o: str, base: str, readers: str, transactional_id: str) -> list[Acl]:
+    """What ``pyrula-stream dlq list|redrive`` needs (``client/redrive.py``)."""
+    notes = f"{base}.dlq-redrives"
+    return [
+        Acl(o, "TOPIC", f"{base}.dlq", "READ", why="dlq list, redrive: the dead letters"),
+        Acl(o, "TOPIC", notes, "READ", why="dlq redrive: what was redriven"),
+        Acl(o, "TOPIC", notes, "WRITE", why="dlq redrive: note each redrive"),
+        Acl(o, "TOPIC", notes, "CREATE", why="the first redrive creates the notes topic"),
+        Acl(o, "TOPIC", notes, "DESCRIBE_CONFIGS", why="dlq redrive checks the notes topic"),
+        *[
+            Acl(o, "TOPIC", f"{base}.{t}", "WRITE", why="dlq redrive to its source topic")
+            for t in ("turns", "signals")
+        ],
+        Acl(o, "TRANSACTIONAL_ID", transactional_id, "WRITE", why="dlq redrive, done once"),
+        Acl(o, "GROUP", readers, "DESCRIBE", why="its readers"),
+    ]
 
 
 def describe(rules: Sequence[Acl]) -> str:

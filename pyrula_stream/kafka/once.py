@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from pyrula_stream.errors import PyrulaError, UnknownTopicError
 from pyrula_stream.kafka.config import (
@@ -140,6 +140,12 @@ class OnceWriter:
     def write(self, records: Sequence[OutRecord]) -> None:
         """All of ``records`` or none of them (``WriteNotDone``). The commit flushes and
         fails when any record failed, so no delivery report is needed."""
+        denied: dict[str, KafkaError] = {}
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                denied.setdefault(str(msg.topic()), err)
+
         try:
             self._producer.begin_transaction()
             for rec in records:
@@ -150,13 +156,24 @@ class OnceWriter:
                     rec.key,
                     partition,
                     headers=rec.headers,  # type: ignore[arg-type]  # list is invariant
+                    on_delivery=on_delivery,
                 )
             self._producer.commit_transaction(CALL_TIMEOUT_S)
         except KafkaException as exc:
-            self._raise(exc, "write")
+            self._producer.poll(0)  # serves the delivery reports that say which topic
+            self._raise(exc, "write", denied)
 
-    def _raise(self, exc: KafkaException, what: str) -> None:
+    def _raise(
+        self, exc: KafkaException, what: str, denied: Mapping[str, KafkaError] | None = None
+    ) -> None:
         err = kafka_error(exc)
+        if denied:  # a topic the principal may not write: the transaction is aborted below
+            topic, cause = sorted(denied.items())[0]
+            with contextlib.suppress(KafkaException):
+                self._producer.abort_transaction(CALL_TIMEOUT_S)
+            raise authorization_error(
+                self._conf, "WRITE", f"topic {topic} (nothing was written)", cause
+            ) from None
         if err is not None and is_authorization_failure(err):
             tid = self._conf.get("transactional.id")
             raise authorization_error(self._conf, "WRITE", f"transactional id {tid}", err) from None

@@ -31,6 +31,7 @@ SECURED_USERS = (
     "worker_caller",
     "worker_child",
     "operator_t",
+    "operator_x",
 )
 """The SCRAM users of the secured broker (made when it is formatted, so listed here)."""
 

@@ -8,7 +8,7 @@ import pytest
 from pyrula_stream import AgentContext, AgentRegistrationError, kafka_agent
 from pyrula_stream.cli import main
 from pyrula_stream.errors import ConfigurationError
-from pyrula_stream.kafka.acls import agent_acls, describe
+from pyrula_stream.kafka.acls import agent_acls, describe, redrive_transactional_id
 from pyrula_stream.llm import FakeLLM
 
 
@@ -162,6 +162,66 @@ def test_tenant_topics_are_read_by_workers_and_written_by_the_operator() -> None
     assert not [g for g in granted if g[0] == "User:c" and "tenant" in g[1]]
     untenanted = agent_acls("a", prefix="p", worker_principal="User:w", operator_principal="User:o")
     assert not [r for r in untenanted if "tenant" in r.name]
+
+
+def test_the_operator_redrives_to_what_a_client_may_write_and_no_further() -> None:
+    rules = agent_acls(
+        "a",
+        prefix="p",
+        worker_principal="User:w",
+        client_principal="User:c",
+        reviewer_principal="User:r",
+        operator_principal="User:o",
+    )
+    operator = {
+        (r.resource, r.name, r.operation, r.pattern) for r in rules if r.principal == "User:o"
+    }
+    assert operator == {
+        ("TOPIC", "p.a.dlq", "READ", "LITERAL"),
+        ("TOPIC", "p.a.dlq-redrives", "READ", "LITERAL"),
+        ("TOPIC", "p.a.dlq-redrives", "WRITE", "LITERAL"),
+        ("TOPIC", "p.a.dlq-redrives", "CREATE", "LITERAL"),
+        ("TOPIC", "p.a.dlq-redrives", "DESCRIBE_CONFIGS", "LITERAL"),
+        ("TOPIC", "p.a.turns", "WRITE", "LITERAL"),
+        ("TOPIC", "p.a.signals", "WRITE", "LITERAL"),
+        ("TRANSACTIONAL_ID", "p.a-dlq-redrive", "WRITE", "LITERAL"),
+        ("GROUP", "p.a.readers", "DESCRIBE", "LITERAL"),
+    }
+    client = {(r.name, r.operation) for r in rules if r.principal == "User:c"}
+    topics = {(n, op) for res, n, op, _ in operator if res == "TOPIC" and op == "WRITE"}
+    redriven = topics - {("p.a.dlq-redrives", "WRITE")}
+    assert redriven <= client, "a redrive writes only where a client may"
+    writers = {r.principal for r in rules if r.name == "p.a.answers" and r.operation == "WRITE"}
+    assert writers == {"User:r"}, "an answer is redriven only by an operator who reviews"
+    assert redrive_transactional_id("p", "a") == "p.a-dlq-redrive"
+
+
+def test_no_transactional_id_rule_covers_another_agents_redrive_id() -> None:
+    """Agents ``a``, ``a-dlq-redrive`` and ``a-dlq`` side by side: each worker's PREFIXED
+    rule and each operator's LITERAL rule covers that agent's ids only."""
+    agents = ["a", "a-dlq-redrive", "a-dlq", "b"]
+    rules = [
+        rule
+        for agent in agents
+        for rule in agent_acls(
+            agent,
+            prefix="p",
+            worker_principal=f"User:w-{agent}",
+            operator_principal=f"User:o-{agent}",
+        )
+        if rule.resource == "TRANSACTIONAL_ID"
+    ]
+    ids = {f"p.{agent}.worker-1": agent for agent in agents}
+    ids |= {redrive_transactional_id("p", agent): agent for agent in agents}
+    assert len(ids) == 2 * len(agents)
+    for tid, owner in ids.items():
+        covering = {
+            r.principal
+            for r in rules
+            if (tid.startswith(r.name) if r.pattern == "PREFIXED" else tid == r.name)
+        }
+        who = "w" if tid.endswith(".worker-1") else "o"
+        assert covering == {f"User:{who}-{owner}"}, tid
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from pyrula_stream import AgentContext, KafkaAgent, KafkaAgentClient, WorkerOpti
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.cli import main as cli_main
 from pyrula_stream.client.kafka_client import new_request
+from pyrula_stream.client.redrive import REDRIVE_OF_HEADER, DeadLetters
 from pyrula_stream.errors import KafkaAuthorizationError
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.kafka.io import RecordProducer
@@ -77,7 +78,8 @@ def roles(secured_broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory)
     assert cli_main(["topics", "apply", x, "--partitions", "1", *common]) == 0
     grants = [
         [x, "worker_x", "--client-principal", "User:client_x", "--reviewer-principal",
-         "User:reviewer_x", "--callers", roles.caller, "--calls", roles.child],
+         "User:reviewer_x", "--callers", roles.caller, "--calls", roles.child,
+         "--operator-principal", "User:operator_x"],
         [x, "worker_x", "--client-principal", "User:client_y"],
         [roles.caller, "worker_caller", "--calls", x],
         [roles.child, "worker_child", "--callers", x],
@@ -284,3 +286,64 @@ async def test_a_tenant_agent_runs_and_only_the_operator_sets_limits(
     assert events[-1].data.get("tenant") == "acme"
     assert await asyncio.to_thread(cli_main, ["tenants", "show", name, *as_operator]) == 0
     assert '"tenant": "acme"' in capsys.readouterr().out
+
+
+def _letters(roles: Roles, user: str) -> DeadLetters:
+    return DeadLetters(roles.bootstrap, roles.agent, kafka_config=roles.settings(user))
+
+
+async def test_the_operator_redrives_dead_letters_and_a_client_cannot(
+    roles: Roles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator lists the dead letters and redrives one to its turns topic (once); an
+    answer's dead letter needs the reviewer role too, so its redrive writes nothing; a
+    client reads no dead letter and redrives none."""
+    x = roles.topics
+    admin = RecordProducer(roles.bootstrap, kafka_config=roles.broker.admin_settings())
+    letters = {}
+    try:
+        for source in ("turns", "answers"):
+            tag = unique_name(source)
+            headers = [("pyrula.dlq.reason", tag.encode()), ("pyrula.dlq.code", b"test")]
+            headers.append(("pyrula.dlq.source", f"{x.turns[:-5]}{source}[0]@0".encode()))
+            await admin.send(x.dlq, tag.encode(), b"{}", headers)
+            letters[source] = tag
+    finally:
+        await asyncio.to_thread(admin.close)
+
+    operator = _letters(roles, "operator_x")
+    found = {d.reason: d for d in await asyncio.to_thread(operator.find)}
+    turn, answer = found[letters["turns"]], found[letters["answers"]]
+    for _ in range(2):
+        (done,) = await asyncio.to_thread(operator.redrive, by="ops", offsets=[turn.offset])
+    assert (done.outcome, done.topic) == ("already_redriven", x.turns), done
+    as_admin = roles.broker.admin_settings()
+    copies = [
+        (k, h)
+        for k, _, h in read_topic(roles.bootstrap, x.turns, kafka_config=as_admin)
+        if h.get(REDRIVE_OF_HEADER) == f"{x.dlq}[0]@{turn.offset}"
+    ]
+    assert copies == [(letters["turns"].encode(), copies[0][1])], "redriven once"
+
+    with pytest.raises(
+        KafkaAuthorizationError, match=rf"User:operator_x .* WRITE topic {x.answers}"
+    ):
+        await asyncio.to_thread(operator.redrive, by="ops", offsets=[answer.offset])
+    (still,) = await asyncio.to_thread(operator.find, offsets=[answer.offset])
+    assert still.redrive is None, "nothing noted: the redrive wrote nothing"
+
+    props = tmp_path / "operator.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in roles.settings("operator_x").items()))
+    cli = ["dlq", "list", roles.agent, "--reason", letters["turns"]]
+    cli += ["--bootstrap-servers", roles.bootstrap, "--kafka-config", str(props)]
+    capsys.readouterr()
+    assert await asyncio.to_thread(cli_main, cli) == 0
+    assert '"redriven": {' in capsys.readouterr().out
+
+    client = _letters(roles, "client_x")
+    with pytest.raises(KafkaAuthorizationError, match=rf"User:client_x .* READ topic {x.dlq}"):
+        await asyncio.to_thread(client.find)
+    with pytest.raises(KafkaAuthorizationError, match=r"User:client_x "):
+        await asyncio.to_thread(client.redrive, by="client_x", offsets=[answer.offset])
+    (still,) = await asyncio.to_thread(operator.find, offsets=[answer.offset])
+    assert still.redrive is None

@@ -28,6 +28,8 @@ BROKER_LIMIT = 1_048_588
 
 HEADERS = 300
 
+SIGNAL_KINDS = ("signal", "signals", "answers")
+
 
 def _hostile(
     extra: list[tuple[str, str | bytes | None]] = (),  # type: ignore[assignment]
@@ -48,19 +50,26 @@ def _hostile_producer(bootstrap: str) -> RecordProducer:
     return RecordProducer(bootstrap, message_max_bytes=4_000_000)
 
 
-@pytest.mark.parametrize("topic", ["turns", "replies", "signal"])
+@pytest.mark.parametrize("topic", ["turns", "replies", "signal", "signals", "answers"])
 async def test_an_oversize_record_is_dead_lettered_and_the_partition_flows(
     kafka_bootstrap_servers: str, client: KafkaAgentClient, topic: str
 ) -> None:
+    """``signal``: a signal on the replies topic, where clients sent them before
+    ``<agent>.signals``; ``signals`` and ``answers``: a signal record on those topics."""
+
     @kafka_agent(name=unique_name("big"), llm=FakeLLM(["fine"]), partitions=1)
     async def agent(ctx: AgentContext, question: str) -> str:
         return await ctx.llm.run([{"role": "user", "content": question}])
 
     extra: list[tuple[str, str | bytes | None]] = (
-        [(RECORD_TYPE_HEADER, SIGNAL_RECORD_TYPE)] if topic == "signal" else []
+        [(RECORD_TYPE_HEADER, SIGNAL_RECORD_TYPE)] if topic in SIGNAL_KINDS else []
     )
     value, headers = _hostile(extra)
-    target = agent.topics.turns if topic == "turns" else agent.topics.replies
+    target = {
+        "turns": agent.topics.turns,
+        "signals": agent.topics.signals,
+        "answers": agent.topics.answers,
+    }.get(topic, agent.topics.replies)
     producer = _hostile_producer(kafka_bootstrap_servers)
     async with running_worker(agent, kafka_bootstrap_servers):
         await producer.send(target, b"k1", value, headers)
