@@ -234,7 +234,7 @@ def check_caps(
 ) -> None:
     """The counts of the module docstring."""
     f.zero(*CAPS_KEYS, "forged_answers_sent", "forged_answers_refused")
-    f.zero("forged_replies_sent", "forged_replies_refused")
+    f.zero("forged_replies_taken", "forged_replies_sent", "forged_replies_refused")
     by_source: dict[str, list[Record]] = {}
     for rec in dlq:
         source = rec.headers.get("pyrula.dlq.source")

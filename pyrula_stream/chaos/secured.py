@@ -27,7 +27,6 @@ from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec
 from pyrula_stream.kafka.local.broker import LocalBroker, start_local_broker
 from pyrula_stream.kafka.stores.cache import cache_topic_spec
 from pyrula_stream.kafka.stores.memory import memory_topic_spec
-from pyrula_stream.testing import BOOTSTRAP_ENV
 
 WORKER = "chaos_worker"
 CLIENT = "chaos_client"
@@ -93,11 +92,12 @@ def check_secured(
     subagents: bool,
     approvals: bool,
 ) -> None:
-    """A secured run has its own single broker and no part that would need more roles."""
+    """A secured run has its own single broker and no part that would need more roles
+    (``$KAFKA_BOOTSTRAP_SERVERS`` only turns the default off: see ``__main__``)."""
     clash = [
         name
         for name, on in (
-            ("--bootstrap-servers", bool(bootstrap_servers or os.environ.get(BOOTSTRAP_ENV))),
+            ("--bootstrap-servers", bool(bootstrap_servers)),
             ("--broker-restarts", broker_restarts > 0),
             ("--brokers", brokers > 1),
             ("--subagents", subagents),
