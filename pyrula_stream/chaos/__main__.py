@@ -9,6 +9,9 @@ also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken``,
 ``valid_turns_stuck``; with ``--approvals`` also ``approved_not_run``, ``rejected_ran``,
 ``answers_lost`` and ``answers_doubled``; with ``--tenants`` also ``quota_overshoot``, and
 at least one deferral), else 1.
+
+With ``--hostile`` the run is ``--secured`` by default (its own SASL broker with the
+chaos agent's generated ACLs, see ``secured.py``) unless another broker setup is asked for.
 """
 
 from __future__ import annotations
