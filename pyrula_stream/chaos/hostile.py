@@ -409,10 +409,13 @@ def kinds_for(count: int, rng: random.Random, kinds: Sequence[str] = KINDS) -> l
     return chosen
 
 
-CLIENT_KINDS = ("forged_answer",)
-"""Kinds sent as the client principal on a secured run (``client_config``): what a
-client may do is what they test. The others test what a worker makes of bytes that
-reach it, whoever wrote them, and are sent with ``kafka_config`` (a super user there)."""
+def client_topics(ctx: Context) -> frozenset[str]:
+    """What a record is sent as the client principal to on a secured run
+    (``client_config``): the topics a client may write (turns, control, signals), and
+    the records the broker must refuse it (``FollowUp.refusable``). A reply is sent with
+    ``kafka_config`` (a super user there), standing in for a called agent's worker."""
+    t = ctx.topics
+    return frozenset((t.turns, t.control, t.signals))
 
 
 class HostileSender(threading.Thread):
@@ -443,6 +446,7 @@ class HostileSender(threading.Thread):
         limit = {"message.max.bytes": hostile_caps.WIRE_LIMIT}
         self._producer = new_producer(producer_config(bootstrap, kafka_config, extra=limit))
         self._client = self._refusable = self._producer
+        self._client_topics = client_topics(ctx)
         if client_config is not None:
             self._client = new_producer(producer_config(bootstrap, client_config, extra=limit))
             # Records the broker must refuse get a producer of their own, so their
@@ -512,7 +516,7 @@ class HostileSender(threading.Thread):
                 rec.delivered = (msg.partition(), msg.offset())
 
         self.sent.append(rec)  # an unsent record counts as one without its outcome
-        producer = self._client if rec.kind in CLIENT_KINDS else self._producer
+        producer = self._client if rec.topic in self._client_topics else self._producer
         self._produce(
             producer, rec.describe(), rec.topic, rec.key, rec.value, rec.headers, delivered,
             rec.partition,
@@ -528,7 +532,7 @@ class HostileSender(threading.Thread):
                 follow.delivered = (msg.partition(), msg.offset())
 
         what = f"{rec.describe()} follow-up"
-        producer = self._client if rec.kind in CLIENT_KINDS else self._producer
+        producer = self._client if follow.topic in self._client_topics else self._producer
         if follow.refusable:
             producer = self._refusable
         self._produce(
@@ -543,7 +547,6 @@ class HostileSender(threading.Thread):
 
 __all__ = [
     "CAPS_KINDS",
-    "CLIENT_KINDS",
     "CONTROL_KINDS",
     "DECODE_KINDS",
     "EXPECT",
@@ -557,6 +560,7 @@ __all__ = [
     "FollowUp",
     "HostileRecord",
     "HostileSender",
+    "client_topics",
     "generate",
     "kinds_for",
 ]

@@ -5,8 +5,9 @@ super user) and KRaft's ``StandardAuthorizer`` denying whatever no ACL allows, c
 run's topics as ``admin`` and applies what ``pyrula-stream acls`` generates for the chaos
 agent (worker, client, reviewer and operator principals). Then each part of the run
 connects as the role it plays: the workers as ``chaos_worker`` (a properties file given
-with ``--kafka-config``), the submitter and the forged answers as ``chaos_client``; the
-harness's own readers (monitor, settle, checks) as ``admin``. So a forged answer is
+with ``--kafka-config``), the submitter and the hostile records on the topics a client
+may write (``hostile.client_topics``) as ``chaos_client``; hostile replies, and the
+harness's own readers (monitor, settle, checks), as ``admin``. So a forged answer is
 refused by the broker (no WRITE on ``<agent>.answers`` or ``.replies``) or by the worker
 (``wrong_topic`` on ``<agent>.signals``), as it would be on a secured cluster.
 """
