@@ -9,6 +9,9 @@ also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken``,
 ``valid_turns_stuck``; with ``--approvals`` also ``approved_not_run``, ``rejected_ran``,
 ``answers_lost`` and ``answers_doubled``; with ``--tenants`` also ``quota_overshoot``, and
 at least one deferral), else 1.
+
+With ``--hostile`` the run is ``--secured`` by default (its own SASL broker with the
+chaos agent's generated ACLs, see ``secured.py``) unless another broker setup is asked for.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -33,6 +37,7 @@ from pyrula_stream.chaos.hostile_check import HOSTILE_KEYS
 from pyrula_stream.chaos.tenants import DEFAULT_TIMEOUT_S, DEFAULT_TURNS, TENANT_KEYS
 from pyrula_stream.chaos.verify import SUBAGENT_KEYS
 from pyrula_stream.errors import PyrulaError
+from pyrula_stream.testing import BOOTSTRAP_ENV
 
 HEADLINE = (
     "turns",
@@ -87,7 +92,8 @@ EXPLAIN = {
     "forged_replies_taken": "forged replies a parent took (--hostile)",
     "hostile_headers_lost": "dead letters of hostile records without their chaos-hostile tag",
     "hostile_dlq_doubled": "hostile records dead-lettered more than once",
-    "forged_answers_taken": "answers a client forged (on replies) that a turn took (--hostile)",
+    "forged_answers_taken": "answers a client forged (on signals; with --secured also on "
+    "answers) that a turn took (--hostile)",
     "invented_tenant_overshoot": "minutes whose turns of unknown tenants passed one bucket's "
     "turns_per_minute plus its bound (--hostile)",
     "valid_turns_stuck": "valid turns without a terminal event when the run ended (--hostile)",
@@ -169,7 +175,11 @@ def summary(result: ChaosResult) -> str:
         lines.append(f"hostile records by kind: {c['hostile_kinds']}")
     if "forged_answers_sent" in c:
         lines.append(
-            f"forged answers sent {c['forged_answers_sent']}, most flood signals one turn held "
+            f"forged answers sent {c['forged_answers_sent']}, refused by the broker "
+            f"{c.get('forged_answers_refused', 0)}; forged replies sent "
+            f"{c.get('forged_replies_sent', 0)}, refused {c.get('forged_replies_refused', 0)}"
+            f"{' (SASL, generated ACLs)' if c.get('secured') else ''}; "
+            "most flood signals one turn held "
             f"{c.get('flood_signals_held_most', 0)}, unknown tenants' turns per minute "
             f"{c.get('unknown_tenant_turns_per_minute')} (bucket {c.get('unknown_tenant_bound')})"
         )
@@ -276,6 +286,16 @@ def main(argv: list[str] | None = None) -> int:
         help="spread the turns over three tenants with small turns_per_minute and "
         "tokens_per_minute quotas (turns get deferred); gate quota_overshoot",
     )
+    p.add_argument(
+        "--secured",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run on the harness's own SASL_SSL broker with the agent's generated ACLs: "
+        "workers, submitter and forged answers each connect as their principal (worker, "
+        "client), so a client's forged answer meets the broker's ACLs (default: on with "
+        "--hostile, unless --bootstrap-servers, --broker-restarts, --brokers, --subagents "
+        "or --approvals asks for another setup)",
+    )
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
@@ -296,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     kinds = tuple(k.strip() for k in args.hostile_kinds.split(",") if k.strip())
     if not kinds or set(kinds) - set(KINDS):
         p.error(f"--hostile-kinds takes some of {', '.join(KINDS)}")
+    if args.secured is None:
+        elsewhere = args.bootstrap_servers or os.environ.get(BOOTSTRAP_ENV)
+        others = elsewhere or args.broker_restarts or args.brokers > 1
+        args.secured = args.hostile and not (others or args.subagents or args.approvals)
     logging.basicConfig(level=logging.WARNING)
 
     def on_term(signum: int, frame: Any) -> None:
@@ -322,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         subagents=args.subagents,
         approvals=args.approvals,
         tenants=args.tenants,
+        secured=args.secured,
         hostile=(
             (args.hostile_records if args.hostile_records is not None else max(20, args.turns // 2))
             if args.hostile

@@ -6,8 +6,9 @@ and reruns on one broker never mix. Turns are submitted at a steady rate and the
 are spread over that window (see ``monkey.py``). When every turn has a terminal event (or
 the timeout says which have not), the workers get SIGTERM, and everything is checked from
 the outside (see ``verify.py``). With ``broker_restarts`` the harness runs its own broker
-and stops and restarts it mid-run (see ``broker.py``). No process is left behind, whatever
-happens.
+and stops and restarts it mid-run (see ``broker.py``); with ``secured``, its own SASL broker
+with the agent's generated ACLs, each part connecting as its role (see ``secured.py``). No
+process is left behind, whatever happens.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.chaos import hostile, hostile_caps_check, hostile_check, verify
 from pyrula_stream.chaos.answer_kills import AnswerKiller, check_answer_kills
 from pyrula_stream.chaos.approvals import APPROVAL_KEYS, Reviewer, check_approvals, read_answers
-from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, run_broker
+from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, OwnBroker, run_broker
 from pyrula_stream.chaos.cluster import ClusterKiller, cluster_counts
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
@@ -47,6 +48,15 @@ from pyrula_stream.chaos.hostile_settle import settle_hostile
 from pyrula_stream.chaos.monitor import EventMonitor, replies_watch
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
 from pyrula_stream.chaos.processes import AGENT_SPEC, CHILD_SPEC, ModelServer, Worker, child_env
+from pyrula_stream.chaos.secured import (
+    CLIENT,
+    ROLES,
+    WORKER,
+    SecuredBroker,
+    check_secured,
+    secured_broker,
+    shared_topic_specs,
+)
 from pyrula_stream.chaos.tenants import (
     KILL_WINDOW_EXTRA_S,
     TENANT_KEYS,
@@ -112,6 +122,9 @@ class ChaosConfig:
     """``--approvals``: each turn makes one gated call that a reviewer thread answers."""
     tenants: bool = False
     """``--tenants``: turns spread over three tenants with small quotas (``tenants.py``)."""
+    secured: bool = False
+    """``--secured``: the harness's own SASL_SSL broker with the generated ACLs; workers,
+    submitter and forged answers each connect as their role (``secured.py``)."""
 
 
 @dataclass
@@ -156,15 +169,19 @@ async def submit_all(
     threads: dict[str, list[str]] | None = None,
     per_thread: int = 0,
     tenants: bool = False,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> None:
     """Submit ``turns`` turns with ``KafkaAgentClient`` at ``rate`` per second; with
     ``per_thread``, round-robin over ``turns / per_thread`` threads (in ``threads``); with
-    ``tenants``, round-robin over the tenants of ``tenants.py``.
+    ``tenants``, round-robin over the tenants of ``tenants.py``. ``kafka_config``: the
+    client principal's settings on a secured run.
 
     The timeout outlasts a broker restart: a submit waits for the broker to come back.
     """
     count = max(1, -(-turns // per_thread)) if per_thread else 0
-    async with KafkaAgentClient(bootstrap, prefix=DEFAULT_PREFIX, timeout=120.0) as client:
+    async with KafkaAgentClient(
+        bootstrap, prefix=DEFAULT_PREFIX, timeout=120.0, kafka_config=kafka_config
+    ) as client:
         start = time.monotonic()
         for i in range(turns):
             delay = start + i / rate - time.monotonic()
@@ -193,9 +210,20 @@ def _wait_ready(workers: list[Worker], timeout_s: float) -> None:
 class _Run:
     """The state of one run, so that ``run_chaos`` stays a readable sequence."""
 
-    def __init__(self, cfg: ChaosConfig, bootstrap: str, agent: str, run_dir: Path) -> None:
+    def __init__(
+        self,
+        cfg: ChaosConfig,
+        bootstrap: str,
+        agent: str,
+        run_dir: Path,
+        secured: SecuredBroker | None = None,
+    ) -> None:
         self.cfg = cfg
         self.bootstrap = bootstrap
+        self.secured = secured
+        self.admin = secured.admin if secured is not None else None
+        """The harness's own readers' settings: the super user's on a secured run."""
+        self.client = secured.settings(CLIENT) if secured is not None else None
         self.agent = agent
         self.topics = AgentTopics.for_agent(agent, DEFAULT_PREFIX)
         self.calls = run_dir / "calls.jsonl"
@@ -239,6 +267,7 @@ class _Run:
                         self.threads,
                         cfg.turns_per_thread,
                         cfg.tenants,
+                        self.client,
                     )
                 )
             except BaseException as exc:
@@ -289,6 +318,7 @@ class _Run:
                 self.cfg.hostile_settle_s,
                 lambda: self._restart_crashed(workers, time.monotonic() - t0),
                 self.say,
+                kafka_config=self.admin,
             )
         return t0
 
@@ -318,25 +348,29 @@ class _Run:
         for t in threads:
             t.join()
 
+    def read(self, topic: str) -> list[verify.Record]:
+        """Every committed record of ``topic``, read as the harness (a super user)."""
+        return read_topic(self.bootstrap, topic, kafka_config=self.admin)
+
     def check(self) -> verify.Findings:
         f = verify.Findings()
         ids = self.submitted
-        events = read_topic(self.bootstrap, self.topics.events)
+        events = self.read(self.topics.events)
         verify.check_events(ids, events, f)
         if self.cfg.turns_per_thread:
-            threads = read_topic(self.bootstrap, self.topics.threads)
+            threads = self.read(self.topics.threads)
             verify.check_threads(self.threads, events, threads, f)
-        journal = read_topic(self.bootstrap, self.topics.journal)
+        journal = self.read(self.topics.journal)
         view = verify.check_journal(ids, journal, f)
         verify.check_model_calls(ids, verify.read_jsonl(str(self.calls)), view, f)
         verify.check_effects(ids, str(self.effects), view, f)
-        dlq = read_topic(self.bootstrap, self.topics.dlq)
+        dlq = self.read(self.topics.dlq)
         f.counts["dead_letters"] = len(dlq)
         if self.hostile is not None:
             logs = sorted(self.run_dir.glob("worker-*.log"))
             hostile_check.check_hostile(self.hostile.sent, dlq, events, journal, logs, f)
             hostile_check.check_control_counts(self.hostile.sent, self.control_skips, f)
-            usage = read_topic(self.bootstrap, self.topics.tenant_usage)
+            usage = self.read(self.topics.tenant_usage)
             gated = str(self.run_dir / "gated-effects.jsonl")
             hostile_caps_check.check_caps(
                 self.hostile.sent, ids, dlq, events, journal, usage, gated, self.cfg.workers, f
@@ -350,22 +384,18 @@ class _Run:
             if self.killer is not None:
                 check_answer_kills(self.killer.kills, events, gated, f, self.killer.errors)
         if self.cfg.tenants:
-            usage = read_topic(self.bootstrap, self.topics.tenant_usage)
+            usage = self.read(self.topics.tenant_usage)
             slots = WorkerOptions().max_concurrent_turns  # the chaos workers' default
             check_tenants(ids, events, usage, self.cfg.workers, slots, f)
         if self.cfg.subagents:
             child = AgentTopics.for_agent(f"{self.agent}-child", DEFAULT_PREFIX)
             verify.check_subagents(
                 ids,
-                read_topic(self.bootstrap, self.topics.events),
-                read_topic(self.bootstrap, child.turns),
-                read_topic(self.bootstrap, child.events),
+                self.read(self.topics.events),
+                self.read(child.turns),
+                self.read(child.events),
                 # Hostile replies are checked by hostile_check, not counted as children's.
-                [
-                    r
-                    for r in read_topic(self.bootstrap, self.topics.replies)
-                    if hostile.KIND_HEADER not in r.headers
-                ],
+                [r for r in self.read(self.topics.replies) if hostile.KIND_HEADER not in r.headers],
                 f,
             )
         return f
@@ -386,25 +416,43 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
     )
     say(f"agent {agent}; files in {run_dir}")
     restarter: BrokerRestarter | ClusterKiller | None = None
-    with (
-        run_broker(
-            cfg.bootstrap_servers,
-            restarts=cfg.broker_restarts,
-            brokers=cfg.brokers,
-            run_dir=run_dir,
-        ) as (bootstrap, own),
-        contextlib.ExitStack() as after_check,
-    ):
-        say(f"kafka: {bootstrap}")
-        run = _Run(cfg, bootstrap, agent, run_dir)
+    secured: SecuredBroker | None = None
+    own: OwnBroker | LocalCluster | None = None
+    with contextlib.ExitStack() as after_check:
+        if cfg.secured:
+            check_secured(
+                bootstrap_servers=cfg.bootstrap_servers,
+                broker_restarts=cfg.broker_restarts,
+                brokers=cfg.brokers,
+                subagents=cfg.subagents,
+                approvals=cfg.approvals,
+            )
+            secured = after_check.enter_context(secured_broker(run_dir))
+            bootstrap = secured.bootstrap
+        else:
+            bootstrap, own = after_check.enter_context(
+                run_broker(
+                    cfg.bootstrap_servers,
+                    restarts=cfg.broker_restarts,
+                    brokers=cfg.brokers,
+                    run_dir=run_dir,
+                )
+            )
+        say(f"kafka: {bootstrap}{' (SASL_SSL, generated ACLs)' if secured else ''}")
+        run = _Run(cfg, bootstrap, agent, run_dir, secured)
         # A hostile run's agent has tenants (invented ones among them): their topics too.
         tenants = cfg.tenants or bool(cfg.hostile)
         specs = agent_topic_specs(agent, partitions=cfg.partitions, tenants=tenants)
         if cfg.subagents:
             specs += agent_topic_specs(f"{agent}-child", partitions=cfg.partitions)
-        report = apply_topics(bootstrap, specs)
+        if secured is not None:
+            specs += shared_topic_specs()
+        report = apply_topics(bootstrap, specs, kafka_config=run.admin)
         if not report.ok:
             raise RuntimeError(report.describe())
+        if secured is not None:
+            granted = secured.grant(agent, tenants=tenants)
+            say(f"ACLs: {granted} rules for {', '.join(ROLES)}")
         server = ModelServer(
             run_dir,
             run.calls,
@@ -434,6 +482,8 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             worker_args = ["--group-protocol", cfg.group_protocol]
             if cfg.fast_takeover:
                 worker_args.append("--static-membership")
+            if secured is not None:
+                worker_args += ["--kafka-config", str(secured.properties_file(WORKER))]
             specs_run = (AGENT_SPEC, CHILD_SPEC) if cfg.subagents else (AGENT_SPEC,)
             workers = [
                 Worker(
@@ -451,17 +501,27 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 w.start()
             _wait_ready(workers, 90)
             say(f"workers ready: {', '.join(f'{w.worker_id} (pid {w.pid})' for w in workers)}")
-            monitor = EventMonitor(bootstrap, run.topics.events, cfg.partitions)
+            monitor = EventMonitor(
+                bootstrap, run.topics.events, cfg.partitions, kafka_config=run.admin
+            )
             monitor.start()
             mon = monitor
             if cfg.hostile:
                 run.hostile = HostileSender(
                     bootstrap,
-                    Context(agent, cfg.partitions, agent.removeprefix("chaos"), run.submitted.copy),
+                    Context(
+                        agent,
+                        cfg.partitions,
+                        agent.removeprefix("chaos"),
+                        run.submitted.copy,
+                        secured=secured is not None,
+                    ),
                     cfg.hostile,
                     max(cfg.turns / cfg.rate, 2.0),
                     random.Random(f"{seed}-hostile"),
                     cfg.hostile_kinds,
+                    kafka_config=run.admin,
+                    client_config=run.client,
                 )
             # Deferred turns start in later minutes: with tenants the kills reach them too.
             kill_window = max(cfg.turns / cfg.rate, 2.0) + (
@@ -505,7 +565,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     rng=random.Random(seed),
                 )
                 after_check.callback(restarter.stop)
-            elif own is not None:
+            elif isinstance(own, OwnBroker):
                 window = max(cfg.turns / cfg.rate, 2.0)
                 restarts = cfg.broker_restarts
                 restarter = BrokerRestarter(
@@ -557,6 +617,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             "longest_stall_at_s": stall_at,
             "fast_takeover": cfg.fast_takeover,
             "group_protocol": cfg.group_protocol,
+            "secured": cfg.secured,
             "seed": seed,
             "agent": agent,
             "seconds": round(time.monotonic() - started, 1),

@@ -34,11 +34,11 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import fastavro
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 
 from pyrula_stream.chaos import hostile_caps
 from pyrula_stream.chaos.hostile_record import (
@@ -60,7 +60,8 @@ from pyrula_stream.chaos.hostile_record import (
     Headers,
     HostileRecord,
 )
-from pyrula_stream.kafka.config import new_producer, producer_config
+from pyrula_stream.kafka.config import is_authorization_failure, new_producer, producer_config
+from pyrula_stream.kafka.offsets import kafka_error
 from pyrula_stream.kafka.partitioner import partition_for
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.lineage import Lineage
@@ -408,6 +409,15 @@ def kinds_for(count: int, rng: random.Random, kinds: Sequence[str] = KINDS) -> l
     return chosen
 
 
+def client_topics(ctx: Context) -> frozenset[str]:
+    """What a record is sent as the client principal to on a secured run
+    (``client_config``): the topics a client may write (turns, control, signals), and
+    the records the broker must refuse it (``FollowUp.refusable``). A reply is sent with
+    ``kafka_config`` (a super user there), standing in for a called agent's worker."""
+    t = ctx.topics
+    return frozenset((t.turns, t.control, t.signals))
+
+
 class HostileSender(threading.Thread):
     """Sends ``count`` generated hostile records, evenly over ``window_s`` seconds, and
     each record's follow-ups (``HostileRecord.follow``) when they are due."""
@@ -420,6 +430,9 @@ class HostileSender(threading.Thread):
         window_s: float,
         rng: random.Random,
         kinds: Sequence[str] = KINDS,
+        *,
+        kafka_config: Mapping[str, Any] | None = None,
+        client_config: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(name="chaos-hostile", daemon=True)
         self.ctx = ctx
@@ -431,7 +444,14 @@ class HostileSender(threading.Thread):
         self.errors: list[str] = []
         # An oversize record is up to the broker's limit, past the client's default.
         limit = {"message.max.bytes": hostile_caps.WIRE_LIMIT}
-        self._producer = new_producer(producer_config(bootstrap, extra=limit))
+        self._producer = new_producer(producer_config(bootstrap, kafka_config, extra=limit))
+        self._client = self._refusable = self._producer
+        self._client_topics = client_topics(ctx)
+        if client_config is not None:
+            self._client = new_producer(producer_config(bootstrap, client_config, extra=limit))
+            # Records the broker must refuse get a producer of their own, so their
+            # authorization errors touch no other record's sequence.
+            self._refusable = new_producer(producer_config(bootstrap, client_config))
         self._halt = threading.Event()
         self._due: list[tuple[float, int, HostileRecord, FollowUp]] = []
 
@@ -450,9 +470,12 @@ class HostileSender(threading.Thread):
             while self._due and not self._wait_until(self._due[0][0]):
                 pass
         finally:
-            left = self._producer.flush(30)
-            if left:
-                self.errors.append(f"{left} hostile records not acknowledged")
+            for producer in {
+                id(p): p for p in (self._producer, self._client, self._refusable)
+            }.values():
+                left = producer.flush(30)
+                if left:
+                    self.errors.append(f"{left} hostile records not acknowledged")
 
     def _wait_until(self, at: float) -> bool:
         """Send the follow-ups due before ``at``, then wait for it; True when halted."""
@@ -466,18 +489,24 @@ class HostileSender(threading.Thread):
             if time.monotonic() >= at:
                 return False
 
-    def _produce(self, what: str, topic: str, key: bytes | None, value: bytes | None,
-                 headers: Headers, on_delivery: Callable[[Any, Any], None],
+    def _produce(self, producer: Producer, what: str, topic: str, key: bytes | None,
+                 value: bytes | None, headers: Headers, on_delivery: Callable[[Any, Any], None],
                  partition: int | None = None) -> None:  # fmt: skip
         kwargs: dict[str, Any] = {"partition": partition} if partition is not None else {}
         out: list[tuple[str, str | bytes | None]] = [*headers]
         try:
-            self._producer.produce(
+            producer.produce(
                 topic, key=key, value=value, headers=out, on_delivery=on_delivery, **kwargs
             )
-        except (KafkaException, BufferError) as exc:
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None:  # refused at once (a topic known to be denied): report it so
+                on_delivery(err, None)
+            else:
+                self.errors.append(f"{what}: {exc}")
+        except BufferError as exc:
             self.errors.append(f"{what}: {exc}")
-        self._producer.poll(0)
+        producer.poll(0)
 
     def _send(self, rec: HostileRecord) -> None:
         def delivered(err: Any, msg: Any) -> None:
@@ -487,19 +516,28 @@ class HostileSender(threading.Thread):
                 rec.delivered = (msg.partition(), msg.offset())
 
         self.sent.append(rec)  # an unsent record counts as one without its outcome
+        producer = self._client if rec.topic in self._client_topics else self._producer
         self._produce(
-            rec.describe(), rec.topic, rec.key, rec.value, rec.headers, delivered, rec.partition
-        )
+            producer, rec.describe(), rec.topic, rec.key, rec.value, rec.headers, delivered,
+            rec.partition,
+        )  # fmt: skip
 
     def _send_follow(self, rec: HostileRecord, follow: FollowUp) -> None:
         def delivered(err: Any, msg: Any) -> None:
-            if err is not None:
+            if err is not None and follow.refusable and is_authorization_failure(err):
+                follow.refused = str(err)  # what the broker must do with it
+            elif err is not None:
                 self.errors.append(f"{rec.describe()} follow-up {follow.note[:40]}: {err}")
             else:
                 follow.delivered = (msg.partition(), msg.offset())
 
         what = f"{rec.describe()} follow-up"
-        self._produce(what, follow.topic, follow.key, follow.value, follow.headers, delivered)
+        producer = self._client if follow.topic in self._client_topics else self._producer
+        if follow.refusable:
+            producer = self._refusable
+        self._produce(
+            producer, what, follow.topic, follow.key, follow.value, follow.headers, delivered
+        )
 
     def stop(self) -> None:
         self._halt.set()
@@ -522,6 +560,7 @@ __all__ = [
     "FollowUp",
     "HostileRecord",
     "HostileSender",
+    "client_topics",
     "generate",
     "kinds_for",
 ]

@@ -6,7 +6,13 @@
   ``FLOOD_HELD_MAX`` signals or ``FLOOD_HELD_BYTES`` of them (one per signal past the
   cap, one for bytes); a signal with a long id that was not dead-lettered (``Outcomes``);
 - ``forged_answers_taken``: forged answers a turn took: the answer journaled under its
-  turn (``<turn>/signal:<id>``), or the gated call it approved took effect;
+  turn (``<turn>/signal:<id>``), or the gated call it approved took effect, whichever
+  topic it was sent to (on ``--secured``, also ``<agent>.answers``, where the broker
+  should refuse it: ``forged_answers_refused`` counts those refusals);
+- ``forged_replies_taken`` (with ``hostile_check``'s): on ``--secured``, the made-up
+  sub-agent reply a client sent with a forged answer, taken by its turn (a ``reply:``
+  journal entry or ``subagent:result`` event for its child id, or its marker in the
+  journal or events) should the broker have let it through (``forged_replies_refused``);
 - ``invented_tenant_overshoot``: minutes in which the turns of the tenants the agent does
   not know (invented ids, and whatever bucket they share) passed the unknown-tenant
   ``turns_per_minute`` plus its over-quota bound (docs/tenants.md), read from the usage
@@ -26,13 +32,15 @@ from pyrula_stream.chaos.hostile_caps import (
     FLOOD_HELD_BYTES,
     FLOOD_HELD_MAX,
     UNKNOWN_TENANT_LIMITS,
+    reply_marker,
 )
 from pyrula_stream.chaos.hostile_record import HostileRecord
 from pyrula_stream.chaos.tenants import LIMITS, turns_bound
 from pyrula_stream.chaos.verify import Findings, Record
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.wire.events import decode_event
-from pyrula_stream.wire.journal_keys import SIGNAL
+from pyrula_stream.wire.events import EventType, decode_event
+from pyrula_stream.wire.journal_keys import REPLY, SIGNAL
+from pyrula_stream.wire.signals import REFUSAL_REASONS
 
 CAPS_KEYS = ("forged_answers_taken", "invented_tenant_overshoot", "valid_turns_stuck")
 """Gated in a ``--hostile`` run, beside ``hostile_check.HOSTILE_KEYS``."""
@@ -83,22 +91,75 @@ def check_floods(
         f.counts["flood_signals_held_most"] = max(f.counts.get("flood_signals_held_most", 0), count)
 
 
+def taken_children(events: list[Record], journal: list[Record]) -> set[str]:
+    """Child turn ids whose reply a parent took: a ``subagent:result`` event names it,
+    or a ``<turn>/reply:<child>`` journal entry holds it."""
+    taken: set[str] = set()
+    for ev in events:
+        if ev.value is None:
+            continue
+        try:
+            event = decode_event(ev.value, ev.headers)
+        except MalformedRecordError:
+            continue
+        if event.type == EventType.SUBAGENT_RESULT:
+            taken.add(str(event.data.get("child_turn_id")))
+    for entry in journal:
+        _, _, suffix = entry.key.rpartition("/")
+        if suffix.startswith(REPLY) and entry.value is not None:
+            taken.add(suffix[len(REPLY) :])
+    return taken
+
+
+def _refusal(letter: Record) -> str:
+    """A dead letter's code, and for a refused signal why (``signal_refused/wrong_topic``)."""
+    code = letter.headers.get("pyrula.dlq.code") or "?"
+    reason = letter.headers.get("pyrula.dlq.reason") or ""
+    why = [r for r in REFUSAL_REASONS if f"{r}:" in reason]
+    return f"{code}/{why[0]}" if why else code
+
+
 def check_forged_answers(
     sent: list[HostileRecord],
     held: dict[str, dict[str, int]],
     gated_effects: str,
+    events: list[Record],
+    journal: list[Record],
+    by_source: dict[str, list[Record]],
     f: Findings,
 ) -> None:
+    """``forged_answers_taken`` and ``forged_replies_taken`` of the module docstring, and
+    how each forged record was refused (``forged_refusals``: the broker's
+    ``authorization`` error, else the dead letter's code and, for a signal, why: e.g.
+    ``signal_refused/wrong_topic``)."""
+    refusals: Counter[str] = Counter()
     applied = Counter(e.get("turn") for e in read_effects(gated_effects) if e.get("applied"))
+    children = taken_children(events, journal)
+    texts = b"\n".join(r.value for r in (*events, *journal) if r.value is not None)
     for rec in sent:
         if rec.expect != "not_taken":
             continue
         mine = held.get(rec.turn_id or "", {})
-        taken = [follow.note for follow in rec.follow if follow.note in mine]
+        answers = [follow for follow in rec.follow if not follow.reply]
+        taken = [follow.note for follow in answers if follow.note in mine]
         if taken or applied[rec.turn_id]:
             f.add("forged_answers_taken", example=f"{rec.describe()}: turn {rec.turn_id} "
                   f"journaled {taken}, gated effect applied {applied[rec.turn_id]}")  # fmt: skip
-        f.add("forged_answers_sent", sum(1 for follow in rec.follow if follow.delivered))
+        f.add("forged_answers_sent", sum(1 for follow in answers if follow.delivered))
+        f.add("forged_answers_refused", sum(1 for follow in answers if follow.refused))
+        for follow in rec.follow:
+            if follow.refused:
+                refusals["authorization"] += 1
+            for letter in by_source.get(follow.source(), []) if follow.delivered else []:
+                refusals[_refusal(letter)] += 1
+            if not follow.reply:
+                continue
+            f.add("forged_replies_sent", 1 if follow.delivered else 0)
+            f.add("forged_replies_refused", 1 if follow.refused else 0)
+            if follow.note in children or reply_marker(rec.marker).encode() in texts:
+                f.add("forged_replies_taken", example=f"{rec.describe()}: forged reply of "
+                      f"child {follow.note} taken by turn {rec.turn_id}")  # fmt: skip
+    f.counts["forged_refusals"] = dict(sorted(refusals.items()))
 
 
 def check_invented_tenants(
@@ -172,7 +233,8 @@ def check_caps(
     f: Findings,
 ) -> None:
     """The counts of the module docstring."""
-    f.zero(*CAPS_KEYS, "forged_answers_sent")
+    f.zero(*CAPS_KEYS, "forged_answers_sent", "forged_answers_refused")
+    f.zero("forged_replies_taken", "forged_replies_sent", "forged_replies_refused")
     by_source: dict[str, list[Record]] = {}
     for rec in dlq:
         source = rec.headers.get("pyrula.dlq.source")
@@ -180,6 +242,6 @@ def check_caps(
             by_source.setdefault(source, []).append(rec)
     held = journaled_signals(journal)
     check_floods(sent, by_source, held, f)
-    check_forged_answers(sent, held, gated_effects, f)
+    check_forged_answers(sent, held, gated_effects, events, journal, by_source, f)
     check_invented_tenants(sent, usage, workers, f)
     check_stuck(ids, events, f)

@@ -79,8 +79,15 @@ class FollowUp:
     value: bytes | None
     headers: Headers
     note: str = ""
-    """What it names (a signal id), for the check."""
+    """What it names (a signal id, or a forged reply's child id), for the check."""
     delivered: tuple[int, int] | None = None
+    refusable: bool = False
+    """Sent where its principal has no WRITE (``--secured``): the broker's authorization
+    error is its expected outcome, not a failure to send."""
+    refused: str | None = None
+    """The broker's authorization error, when it refused the record."""
+    reply: bool = False
+    """A forged sub-agent reply (``note`` is its child id), not a signal."""
 
     def source(self) -> str:
         if self.delivered is None:
@@ -136,6 +143,8 @@ class Context:
     partitions: int
     run_tag: str
     parents: Callable[[], Sequence[str]] = list
+    secured: bool = False
+    """``--secured``: forged answers also try the topics a client may not write."""
     topics: AgentTopics = field(init=False)
 
     def __post_init__(self) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.chaos import hostile_check
@@ -41,6 +42,8 @@ def settle_hostile(
     settle_s: float,
     restart_crashed: Callable[[], None],
     say: Callable[[str], None],
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> dict[str, int]:
     """Wait as the module docstring says; returns each worker's skipped-control count."""
     topics = AgentTopics.for_agent(agent, DEFAULT_PREFIX)
@@ -49,9 +52,13 @@ def settle_hostile(
     signals = any(rec.expect in ("flood", "not_taken") for rec in sender.sent)
     while True:
         # Signals are decided when journaled under their turn or dead-lettered.
-        held = journaled_signals(read_topic(bootstrap, topics.journal)) if signals else {}
+        held = (
+            journaled_signals(read_topic(bootstrap, topics.journal, kafka_config=kafka_config))
+            if signals
+            else {}
+        )
         outcomes = hostile_check.Outcomes(
-            read_topic(bootstrap, topics.dlq),
+            read_topic(bootstrap, topics.dlq, kafka_config=kafka_config),
             hostile_check.control_log_markers(run_dir.glob("worker-*.log")),
             held,
         )

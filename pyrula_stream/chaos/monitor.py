@@ -7,7 +7,8 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pyrula_stream.kafka.io import PartitionReader
 from pyrula_stream.wire.events import decode_event
@@ -29,10 +30,19 @@ def replies_watch(bootstrap: str, topic: str, partitions: int) -> Callable[[], P
 class EventMonitor(threading.Thread):
     """Follows the events topic (read_committed) during the run: which turns have ended."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        *,
+        kafka_config: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(name="chaos-event-monitor", daemon=True)
         client_id = f"chaos-monitor-{uuid.uuid4().hex[:6]}"
-        self._reader = PartitionReader(bootstrap, topic, client_id=client_id)
+        self._reader = PartitionReader(
+            bootstrap, topic, client_id=client_id, kafka_config=kafka_config
+        )
         self._reader.seek_partitions(list(range(partitions)), None)
         self.finished: set[str] = set()
         self.finish_times: list[float] = []

@@ -282,6 +282,37 @@ def test_chaos_small_hostile_run_dead_letters_every_hostile_record(
     assert result.ok
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_chaos_secured_forged_answers_meet_the_acls_and_the_worker(tmp_path: Path) -> None:
+    """Issue 46's forged answers from a client principal on a secured broker: each run's
+    own SASL broker with the generated ACLs; the answers on ``.answers`` and the reply on
+    ``.replies`` are refused by the broker, those on ``.signals`` by the worker."""
+    pytest.importorskip("openai")
+    result = run_chaos(
+        ChaosConfig(
+            turns=8,
+            workers=1,
+            kills=0,
+            seed=4601,
+            rate=8.0,
+            timeout_s=60.0,
+            run_dir=str(tmp_path / "chaos"),
+            hostile=2,
+            hostile_kinds=("forged_answer",),
+            hostile_settle_s=40.0,
+            secured=True,
+        )
+    )
+    c = result.counts
+    assert c["secured"] is True
+    for key in (*GATE_KEYS, *hostile_check.HOSTILE_KEYS, "failed_turns"):
+        assert c[key] == 0, (key, result.examples.get(key), c)
+    assert (c["forged_answers_refused"], c["forged_replies_refused"]) == (4, 2), c
+    assert c["forged_refusals"] == {"authorization": 6, "signal_refused/wrong_topic": 4}, c
+    assert result.ok
+
+
 def _decoded_outcome(ctx: hostile.Context, rec: hostile.HostileRecord) -> str:
     """What the worker's own decoders make of a generated record (no broker)."""
     headers = serde.headers_dict(rec.headers)

@@ -16,7 +16,7 @@ from pyrula_stream.chaos import hostile, hostile_caps, hostile_caps_check, verif
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.wire import guard, serde
 from pyrula_stream.wire.events import Event
-from pyrula_stream.wire.journal_keys import signal_key
+from pyrula_stream.wire.journal_keys import REPLY, signal_key
 from pyrula_stream.wire.records import ControlRequest
 from pyrula_stream.wire.signals import parse_signal
 
@@ -157,3 +157,75 @@ def test_caps_checks_count_held_floods_taken_answers_overshoot_and_stuck_turns(
     assert f.counts["invented_tenant_overshoot"] == 2
     assert f.counts["unknown_tenant_turns_per_minute"] == {7: 6, 8: 2, 9: 6}
     assert f.counts["valid_turns_stuck"] == 1
+
+
+SECURED = hostile.Context("chaosx", 6, "tag", parents=lambda: ["p" * 32], secured=True)
+
+
+def test_secured_forged_answers_also_try_what_a_client_may_not_write() -> None:
+    """On ``--secured`` a forged answer also goes to ``.answers`` and comes with a made-up
+    sub-agent reply on ``.replies``: both for the broker to refuse; on a plaintext run
+    they are not sent (nothing would refuse them)."""
+    (plain,) = _records("forged_answer", 1)
+    assert {f.topic for f in plain.follow} == {CTX.topics.signals}
+    assert not any(f.refusable or f.reply for f in plain.follow)
+    (rec,) = [hostile.generate(SECURED, random.Random(46), 0, "forged_answer")]
+    topics = [f.topic for f in rec.follow]
+    t = SECURED.topics
+    assert sorted(topics) == sorted([t.signals, t.signals, t.answers, t.answers, t.replies])
+    assert all(f.refusable == (f.topic != t.signals) for f in rec.follow)
+    (reply,) = [f for f in rec.follow if f.reply]
+    body = json.loads(reply.value or b"")
+    assert body["parent_turn_id"] == rec.turn_id and body["child_turn_id"] == reply.note
+    assert body["result"] == {"forged": hostile_caps.reply_marker(rec.marker)}
+
+
+def _secured_answer() -> hostile.HostileRecord:
+    rec = hostile.generate(SECURED, random.Random(46), 0, "forged_answer")
+    rec.delivered = (0, 99)
+    return rec
+
+
+def _check(rec: hostile.HostileRecord, journal: list[verify.Record], dlq: list[verify.Record],
+           tmp_path: Path) -> verify.Findings:  # fmt: skip
+    f = verify.Findings()
+    hostile_caps_check.check_caps(
+        [rec], [], dlq, [], journal, [], str(tmp_path / "gated.jsonl"), 1, f
+    )
+    return f
+
+
+def test_secured_checks_count_refusals_and_what_got_through(tmp_path: Path) -> None:
+    # Refused everywhere: the broker refused what went to .answers and .replies, the
+    # worker dead-lettered the answers on .signals (wrong_topic). Nothing taken.
+    rec = _secured_answer()
+    dlq = []
+    for n, follow in enumerate(rec.follow):
+        if follow.refusable:
+            follow.refused = "TOPIC_AUTHORIZATION_FAILED"
+        else:
+            follow.delivered = (0, n)
+            reason = "signal refused: wrong_topic: an answer is taken only from answers"
+            dlq.append(_rec("k", b"", {"pyrula.dlq.source": follow.source(),
+                                        "pyrula.dlq.code": "signal_refused",
+                                        "pyrula.dlq.reason": reason}))  # fmt: skip
+    f = _check(rec, [], dlq, tmp_path)
+    assert f.counts["forged_answers_taken"] == f.counts["forged_replies_taken"] == 0
+    assert (f.counts["forged_answers_refused"], f.counts["forged_replies_refused"]) == (2, 1)
+    assert f.counts["forged_refusals"] == {"authorization": 3, "signal_refused/wrong_topic": 2}
+    # Let through by the broker: the answer on .answers journaled under its turn and the
+    # forged reply journaled as the turn's child's: each is counted as taken.
+    rec = _secured_answer()
+    for n, follow in enumerate(rec.follow):
+        follow.delivered = (0, n)
+    on_answers = next(f for f in rec.follow if f.topic == SECURED.topics.answers)
+    reply = next(f for f in rec.follow if f.reply)
+    turn = rec.turn_id or ""
+    journal = [
+        _rec(signal_key(turn, on_answers.note), b"{}"),
+        _rec(f"{turn}/{REPLY}{reply.note}", b"{}"),
+    ]
+    f = _check(rec, journal, [], tmp_path)
+    assert f.counts["forged_answers_taken"] == 1
+    assert f.counts["forged_replies_taken"] == 1
+    assert (f.counts["forged_answers_sent"], f.counts["forged_replies_sent"]) == (4, 1)
