@@ -13,7 +13,10 @@ kind must lead to (``expect``) is what the runtime documents (docs/hostile-input
 - ``reply_dlq`` (``forged_child``): a turn request with forged lineage headers placed
   exactly where ``call_agent`` would put it cannot be told from a real call, so it runs;
   its reply goes to the named parent, which made no such call and dead-letters it
-  (``unsolicited_reply``, ``pyrula.original.pyrula-child-turn-id`` = the forged turn);
+  (``unsolicited_reply``, ``pyrula.original.pyrula-child-turn-id`` = the forged turn).
+  On ``--secured`` (``undeliverable_dlq``) the broker refuses the reply itself: this
+  agent's worker has no WRITE on the replies topic it names, so the turn ends with
+  ``record_undeliverable`` and its own worker dead-letters the reply with that code;
 - ``skipped`` (``control_unreadable``): a control record no worker can read is skipped,
   logged (``ignoring unreadable control record``, whose text holds the record's marker)
   and counted (``pyrula_skipped_records{source="control"}``), never dead-lettered;
@@ -258,6 +261,8 @@ def _forged_child(ctx: Context, rng: random.Random, rec: HostileRecord) -> None:
     rec.key, rec.turn_id = turn_id.encode(), turn_id
     rec.headers = lineage.headers() + _AVRO
     rec.variant = "well placed"
+    if ctx.secured:  # the broker refuses the reply: the callee dead-letters it
+        rec.outcome = "undeliverable_dlq"
 
 
 def _reply_value(parent: str, child: str, agent: str, marker: str, status: str) -> bytes:

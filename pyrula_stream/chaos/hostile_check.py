@@ -2,7 +2,8 @@
 
 ``hostile_not_in_dlq``: records whose documented outcome (``hostile.EXPECT``) is not seen:
 a ``dlq`` record with no dead letter naming its place and a reason, a ``forged_child``
-whose reply was not dead-lettered by the parent it names, a ``control_unreadable`` record
+whose reply was not dead-lettered by the parent it names (on ``--secured``: by its own
+worker, ``record_undeliverable``, as the broker refuses the reply), a ``control_unreadable`` record
 no worker logged as skipped, a ``control_unknown_turn`` whose turn shows up in the events.
 ``forged_replies_taken``: forged replies (and forged children's replies, and replies with
 a long child id) a parent took: a ``subagent:result`` event or a ``reply:`` journal entry
@@ -36,6 +37,8 @@ HOSTILE_KEYS = (
 )
 """Gated in a ``--hostile`` run."""
 SKIPPED_LINE = "ignoring unreadable control record"
+LETTERED = ("dlq", "reply_dlq", "undeliverable_dlq")
+"""Outcomes that are a dead letter."""
 _ORIGINAL = "pyrula.original."
 
 
@@ -93,18 +96,25 @@ class Outcomes:
         """Signal ids journaled under each turn (``hostile_caps_check.journaled_signals``)."""
         self.by_source: dict[str, list[Record]] = {}
         self.by_child: dict[str, list[Record]] = {}
+        self.undeliverable_by_child: dict[str, list[Record]] = {}
+        """Replies their own worker dead-lettered as ``record_undeliverable``."""
         for rec in dlq:
             source = rec.headers.get("pyrula.dlq.source")
             if source:
                 self.by_source.setdefault(source, []).append(rec)
             child = rec.headers.get(_ORIGINAL + CHILD_TURN_HEADER)
-            if child and rec.headers.get("pyrula.dlq.code") == "unsolicited_reply":
+            code = rec.headers.get("pyrula.dlq.code")
+            if child and code == "unsolicited_reply":
                 self.by_child.setdefault(child, []).append(rec)
+            elif child and code == "record_undeliverable":
+                self.undeliverable_by_child.setdefault(child, []).append(rec)
         self.markers = markers
 
     def letters(self, rec: HostileRecord) -> list[Record]:
         if rec.expect == "reply_dlq":
             return self.by_child.get(rec.turn_id or "", [])
+        if rec.expect == "undeliverable_dlq":
+            return self.undeliverable_by_child.get(rec.turn_id or "", [])
         if rec.expect == "dlq" and rec.follow:  # a long signal id sent to a turn of its own
             return [r for follow in rec.follow for r in self.by_source.get(follow.source(), [])]
         return self.by_source.get(rec.source, [])
@@ -120,7 +130,7 @@ class Outcomes:
                 any(r.headers.get("pyrula.dlq.reason") for r in self.by_source.get(f.source(), []))
                 for f in rec.follow
             )
-        if rec.expect in ("dlq", "reply_dlq"):
+        if rec.expect in LETTERED:
             return any(r.headers.get("pyrula.dlq.reason") for r in self.letters(rec))
         if rec.expect == "skipped":
             return rec.marker in self.markers
@@ -175,7 +185,7 @@ def check_hostile(
         kinds[rec.kind] += 1
         if not outcomes.seen(rec) or (rec.expect == "ignored" and rec.turn_id in event_turns):
             why = f"{rec.describe()}: {rec.expect} not seen"
-            if rec.expect == "reply_dlq":
+            if rec.expect in ("reply_dlq", "undeliverable_dlq"):
                 why += f" (turn {rec.turn_id} {'ended' if rec.turn_id in ended else 'never ended'})"
             f.add("hostile_not_in_dlq", example=why)
         letters = outcomes.letters(rec)
@@ -193,5 +203,5 @@ def check_hostile(
     f.counts["hostile_records"] = len(sent)
     f.counts["hostile_kinds"] = dict(sorted(kinds.items()))
     f.counts["hostile_dead_letters"] = sum(
-        len(outcomes.letters(r)) for r in sent if r.expect in ("dlq", "reply_dlq")
+        len(outcomes.letters(r)) for r in sent if r.expect in LETTERED
     )

@@ -13,8 +13,9 @@ from importlib import resources
 from typing import Any
 
 import yaml
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
+    AclOperation,
     AdminClient,
     ConfigResource,
     NewTopic,
@@ -412,3 +413,47 @@ def committed_offsets(
         for tp in result.topic_partitions or []
         if tp.topic == topic and tp.offset >= 0
     }
+
+
+def unwritable_topics(
+    bootstrap_servers: str,
+    names: list[str],
+    timeout_s: float = 5.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """Which of ``names`` this principal may not WRITE, each with why, from the broker's
+    own answer (the topics' authorized operations); empty when the broker does not say.
+
+    A transaction that touched a forbidden topic fails as a whole with
+    ``TOPIC_AUTHORIZATION_FAILED`` and its records are only "purged": this tells which
+    of them was the one refused, so that one is charged and the others go on.
+    """
+    if not names:
+        return {}
+    admin = admin_client(bootstrap_servers, kafka_config)
+    try:
+        futures = admin.describe_topics(
+            TopicCollection(sorted(set(names))),
+            include_authorized_operations=True,
+            request_timeout=timeout_s,
+        )
+    except (KafkaException, ValueError, TypeError):
+        return {}
+    denied: dict[str, str] = {}
+    for name, future in futures.items():
+        try:
+            described = future.result(timeout=timeout_s + 1)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                denied[name] = "TOPIC_AUTHORIZATION_FAILED (not even DESCRIBE)"
+            continue
+        except Exception:  # a timeout, or a broker that cannot say: nothing learnt
+            continue
+        ops = described.authorized_operations
+        if ops is None:
+            continue
+        if not {AclOperation.WRITE, AclOperation.ALL} & set(ops):
+            denied[name] = "TOPIC_AUTHORIZATION_FAILED (no WRITE)"
+    return denied

@@ -20,11 +20,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from pyrula_stream.kafka.admin import broker_answers
+from pyrula_stream.kafka.admin import broker_answers, unwritable_topics
 from pyrula_stream.kafka.config import (
     authorization_error,
     is_authorization_failure,
     new_producer,
+    principal,
     producer_config,
 )
 from pyrula_stream.kafka.deadline import CallAbandoned, call_with_deadline
@@ -56,6 +57,14 @@ class FailedDelivery:
     reason: str
     at_produce: bool = False
     """Refused by ``produce()`` itself (too large, say): every later try fails the same."""
+    denied: bool = False
+    """The broker denies this principal WRITE on the record's topic
+    (``TOPIC_AUTHORIZATION_FAILED``): every later try fails the same."""
+
+    @property
+    def final(self) -> bool:
+        """Whether every later try of the record would fail alike (charge it at once)."""
+        return self.at_produce or self.denied
 
     def __str__(self) -> str:
         return f"{self.topic} [{self.partition}]: {self.code} ({self.reason})"
@@ -295,6 +304,7 @@ class BatchWriter:
                     -1 if partition is None else int(partition),
                     str(err.name()),
                     str(err.str()),
+                    denied=err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED,
                 )
             )
 
@@ -404,6 +414,8 @@ class BatchWriter:
             # outage): abort rather than wait, and rerun the turns from their journal.
             self._producer.poll(0)  # serves delivery reports not yet served
             failed = sorted(self._failed, key=lambda f: f.index)
+            if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                failed = self._blame_denied(failed, err.str())
             timed_out = [f for f in failed if f.code == "_MSG_TIMED_OUT"]
             shortfall = replica_shortfall(self._producer, timed_out, ANSWER_TIMEOUT_S)
             if shortfall:
@@ -425,7 +437,13 @@ class BatchWriter:
                     "abort_transaction",
                 )
             except KafkaException as abort_exc:
-                raise ProducerFenced(f"abort failed: {abort_exc}") from exc
+                if not any(f.denied for f in failed):
+                    raise ProducerFenced(f"abort failed: {abort_exc}") from exc
+                # The broker sometimes refuses to end a transaction it failed for
+                # authorization (INVALID_TXN_STATE, fatal). The failing record is known,
+                # so charge it: a new producer's init_transactions aborts what is open,
+                # where a rejoin would rerun the same record into the same refusal.
+                log.warning("abort failed (%s); replacing the producer", abort_exc)
             if failed or err.code() in REPLACE_AFTER:
                 # Records that timed out for want of replicas are the shortfall said above:
                 # the replacement is part of waiting for the brokers, not news of its own.
@@ -438,6 +456,35 @@ class BatchWriter:
         ):
             raise ProducerFenced(err.str()) from exc
         raise ProducerFenced(f"unexpected transactional error: {exc}") from exc
+
+    def _blame_denied(self, failed: list[FailedDelivery], why: str) -> list[FailedDelivery]:
+        """A transaction the broker failed for a topic this principal may not write: its
+        records are only reported purged, so ask the broker which topics of the batch are
+        forbidden and name each record bound there as ``denied`` (its own, final failure)
+        in place of its purge; the rest stay purged (not theirs). Unchanged when the
+        broker does not say."""
+        topics = sorted({rec.topic for rec in self._sending})
+        denied = unwritable_topics(
+            str(self._conf["bootstrap.servers"]),
+            topics,
+            ANSWER_TIMEOUT_S,
+            kafka_config=self._kafka_config,
+        )
+        if not denied:
+            return failed
+        by_index = {f.index: f for f in failed}
+        who = principal(self._conf)
+        for index, rec in enumerate(self._sending):
+            if rec.topic in denied:
+                by_index[index] = FailedDelivery(
+                    index,
+                    rec.topic,
+                    -1 if rec.partition is None else rec.partition,
+                    "TOPIC_AUTHORIZATION_FAILED",
+                    f"{who} may not write {rec.topic}: {denied[rec.topic]}; {why}",
+                    denied=True,
+                )
+        return sorted(by_index.values(), key=lambda f: f.index)
 
     def _replace_producer(self, cause: object, *, quiet: bool = False) -> None:
         """A new producer with our transactional id in place of one whose records failed.

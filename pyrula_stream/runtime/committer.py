@@ -8,8 +8,12 @@ A record the broker refuses (its delivery failed) aborts its whole transaction. 
 record is bounded: the next commit waits a backoff that doubles with each failure, and a
 turn whose records failed ``max_delivery_attempts`` commits in a row is ended with
 ``record_undeliverable`` instead of being rerun; a record of no turn is replaced by a dead
-letter that names it. A record ``produce()`` itself refused (too large) would fail every
-try alike: that is its last strike at once. Either way the partition moves on.
+letter that names it. A record ``produce()`` itself refused (too large), or one bound for
+a topic the broker denies this principal WRITE on (``TOPIC_AUTHORIZATION_FAILED``), would
+fail every try alike: that is its last strike at once. A turn ended for a denied topic
+writes, in its ending, a dead letter in place of each record bound there (a forged
+sub-agent lineage names a parent's replies topic this worker may not write: its ending
+must not try the same topic again). Either way the partition moves on.
 
 The buffer is bounded: past ``max_pending_records`` a turn whose slow model call returned
 waits (``room``) before it writes its deltas and response, in arrival order, until a commit
@@ -132,6 +136,9 @@ class GroupCommitter:
         """The same for records of no turn, by identity (they ride the next commit as is)."""
         self._refused_at_produce: set[int] = set()
         """Records of no turn among those that ``produce()`` itself refused."""
+        self._barred: dict[str, dict[str, str]] = {}
+        """Turns ended for a topic the broker denies: each such topic, with why. What the
+        turn's ending writes there is dead-lettered instead (``_bar``)."""
         self._backoff_s = 0.0
         self._telemetry = telemetry
         self._on_committed = on_committed
@@ -155,6 +162,9 @@ class GroupCommitter:
         linger up to ``linger_s`` for a commit that someone does wait for, so a turn's
         last delta and its terminal event share one commit instead of queueing."""
         turn_id = turn.turn_id
+        barred = self._barred.get(turn_id)
+        if barred is not None:
+            records = self._bar(records, barred)
         self._pending.records += records
         self._pending.owners += [turn_id] * len(records)
         self._pending.turns[turn_id] = turn
@@ -386,6 +396,7 @@ class GroupCommitter:
         for t, turn in batch.turns.items():
             if turn.finished:  # a turn's records may fail in a later commit than these
                 self._turn_strikes.pop(t, None)
+                self._barred.pop(t, None)
         if self._record_strikes:
             for r in batch.records:
                 self._record_strikes.pop(id(r), None)
@@ -433,22 +444,29 @@ class GroupCommitter:
             elif 0 <= f.index < len(records):
                 record = records[f.index]
                 _, n = self._record_strikes.get(id(record), (record, 0))
-                n = self._max_attempts if f.at_produce else n + 1
+                n = self._max_attempts if f.final else n + 1
                 self._record_strikes[id(record)] = (record, n)
-                if f.at_produce:
+                if f.final:
                     refused.add(id(record))
                     self._refused_at_produce.add(id(record))
         given_up: dict[str, str] = {}
         for owner, failures in by_turn.items():
             strikes = self._turn_strikes.get(owner, 0) + 1
             at_produce = any(f.at_produce for f in failures)
-            if at_produce:
+            denied = [f for f in failures if f.denied]
+            if at_produce or denied:
                 strikes = max(strikes, self._max_attempts)
             self._turn_strikes[owner] = strikes
             if strikes >= self._max_attempts and self._on_undeliverable is not None:
                 self._turn_strikes.pop(owner, None)
+                if denied:
+                    barred = self._barred.setdefault(owner, {})
+                    for f in denied:
+                        barred[f.topic] = f"the broker refused the turn's record for {f}"
                 given_up[owner] = (
-                    "produce() refused a record of the turn"
+                    "the broker denies this worker WRITE on a topic of the turn"
+                    if denied
+                    else "produce() refused a record of the turn"
                     if at_produce
                     else f"{strikes} commits in a row failed to deliver a record of the turn"
                 ) + f": {describe_failures(failures)}"
@@ -469,6 +487,21 @@ class GroupCommitter:
             f"; ending turns {sorted(given_up)} with record_undeliverable" if given_up else "",
         )
         return given_up
+
+    def _bar(self, records: list[OutRecord], barred: dict[str, str]) -> list[OutRecord]:
+        """``records`` of a turn ended for a denied topic, with a dead letter in place of
+        each bound for such a topic (none, for one that is itself a dead letter)."""
+        out: list[OutRecord] = []
+        for record in records:
+            reason = barred.get(record.topic)
+            if reason is None:
+                out.append(record)
+                continue
+            letter = self._dead_letter(record, reason) if self._dead_letter is not None else None
+            log.error("dead-lettered a turn's record for %s: %s", record.topic, reason)
+            if letter is not None:
+                out.append(letter)
+        return out
 
     def _replacement(self, record: OutRecord) -> OutRecord | None:
         """A record of no turn that failed ``max_delivery_attempts`` commits is replaced by

@@ -32,6 +32,9 @@ SECURED_USERS = (
     "worker_child",
     "operator_t",
     "operator_x",
+    # test_forged_lineage.py
+    "worker_f",
+    "client_f",
 )
 """The SCRAM users of the secured broker (made when it is formatted, so listed here)."""
 

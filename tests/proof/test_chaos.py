@@ -385,6 +385,33 @@ def test_hostile_checks_count_missing_letters_and_taken_forged_replies(tmp_path:
     assert f.counts["hostile_headers_lost"] == 0  # the first letter carries the tag
 
 
+def test_on_a_secured_run_a_forged_child_is_dead_lettered_by_its_own_worker() -> None:
+    """With ``--secured`` the broker refuses a forged child's reply (the chaos worker may
+    not write the replies topic it names): its own worker's ``record_undeliverable``
+    letter is its outcome, and a parent's ``unsolicited_reply`` letter is not."""
+    rng = random.Random(5)
+    plain = hostile.generate(hostile.Context("chaosx", 6, "tag"), rng, 0, "forged_child")
+    secured = hostile.Context("chaosx", 6, "tag", secured=True)
+    rec = hostile.generate(secured, rng, 1, "forged_child")
+    assert (plain.expect, rec.expect) == ("reply_dlq", "undeliverable_dlq")
+    rec.delivered = (0, 0)
+
+    def letter(code: str) -> verify.Record:
+        headers = {
+            "pyrula.dlq.source": f"{secured.topics.replies}/0",
+            "pyrula.dlq.reason": "TOPIC_AUTHORIZATION_FAILED",
+            "pyrula.dlq.code": code,
+            f"pyrula.original.{CHILD_TURN_HEADER}": str(rec.turn_id),
+        }
+        return verify.Record(0, 0, "k", None, headers, 0)
+
+    for code, missing in (("unsolicited_reply", 1), ("record_undeliverable", 0)):
+        f = verify.Findings()
+        hostile_check.check_hostile([rec], [letter(code)], [], [], [], f)
+        assert f.counts["hostile_not_in_dlq"] == missing, code
+        assert f.counts["hostile_dead_letters"] == 1 - missing, code
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(290)
 def test_chaos_small_run_with_approvals_runs_only_what_was_approved(
