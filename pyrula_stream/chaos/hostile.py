@@ -24,7 +24,7 @@ kind must lead to (``expect``) is what the runtime documents (docs/hostile-input
   does not exist is remembered in case the turn arrives; nothing runs, nothing is written.
 
 Cancel and terminate records on ``<agent>.control`` are the control signals sent here;
-signals on ``<agent>.replies`` (long ids, floods, forged answers) are among issue 46's
+signals on ``<agent>.signals`` (long ids, floods, forged answers) are among issue 46's
 kinds (``hostile_caps.py``), which ``generate`` builds too.
 """
 

@@ -102,10 +102,10 @@ def _asking_turn(ctx: Context, rec: HostileRecord) -> str:
 
 
 def client_signal_topic(topics: AgentTopics) -> str:
-    """Where a client writes its signals: ``<agent>.signals`` where the agent has one
-    (answers then ride ``<agent>.answers``, which only a reviewer may write), else
-    ``<agent>.replies``. A forged answer goes here too: it is what a client can send."""
-    return str(getattr(topics, "signals", topics.replies))
+    """Where a client writes its signals: ``<agent>.signals`` (answers ride
+    ``<agent>.answers``, which only a reviewer may write). A forged answer goes here too:
+    it is what a client can send."""
+    return topics.signals
 
 
 def _signal(ctx: Context, turn_id: str, name: str, payload: Any, *, answer: bool = False,

@@ -30,6 +30,7 @@ from pyrula_stream.kafka.acls import redrive_transactional_id
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.once import OnceWriter, RawRecord, read_raw
+from pyrula_stream.wire.fitting import TRIMMED_HEADER
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord
 
 ORIGINAL_PREFIX = "pyrula.original."
@@ -94,6 +95,8 @@ class DeadLetter:
     original_headers: tuple[tuple[str, bytes], ...] = field(repr=False)
     """The record's own headers: never in a repr (a producer may put a credential there)."""
     redrive: RedriveNote | None = None
+    trimmed: str | None = None
+    """What was cut to fit the letter in a record (``pyrula.dlq.trimmed``), if anything."""
 
     @classmethod
     def from_record(cls, record: RawRecord, redrive: RedriveNote | None) -> DeadLetter:
@@ -113,12 +116,15 @@ class DeadLetter:
                 if k.startswith(ORIGINAL_PREFIX)
             ),
             redrive=redrive,
+            trimmed=own.get(TRIMMED_HEADER),
         )
 
     def target(self, topics: AgentTopics) -> tuple[str, int | None] | str:
         """Where a redrive sends the record, ``(topic, partition)``; or why it cannot."""
         if self.value is None:
             return "the dead letter kept no value (the broker refused the record)"
+        if self.trimmed is not None:
+            return f"the dead letter holds a cut copy of the record ({self.trimmed})"
         if self.source is None:
             if self.code == ErrorCode.POISON_QUARANTINE:
                 return topics.turns, None  # the turn's key picks its partition again

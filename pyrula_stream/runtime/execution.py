@@ -43,7 +43,7 @@ from pyrula_stream.tools.contract import encode_result
 from pyrula_stream.tools.deadlines import Deadline
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import RunComplete, RunDeferred, RunError, RunStart
-from pyrula_stream.wire.records import OutRecord, content_type_header, dead_letter
+from pyrula_stream.wire.records import OutRecord, dead_letter, request_headers
 from pyrula_stream.wire.serde import TurnRequest
 from pyrula_stream.wire.subagents import Park, TurnParked
 
@@ -334,7 +334,7 @@ class TurnExecutor:
                     worker=self.worker_id,
                     key=req.key.encode(),
                     value=serde.encode("turn_request", req),
-                    headers=[content_type_header("turn_request")],
+                    headers=request_headers(req),
                     max_bytes=writer_record_room(
                         self.options.kafka_config, self.options.producer_config
                     ),

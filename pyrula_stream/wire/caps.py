@@ -36,8 +36,8 @@ MAX_TENANT_CHARS = 200
 sub-agent request inherits through ``pyrula-tenant`` is refused past it."""
 
 MAX_HEADERS = 64
-"""Headers on one record read from a turns or replies topic (``call_agent`` writes under 20;
-every one is copied into the record's dead letter)."""
+"""Headers on one record read from a turns, replies, signals or answers topic
+(``call_agent`` writes under 20; every one is copied into the record's dead letter)."""
 
 MAX_PENDING_SIGNALS = 256
 """Signals journaled for one turn that no wait has taken yet."""

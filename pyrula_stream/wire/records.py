@@ -85,6 +85,22 @@ def content_type_header(record: str, fmt: serde.WireFormat = "avro") -> tuple[st
 JSON_CONTENT_TYPE = (serde.CONTENT_TYPE_HEADER, b"application/json")
 
 
+def request_headers(request: serde.TurnRequest) -> list[tuple[str, bytes]]:
+    """The headers a turn request's record carries beside its Avro body: its content type,
+    its lineage (a sub-agent call), correlation id and reply headers. A copy of the request
+    with these (a quarantined turn's dead letter) runs as the same call when redriven."""
+    headers = [content_type_header("turn_request")]
+    if request.lineage is not None:
+        headers += request.lineage.headers()
+    if request.correlation_id is not None:
+        headers.append((serde.CORRELATION_HEADER, request.correlation_id.encode()))
+    headers += [
+        (f"{serde.REPLY_HEADER_PREFIX}{name}", value.encode())
+        for name, value in request.reply_headers
+    ]
+    return headers
+
+
 def wire_record(
     topic: str,
     key: bytes,

@@ -17,14 +17,16 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
+from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.cli import main
-from pyrula_stream.client.redrive import REDRIVE_OF_HEADER, DeadLetters
+from pyrula_stream.client.redrive import REDRIVE_OF_HEADER, DeadLetter, DeadLetters
 from pyrula_stream.errors import UnknownTopicError
 from pyrula_stream.kafka.admin import missing_topics
-from pyrula_stream.kafka.once import WriteNotDone
+from pyrula_stream.kafka.once import RawRecord, WriteNotDone
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 from pyrula_stream.wire.events import decode_event
+from pyrula_stream.wire.fitting import TRIMMED_HEADER
 from pyrula_stream.wire.guard import DecodeLimits
 
 
@@ -179,3 +181,25 @@ def test_topics_apply_creates_the_notes_topic(kafka_bootstrap_servers: str) -> N
     args = ["topics", "apply", agent, "--partitions", "1"]
     assert main([*args, "--bootstrap-servers", kafka_bootstrap_servers]) == 0
     assert missing_topics(kafka_bootstrap_servers, [f"pyrula.{agent}.dlq-redrives"]) == []
+
+
+def test_a_trimmed_dead_letter_is_not_redriven_cut() -> None:
+    """A letter cut to fit a record holds part of the record: sending that back would run
+    a different request, so it is refused with what was cut."""
+    topics = AgentTopics.for_agent("trimmed")
+    source = (("pyrula.dlq.source", f"{topics.turns}[0]@7".encode()),)
+    whole = RawRecord(0, 3, b"k", b"{}", (("pyrula.dlq.code", b"invalid_request"), *source))
+    cut = RawRecord(
+        0,
+        4,
+        b"k",
+        b"{",
+        (
+            ("pyrula.dlq.code", b"invalid_request"),
+            *source,
+            (TRIMMED_HEADER, b"value: kept 1 of 1044188 bytes"),
+        ),
+    )
+    assert DeadLetter.from_record(whole, None).target(topics) == (topics.turns, 0)
+    why = DeadLetter.from_record(cut, None).target(topics)
+    assert why == "the dead letter holds a cut copy of the record (value: kept 1 of 1044188 bytes)"
