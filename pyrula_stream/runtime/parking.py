@@ -500,7 +500,11 @@ class ParkedTurns:
             journal is not None and journal.terminal_ms is not None
         )
         if journal is None and signal.turn_id in ps.queued_ids:
-            return signal_refusal({}, ended, signal)  # read, waiting for a slot: kept
+            # Read, waiting for a slot: kept, within the caps (its journal starts empty).
+            refused = signal_refusal({}, ended, signal)
+            if refused is not None:
+                return refused
+            return self._within_caps(ps.partition, TurnJournal(signal.turn_id), signal)
         question = (journal.park or {}).get("question") if journal is not None else None
         asked = question.get("key") if isinstance(question, dict) else None
         expired = journal is not None and question_expired(journal, signal.name, _now_ms())
@@ -508,9 +512,13 @@ class ParkedTurns:
         refused = signal_refusal(signals, ended, signal, asked, expired and signal.answer)
         if refused is not None or journal is None:
             return refused
-        # Signals taken but not committed yet count too: a batch is decided before the
-        # journal holds any of it.
-        taking = self._taking.setdefault((ps.partition, signal.turn_id), {})
+        return self._within_caps(ps.partition, journal, signal)
+
+    def _within_caps(self, partition: int, journal: TurnJournal, signal: Signal) -> str | None:
+        """Why taking ``signal`` would hold its turn past the pending-signal caps, or
+        ``None`` (then it counts as taking until its commit). Signals taken but not
+        committed yet count too: a batch is decided before the journal holds any of it."""
+        taking = self._taking.setdefault((partition, signal.turn_id), {})
         for signal_id in [s for s in taking if s in journal.signals]:
             del taking[signal_id]
         refused = pending_over_cap(journal, signal, taking)
