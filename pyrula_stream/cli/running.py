@@ -121,6 +121,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         allow_actions=args.allow_actions,
         max_turns=args.max_turns,
         reviewers=frozenset(args.reviewer) if args.reviewer else None,
+        operators=frozenset(args.operator) if args.operator else None,
         access=access,
     )
     check_bind(args.host, access, exposes=exposure(options))  # before saying it serves
@@ -219,6 +220,14 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         default=None,
         metavar="KEY_NAME",
         help="an API key name that may answer questions (approve, reject); repeatable; "
+        "default: any key that may act",
+    )
+    u.add_argument(
+        "--operator",
+        action="append",
+        default=None,
+        metavar="KEY_NAME",
+        help="an API key name that may redrive dead letters; repeatable; "
         "default: any key that may act",
     )
     u.add_argument("--history-minutes", type=float, default=60.0, help="how far back to read")

@@ -13,7 +13,8 @@ server-sent-events stream of changes, over the shared ``EventFeed``.
   with ``allow_actions``, and only for the key names in ``reviewers`` when it is set; the
   answer, sent as ``client.approve``/``reject`` do (to ``<agent>.answers``, which the
   UI's principal may write only as a reviewer).
-- ``POST /api/dlq/AGENT/OFFSET/redrive``: only with ``allow_actions``; the dead letter
+- ``POST /api/dlq/AGENT/OFFSET/redrive``: only with ``allow_actions``, and only for the
+  key names in ``operators`` when it is set; the dead letter
   back to its source, once, noted under the caller's principal (``client/redrive.py``).
 
 Every route sits behind ``HTTPGuard`` (Host, Origin, API keys with a login form).
@@ -71,6 +72,9 @@ class UIOptions:
     reviewers: frozenset[str] | None = None
     """The API key names that may answer questions (approve, reject); ``None``: any key
     that may act. The UI's own Kafka principal must hold the reviewer role besides."""
+    operators: frozenset[str] | None = None
+    """The API key names that may redrive dead letters; ``None``: any key that may act.
+    The UI's own Kafka principal must hold the operator role besides."""
 
 
 def exposure(options: UIOptions) -> str:
@@ -136,6 +140,7 @@ class UIApp:
         return {
             "allow_actions": self.options.allow_actions,
             "reviewers": sorted(self.options.reviewers or ()),
+            "operators": sorted(self.options.operators or ()),
             "signed_in": self.options.access.auth is not None,
             "prefix": self.feed.options.prefix,
             "max_turns": self.options.max_turns,
@@ -279,6 +284,10 @@ class UIApp:
             )
         if ACTION_HEADER not in request.headers:
             return JSONResponse({"error": f"missing header {ACTION_HEADER}"}, 400)
+        operators = self.options.operators
+        if operators is not None and principal_of(request.scope) not in operators:
+            who = principal_of(request.scope) or "this key"
+            return JSONResponse({"error": f"{who} is not an operator: only operators redrive"}, 403)
         letters = DeadLetters(
             self.feed.options.bootstrap_servers,
             request.path_params["agent"],

@@ -1,5 +1,6 @@
 """The UI's redrive action: with ``--allow-actions``, a dead letter is sent back to its
-source once, noted under the caller's principal; without it the route refuses. A real
+source once, noted under the caller's principal; without it, or for a key that is not
+one of ``--operator``, the route refuses. A real
 worker and broker, the real UI server over httpx."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pyrula_stream.ui.server import UIOptions, running_ui
 from pyrula_stream.wire.guard import DecodeLimits
 
 OPS_KEY = "k-ops-fedcba9876543210fedcba9876543210"
+WEB_KEY = "k-web-0123456789abcdef0123456789abcdef"
 REDRIVE = {"x-pyrula-action": "redrive", "authorization": f"Bearer {OPS_KEY}"}
 
 
@@ -35,7 +37,7 @@ async def test_the_ui_redrives_a_dead_letter_once_under_its_principal(
         handle = await client.submit(agent.name, question="z" * 5000)
         await wait_for(lambda: len(read_topic(bs, agent.topics.dlq)) == 1, 30, "a dead letter")
 
-    access = HTTPAccess(auth=APIKeyAuth({"ops": OPS_KEY}))
+    access = HTTPAccess(auth=APIKeyAuth({"ops": OPS_KEY, "web": WEB_KEY}))
     feed = FeedOptions(bs, agents=(agent.name,))
     path = f"/api/dlq/{agent.name}/0/redrive"
     read_only = UIOptions(port=0, access=access)
@@ -47,11 +49,16 @@ async def test_the_ui_redrives_a_dead_letter_once_under_its_principal(
         assert refused.status_code == 403 and "--allow-actions" in refused.json()["error"]
     assert missing_topics(bs, [agent.topics.dlq_redrives]) == [agent.topics.dlq_redrives]
 
+    acting = UIOptions(port=0, access=access, allow_actions=True, operators=frozenset({"ops"}))
+
     async with (
-        running_ui(feed, UIOptions(port=0, access=access, allow_actions=True)) as url,
+        running_ui(feed, acting) as url,
         httpx.AsyncClient(base_url=url, timeout=60) as http,
         running_worker(agent, bs),
     ):
+        not_operator = {**REDRIVE, "authorization": f"Bearer {WEB_KEY}"}
+        refused = await http.post(path, headers=not_operator)
+        assert refused.status_code == 403 and "not an operator" in refused.json()["error"]
         headerless = await http.post(path, headers={"authorization": REDRIVE["authorization"]})
         assert headerless.status_code == 400
         first = await http.post(path, headers=REDRIVE)
