@@ -36,9 +36,8 @@ from pyrula_stream.chaos.hostile_caps import (
 )
 from pyrula_stream.chaos.hostile_record import HostileRecord
 from pyrula_stream.chaos.tenants import LIMITS, turns_bound
-from pyrula_stream.chaos.verify import Findings, Record
-from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.wire.events import EventType, decode_event
+from pyrula_stream.chaos.verify import Findings, Record, readable_events
+from pyrula_stream.wire.events import EventType
 from pyrula_stream.wire.journal_keys import REPLY, SIGNAL
 from pyrula_stream.wire.signals import REFUSAL_REASONS
 
@@ -95,13 +94,7 @@ def taken_children(events: list[Record], journal: list[Record]) -> set[str]:
     """Child turn ids whose reply a parent took: a ``subagent:result`` event names it,
     or a ``<turn>/reply:<child>`` journal entry holds it."""
     taken: set[str] = set()
-    for ev in events:
-        if ev.value is None:
-            continue
-        try:
-            event = decode_event(ev.value, ev.headers)
-        except MalformedRecordError:
-            continue
+    for event in readable_events(events):
         if event.type == EventType.SUBAGENT_RESULT:
             taken.add(str(event.data.get("child_turn_id")))
     for entry in journal:
@@ -206,16 +199,7 @@ def check_invented_tenants(
 
 
 def check_stuck(ids: list[str], events: list[Record], f: Findings) -> None:
-    ended: set[str] = set()
-    for rec in events:
-        if rec.value is None:
-            continue
-        try:
-            event = decode_event(rec.value, rec.headers)
-        except MalformedRecordError:
-            continue
-        if event.is_terminal:
-            ended.add(event.turn_id)
+    ended = {event.turn_id for event in readable_events(events) if event.is_terminal}
     for turn in ids:
         if turn not in ended:
             f.add("valid_turns_stuck", example=f"{turn}: no terminal event")

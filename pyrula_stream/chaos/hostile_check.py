@@ -20,12 +20,9 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from pyrula_stream.chaos.hostile_caps_check import CAPS_KEYS, journaled_signals
+from pyrula_stream.chaos.hostile_caps_check import CAPS_KEYS, journaled_signals, taken_children
 from pyrula_stream.chaos.hostile_record import KIND_HEADER, REPLY_KINDS, HostileRecord
-from pyrula_stream.chaos.verify import Findings, Record
-from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.wire.events import EventType, decode_event
-from pyrula_stream.wire.journal_keys import REPLY
+from pyrula_stream.chaos.verify import Findings, Record, readable_events
 from pyrula_stream.wire.subagents import CHILD_TURN_HEADER
 
 HOSTILE_KEYS = (
@@ -162,23 +159,11 @@ def check_hostile(
     outcomes = Outcomes(dlq, control_log_markers(logs), journaled_signals(journal))
     event_turns: set[str] = set()
     ended: set[str] = set()
-    taken_children: set[str] = set()
-    for ev in events:
-        if ev.value is None:
-            continue
-        try:
-            event = decode_event(ev.value, ev.headers)
-        except MalformedRecordError:
-            continue
+    for event in readable_events(events):
         event_turns.add(event.turn_id)
         if event.is_terminal:
             ended.add(event.turn_id)
-        if event.type == EventType.SUBAGENT_RESULT:
-            taken_children.add(str(event.data.get("child_turn_id")))
-    for entry in journal:
-        _, _, suffix = entry.key.rpartition("/")
-        if suffix.startswith(REPLY) and entry.value is not None:
-            taken_children.add(suffix[len(REPLY) :])
+    children_taken = taken_children(events, journal)
     texts = b"\n".join(r.value for r in (*events, *journal) if r.value is not None)
     kinds: Counter[str] = Counter()
     for rec in sent:
@@ -198,7 +183,7 @@ def check_hostile(
         forged = rec.kind in REPLY_KINDS or rec.kind == "forged_child"
         if forged or (rec.kind == "long_id" and CHILD_TURN_HEADER in dict(rec.headers)):
             child = rec.turn_id or dict(rec.headers).get(CHILD_TURN_HEADER, b"").decode()
-            if (child and child in taken_children) or rec.marker.encode() in texts:
+            if (child and child in children_taken) or rec.marker.encode() in texts:
                 f.add("forged_replies_taken", example=f"{rec.describe()}: child {child}")
     f.counts["hostile_records"] = len(sent)
     f.counts["hostile_kinds"] = dict(sorted(kinds.items()))

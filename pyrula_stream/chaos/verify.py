@@ -14,13 +14,14 @@ import itertools
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyrula_stream.chaos.effects import read_effects
 from pyrula_stream.chaos.model_server import answer_for
+from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.state.threads import decode_thread
 from pyrula_stream.wire import serde
@@ -59,6 +60,17 @@ class Findings:
     def zero(self, *names: str) -> None:
         for name in names:
             self.counts.setdefault(name, 0)
+
+
+def readable_events(records: Iterable[Record]) -> Iterator[Event]:
+    """The events among ``records`` that decode (a hostile run writes some that do not)."""
+    for rec in records:
+        if rec.value is None:
+            continue
+        try:
+            yield decode_event(rec.value, rec.headers)
+        except MalformedRecordError:
+            continue
 
 
 def check_threads(
