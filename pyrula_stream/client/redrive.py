@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pyrula_stream.agent.definition import AgentTopics
-from pyrula_stream.errors import ErrorCode, UnknownTopicError, UserError
+from pyrula_stream.errors import ErrorCode, MalformedRecordError, UnknownTopicError, UserError
 from pyrula_stream.kafka.acls import redrive_transactional_id
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import reader_group_id
 from pyrula_stream.kafka.once import OnceWriter, RawRecord, read_raw
+from pyrula_stream.wire import guard
 from pyrula_stream.wire.fitting import TRIMMED_HEADER
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord
 
@@ -67,7 +68,7 @@ class RedriveNote:
     def parse(cls, value: bytes | None) -> RedriveNote | None:
         """The note a record holds, or ``None`` (a tombstone, or bytes we did not write)."""
         try:
-            body = json.loads(value or b"")
+            body = guard.loads_object(value, "a redrive note")
             partition = body.get("partition")
             return cls(
                 int(body["dlq_offset"]),
@@ -76,7 +77,7 @@ class RedriveNote:
                 str(body["topic"]),
                 None if partition is None else int(partition),
             )
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (MalformedRecordError, ValueError, TypeError, KeyError):
             return None
 
 

@@ -203,3 +203,16 @@ def test_a_trimmed_dead_letter_is_not_redriven_cut() -> None:
     assert DeadLetter.from_record(whole, None).target(topics) == (topics.turns, 0)
     why = DeadLetter.from_record(cut, None).target(topics)
     assert why == "the dead letter holds a cut copy of the record (value: kept 1 of 1044188 bytes)"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"[" * 100_000, b'{"dlq_offset": ' + b"[" * 100_000, b"\xff\xfe", b"[]", b"null"],
+)
+def test_a_note_we_did_not_write_reads_as_no_note(value: bytes) -> None:
+    """Anyone who may write the notes topic may write anything there: a note nested past
+    the parser's depth, or not UTF-8, reads as "not redriven", never as a crash of
+    ``dlq list``."""
+    from pyrula_stream.client.redrive import RedriveNote
+
+    assert RedriveNote.parse(value) is None
