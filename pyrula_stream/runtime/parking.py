@@ -32,10 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import Protocol
 
@@ -48,10 +47,20 @@ from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
 from pyrula_stream.runtime.session import SessionLost
-from pyrula_stream.wire.caps import MAX_PENDING_SIGNAL_BYTES, MAX_PENDING_SIGNALS, check_headers
+from pyrula_stream.runtime.taking import (
+    call_committing,
+    misplaced_signal,
+    pending_names,
+    pending_over_cap,
+    refusal,
+    refusal_letter,
+    signal_size,
+    too_large_reply,
+    topic_kind,
+)
+from pyrula_stream.wire.caps import check_headers
 from pyrula_stream.wire.fitting import fits, wire_size
 from pyrula_stream.wire.guard import bad_record_reason
-from pyrula_stream.wire.records import OutRecord, dead_letter
 from pyrula_stream.wire.signals import (
     Signal,
     is_signal,
@@ -60,7 +69,6 @@ from pyrula_stream.wire.signals import (
     signal_refusal,
 )
 from pyrula_stream.wire.subagents import (
-    CALL_KIND,
     Park,
     Reply,
     cursor_record,
@@ -69,50 +77,6 @@ from pyrula_stream.wire.subagents import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def calls_made(journal: TurnJournal) -> dict[str, str]:
-    """The child turns a turn's journal says it called: child turn id -> agent name."""
-    journal.materialize()  # a restored turn keeps its steps raw until first needed
-    return {
-        str(entry.data.get("child_turn_id")): str(entry.data.get("agent"))
-        for entry in journal.steps.values()
-        if entry.kind == CALL_KIND and isinstance(entry.data, dict)
-    }
-
-
-def refusal(journal: TurnJournal | None, finished: bool, reply: Reply) -> str | None:
-    """Why ``reply`` must not be taken by its parent (``None``: take it)."""
-    parent = reply.parent_turn_id
-    if journal is None or journal.terminal_ms is not None or finished:
-        return f"turn {parent} is not waiting on this partition (unknown here, or ended)"
-    called = calls_made(journal).get(reply.child_turn_id)
-    if called is None or called != reply.agent:
-        return (
-            f"turn {parent} made no call to agent {reply.agent!r} with child turn "
-            f"{reply.child_turn_id}"
-        )
-    if reply.child_turn_id in journal.replies:
-        return f"child turn {reply.child_turn_id} of turn {parent} was already answered"
-    return None
-
-
-def call_committing(runtime: TurnRuntime | None, reply: Reply) -> asyncio.Future[None] | None:
-    """The commit of the call ``reply`` answers when the running parent wrote that call
-    and has not recorded its outcome yet (``None``: nothing to wait for, the journal
-    alone decides). The future may be done already with the step's confirmation still
-    scheduled: waiting on it then lets that run first."""
-    if runtime is None:
-        return None
-    for entry, commit in runtime.committing_steps():
-        data = entry.data
-        if (
-            entry.kind == CALL_KIND
-            and isinstance(data, dict)
-            and data.get("child_turn_id") == reply.child_turn_id
-        ):
-            return commit
-    return None
 
 
 SIGNAL_HOLD_S = 10.0
@@ -227,7 +191,7 @@ class ParkedTurns:
             return
         journal = ps.journal.turns.get(turn_id)
         if journal is not None and parked.ready(
-            journal.replies, _now_ms(), _pending_names(journal) if parked.signals else ()
+            journal.replies, _now_ms(), pending_names(journal) if parked.signals else ()
         ):
             self.resume(partition, turn_id)
             return
@@ -460,13 +424,13 @@ class ParkedTurns:
                     f"{wire_size(copy.key, copy.value, copy.headers)} bytes, over the "
                     f"{room}-byte room of a record (the producer's message.max.bytes)"
                 )
-                taken, copy = _too_large_reply(topics, p, taken, why, room)
+                taken, copy = too_large_reply(topics, p, taken, why, room)
             if why is not None and copy is None:
                 taken = None
             if copy is not None:
                 records.append(copy)
             if why is not None:
-                records.append(_refusal_letter(record, topics, worker_id, str(why), room))
+                records.append(refusal_letter(record, topics, worker_id, str(why), room))
             committed = committer.durable_records(replies_owner(p), records)
         except Exception as exc:
             self._failed(record, p, exc)
@@ -488,7 +452,7 @@ class ParkedTurns:
         poison and move the position past it (it can be redriven once the cause is fixed)."""
         p = record.partition
         why = f"deciding it ended {failures} sessions of this worker in a row"
-        letter = _refusal_letter(record, topics, worker_id, why, room, ErrorCode.POISON_QUARANTINE)
+        letter = refusal_letter(record, topics, worker_id, why, room, ErrorCode.POISON_QUARANTINE)
         kind = topic_kind(record, topics)
         records = [cursor_record(topics.journal, p, record.offset + 1, kind), letter]
         committer.durable_records(replies_owner(p), records)
@@ -582,122 +546,6 @@ class ParkedTurns:
         parked = ps.parked.get(parent)
         if parked is not None and parked.ready(journal.replies, _now_ms()):
             self.resume(partition, parent)
-
-
-def _too_large_reply(
-    topics: AgentTopics, partition: int, taken: Reply | Signal | None, why: str, room: int
-) -> tuple[Reply | None, OutRecord | None]:
-    """A failed reply and its journal copy in place of a reply too large to write, so that
-    its parent ends that call with an error instead of waiting; none for a signal (it is
-    refused) and for a reply whose ids alone are too large."""
-    if not isinstance(taken, Reply):
-        return None, None
-    failed = Reply(
-        taken.parent_turn_id,
-        taken.child_turn_id,
-        taken.agent,
-        "failed",
-        code=ErrorCode.STREAM_TOO_LARGE,
-        message=f"the reply of {taken.agent} was refused: {why}",
-        usage=taken.usage,
-    )
-    copy = reply_journal_record(topics.journal, partition, failed)
-    if not fits(copy.key, copy.value, copy.headers, room):
-        return None, None
-    return failed, copy
-
-
-def _refusal_letter(
-    record: ConsumedRecord,
-    topics: AgentTopics,
-    worker_id: str,
-    why: str,
-    room: int,
-    code: ErrorCode | None = None,
-) -> OutRecord:
-    """The dead letter of a refused reply or signal: the reason its sender reads."""
-    signal = is_signal(record.headers)
-    what, refused = (
-        ("signal", ErrorCode.SIGNAL_REFUSED) if signal else ("reply", ErrorCode.UNSOLICITED_REPLY)
-    )
-    code = refused if code is None else code
-    source = f"{record.topic or topics.replies}[{record.partition}]@{record.offset}"
-    log.warning("refused the %s at %s: %s", what, source, why)
-    return dead_letter(
-        topics.dlq,
-        f"{what} refused: {why}",
-        code,
-        worker=worker_id,
-        key=record.key.encode(),
-        value=record.value,
-        headers=[(k, v.encode()) for k, v in record.headers.items()],
-        max_bytes=room,
-        source=source,
-    )
-
-
-def signal_size(signal: Signal) -> int:
-    """What one pending signal counts toward ``MAX_PENDING_SIGNAL_BYTES``."""
-    return len(json.dumps(signal.data(), default=str))
-
-
-def pending_over_cap(
-    journal: TurnJournal, signal: Signal, taking: Mapping[str, int] | None = None
-) -> str | None:
-    """Why ``signal`` would hold its turn past ``MAX_PENDING_SIGNALS`` or
-    ``MAX_PENDING_SIGNAL_BYTES`` of signals no wait has taken (``None``: it fits), with
-    ``taking`` (signals taken whose commit is not confirmed: id -> size). An answer, or a
-    signal the parked turn waits for, is taken at once: never refused here, so a flood
-    cannot keep a reviewer's answer out."""
-    waited = (journal.park or {}).get("signals") or ()
-    if signal.answer or (isinstance(waited, list | tuple) and signal.name in waited):
-        return None
-    taken = journal.taken_signals()
-    pending = [s for sid, s in journal.signals.items() if sid not in taken]
-    count = len(pending) + len(taking or {})
-    if count >= MAX_PENDING_SIGNALS:
-        return (
-            f"too_many: turn {signal.turn_id} holds {count} signals no wait has "
-            f"taken, the cap (MAX_PENDING_SIGNALS)"
-        )
-    size = sum(len(json.dumps(s, default=str)) for s in pending)
-    size += sum((taking or {}).values()) + signal_size(signal)
-    if size > MAX_PENDING_SIGNAL_BYTES:
-        return (
-            f"too_many: turn {signal.turn_id} would hold {size} bytes of signals no wait "
-            f"has taken, over the cap of {MAX_PENDING_SIGNAL_BYTES} (MAX_PENDING_SIGNAL_BYTES)"
-        )
-    return None
-
-
-def topic_kind(record: ConsumedRecord, topics: AgentTopics) -> str:
-    """Which followed topic the record came from: ``replies``, ``signals`` or ``answers``
-    (a record without a topic is the replies topic's, as before the split)."""
-    if record.topic == topics.answers:
-        return "answers"
-    if record.topic == topics.signals:
-        return "signals"
-    return "replies"
-
-
-def misplaced_signal(signal: Signal, kind: str, topics: AgentTopics) -> str | None:
-    """Why a signal is refused for the topic it came on (``None``: its topic may carry
-    it). Only reviewers write the answers topic, so an answer is taken from there alone:
-    on the signals topic (clients) or the replies topic (the workers of called agents,
-    and clients before the split) it is refused, whoever wrote it. A plain signal is
-    taken from any of the three (it answers nothing)."""
-    if signal.answer and kind != "answers":
-        return (
-            f"wrong_topic: an answer to {signal.name} is taken only from {topics.answers} "
-            f"(reviewers), not from {kind}"
-        )
-    return None
-
-
-def _pending_names(journal: TurnJournal) -> set[str]:
-    """The names of the turn's journaled signals that no wait took yet."""
-    taken = journal.taken_signals()
-    return {str(s.get("name")) for sid, s in journal.signals.items() if sid not in taken}
 
 
 def _journal_of(ps: PartitionState, turn_id: str) -> TurnJournal | None:

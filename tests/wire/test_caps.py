@@ -11,7 +11,7 @@ import pytest
 from pyrula_stream.agent.limits import DEFAULT_MAX_TOOL_CALLS, AgentLimits
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.errors import MalformedRecordError
-from pyrula_stream.runtime.parking import pending_over_cap
+from pyrula_stream.runtime.taking import pending_over_cap
 from pyrula_stream.wire import caps, serde
 from pyrula_stream.wire.lineage import Lineage
 from pyrula_stream.wire.records import ControlRequest
