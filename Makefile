@@ -11,7 +11,7 @@ LOWEST_TESTS := tests/runtime/test_turn_end_to_end.py tests/durable/test_durabil
 	tests/wire/test_requests.py tests/wire/test_schemas.py tests/runtime/test_dead_letters.py \
 	tests/client/test_status.py tests/context/test_tool_loop.py tests/kafka/test_topics.py
 
-.PHONY: setup demo test test-fast test-lowest lint typecheck docs chaos pipelines bench broker-jars browser clean
+.PHONY: setup demo test test-fast test-lowest lint typecheck docs contracts chaos pipelines bench broker-jars browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ typecheck: $(STAMP)
 # The docs site (mkdocs.yml, docs/): broken links, anchors and missing pages fail the build.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# Rewrites schemas/json/*.schema.json and schemas/asyncapi.yaml from the code (the suite
+# fails while they differ: tests/wire/test_contracts.py).
+contracts: $(STAMP)
+	$(BIN)/python -m pyrula_stream.wire.contracts
 
 # The suite on two pytest-xdist workers and one broker (most tests wait on Kafka, timers
 # and subprocesses, not on a core), each test file on one worker; pytest prints the 20

@@ -84,6 +84,12 @@ def content_type_header(record: str, fmt: serde.WireFormat = "avro") -> tuple[st
 
 JSON_CONTENT_TYPE = (serde.CONTENT_TYPE_HEADER, b"application/json")
 
+DLQ_REASON_HEADER = "pyrula.dlq.reason"
+DLQ_CODE_HEADER = "pyrula.dlq.code"
+DLQ_WORKER_HEADER = "pyrula.dlq.worker"
+DLQ_SOURCE_HEADER = "pyrula.dlq.source"
+"""A dead letter's headers: why, its ``ErrorCode``, who wrote it, ``topic[partition]@offset``."""
+
 
 def request_headers(request: serde.TurnRequest) -> list[tuple[str, bytes]]:
     """The headers a turn request's record carries beside its Avro body: its content type,
@@ -246,12 +252,12 @@ def dead_letter(
     was cut said in ``pyrula.dlq.trimmed``: a letter the producer refuses would leave its
     input unread."""
     out = [
-        ("pyrula.dlq.reason", reason.encode()),
-        ("pyrula.dlq.code", str(code).encode()),
-        ("pyrula.dlq.worker", worker.encode()),
+        (DLQ_REASON_HEADER, reason.encode()),
+        (DLQ_CODE_HEADER, str(code).encode()),
+        (DLQ_WORKER_HEADER, worker.encode()),
     ]
     if source is not None:
-        out.append(("pyrula.dlq.source", source.encode()))
+        out.append((DLQ_SOURCE_HEADER, source.encode()))
     original = [
         (f"{ORIGINAL_PREFIX}{k}", _REDACTED if is_credential_header(k) else v or b"")
         for k, v in headers
