@@ -18,16 +18,24 @@ effects, which must not act before the model's response is durable.
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from pyrula_stream.bench.framework import TurnRecords
-from pyrula_stream.bench.harness import PREFIX, create_topics, drop_topics, unique
+from pyrula_stream.bench.harness import (
+    PREFIX,
+    create_topics,
+    drop_topics,
+    process_cpu_s,
+    unique,
+)
 from pyrula_stream.bench.load import (
     CompletionReader,
     Record,
@@ -49,6 +57,10 @@ class FloorRun:
     seconds: float
     transactions: int
     records_written: int
+    cpu_s: float = 0.0
+    """CPU time of the floor's process over the timed window (its loop, submitter, reader)."""
+    broker_cpu_s: float | None = None
+    """The broker's CPU time over the same window (None: no local broker to read)."""
 
     @property
     def turns_per_s(self) -> float:
@@ -238,8 +250,10 @@ def run_floor(
     partitions: int,
     batch: int,
     keep_topics: bool = False,
+    broker: int | None = None,
 ) -> FloorRun:
-    """One floor run over the same encoded turn requests the framework got (blocking)."""
+    """One floor run over the same encoded turn requests the framework got (blocking);
+    ``broker``: the broker's pid, whose CPU time over the timed window is recorded."""
     name = unique("floor")
     specs = agent_topic_specs(name, prefix=PREFIX, partitions=partitions)
     create_topics(bootstrap, specs)
@@ -262,6 +276,7 @@ def run_floor(
         floor.start()
         if not floor.assigned.wait(120):
             raise TimeoutError("the floor's consumer got no partitions")
+        cpu0, broker0 = time.process_time(), process_cpu_s(broker)
         started = submitter.send_all(turns_topic, requests)
         deadline = time.monotonic() + max(120.0, len(requests) / 10)
         while not reader.reached(len(requests)):
@@ -271,13 +286,59 @@ def run_floor(
                 raise TimeoutError(f"floor run: {reader.terminal}/{len(requests)} turns")
             time.sleep(0.02)
         seconds = reader.last_done - started
+        cpu_s, broker1 = time.process_time() - cpu0, process_cpu_s(broker)
     finally:
         floor.stop()
         reader.close()
         submitter.close()
         if not keep_topics:
             drop_topics(bootstrap, [s.name for s in specs])
-    return FloorRun(len(requests), seconds, floor.transactions, floor.records_written)
+    broker_s = None if broker0 is None or broker1 is None else broker1 - broker0
+    return FloorRun(
+        len(requests), seconds, floor.transactions, floor.records_written, cpu_s, broker_s
+    )
+
+
+def run_floor_process(
+    bootstrap: str,
+    *,
+    turns: int,
+    templates: Sequence[TurnRecords],
+    partitions: int,
+    batch: int,
+    keep_topics: bool = False,
+    broker: int | None = None,
+) -> FloorRun:
+    """``run_floor`` in a fresh process of its own (blocking): nothing of the bench's
+    process (its heap, its threads, the framework's leftovers) shares the floor's GIL,
+    and its CPU time is the floor's alone."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        future = pool.submit(
+            _floor_child, bootstrap, turns, list(templates), partitions, batch, keep_topics, broker
+        )
+        return future.result()
+
+
+def _floor_child(
+    bootstrap: str,
+    turns: int,
+    templates: list[TurnRecords],
+    partitions: int,
+    batch: int,
+    keep_topics: bool,
+    broker: int | None,
+) -> FloorRun:
+    requests = turn_requests("floor", turns, QUESTION)
+    return run_floor(
+        bootstrap,
+        requests=requests,
+        templates=templates,
+        partitions=partitions,
+        batch=batch,
+        keep_topics=keep_topics,
+        broker=broker,
+    )
 
 
 @dataclass
