@@ -351,6 +351,98 @@ class FloorLatency:
     transactions: int
 
 
+class FloorLatencySession:
+    """The latency floor's loop, warmed up, timing paced blocks of inputs one at a time
+    (the blocks alternate with the framework's, on the same schedule); blocking calls.
+
+    One input per transaction (``batch=1``; ``commits=2``: two in sequence), the same
+    submitter, pacing and reader as the framework's latency run; a sample is the time
+    from just before a request is produced to its terminal event read back under
+    ``read_committed``.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        agent: str,
+        rate: float,
+        templates: Sequence[TurnRecords],
+        partitions: int,
+        warmup: int = 10,
+        keep_topics: bool = False,
+        commits: int = 1,
+    ) -> None:
+        self.bootstrap, self.agent, self.rate = bootstrap, agent, rate
+        self.warmup, self.keep_topics = warmup, keep_topics
+        name = unique("floorlat")
+        self.specs = agent_topic_specs(name, prefix=PREFIX, partitions=partitions)
+        self.turns_topic, events_topic, journal_topic, results_topic = (
+            f"{PREFIX}.{name}.{t}" for t in ("turns", "events", "journal", "results")
+        )
+        self.sent: dict[bytes, float] = {}
+        self._timed = 0
+        create_topics(bootstrap, self.specs)
+        self.floor = FloorProcessor(
+            bootstrap,
+            turns_topic=self.turns_topic,
+            journal_topic=journal_topic,
+            events_topic=events_topic,
+            results_topic=results_topic,
+            partitions=partitions,
+            templates=templates,
+            batch=1,
+            rekey=True,
+            commits=commits,
+        )
+        self.submitter = Submitter(bootstrap)
+        self.reader = CompletionReader(bootstrap, events_topic, partitions)
+
+    def __enter__(self) -> FloorLatencySession:
+        try:
+            self.floor.start()
+            if not self.floor.assigned.wait(120):
+                raise TimeoutError("the floor's consumer got no partitions")
+            warm = turn_requests(self.agent, self.warmup, QUESTION)
+            self.submitter.send_all(self.turns_topic, warm)
+            self._wait_until(self.warmup, "floor latency warm-up")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait_until(self, n: int, what: str) -> None:
+        deadline = time.monotonic() + 120 + n / 10
+        while not self.reader.reached(n):
+            if self.floor.error is not None:
+                raise RuntimeError(f"floor loop failed: {self.floor.error}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: {self.reader.terminal}/{n} turns")
+            time.sleep(0.02)
+
+    def block(self, turns: int) -> None:
+        """Send ``turns`` inputs at the paced rate and wait until all are read back."""
+        timed = turn_requests(self.agent, turns, QUESTION)
+        sent = self.submitter.send_paced(self.turns_topic, timed, self.rate)
+        self._timed += turns
+        self._wait_until(self.warmup + self._timed, "floor latency run")
+        self.sent.update(sent)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.floor.stop()
+        finally:
+            self.reader.close()
+            self.submitter.close()
+            if not self.keep_topics:
+                drop_topics(self.bootstrap, [s.name for s in self.specs])
+
+    def result(self) -> FloorLatency:
+        """Every timed input's end-to-end time, in the order they were sent."""
+        latencies = [(self.reader.done[k] - t) * 1000 for k, t in self.sent.items()]
+        return FloorLatency(len(self.sent), self.rate, latencies, self.floor.transactions)
+
+
 def run_floor_latency(
     bootstrap: str,
     *,
@@ -363,57 +455,17 @@ def run_floor_latency(
     keep_topics: bool = False,
     commits: int = 1,
 ) -> FloorLatency:
-    """The latency floor (blocking): the raw loop at the latency phase's paced rate.
-
-    One input per transaction (``batch=1``; ``commits=2``: two in sequence), the same
-    submitter, pacing and reader as the framework's latency run; a sample is the time
-    from just before a request is produced to its terminal event read back under
-    ``read_committed``.
-    """
-    name = unique("floorlat")
-    specs = agent_topic_specs(name, prefix=PREFIX, partitions=partitions)
-    create_topics(bootstrap, specs)
-    turns_topic, events_topic, journal_topic, results_topic = (
-        f"{PREFIX}.{name}.{t}" for t in ("turns", "events", "journal", "results")
-    )
-    floor = FloorProcessor(
+    """The latency floor (blocking): the raw loop at the latency phase's paced rate, one
+    block of ``turns`` inputs (``FloorLatencySession``)."""
+    with FloorLatencySession(
         bootstrap,
-        turns_topic=turns_topic,
-        journal_topic=journal_topic,
-        events_topic=events_topic,
-        results_topic=results_topic,
-        partitions=partitions,
+        agent=agent,
+        rate=rate,
         templates=templates,
-        batch=1,
-        rekey=True,
+        partitions=partitions,
+        warmup=warmup,
+        keep_topics=keep_topics,
         commits=commits,
-    )
-    submitter = Submitter(bootstrap)
-    reader = CompletionReader(bootstrap, events_topic, partitions)
-    try:
-        floor.start()
-        if not floor.assigned.wait(120):
-            raise TimeoutError("the floor's consumer got no partitions")
-
-        def wait_until(n: int, what: str) -> None:
-            deadline = time.monotonic() + 120 + n / 10
-            while not reader.reached(n):
-                if floor.error is not None:
-                    raise RuntimeError(f"floor loop failed: {floor.error}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{what}: {reader.terminal}/{n} turns")
-                time.sleep(0.02)
-
-        submitter.send_all(turns_topic, turn_requests(agent, warmup, QUESTION))
-        wait_until(warmup, "floor latency warm-up")
-        timed = turn_requests(agent, turns, QUESTION)
-        sent = submitter.send_paced(turns_topic, timed, rate)
-        wait_until(warmup + turns, "floor latency run")
-    finally:
-        floor.stop()
-        reader.close()
-        submitter.close()
-        if not keep_topics:
-            drop_topics(bootstrap, [s.name for s in specs])
-    latencies = [(reader.done[k] - t) * 1000 for k, t in sent.items()]
-    return FloorLatency(turns, rate, latencies, floor.transactions)
+    ) as session:
+        session.block(turns)
+    return session.result()

@@ -1,9 +1,10 @@
 """Runs the phases in order and gathers one results dict (the JSON file's content).
 
-Throughput alternates framework, floor and the framework on ``--processes auto`` worker
-processes (A B C A B C ...) so drift in a noisy machine hits every side alike, and
-reports the medians. The first framework run is read back to give the floor the exact
-records to write.
+Throughput alternates framework, floor (in its own process) and the framework on
+``--processes auto`` worker processes, and ``--baseline-commit``'s framework (A B C D A B
+C D ...), and reports medians of per-round ratios, so drift in a noisy machine hits every
+side of a pair alike. The first framework run is read back to give the floor the exact
+records to write. Latency alternates blocks of the framework and its floor on one schedule.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pyrula_stream.bench.baseline import baseline_tree, run_baseline_framework
 from pyrula_stream.bench.concurrency import run_concurrency
 from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, broker_pid, measure_processes, run_cpu
 from pyrula_stream.bench.fairness import run_fairness
-from pyrula_stream.bench.floor import FloorLatency, run_floor_latency, run_floor_process
+from pyrula_stream.bench.floor import FloorLatency, FloorLatencySession, run_floor_process
 from pyrula_stream.bench.framework import run_framework
 from pyrula_stream.bench.gateway import run_gateway
 from pyrula_stream.bench.harness import (
@@ -32,7 +33,7 @@ from pyrula_stream.bench.harness import (
     unique,
 )
 from pyrula_stream.bench.journal_size import run_journal_size
-from pyrula_stream.bench.latency import LatencyRun, run_latency
+from pyrula_stream.bench.latency import FrameworkLatency, LatencyRun
 from pyrula_stream.bench.paired import median_of, over_floor, per_turn_ms, throughput_figures
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.soak import run_soak
@@ -76,6 +77,8 @@ class BenchConfig:
     """Its unpacked source tree (``baseline.baseline_tree``), set when the run starts."""
     latency_turns: int = 2000
     """Per side: the framework and its floor each run this many on the same schedule."""
+    latency_blocks: int = 4
+    """The latency run's blocks: framework, floor, framework, floor ... on one schedule."""
     telemetry_latency_turns: int = 300
     latency_rate: float = 20.0
     latency_model_s: float = 0.2
@@ -118,6 +121,7 @@ class BenchConfig:
             "floor_turns": 60,
             "latency_turns": 10,
             "telemetry_latency_turns": 10,
+            "latency_blocks": 2,
             "latency_rate": 10.0,
             "cpu_turns": 30,
             "cpu_step_turns": 5,
@@ -162,43 +166,56 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def block_sizes(turns: int, blocks: int) -> list[int]:
+    """``turns`` split into ``blocks`` near-equal blocks (no empty one)."""
+    blocks = max(1, min(blocks, turns))
+    return [turns // blocks + (1 if i < turns % blocks else 0) for i in range(blocks)]
+
+
 async def _latency_with_floor(
     config: BenchConfig, bootstrap: str, *, read_only: bool
 ) -> tuple[LatencyRun, FloorLatency]:
-    """One framework latency run and, right after it, its floor at the same rate: one
-    commit per input for the read-only tool, two in sequence for the tool with effects."""
+    """The framework and its floor taking turns, block by block, on the same schedule
+    (the same rate, the same block sizes): one commit per input for the read-only tool,
+    two in sequence for the tool with effects. The floor writes the records the
+    framework's warm-up turns wrote."""
     commits = 1 if read_only else 2
     what = "read-only tool" if read_only else "tool with effects"
+    sizes = block_sizes(config.latency_turns, config.latency_blocks)
     progress(
-        f"latency ({what}): {config.latency_turns} turns at {config.latency_rate:g}/s, "
-        f"{config.latency_model_s * 1000:.0f} ms model"
+        f"latency ({what}): {config.latency_turns} turns per side at "
+        f"{config.latency_rate:g}/s, {config.latency_model_s * 1000:.0f} ms model, "
+        f"{len(sizes)} blocks alternating with the raw loop "
+        f"({commits} transaction{'s' if commits > 1 else ''} per input)"
     )
-    lat = await run_latency(
+    async with FrameworkLatency(
         bootstrap,
-        turns=config.latency_turns,
         rate=config.latency_rate,
         model_latency_s=config.latency_model_s,
         partitions=config.partitions,
         keep_topics=config.keep_topics,
         capture=True,
         read_only=read_only,
-    )
-    progress(
-        f"latency floor: the raw loop at {config.latency_rate:g}/s, "
-        f"{commits} transaction{'s' if commits > 1 else ''} per input"
-    )
-    floor = await asyncio.to_thread(
-        run_floor_latency,
-        bootstrap,
-        agent=unique("floorlat"),
-        turns=config.latency_turns,
-        rate=config.latency_rate,
-        templates=lat.templates,
-        partitions=config.partitions,
-        keep_topics=config.keep_topics,
-        commits=commits,
-    )
-    return lat, floor
+    ) as framework:
+        floor = await asyncio.to_thread(
+            FloorLatencySession,
+            bootstrap,
+            agent=unique("floorlat"),
+            rate=config.latency_rate,
+            templates=framework.templates,
+            partitions=config.partitions,
+            keep_topics=config.keep_topics,
+            commits=commits,
+        )
+        await asyncio.to_thread(floor.__enter__)
+        try:
+            for i, size in enumerate(sizes):
+                await framework.block(size)
+                await asyncio.to_thread(floor.block, size)
+                progress(f"  block {i + 1}/{len(sizes)}: {size} turns on each side")
+        finally:
+            await asyncio.to_thread(floor.__exit__, None, None, None)
+        return framework.result(), floor.result()
 
 
 async def run_latency_phase(config: BenchConfig, bootstrap: str) -> dict[str, Any]:

@@ -64,3 +64,11 @@ def test_the_machine_section_says_load_and_steal_over_the_run() -> None:
     assert seen["load_avg_1m_at_end"] >= 0
     assert 0 <= seen["steal_fraction"] <= 1
     assert seen["steal_s"] >= 0
+
+
+def test_the_latency_run_alternates_blocks_of_one_schedule() -> None:
+    from pyrula_stream.bench.runner import block_sizes
+
+    assert block_sizes(2000, 4) == [500] * 4
+    assert block_sizes(10, 4) == [3, 3, 2, 2]
+    assert block_sizes(3, 8) == [1, 1, 1]  # never an empty block
