@@ -9,7 +9,8 @@ EOS v2). It decodes nothing and calls
 no model: it is the Kafka cost alone. Its clients use the worker's settings (lz4,
 ``acks=all``, idempotence, ``read_committed``, cooperative-sticky) and it has the batching
 freedom of a good hand-written processor: every poll takes what is buffered, up to
-``batch`` inputs, and all of them share one transaction. ``run_floor_latency`` runs the
+``batch`` inputs, and all of them share one transaction; the throughput phase runs it in a
+process of its own (``run_floor_process``). ``run_floor_latency`` runs the
 same loop with one input per transaction at a paced rate: the latency floor; with
 ``commits=2`` it commits twice per input, in sequence (the records up to the model's
 first response, then the rest with the offset): the floor of a turn whose tool has

@@ -412,7 +412,7 @@ def markdown(results: dict[str, Any], plot_link: str | None) -> str:
     if results.get("targets"):
         out += [
             "",
-            "Issues 47's and 27's targets"
+            "Issue 47's and issue 27's targets"
             + (
                 f", against the baseline `{base.get('commit') or '?'}` ({base.get('source')})"
                 if base
