@@ -36,6 +36,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     gw = results.get("gateway", {})
     fair = results.get("fairness", {})
     cpu = results.get("cpu", {})
+    long = results.get("long_turns") or {}
     base = results.get("baseline") or {}
     return {
         "turns_per_s": tp.get("framework_turns_per_s"),
@@ -59,8 +60,13 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "all_cores_processes": tp.get("all_cores_processes"),
         "cpu_ms_per_turn": cpu.get("cpu_ms_per_turn"),
         "cpu_ms_per_step": cpu.get("cpu_ms_per_step"),
-        "cpu_ms_per_step_200_steps": cpu.get("cpu_ms_per_step_200_steps"),
-        "step_cost_growth": cpu.get("step_cost_growth"),
+        # The long-turns phase's figures (context window on, up to 1,000 steps) when it ran.
+        "cpu_ms_per_step_20_steps": long.get("cpu_ms_per_step_20_steps"),
+        "cpu_ms_per_step_200_steps": long.get(
+            "cpu_ms_per_step_200_steps", cpu.get("cpu_ms_per_step_200_steps")
+        ),
+        "cpu_ms_per_step_1000_steps": long.get("cpu_ms_per_step_1000_steps"),
+        "step_cost_growth": long.get("step_cost_growth", cpu.get("step_cost_growth")),
         "turns_per_s_1_process": cpu.get("turns_per_s_1_process"),
         "turns_per_s_2_processes": cpu.get("turns_per_s_2_processes"),
         "turns_per_s_20_steps": cpu.get("turns_per_s_20_steps"),

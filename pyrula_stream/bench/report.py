@@ -169,6 +169,24 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "",
             ),
         ]
+    long = results.get("long_turns")
+    if long:
+        out += [
+            (
+                f"CPU per step at {' / '.join(map(str, long['step_counts']))} steps, "
+                "context window on (ms)",
+                " / ".join(
+                    _fmt(long.get(f"cpu_ms_per_step_{s}_steps"), 3) for s in long["step_counts"]
+                ),
+                "",
+            ),
+            (
+                f"  step cost growth, per-step CPU at {max(long['step_counts'])} / "
+                f"at {min(long['step_counts'])} steps",
+                _fmt(long.get("step_cost_growth"), 2),
+                "<= 1.1",
+            ),
+        ]
     if conc:
         out += [
             (

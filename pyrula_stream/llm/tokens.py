@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from operator import is_
 from typing import Any
 
 from pyrula_stream.llm.base import ModelRequest, ToolDefinition
@@ -109,8 +110,9 @@ class RunningEstimate:
     length. The messages already counted are taken as they were when counted, as
     ``RunningFingerprint`` takes them: the list passed next must be the last one grown at
     its end (copied or not). One that is shorter, or whose first or last counted message
-    is another object, is counted over. The system prompt and the tools are counted again
-    only when they change (tools by identity: ``ToolDefinition`` is frozen).
+    is another object, is counted over. The system prompt is counted again when it
+    changes, the tools when one is another object (a tool's ``definition()`` is built
+    once, and ``ToolDefinition`` is frozen).
     """
 
     __slots__ = ("_chars", "_count", "_first", "_last", "_non_ascii", "_system", "_tools")
@@ -159,15 +161,10 @@ class RunningEstimate:
 
     def _tools_count(self, tools: Sequence[ToolDefinition | dict[str, Any]] | None) -> Count:
         held = tuple(tools or ())
-        if not all(isinstance(t, ToolDefinition) for t in held):  # dicts may change: count
-            return _list_count([_tool_json(t) for t in held])
-        if (
-            self._tools is None
-            or len(self._tools[0]) != len(held)
-            or any(a is not b for a, b in zip(self._tools[0], held, strict=True))
-        ):
-            self._tools = (held, _list_count([_tool_json(t) for t in held]))
-        return self._tools[1]
+        cached = self._tools
+        if cached is None or len(cached[0]) != len(held) or not all(map(is_, cached[0], held)):
+            cached = self._tools = (held, _list_count([_tool_json(t) for t in held]))
+        return cached[1]
 
 
 def request_tokens(request: ModelRequest) -> int:
