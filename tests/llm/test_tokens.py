@@ -119,3 +119,33 @@ async def test_a_long_turn_counts_each_message_once(
         events = await client.run(agent.name, timeout=60)
     assert events[-1].type == "run:complete", events[-1].data
     assert question.encoded == 2
+
+
+async def test_an_agents_own_estimate_still_decides(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """``AgentLimits(estimate_tokens=...)`` is asked before every model call, instead of
+    the running estimate: a window the default estimate would overflow lets it through."""
+    asked: list[int] = []
+
+    def estimate(messages: list[dict[str, Any]], system: str | None, tools: Any) -> int:
+        asked.append(len(messages))
+        return 1
+
+    llm = ScriptModel([reply_tool_call("lookup", order_id="1"), reply_text("done")])
+
+    @kafka_agent(
+        name=unique_name("own-estimate"),
+        llm=llm,
+        tools=[lookup],
+        partitions=1,
+        limits=AgentLimits(context_window=50, estimate_tokens=estimate),
+    )
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "x" * 1000}])
+
+    assert estimate_tokens([{"role": "user", "content": "x" * 1000}]) > 50
+    async with running_worker(agent, kafka_bootstrap_servers):
+        events = await client.run(agent.name, timeout=60)
+    assert events[-1].type == "run:complete", events[-1].data
+    assert asked == [1, 3]  # each model call's whole request, as the agent's own function
