@@ -53,6 +53,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--cpu-rounds", type=int, help="1 process, 2 processes, 20 steps: rounds (default 5)"
     )
+    p.add_argument(
+        "--long-turn-steps", type=int, help="steps per long-turns run of each length (20000)"
+    )
+    p.add_argument("--long-turn-rounds", type=int, help="long-turns rounds (default 3)")
     p.add_argument("--telemetry-rounds", type=int, help="off, on, every turn: rounds (default 5)")
     p.add_argument("--soak-turns", type=int, help="turns of the soak (default 200000)")
     p.add_argument("--soak-warmup", type=int, help="warm-up turns before it (default 5000)")
@@ -97,6 +101,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "cpu_step_turns",
         "cpu_long_turns",
         "cpu_rounds",
+        "long_turn_steps",
+        "long_turn_rounds",
         "telemetry_rounds",
         "soak_turns",
         "soak_warmup",

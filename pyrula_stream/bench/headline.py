@@ -44,6 +44,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     gw = results.get("gateway", {})
     fair = results.get("fairness", {})
     cpu = results.get("cpu", {})
+    long = results.get("long_turns") or {}
     base = results.get("baseline") or {}
     mach = results.get("machine", {})
     return {
@@ -81,8 +82,13 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "cpu_ms_per_turn_200ms_model": _anywhere(results, "cpu_ms_per_turn_200ms_model"),
         "loop_stall_max_ms": _anywhere(results, "loop_stall_max_ms"),
         "cpu_ms_per_step": cpu.get("cpu_ms_per_step"),
-        "cpu_ms_per_step_200_steps": cpu.get("cpu_ms_per_step_200_steps"),
-        "step_cost_growth": cpu.get("step_cost_growth"),
+        # The long-turns phase's figures (context window on, up to 1,000 steps) when it ran.
+        "cpu_ms_per_step_20_steps": long.get("cpu_ms_per_step_20_steps"),
+        "cpu_ms_per_step_200_steps": long.get(
+            "cpu_ms_per_step_200_steps", cpu.get("cpu_ms_per_step_200_steps")
+        ),
+        "cpu_ms_per_step_1000_steps": long.get("cpu_ms_per_step_1000_steps"),
+        "step_cost_growth": long.get("step_cost_growth", cpu.get("step_cost_growth")),
         "turns_per_s_1_process": cpu.get("turns_per_s_1_process"),
         "turns_per_s_2_processes": cpu.get("turns_per_s_2_processes"),
         "turns_per_s_20_steps": cpu.get("turns_per_s_20_steps"),

@@ -209,9 +209,9 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             ),
             (
                 f"  step cost growth, per-step CPU at {cpu.get('long_steps', '-')} / "
-                f"at {cpu['steps']} steps",
+                f"at {cpu['steps']} steps, no context window",
                 _fmt(cpu.get("step_cost_growth"), 2),
-                "<= 1.1",
+                "",
             ),
             (
                 f"  turns/s at 1 / {cpu['steps']} steps per turn",
@@ -230,6 +230,24 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 + " / "
                 + _fmt(cpu["broker_cores_used_2_processes"], 2),
                 "",
+            ),
+        ]
+    long = results.get("long_turns")
+    if long:
+        out += [
+            (
+                f"CPU per step at {' / '.join(map(str, long['step_counts']))} steps, "
+                "context window on (ms)",
+                " / ".join(
+                    _fmt(long.get(f"cpu_ms_per_step_{s}_steps"), 3) for s in long["step_counts"]
+                ),
+                "",
+            ),
+            (
+                f"  step cost growth, per-step CPU at {max(long['step_counts'])} / "
+                f"at {min(long['step_counts'])} steps",
+                _fmt(long.get("step_cost_growth"), 2),
+                "<= 1.1",
             ),
         ]
     if conc:

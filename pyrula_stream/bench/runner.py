@@ -34,6 +34,7 @@ from pyrula_stream.bench.harness import (
 )
 from pyrula_stream.bench.journal_size import run_journal_size
 from pyrula_stream.bench.latency import FrameworkLatency, LatencyRun
+from pyrula_stream.bench.long_turns import STEP_COUNTS, run_long_turns
 from pyrula_stream.bench.paired import median_of, over_floor, per_turn_ms, throughput_figures
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.soak import run_soak
@@ -46,6 +47,7 @@ PHASES = (
     "throughput",
     "latency",
     "cpu",
+    "long_turns",
     "concurrency",
     "journal",
     "restore",
@@ -89,6 +91,10 @@ class BenchConfig:
     cpu_rounds: int = 5
     """Each a one-process, a two-process and a 20-step run: figures are medians, and a
     round's per-step CPU is paired with its own one-step run."""
+    long_turn_steps: int = 20_000
+    """Steps per run of each length (20, 200, 1,000 steps a turn; one-step turns alike)."""
+    long_turn_concurrency: int = 10
+    long_turn_rounds: int = 3
     telemetry_rounds: int = 5
     in_flight: int = 2000
     in_flight_model_s: float = 1.0
@@ -127,6 +133,9 @@ class BenchConfig:
             "cpu_step_turns": 5,
             "cpu_long_turns": 5,
             "cpu_rounds": 1,
+            "long_turn_steps": 200,
+            "long_turn_concurrency": 2,
+            "long_turn_rounds": 1,
             "telemetry_rounds": 2,
             "in_flight": 20,
             "in_flight_waves": 1,
@@ -424,6 +433,19 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             rounds=config.cpu_rounds,
             partitions=config.partitions,
             concurrency=config.framework_concurrency,
+        )
+    if "long_turns" in config.phases:
+        progress(
+            f"long turns: about {config.long_turn_steps} steps of turns of {STEP_COUNTS} "
+            f"steps (and one-step turns), {config.long_turn_concurrency} in flight, "
+            f"context window on, x {config.long_turn_rounds} rounds (a spawned worker)"
+        )
+        results["long_turns"] = await run_long_turns(
+            bootstrap,
+            total_steps=config.long_turn_steps,
+            concurrency=config.long_turn_concurrency,
+            rounds=config.long_turn_rounds,
+            partitions=config.partitions,
         )
     if "concurrency" in config.phases:
         progress(
