@@ -141,7 +141,8 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     w.add_argument(
         "--processes",
         default=None,
-        help="N or auto (one per core): supervise N worker processes with ids "
+        help="N or auto (one per core the container may use: its cgroup CPU limit, else "
+        "the cores): supervise N worker processes with ids "
         "<worker-id>-0..N-1; a child that dies is restarted",
     )
     w.add_argument("--max-concurrent-turns", type=int, default=50)

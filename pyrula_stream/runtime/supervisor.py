@@ -11,13 +11,15 @@ and the supervisor exits once all of them have.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyrula_stream.runtime.cpu_limit import CGROUP_ROOT, cpu_limit
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +28,10 @@ STABLE_AFTER_S = 30.0
 """A child that ran this long before dying is restarted without backoff."""
 
 
-def process_count(value: str) -> int:
-    """``auto`` (the machine's cores) or a positive integer."""
+def process_count(value: str, *, cgroup_root: Path = CGROUP_ROOT) -> int:
+    """``auto`` (the cores the container may use: its CPU quota) or a positive integer."""
     if value == "auto":
-        return max(1, os.cpu_count() or 1)
+        return cpu_limit(cgroup_root)
     count = int(value)
     if count < 1:
         raise ValueError(f"--processes must be >= 1 or auto, got {value!r}")
