@@ -33,10 +33,10 @@ def cgroup_cpu_quota(root: Path = CGROUP_ROOT) -> float | None:
         quota, _, period = v2.partition(" ")
         return None if quota == "max" else _ratio(quota, period or "100000")
     for folder in (root / "cpu", root / "cpu,cpuacct", root):
-        quota = _read(folder / "cpu.cfs_quota_us")
-        period = _read(folder / "cpu.cfs_period_us")
-        if quota is not None and period is not None:
-            return _ratio(quota, period)
+        v1_quota = _read(folder / "cpu.cfs_quota_us")
+        v1_period = _read(folder / "cpu.cfs_period_us")
+        if v1_quota is not None and v1_period is not None:
+            return _ratio(v1_quota, v1_period)
     return None
 
 
