@@ -41,12 +41,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
         base_id = args.worker_id or socket.gethostname()
-        return run_supervisor(args.cli_args, count=count, base_id=base_id)
+        return run_supervisor(
+            args.cli_args, count=count, base_id=base_id, health_port=args.health_port
+        )
     tracing.otlp_from_environment("pyrula-stream")
     options = WorkerOptions(
         max_concurrent_turns=args.max_concurrent_turns,
         worker_id=args.worker_id,
         health_port=args.health_port,
+        health_host=args.health_host,
         processing_guarantee=args.processing_guarantee,
         shutdown_grace=args.shutdown_grace,
         static_membership=args.static_membership,
@@ -148,6 +151,11 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     w.add_argument("--max-concurrent-turns", type=int, default=50)
     w.add_argument(
         "--health-port", type=int, default=None, help="serve /livez, /readyz and /metrics"
+    )
+    w.add_argument(
+        "--health-host",
+        default="127.0.0.1",
+        help="the address of --health-port; a pod's probes and Prometheus need 0.0.0.0",
     )
     w.add_argument(
         "--log-format",

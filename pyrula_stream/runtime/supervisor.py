@@ -11,6 +11,7 @@ and the supervisor exits once all of them have.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -48,7 +49,7 @@ class _Child:
     exit_codes: list[int] = field(default_factory=list)
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, env=child_env())
         self.started = time.monotonic()
         log.warning("worker %s started (pid %d)", self.worker_id, self.proc.pid)
 
@@ -155,12 +156,26 @@ def child_args(cli_args: Sequence[str]) -> tuple[list[str], int | None]:
     return out, health
 
 
-def run_supervisor(cli_args: Sequence[str], *, count: int, base_id: str) -> int:
+PER_SUPERVISOR_ENV = ("PYRULA_PROCESSES", "PYRULA_WORKER_ID", "PYRULA_HEALTH_PORT")
+"""Variables (``cli.env``) that configure the supervisor, not its children: a child that
+inherited ``PYRULA_PROCESSES`` would be a supervisor itself."""
+
+
+def child_env() -> dict[str, str]:
+    """The supervisor's environment without what it sets per child."""
+    return {k: v for k, v in os.environ.items() if k not in PER_SUPERVISOR_ENV}
+
+
+def run_supervisor(
+    cli_args: Sequence[str], *, count: int, base_id: str, health_port: int | None = None
+) -> int:
     """Supervise ``count`` processes of ``pyrula-stream <cli_args>`` (a worker command).
 
-    With ``--health-port P`` child ``i`` serves its probes on ``P + i``.
+    With a health port ``P`` (``--health-port``, else ``health_port``: it may come from
+    ``PYRULA_HEALTH_PORT``) child ``i`` serves its probes on ``P + i``.
     """
     worker_args, health = child_args(cli_args)
+    health = health if health is not None else health_port
     argv = [sys.executable, "-m", "pyrula_stream.cli", *worker_args]
     supervisor = Supervisor(argv, count=count, base_id=base_id, health_port=health)
     signal.signal(signal.SIGTERM, supervisor.stop)
