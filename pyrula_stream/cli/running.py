@@ -23,6 +23,7 @@ from pyrula_stream.errors import (
     ConfigurationError,
 )
 from pyrula_stream.runtime.event_loop import EVENT_LOOPS
+from pyrula_stream.runtime.options import SHUTDOWN_GRACE_S
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -163,7 +164,14 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         choices=["text", "json"],
         help="json: one object per line with agent, turn_id, attempt, partition, worker_id",
     )
-    w.add_argument("--shutdown-grace", type=float, default=30.0)
+    w.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=SHUTDOWN_GRACE_S,
+        help=f"seconds SIGTERM waits for running turns (default {SHUTDOWN_GRACE_S:g}: under "
+        "Kubernetes' default 30 s grace period; a pod's terminationGracePeriodSeconds must "
+        "exceed it)",
+    )
     w.add_argument(
         "--static-membership",
         action="store_true",

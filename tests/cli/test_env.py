@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pyrula_stream import WorkerOptions
 from pyrula_stream._version import __version__
 from pyrula_stream.cli import FROM_ENVIRONMENT, build_parser
 from pyrula_stream.cli.env import env_name, env_options
@@ -136,3 +137,12 @@ def test_version() -> None:
     done = run_cli("--version")
     assert done.returncode == 0
     assert done.stdout.strip() == f"pyrula-stream {__version__}"
+
+
+def test_the_default_drain_ends_within_kubernetes_default_grace_period() -> None:
+    """Kubernetes kills a pod 30 s after SIGTERM unless told otherwise: a default drain
+    that takes its full time must leave room to commit and leave the group."""
+    kubernetes_default_grace_s = 30.0
+    handover_s = 5.0
+    assert WorkerOptions().shutdown_grace + handover_s <= kubernetes_default_grace_s
+    assert parse(WORKER).shutdown_grace == WorkerOptions().shutdown_grace
