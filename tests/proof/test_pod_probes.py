@@ -58,6 +58,8 @@ async def test_readyz_turns_false_when_the_drain_starts_and_livez_stays_true(
                     break
                 assert worker.returncode is None, "the worker exited before it was ready"
                 await asyncio.sleep(0.1)
+            else:
+                raise TimeoutError(f"{readyz} never answered 200")
             listening = {
                 c.laddr
                 for c in psutil.Process(worker.pid).net_connections("tcp")
@@ -70,6 +72,8 @@ async def test_readyz_turns_false_when_the_drain_starts_and_livez_stays_true(
                 if mark.exists():
                     break
                 await asyncio.sleep(0.1)
+            else:
+                raise TimeoutError("the turn never started")
             assert mark.read_text() == handle.turn_id
 
             worker.send_signal(signal.SIGTERM)
