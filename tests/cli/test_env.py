@@ -146,3 +146,16 @@ def test_the_default_drain_ends_within_kubernetes_default_grace_period() -> None
     handover_s = 5.0
     assert WorkerOptions().shutdown_grace + handover_s <= kubernetes_default_grace_s
     assert parse(WORKER).shutdown_grace == WorkerOptions().shutdown_grace
+
+
+def test_the_container_docs_list_every_variable() -> None:
+    """docs/containers.md is where a pod's author looks them up: none may be missing."""
+    text = (ROOT / "docs" / "containers.md").read_text()
+    sub = next(a for a in build_parser({})._actions if isinstance(a, argparse._SubParsersAction))
+    missing = {
+        env_name(action)
+        for command in FROM_ENVIRONMENT
+        for action in env_options(sub.choices[command])
+        if f"`{env_name(action)}`" not in text
+    }
+    assert not missing, f"add to docs/containers.md: {sorted(missing)}"
