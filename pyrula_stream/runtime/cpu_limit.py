@@ -26,12 +26,22 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def cgroup_cpu_quota(root: Path = CGROUP_ROOT) -> float | None:
-    """The CPU limit in cores under ``root`` (cgroup v2, else v1), or None when unlimited."""
-    v2 = _read(root / "cpu.max")
-    if v2 is not None:
-        quota, _, period = v2.partition(" ")
-        return None if quota == "max" else _ratio(quota, period or "100000")
+def cgroup_cpu_quota(root: Path = CGROUP_ROOT, own: str = "/") -> float | None:
+    """The CPU limit in cores under ``root`` (cgroup v2, else v1), or None when unlimited.
+
+    ``own`` is this process's cgroup v2 path (``own_cgroup``): a container with its own
+    cgroup namespace sees ``/``, one without sees its path below the host's root. The
+    tightest ``cpu.max`` from there up to ``root`` is the limit (a pod's may sit above its
+    container's).
+    """
+    v2 = [
+        _read(folder / "cpu.max")
+        for folder in (root / own.strip("/"), *(root / own.strip("/")).parents)
+        if folder.is_relative_to(root)
+    ]
+    if any(text is not None for text in v2):
+        quotas = [_v2_quota(text) for text in v2 if text is not None]
+        return min((q for q in quotas if q is not None), default=None)
     for folder in (root / "cpu", root / "cpu,cpuacct", root):
         v1_quota = _read(folder / "cpu.cfs_quota_us")
         v1_period = _read(folder / "cpu.cfs_period_us")
@@ -40,13 +50,27 @@ def cgroup_cpu_quota(root: Path = CGROUP_ROOT) -> float | None:
     return None
 
 
-def cpu_limit(root: Path = CGROUP_ROOT) -> int:
+def own_cgroup(proc_file: Path = Path("/proc/self/cgroup")) -> str:
+    """This process's cgroup v2 path (the ``0::`` line), ``/`` when there is none."""
+    text = _read(proc_file) or ""
+    for line in text.splitlines():
+        if line.startswith("0::"):
+            return line[3:] or "/"
+    return "/"
+
+
+def cpu_limit(root: Path = CGROUP_ROOT, own: str | None = None) -> int:
     """Whole cores this process may use: ceil(quota), at least 1, at most ``usable_cores``."""
     cores = usable_cores()
-    quota = cgroup_cpu_quota(root)
+    quota = cgroup_cpu_quota(root, own_cgroup() if own is None else own)
     if quota is None:
         return cores
     return max(1, min(cores, math.ceil(quota)))
+
+
+def _v2_quota(text: str) -> float | None:
+    quota, _, period = text.partition(" ")
+    return None if quota == "max" else _ratio(quota, period or "100000")
 
 
 def _ratio(quota_text: str, period_text: str) -> float | None:

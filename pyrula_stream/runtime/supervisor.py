@@ -29,10 +29,12 @@ STABLE_AFTER_S = 30.0
 """A child that ran this long before dying is restarted without backoff."""
 
 
-def process_count(value: str, *, cgroup_root: Path = CGROUP_ROOT) -> int:
+def process_count(
+    value: str, *, cgroup_root: Path = CGROUP_ROOT, own_cgroup: str | None = None
+) -> int:
     """``auto`` (the cores the container may use: its CPU quota) or a positive integer."""
     if value == "auto":
-        return cpu_limit(cgroup_root)
+        return cpu_limit(cgroup_root, own_cgroup)
     count = int(value)
     if count < 1:
         raise ValueError(f"--processes must be >= 1 or auto, got {value!r}")

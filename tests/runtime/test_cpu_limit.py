@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyrula_stream.runtime.cpu_limit import cgroup_cpu_quota, cpu_limit, usable_cores
+from pyrula_stream.runtime.cpu_limit import cgroup_cpu_quota, cpu_limit, own_cgroup, usable_cores
 from pyrula_stream.runtime.supervisor import process_count
 
 
@@ -63,3 +63,32 @@ def test_an_explicit_count_ignores_the_quota(tmp_path: Path) -> None:
     assert process_count("3", cgroup_root=root) == 3
     with pytest.raises(ValueError, match="--processes"):
         process_count("0", cgroup_root=root)
+
+
+def test_without_a_cgroup_namespace_the_tightest_limit_on_the_way_up_counts(
+    tmp_path: Path,
+) -> None:
+    """A container whose cgroup is ``/kubepods/pod1/ctr`` under the host's root: its own
+    ``cpu.max`` says no limit, the pod's above it says 1.5 cores."""
+    root = _files(
+        tmp_path,
+        {
+            "kubepods/pod1/ctr/cpu.max": "max 100000",
+            "kubepods/pod1/cpu.max": "150000 100000",
+            "kubepods/cpu.max": "max 100000",
+        },
+    )
+    assert cgroup_cpu_quota(root, "/kubepods/pod1/ctr") == 1.5
+    assert cgroup_cpu_quota(root, "/") is None, "the root has no cpu.max: v1 then, none"
+    assert process_count("auto", cgroup_root=root, own_cgroup="/kubepods/pod1/ctr") == min(
+        2, usable_cores()
+    )
+
+
+def test_own_cgroup_reads_the_v2_line(tmp_path: Path) -> None:
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/x\n1:cpu:/\n0::/kubepods/pod1/ctr\n")
+    assert own_cgroup(proc) == "/kubepods/pod1/ctr"
+    proc.write_text("1:cpu:/\n")
+    assert own_cgroup(proc) == "/"
+    assert own_cgroup(tmp_path / "missing") == "/"
