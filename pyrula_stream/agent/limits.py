@@ -18,6 +18,7 @@ from pyrula_stream.llm.pricing import DEFAULT_PRICES, cost_usd, price_of
 
 if TYPE_CHECKING:
     from pyrula_stream.llm.base import ModelResponse, ToolDefinition
+    from pyrula_stream.llm.tokens import RunningEstimate
 
 DEFAULT_MAX_LLM_CALLS = 50
 DEFAULT_MAX_TOOL_CALLS = 128
@@ -146,8 +147,11 @@ def check_model_budget(
     messages: list[dict[str, Any]],
     system: str | None,
     definitions: list[ToolDefinition],
+    tokens: RunningEstimate | None = None,
 ) -> None:
-    """Before each live model call: calls, tokens, cost and the context window."""
+    """Before each live model call: calls, tokens, cost and the context window.
+    ``tokens``: the tool loop's running estimate of its conversation (the default
+    estimator, each message counted once); an agent's own ``estimate_tokens`` wins."""
     lim = limits
     if lim.max_llm_calls is not None and spend.llm_calls >= lim.max_llm_calls:
         raise BudgetExceeded(
@@ -163,7 +167,12 @@ def check_model_budget(
     if lim.context_window is not None:
         from pyrula_stream.llm.tokens import estimate_tokens
 
-        estimate = (lim.estimate_tokens or estimate_tokens)(messages, system, definitions)
+        if lim.estimate_tokens is not None:
+            estimate = lim.estimate_tokens(messages, system, definitions)
+        elif tokens is not None:
+            estimate = tokens.of(messages, system, definitions)
+        else:
+            estimate = estimate_tokens(messages, system, definitions)
         room = lim.context_window - (lim.reserved_output_tokens or 0)
         if estimate > room:
             raise ContextWindowExceeded(

@@ -25,7 +25,12 @@ from pyrula_stream.bench.report import (
     write_json,
 )
 from pyrula_stream.bench.runner import PHASES, BenchConfig, progress, run_all
-from pyrula_stream.bench.targets import baseline_from_docs, baseline_from_file, target_rows
+from pyrula_stream.bench.targets import (
+    baseline_from_docs,
+    baseline_from_file,
+    measured_baseline,
+    target_rows,
+)
 from pyrula_stream.runtime import event_loop
 
 
@@ -48,6 +53,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--cpu-rounds", type=int, help="1 process, 2 processes, 20 steps: rounds (default 5)"
     )
+    p.add_argument(
+        "--long-turn-steps", type=int, help="steps per long-turns run of each length (20000)"
+    )
+    p.add_argument("--long-turn-rounds", type=int, help="long-turns rounds (default 3)")
     p.add_argument("--telemetry-rounds", type=int, help="off, on, every turn: rounds (default 5)")
     p.add_argument("--soak-turns", type=int, help="turns of the soak (default 200000)")
     p.add_argument("--soak-warmup", type=int, help="warm-up turns before it (default 5000)")
@@ -58,6 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a bench JSON of the baseline commit (default: the Baseline section of --docs "
         "for this machine's CPU)",
     )
+    p.add_argument(
+        "--baseline-commit",
+        help="an older commit (e.g. b71eb38) whose framework runs in every throughput round "
+        "from an unpacked side tree: its figures are measured in this run, like with like",
+    )
+    p.add_argument("--floor-turns", type=int, help="inputs per floor run (default 30000)")
+    p.add_argument("--latency-turns", type=int, help="paired latency turns per side (default 2000)")
     p.add_argument("--out-dir", type=Path, default=Path("bench/results"))
     p.add_argument("--write-docs", action="store_true", help="refresh docs/BENCHMARKS.md")
     p.add_argument("--docs", type=Path, default=Path("docs/BENCHMARKS.md"))
@@ -75,6 +91,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "profile": args.profile,
         "keep_topics": args.keep_topics,
         "out_dir": args.out_dir,
+        "baseline_commit": args.baseline_commit,
     }
     for name in (
         "turns",
@@ -84,10 +101,14 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "cpu_step_turns",
         "cpu_long_turns",
         "cpu_rounds",
+        "long_turn_steps",
+        "long_turn_rounds",
         "telemetry_rounds",
         "soak_turns",
         "soak_warmup",
         "parked_turns",
+        "floor_turns",
+        "latency_turns",
     ):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
@@ -97,10 +118,15 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
 
 
 def baseline_for(args: argparse.Namespace, results: dict[str, Any]) -> dict[str, Any] | None:
-    """``--baseline FILE``, else the docs' Baseline row for this CPU (None: neither)."""
+    """What this run measured of ``--baseline-commit``, over ``--baseline FILE`` or else
+    the docs' Baseline row for this CPU (the typed figures fill in what was not measured;
+    None: none of them)."""
+    typed: dict[str, Any] | None
     if args.baseline is not None:
-        return baseline_from_file(args.baseline)
-    return baseline_from_docs(args.docs, results["machine"]["cpu"])
+        typed = baseline_from_file(args.baseline)
+    else:
+        typed = baseline_from_docs(args.docs, results["machine"]["cpu"])
+    return measured_baseline(results, typed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,8 @@ EOS v2). It decodes nothing and calls
 no model: it is the Kafka cost alone. Its clients use the worker's settings (lz4,
 ``acks=all``, idempotence, ``read_committed``, cooperative-sticky) and it has the batching
 freedom of a good hand-written processor: every poll takes what is buffered, up to
-``batch`` inputs, and all of them share one transaction. ``run_floor_latency`` runs the
+``batch`` inputs, and all of them share one transaction; the throughput phase runs it in a
+process of its own (``run_floor_process``). ``run_floor_latency`` runs the
 same loop with one input per transaction at a paced rate: the latency floor; with
 ``commits=2`` it commits twice per input, in sequence (the records up to the model's
 first response, then the rest with the offset): the floor of a turn whose tool has
@@ -18,16 +19,24 @@ effects, which must not act before the model's response is durable.
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from pyrula_stream.bench.framework import TurnRecords
-from pyrula_stream.bench.harness import PREFIX, create_topics, drop_topics, unique
+from pyrula_stream.bench.harness import (
+    PREFIX,
+    create_topics,
+    drop_topics,
+    process_cpu_s,
+    unique,
+)
 from pyrula_stream.bench.load import (
     CompletionReader,
     Record,
@@ -49,6 +58,10 @@ class FloorRun:
     seconds: float
     transactions: int
     records_written: int
+    cpu_s: float = 0.0
+    """CPU time of the floor's process over the timed window (its loop, submitter, reader)."""
+    broker_cpu_s: float | None = None
+    """The broker's CPU time over the same window (None: no local broker to read)."""
 
     @property
     def turns_per_s(self) -> float:
@@ -238,8 +251,10 @@ def run_floor(
     partitions: int,
     batch: int,
     keep_topics: bool = False,
+    broker: int | None = None,
 ) -> FloorRun:
-    """One floor run over the same encoded turn requests the framework got (blocking)."""
+    """One floor run over the same encoded turn requests the framework got (blocking);
+    ``broker``: the broker's pid, whose CPU time over the timed window is recorded."""
     name = unique("floor")
     specs = agent_topic_specs(name, prefix=PREFIX, partitions=partitions)
     create_topics(bootstrap, specs)
@@ -262,6 +277,7 @@ def run_floor(
         floor.start()
         if not floor.assigned.wait(120):
             raise TimeoutError("the floor's consumer got no partitions")
+        cpu0, broker0 = time.process_time(), process_cpu_s(broker)
         started = submitter.send_all(turns_topic, requests)
         deadline = time.monotonic() + max(120.0, len(requests) / 10)
         while not reader.reached(len(requests)):
@@ -271,13 +287,59 @@ def run_floor(
                 raise TimeoutError(f"floor run: {reader.terminal}/{len(requests)} turns")
             time.sleep(0.02)
         seconds = reader.last_done - started
+        cpu_s, broker1 = time.process_time() - cpu0, process_cpu_s(broker)
     finally:
         floor.stop()
         reader.close()
         submitter.close()
         if not keep_topics:
             drop_topics(bootstrap, [s.name for s in specs])
-    return FloorRun(len(requests), seconds, floor.transactions, floor.records_written)
+    broker_s = None if broker0 is None or broker1 is None else broker1 - broker0
+    return FloorRun(
+        len(requests), seconds, floor.transactions, floor.records_written, cpu_s, broker_s
+    )
+
+
+def run_floor_process(
+    bootstrap: str,
+    *,
+    turns: int,
+    templates: Sequence[TurnRecords],
+    partitions: int,
+    batch: int,
+    keep_topics: bool = False,
+    broker: int | None = None,
+) -> FloorRun:
+    """``run_floor`` in a fresh process of its own (blocking): nothing of the bench's
+    process (its heap, its threads, the framework's leftovers) shares the floor's GIL,
+    and its CPU time is the floor's alone."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        future = pool.submit(
+            _floor_child, bootstrap, turns, list(templates), partitions, batch, keep_topics, broker
+        )
+        return future.result()
+
+
+def _floor_child(
+    bootstrap: str,
+    turns: int,
+    templates: list[TurnRecords],
+    partitions: int,
+    batch: int,
+    keep_topics: bool,
+    broker: int | None,
+) -> FloorRun:
+    requests = turn_requests("floor", turns, QUESTION)
+    return run_floor(
+        bootstrap,
+        requests=requests,
+        templates=templates,
+        partitions=partitions,
+        batch=batch,
+        keep_topics=keep_topics,
+        broker=broker,
+    )
 
 
 @dataclass
@@ -288,6 +350,98 @@ class FloorLatency:
     rate_per_s: float
     latencies_ms: list[float]
     transactions: int
+
+
+class FloorLatencySession:
+    """The latency floor's loop, warmed up, timing paced blocks of inputs one at a time
+    (the blocks alternate with the framework's, on the same schedule); blocking calls.
+
+    One input per transaction (``batch=1``; ``commits=2``: two in sequence), the same
+    submitter, pacing and reader as the framework's latency run; a sample is the time
+    from just before a request is produced to its terminal event read back under
+    ``read_committed``.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        agent: str,
+        rate: float,
+        templates: Sequence[TurnRecords],
+        partitions: int,
+        warmup: int = 10,
+        keep_topics: bool = False,
+        commits: int = 1,
+    ) -> None:
+        self.bootstrap, self.agent, self.rate = bootstrap, agent, rate
+        self.warmup, self.keep_topics = warmup, keep_topics
+        name = unique("floorlat")
+        self.specs = agent_topic_specs(name, prefix=PREFIX, partitions=partitions)
+        self.turns_topic, events_topic, journal_topic, results_topic = (
+            f"{PREFIX}.{name}.{t}" for t in ("turns", "events", "journal", "results")
+        )
+        self.sent: dict[bytes, float] = {}
+        self._timed = 0
+        create_topics(bootstrap, self.specs)
+        self.floor = FloorProcessor(
+            bootstrap,
+            turns_topic=self.turns_topic,
+            journal_topic=journal_topic,
+            events_topic=events_topic,
+            results_topic=results_topic,
+            partitions=partitions,
+            templates=templates,
+            batch=1,
+            rekey=True,
+            commits=commits,
+        )
+        self.submitter = Submitter(bootstrap)
+        self.reader = CompletionReader(bootstrap, events_topic, partitions)
+
+    def __enter__(self) -> FloorLatencySession:
+        try:
+            self.floor.start()
+            if not self.floor.assigned.wait(120):
+                raise TimeoutError("the floor's consumer got no partitions")
+            warm = turn_requests(self.agent, self.warmup, QUESTION)
+            self.submitter.send_all(self.turns_topic, warm)
+            self._wait_until(self.warmup, "floor latency warm-up")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait_until(self, n: int, what: str) -> None:
+        deadline = time.monotonic() + 120 + n / 10
+        while not self.reader.reached(n):
+            if self.floor.error is not None:
+                raise RuntimeError(f"floor loop failed: {self.floor.error}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: {self.reader.terminal}/{n} turns")
+            time.sleep(0.02)
+
+    def block(self, turns: int) -> None:
+        """Send ``turns`` inputs at the paced rate and wait until all are read back."""
+        timed = turn_requests(self.agent, turns, QUESTION)
+        sent = self.submitter.send_paced(self.turns_topic, timed, self.rate)
+        self._timed += turns
+        self._wait_until(self.warmup + self._timed, "floor latency run")
+        self.sent.update(sent)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.floor.stop()
+        finally:
+            self.reader.close()
+            self.submitter.close()
+            if not self.keep_topics:
+                drop_topics(self.bootstrap, [s.name for s in self.specs])
+
+    def result(self) -> FloorLatency:
+        """Every timed input's end-to-end time, in the order they were sent."""
+        latencies = [(self.reader.done[k] - t) * 1000 for k, t in self.sent.items()]
+        return FloorLatency(len(self.sent), self.rate, latencies, self.floor.transactions)
 
 
 def run_floor_latency(
@@ -302,57 +456,17 @@ def run_floor_latency(
     keep_topics: bool = False,
     commits: int = 1,
 ) -> FloorLatency:
-    """The latency floor (blocking): the raw loop at the latency phase's paced rate.
-
-    One input per transaction (``batch=1``; ``commits=2``: two in sequence), the same
-    submitter, pacing and reader as the framework's latency run; a sample is the time
-    from just before a request is produced to its terminal event read back under
-    ``read_committed``.
-    """
-    name = unique("floorlat")
-    specs = agent_topic_specs(name, prefix=PREFIX, partitions=partitions)
-    create_topics(bootstrap, specs)
-    turns_topic, events_topic, journal_topic, results_topic = (
-        f"{PREFIX}.{name}.{t}" for t in ("turns", "events", "journal", "results")
-    )
-    floor = FloorProcessor(
+    """The latency floor (blocking): the raw loop at the latency phase's paced rate, one
+    block of ``turns`` inputs (``FloorLatencySession``)."""
+    with FloorLatencySession(
         bootstrap,
-        turns_topic=turns_topic,
-        journal_topic=journal_topic,
-        events_topic=events_topic,
-        results_topic=results_topic,
-        partitions=partitions,
+        agent=agent,
+        rate=rate,
         templates=templates,
-        batch=1,
-        rekey=True,
+        partitions=partitions,
+        warmup=warmup,
+        keep_topics=keep_topics,
         commits=commits,
-    )
-    submitter = Submitter(bootstrap)
-    reader = CompletionReader(bootstrap, events_topic, partitions)
-    try:
-        floor.start()
-        if not floor.assigned.wait(120):
-            raise TimeoutError("the floor's consumer got no partitions")
-
-        def wait_until(n: int, what: str) -> None:
-            deadline = time.monotonic() + 120 + n / 10
-            while not reader.reached(n):
-                if floor.error is not None:
-                    raise RuntimeError(f"floor loop failed: {floor.error}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{what}: {reader.terminal}/{n} turns")
-                time.sleep(0.02)
-
-        submitter.send_all(turns_topic, turn_requests(agent, warmup, QUESTION))
-        wait_until(warmup, "floor latency warm-up")
-        timed = turn_requests(agent, turns, QUESTION)
-        sent = submitter.send_paced(turns_topic, timed, rate)
-        wait_until(warmup + turns, "floor latency run")
-    finally:
-        floor.stop()
-        reader.close()
-        submitter.close()
-        if not keep_topics:
-            drop_topics(bootstrap, [s.name for s in specs])
-    latencies = [(reader.done[k] - t) * 1000 for k, t in sent.items()]
-    return FloorLatency(turns, rate, latencies, floor.transactions)
+    ) as session:
+        session.block(turns)
+    return session.result()

@@ -8,13 +8,20 @@ journal, events and results topics are read back, so the floor can write the sam
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyrula_stream.agent.definition import KafkaAgent
-from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
+from pyrula_stream.bench.harness import (
+    agent_topics,
+    drop_topics,
+    in_process_worker,
+    process_cpu_s,
+    unique,
+)
 from pyrula_stream.bench.load import (
     CompletionReader,
     Headers,
@@ -40,6 +47,10 @@ class FrameworkRun:
     commit_seconds: float
     templates: list[TurnRecords] = field(default_factory=list, repr=False)
     written: dict[str, float] = field(default_factory=dict)
+    cpu_s: float = 0.0
+    """CPU time of this process over the timed window (worker, submitter, reader)."""
+    broker_cpu_s: float | None = None
+    """The broker's CPU time over the same window (None: no local broker to read)."""
 
     @property
     def turns_per_s(self) -> float:
@@ -57,9 +68,11 @@ async def run_framework(
     keep_topics: bool = False,
     telemetry: bool = True,
     steps: int = 1,
+    broker: int | None = None,
 ) -> FrameworkRun:
     """One framework run; ``capture`` reads back what it wrote, ``profile_to`` profiles it,
-    ``steps`` model-and-tool steps per turn."""
+    ``steps`` model-and-tool steps per turn, ``broker`` the broker's pid (its CPU time
+    over the timed window is recorded)."""
     agent = tool_turn_agent(unique("tput"), latency_s=0.0, partitions=partitions, steps=steps)
     requests = turn_requests(agent.name, turns, QUESTION)
     options = WorkerOptions(max_concurrent_turns=concurrency, telemetry=telemetry)
@@ -69,6 +82,7 @@ async def run_framework(
             reader = CompletionReader(bootstrap, agent.topics.events, partitions)
             profiler = _start_profiler() if profile_to is not None else None
             try:
+                cpu0, broker0 = time.process_time(), process_cpu_s(broker)
                 started = await asyncio.to_thread(submitter.send_all, agent.topics.turns, requests)
                 await wait_for(
                     lambda: reader.reached(turns),
@@ -76,12 +90,16 @@ async def run_framework(
                     f"framework run: {reader.terminal}/{turns} turns completed",
                 )
                 seconds = reader.last_done - started
+                cpu_s, broker1 = time.process_time() - cpu0, process_cpu_s(broker)
             finally:
                 if profiler is not None and profile_to is not None:
                     _save_profile(profiler, profile_to)
                 reader.close()
             stats = worker.committer.stats
             run = FrameworkRun(turns, seconds, stats.commits, stats.records, stats.seconds)
+            run.cpu_s = cpu_s
+            if broker0 is not None and broker1 is not None:
+                run.broker_cpu_s = broker1 - broker0
         if capture:
             run.templates, run.written = await asyncio.to_thread(capture_agent, bootstrap, agent)
         return run

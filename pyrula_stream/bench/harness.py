@@ -12,7 +12,7 @@ import logging
 import os
 import platform
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from pyrula_stream.agent.definition import KafkaAgent
@@ -107,6 +107,25 @@ def drop_topics(bootstrap_servers: str, names: list[str]) -> None:
             fut.result()
 
 
+def process_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds so far of a process and its children (the broker's JVM; None: no pid
+    or the process is gone)."""
+    if pid is None:
+        return None
+    import psutil  # type: ignore[import-untyped,unused-ignore]
+
+    try:
+        process = psutil.Process(pid)
+        total = 0.0
+        for p in (process, *process.children(recursive=True)):
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+    except psutil.Error:
+        return None
+
+
 def agent_topics(agent: KafkaAgent) -> list[str]:
     return [spec.name for spec in agent.topic_specs()]
 
@@ -133,4 +152,40 @@ def machine() -> dict[str, Any]:
         "confluent_kafka": str(getattr(confluent_kafka, "__version__", "?")),
         "librdkafka": confluent_kafka.libversion()[0],
         "event_loop": event_loop.chosen(),  # what the bench and its workers run on
+    }
+
+
+FLOOR_UNSTABLE = 0.15
+"""A floor whose own runs lie further apart than this share of their median is no
+steady yardstick: the run is marked and the ratio targets are not judged."""
+
+
+def cpu_ticks() -> dict[str, int]:
+    """The machine's CPU time so far from ``/proc/stat`` (clock ticks per state; {} when
+    there is no such file)."""
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    with contextlib.suppress(OSError), open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu "):
+                return dict(zip(names, map(int, line.split()[1:9]), strict=False))
+    return {}
+
+
+def neighbours(start: Mapping[str, int], load_at_start: float) -> dict[str, Any]:
+    """What else ran on the machine over the run: load average at start and end, the
+    time the hypervisor gave to others (steal) and the share of all CPU time it was."""
+    end = cpu_ticks()
+    used = {k: end.get(k, 0) - start.get(k, 0) for k in end}
+    total = sum(used.values())
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    one, five, _ = os.getloadavg()
+    return {
+        "load_avg_1m_at_start": round(load_at_start, 2),
+        "load_avg_1m_at_end": round(one, 2),
+        "load_avg_5m_at_end": round(five, 2),
+        "steal_s": round(used.get("steal", 0) / hz, 2) if end else None,
+        "steal_fraction": round(used.get("steal", 0) / total, 4) if total else None,
+        "busy_fraction": round(1 - (used.get("idle", 0) + used.get("iowait", 0)) / total, 3)
+        if total
+        else None,
     }

@@ -21,6 +21,14 @@ HEADLINE_KEYS = (
 )
 
 
+def _anywhere(results: dict[str, Any], key: str) -> Any:
+    """A figure from whichever phase's section reports it (None: no phase measured it)."""
+    for section in results.values():
+        if isinstance(section, dict) and section.get(key) is not None:
+            return section[key]
+    return None
+
+
 def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str, Any]:
     """The last line the bench prints: the issue's eight keys, then useful extras."""
     tp = results.get("throughput", {})
@@ -36,7 +44,9 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     gw = results.get("gateway", {})
     fair = results.get("fairness", {})
     cpu = results.get("cpu", {})
+    long = results.get("long_turns") or {}
     base = results.get("baseline") or {}
+    mach = results.get("machine", {})
     return {
         "turns_per_s": tp.get("framework_turns_per_s"),
         "floor_turns_per_s": tp.get("floor_turns_per_s"),
@@ -56,11 +66,29 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "overhead_over_floor_effect_p99_ms": lat.get("overhead_over_floor_effect_p99_ms"),
         "turns_per_s_all_cores": tp.get("turns_per_s_all_cores"),
         "ratio_all_cores": tp.get("ratio_all_cores"),
+        "ratio_min": (tp.get("ratio_spread") or {}).get("min"),
+        "ratio_max": (tp.get("ratio_spread") or {}).get("max"),
+        "ratio_all_cores_min": (tp.get("ratio_all_cores_spread") or {}).get("min"),
+        "ratio_all_cores_max": (tp.get("ratio_all_cores_spread") or {}).get("max"),
+        "floor_spread": tp.get("floor_spread"),
+        "floor_unstable": tp.get("floor_unstable"),
+        "framework_broker_cpu_ms_per_turn": tp.get("framework_broker_cpu_ms_per_turn"),
+        "floor_broker_cpu_ms_per_turn": tp.get("floor_broker_cpu_ms_per_turn"),
+        "load_avg_1m_at_start": mach.get("load_avg_1m_at_start"),
+        "load_avg_1m_at_end": mach.get("load_avg_1m_at_end"),
+        "steal_fraction": mach.get("steal_fraction"),
         "all_cores_processes": tp.get("all_cores_processes"),
         "cpu_ms_per_turn": cpu.get("cpu_ms_per_turn"),
+        "cpu_ms_per_turn_200ms_model": _anywhere(results, "cpu_ms_per_turn_200ms_model"),
+        "loop_stall_max_ms": _anywhere(results, "loop_stall_max_ms"),
         "cpu_ms_per_step": cpu.get("cpu_ms_per_step"),
-        "cpu_ms_per_step_200_steps": cpu.get("cpu_ms_per_step_200_steps"),
-        "step_cost_growth": cpu.get("step_cost_growth"),
+        # The long-turns phase's figures (context window on, up to 1,000 steps) when it ran.
+        "cpu_ms_per_step_20_steps": long.get("cpu_ms_per_step_20_steps"),
+        "cpu_ms_per_step_200_steps": long.get(
+            "cpu_ms_per_step_200_steps", cpu.get("cpu_ms_per_step_200_steps")
+        ),
+        "cpu_ms_per_step_1000_steps": long.get("cpu_ms_per_step_1000_steps"),
+        "step_cost_growth": long.get("step_cost_growth", cpu.get("step_cost_growth")),
         "turns_per_s_1_process": cpu.get("turns_per_s_1_process"),
         "turns_per_s_2_processes": cpu.get("turns_per_s_2_processes"),
         "turns_per_s_20_steps": cpu.get("turns_per_s_20_steps"),
@@ -93,10 +121,12 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "gateway_added_p50_ms": gw.get("gateway_added_p50_ms"),
         "gateway_added_p99_ms": gw.get("gateway_added_p99_ms"),
         "gateway_rss_kb_per_stream": gw.get("gateway_rss_kb_per_stream"),
+        "gateway_kb_per_stream": gw.get("gateway_kb_per_stream"),
         "tenant_isolation_p99_ratio": fair.get("tenant_isolation_p99_ratio"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),
+        "baseline_turns_per_s": tp.get("baseline_turns_per_s"),
         "baseline_commit": base.get("commit"),
         "targets_met": sum(1 for t in results.get("targets", []) if t["met"] is True),
         "targets_missed": sum(1 for t in results.get("targets", []) if t["met"] is False),

@@ -14,8 +14,10 @@ beside it: the part spent between building the first and the last event.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyrula_stream.bench.framework import TurnRecords, capture_agent
 from pyrula_stream.bench.harness import agent_topics, drop_topics, in_process_worker, unique
@@ -62,48 +64,98 @@ class LatencyRun:
         }
 
 
-async def run_latency(
-    bootstrap: str,
-    *,
-    turns: int,
-    rate: float,
-    model_latency_s: float,
-    partitions: int,
-    warmup: int = 10,
-    keep_topics: bool = False,
-    telemetry: bool = True,
-    capture: bool = False,
-    read_only: bool = True,
-) -> LatencyRun:
-    """Warm the worker up with a few turns, then time ``turns`` turns sent at ``rate``/s;
-    ``capture`` reads back what the turns wrote (for the latency floor to write);
-    ``read_only=False`` runs the tool with effects (one more commit waited on)."""
-    agent = tool_turn_agent(
-        unique("lat"), latency_s=model_latency_s, partitions=partitions, read_only=read_only
-    )
-    model_s = MODEL_CALLS * model_latency_s
-    submitter = Submitter(bootstrap)
-    try:
-        async with in_process_worker(
-            agent, bootstrap, WorkerOptions(max_concurrent_turns=1000, telemetry=telemetry)
-        ) as worker:
-            reader = CompletionReader(bootstrap, agent.topics.events, partitions, keep_ts=True)
-            try:
-                warm = turn_requests(agent.name, warmup, QUESTION)
-                await asyncio.to_thread(submitter.send_all, agent.topics.turns, warm)
-                await wait_for(lambda: reader.reached(warmup), 120, "latency warm-up")
-                timed = turn_requests(agent.name, turns, QUESTION)
-                sent = await asyncio.to_thread(
-                    submitter.send_paced, agent.topics.turns, timed, rate
+class FrameworkLatency:
+    """A warmed-up worker that times paced blocks of turns, one block at a time.
+
+    The latency phase alternates blocks with its floor (``floor.FloorLatencySession``) on
+    the same schedule, so drift on a shared machine falls on both sides alike; the
+    records of the warm-up turns are read back on entry (``templates``) for the floor to
+    write. ``result()`` gathers every block's samples, in schedule order.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        rate: float,
+        model_latency_s: float,
+        partitions: int,
+        warmup: int = 10,
+        keep_topics: bool = False,
+        telemetry: bool = True,
+        capture: bool = False,
+        read_only: bool = True,
+    ) -> None:
+        self.bootstrap, self.rate, self.partitions = bootstrap, rate, partitions
+        self.model_latency_s, self.warmup, self.capture = model_latency_s, warmup, capture
+        self.keep_topics, self.telemetry = keep_topics, telemetry
+        self.agent = tool_turn_agent(
+            unique("lat"), latency_s=model_latency_s, partitions=partitions, read_only=read_only
+        )
+        self.templates: list[TurnRecords] = []
+        self.sent: dict[bytes, float] = {}
+        self._stack = contextlib.AsyncExitStack()
+        self._submitter = Submitter(bootstrap)
+        self._reader: CompletionReader | None = None
+        self._worker: Any = None
+        self._timed = 0
+
+    async def __aenter__(self) -> FrameworkLatency:
+        try:
+            self._worker = await self._stack.enter_async_context(
+                in_process_worker(
+                    self.agent,
+                    self.bootstrap,
+                    WorkerOptions(max_concurrent_turns=1000, telemetry=self.telemetry),
                 )
-                await wait_for(
-                    lambda: reader.reached(warmup + turns),
-                    120 + turns * model_s,
-                    f"latency run: {reader.terminal - warmup}/{turns} turns completed",
+            )
+            reader = CompletionReader(
+                self.bootstrap, self.agent.topics.events, self.partitions, keep_ts=True
+            )
+            self._reader = reader
+            self._stack.callback(reader.close)
+            warm = turn_requests(self.agent.name, self.warmup, QUESTION)
+            await asyncio.to_thread(self._submitter.send_all, self.agent.topics.turns, warm)
+            await wait_for(lambda: reader.reached(self.warmup), 120, "latency warm-up")
+            if self.capture:
+                self.templates, _ = await asyncio.to_thread(
+                    capture_agent, self.bootstrap, self.agent
                 )
-            finally:
-                reader.close()
-            stats = worker.committer.stats
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def block(self, turns: int) -> None:
+        """Send ``turns`` turns at the paced rate and wait until all are read back."""
+        reader = self._reader
+        assert reader is not None, "enter the session first"
+        timed = turn_requests(self.agent.name, turns, QUESTION)
+        sent = await asyncio.to_thread(
+            self._submitter.send_paced, self.agent.topics.turns, timed, self.rate
+        )
+        self._timed += turns
+        done = self.warmup + self._timed
+        await wait_for(
+            lambda: reader.reached(done),
+            120 + turns * MODEL_CALLS * self.model_latency_s,
+            f"latency run: {reader.terminal - self.warmup}/{self._timed} turns completed",
+        )
+        self.sent.update(sent)
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self._stack.aclose()
+        finally:
+            self._submitter.close()
+            if not self.keep_topics:
+                await asyncio.to_thread(drop_topics, self.bootstrap, agent_topics(self.agent))
+
+    def result(self) -> LatencyRun:
+        """Every timed turn's samples, in the order they were sent."""
+        reader, sent = self._reader, self.sent
+        assert reader is not None and self._worker is not None
+        model_s = MODEL_CALLS * self.model_latency_s
         overheads = [(reader.done[k] - t) * 1000 - model_s * 1000 for k, t in sent.items()]
         in_worker = [
             reader.end_ts_ms[k] - reader.start_ts_ms[k] - model_s * 1000
@@ -121,23 +173,48 @@ async def run_latency(
             for k in sent
             if k in reader.end_ts_ms
         ]
-        commit_ms = 1000 * stats.seconds / max(1, stats.commits)
-        templates: list[TurnRecords] = []
-        if capture:
-            templates, _ = await asyncio.to_thread(capture_agent, bootstrap, agent)
+        stats = self._worker.committer.stats
         return LatencyRun(
-            turns,
-            rate,
-            model_latency_s,
+            len(sent),
+            self.rate,
+            self.model_latency_s,
             overheads,
             in_worker,
             pickup,
             finish,
             stats.commits,
-            commit_ms,
-            templates,
+            1000 * stats.seconds / max(1, stats.commits),
+            self.templates,
         )
-    finally:
-        submitter.close()
-        if not keep_topics:
-            await asyncio.to_thread(drop_topics, bootstrap, agent_topics(agent))
+
+
+async def run_latency(
+    bootstrap: str,
+    *,
+    turns: int,
+    rate: float,
+    model_latency_s: float,
+    partitions: int,
+    warmup: int = 10,
+    keep_topics: bool = False,
+    telemetry: bool = True,
+    capture: bool = False,
+    read_only: bool = True,
+) -> LatencyRun:
+    """Warm the worker up with a few turns, then time ``turns`` turns sent at ``rate``/s
+    in one block; ``capture`` reads back what the warm-up turns wrote (for the latency
+    floor to write); ``read_only=False`` runs the tool with effects (one more commit
+    waited on)."""
+    async with FrameworkLatency(
+        bootstrap,
+        rate=rate,
+        model_latency_s=model_latency_s,
+        partitions=partitions,
+        warmup=warmup,
+        keep_topics=keep_topics,
+        telemetry=telemetry,
+        capture=capture,
+        read_only=read_only,
+    ) as session:
+        await session.block(turns)
+        return session.result()

@@ -1,9 +1,10 @@
 """Runs the phases in order and gathers one results dict (the JSON file's content).
 
-Throughput alternates framework, floor and the framework on ``--processes auto`` worker
-processes (A B C A B C ...) so drift in a noisy machine hits every side alike, and
-reports the medians. The first framework run is read back to give the floor the exact
-records to write.
+Throughput alternates framework, floor (in its own process) and the framework on
+``--processes auto`` worker processes, and ``--baseline-commit``'s framework (A B C D A B
+C D ...), and reports medians of per-round ratios, so drift in a noisy machine hits every
+side of a pair alike. The first framework run is read back to give the floor the exact
+records to write. Latency alternates blocks of the framework and its floor on one schedule.
 """
 
 from __future__ import annotations
@@ -17,29 +18,36 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pyrula_stream.bench.baseline import baseline_tree, run_baseline_framework
 from pyrula_stream.bench.concurrency import run_concurrency
 from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, broker_pid, measure_processes, run_cpu
 from pyrula_stream.bench.fairness import run_fairness
-from pyrula_stream.bench.floor import FloorLatency, run_floor, run_floor_latency
+from pyrula_stream.bench.floor import FloorLatency, FloorLatencySession, run_floor_process
 from pyrula_stream.bench.framework import run_framework
 from pyrula_stream.bench.gateway import run_gateway
-from pyrula_stream.bench.harness import machine, unique
+from pyrula_stream.bench.harness import (
+    FLOOR_UNSTABLE,
+    cpu_ticks,
+    machine,
+    neighbours,
+    unique,
+)
 from pyrula_stream.bench.journal_size import run_journal_size
-from pyrula_stream.bench.latency import LatencyRun, run_latency
-from pyrula_stream.bench.load import turn_requests
+from pyrula_stream.bench.latency import FrameworkLatency, LatencyRun
+from pyrula_stream.bench.long_turns import STEP_COUNTS, run_long_turns
+from pyrula_stream.bench.paired import median_of, over_floor, per_turn_ms, throughput_figures
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.soak import run_soak
-from pyrula_stream.bench.stats import median, percentile
 from pyrula_stream.bench.subagents import run_subagents
 from pyrula_stream.bench.telemetry import run_telemetry_cost
 from pyrula_stream.bench.threads import run_threads
-from pyrula_stream.bench.workload import QUESTION
 from pyrula_stream.runtime.supervisor import process_count
 
 PHASES = (
     "throughput",
     "latency",
     "cpu",
+    "long_turns",
     "concurrency",
     "journal",
     "restore",
@@ -62,7 +70,18 @@ class BenchConfig:
     partitions: int = 6
     framework_concurrency: int = 500
     floor_batch: int = 1000
-    latency_turns: int = 300
+    floor_turns: int = 30_000
+    """Inputs per floor run: at ~10k inputs/s, 30 transactions over ~3 s, not six in
+    0.45 s (whose figure landed in one of two modes)."""
+    baseline_commit: str | None = None
+    """``--baseline-commit``: an older commit whose framework runs in every round."""
+    baseline_tree: Path | None = None
+    """Its unpacked source tree (``baseline.baseline_tree``), set when the run starts."""
+    latency_turns: int = 2000
+    """Per side: the framework and its floor each run this many on the same schedule."""
+    latency_blocks: int = 4
+    """The latency run's blocks: framework, floor, framework, floor ... on one schedule."""
+    telemetry_latency_turns: int = 300
     latency_rate: float = 20.0
     latency_model_s: float = 0.2
     cpu_turns: int = 5000
@@ -72,6 +91,10 @@ class BenchConfig:
     cpu_rounds: int = 5
     """Each a one-process, a two-process and a 20-step run: figures are medians, and a
     round's per-step CPU is paired with its own one-step run."""
+    long_turn_steps: int = 20_000
+    """Steps per run of each length (20, 200, 1,000 steps a turn; one-step turns alike)."""
+    long_turn_concurrency: int = 10
+    long_turn_rounds: int = 3
     telemetry_rounds: int = 5
     in_flight: int = 2000
     in_flight_model_s: float = 1.0
@@ -101,12 +124,18 @@ class BenchConfig:
         sizes: dict[str, Any] = {
             "turns": 30,
             "rounds": 2,
+            "floor_turns": 60,
             "latency_turns": 10,
+            "telemetry_latency_turns": 10,
+            "latency_blocks": 2,
             "latency_rate": 10.0,
             "cpu_turns": 30,
             "cpu_step_turns": 5,
             "cpu_long_turns": 5,
             "cpu_rounds": 1,
+            "long_turn_steps": 200,
+            "long_turn_concurrency": 2,
+            "long_turn_rounds": 1,
             "telemetry_rounds": 2,
             "in_flight": 20,
             "in_flight_waves": 1,
@@ -146,59 +175,56 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def over_floor(overheads_ms: list[float], floor_ms: list[float]) -> dict[str, float]:
-    """The latency floor and the framework's overhead above it, p50 and p99.
-
-    The framework's overhead already has the model's time taken out; the floor calls no
-    model, so its whole end-to-end time is the floor. Each percentile is taken on its own
-    side, then subtracted.
-    """
-    floor50, floor99 = percentile(floor_ms, 50), percentile(floor_ms, 99)
-    return {
-        "latency_floor_p50_ms": round(floor50, 1),
-        "latency_floor_p99_ms": round(floor99, 1),
-        "overhead_over_floor_p50_ms": round(percentile(overheads_ms, 50) - floor50, 1),
-        "overhead_over_floor_p99_ms": round(percentile(overheads_ms, 99) - floor99, 1),
-    }
+def block_sizes(turns: int, blocks: int) -> list[int]:
+    """``turns`` split into ``blocks`` near-equal blocks (no empty one)."""
+    blocks = max(1, min(blocks, turns))
+    return [turns // blocks + (1 if i < turns % blocks else 0) for i in range(blocks)]
 
 
 async def _latency_with_floor(
     config: BenchConfig, bootstrap: str, *, read_only: bool
 ) -> tuple[LatencyRun, FloorLatency]:
-    """One framework latency run and, right after it, its floor at the same rate: one
-    commit per input for the read-only tool, two in sequence for the tool with effects."""
+    """The framework and its floor taking turns, block by block, on the same schedule
+    (the same rate, the same block sizes): one commit per input for the read-only tool,
+    two in sequence for the tool with effects. The floor writes the records the
+    framework's warm-up turns wrote."""
     commits = 1 if read_only else 2
     what = "read-only tool" if read_only else "tool with effects"
+    sizes = block_sizes(config.latency_turns, config.latency_blocks)
     progress(
-        f"latency ({what}): {config.latency_turns} turns at {config.latency_rate:g}/s, "
-        f"{config.latency_model_s * 1000:.0f} ms model"
+        f"latency ({what}): {config.latency_turns} turns per side at "
+        f"{config.latency_rate:g}/s, {config.latency_model_s * 1000:.0f} ms model, "
+        f"{len(sizes)} blocks alternating with the raw loop "
+        f"({commits} transaction{'s' if commits > 1 else ''} per input)"
     )
-    lat = await run_latency(
+    async with FrameworkLatency(
         bootstrap,
-        turns=config.latency_turns,
         rate=config.latency_rate,
         model_latency_s=config.latency_model_s,
         partitions=config.partitions,
         keep_topics=config.keep_topics,
         capture=True,
         read_only=read_only,
-    )
-    progress(
-        f"latency floor: the raw loop at {config.latency_rate:g}/s, "
-        f"{commits} transaction{'s' if commits > 1 else ''} per input"
-    )
-    floor = await asyncio.to_thread(
-        run_floor_latency,
-        bootstrap,
-        agent=unique("floorlat"),
-        turns=config.latency_turns,
-        rate=config.latency_rate,
-        templates=lat.templates,
-        partitions=config.partitions,
-        keep_topics=config.keep_topics,
-        commits=commits,
-    )
-    return lat, floor
+    ) as framework:
+        floor = await asyncio.to_thread(
+            FloorLatencySession,
+            bootstrap,
+            agent=unique("floorlat"),
+            rate=config.latency_rate,
+            templates=framework.templates,
+            partitions=config.partitions,
+            keep_topics=config.keep_topics,
+            commits=commits,
+        )
+        await asyncio.to_thread(floor.__enter__)
+        try:
+            for i, size in enumerate(sizes):
+                await framework.block(size)
+                await asyncio.to_thread(floor.block, size)
+                progress(f"  block {i + 1}/{len(sizes)}: {size} turns on each side")
+        finally:
+            await asyncio.to_thread(floor.__exit__, None, None, None)
+        return framework.result(), floor.result()
 
 
 async def run_latency_phase(config: BenchConfig, bootstrap: str) -> dict[str, Any]:
@@ -239,6 +265,7 @@ async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dic
     templates: list[Any] = []
     written: dict[str, float] = {}
     all_cores: list[dict[str, Any]] = []
+    baseline: list[dict[str, Any]] = []
     processes = process_count("auto")  # what `pyrula-stream worker --processes auto` runs
     broker, cores = broker_pid(bootstrap), os.cpu_count() or 1
     for i in range(config.rounds):
@@ -250,6 +277,7 @@ async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dic
             concurrency=config.framework_concurrency,
             capture=not templates,
             keep_topics=config.keep_topics,
+            broker=broker,
         )
         if not templates:
             templates, written = run.templates, run.written
@@ -260,25 +288,33 @@ async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dic
                 "commits": run.commits,
                 "records_committed": run.records_committed,
                 "commit_ms_mean": round(1000 * run.commit_seconds / max(1, run.commits), 1),
+                "process_cpu_ms_per_turn": per_turn_ms(run.cpu_s, run.turns),
+                "broker_cpu_ms_per_turn": per_turn_ms(run.broker_cpu_s, run.turns),
             }
         )
-        progress(f"  framework {run.turns_per_s:.1f} turns/s; now the floor")
-        requests = turn_requests("floor", config.turns, QUESTION)
+        progress(
+            f"  framework {run.turns_per_s:.1f} turns/s; now the floor, "
+            f"{config.floor_turns} inputs in its own process"
+        )
         f = await asyncio.to_thread(
-            run_floor,
+            run_floor_process,
             bootstrap,
-            requests=requests,
+            turns=config.floor_turns,
             templates=templates,
             partitions=config.partitions,
             batch=config.floor_batch,
             keep_topics=config.keep_topics,
+            broker=broker,
         )
         floor.append(
             {
+                "turns": f.turns,
                 "turns_per_s": round(f.turns_per_s, 1),
                 "seconds": round(f.seconds, 3),
                 "transactions": f.transactions,
                 "records_written": f.records_written,
+                "process_cpu_ms_per_turn": per_turn_ms(f.cpu_s, f.turns),
+                "broker_cpu_ms_per_turn": per_turn_ms(f.broker_cpu_s, f.turns),
             }
         )
         progress(f"  floor {f.turns_per_s:.1f} turns/s; now {processes} worker processes")
@@ -295,25 +331,45 @@ async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dic
         )
         all_cores.append(many)
         progress(f"  {processes} processes {many['turns_per_s']:.1f} turns/s")
-    fw = median([r["turns_per_s"] for r in framework])
-    fl = median([r["turns_per_s"] for r in floor])
-    fa = median([r["turns_per_s"] for r in all_cores])
+        if config.baseline_tree is not None:
+            b = await asyncio.to_thread(
+                run_baseline_framework,
+                config.baseline_tree,
+                bootstrap,
+                turns=config.turns,
+                partitions=config.partitions,
+                concurrency=config.framework_concurrency,
+            )
+            baseline.append(b)
+            progress(f"  baseline {config.baseline_commit}: {b['turns_per_s']:.1f} turns/s")
     out: dict[str, Any] = {
         "turns": config.turns,
+        "floor_turns": config.floor_turns,
         "partitions": config.partitions,
         "framework_max_concurrent_turns": config.framework_concurrency,
         "floor_max_inputs_per_transaction": config.floor_batch,
         "framework_runs": framework,
         "floor_runs": floor,
-        "framework_turns_per_s": round(fw, 1),
-        "floor_turns_per_s": round(fl, 1),
-        "ratio": round(fw / fl, 4),
         "all_cores_processes": processes,
         "all_cores_runs": all_cores,
-        "turns_per_s_all_cores": round(fa, 1),
-        "ratio_all_cores": round(fa / fl, 4),
+        "baseline_commit": config.baseline_commit,
+        "baseline_runs": baseline,
+        **throughput_figures(
+            [r["turns_per_s"] for r in framework],
+            [r["turns_per_s"] for r in floor],
+            [r["turns_per_s"] for r in all_cores],
+            [r["turns_per_s"] for r in baseline],
+        ),
+        "framework_broker_cpu_ms_per_turn": median_of(framework, "broker_cpu_ms_per_turn"),
+        "floor_broker_cpu_ms_per_turn": median_of(floor, "broker_cpu_ms_per_turn"),
+        "floor_process_cpu_ms_per_turn": median_of(floor, "process_cpu_ms_per_turn"),
         "written_per_turn": written,
     }
+    if out["floor_unstable"]:
+        progress(
+            f"WARNING: the floor moved {100 * out['floor_spread']:.0f}% between its own runs "
+            f"(> {100 * FLOOR_UNSTABLE:.0f}%): a noisy machine; the ratio targets are not judged"
+        )
     if config.profile:
         path = config.out_dir / f"{stamp}-profile"
         progress(f"profiling one more framework run (not counted) into {path}.txt")
@@ -336,6 +392,18 @@ async def run_throughput(config: BenchConfig, bootstrap: str, stamp: str) -> dic
 async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str, Any]:
     """Every selected phase; the results dict also holds the machine and the config."""
     started = time.monotonic()
+    ticks, load_at_start = cpu_ticks(), os.getloadavg()[0]
+    minutes = expected_minutes(config)
+    progress(
+        f"expected duration: about {minutes:.0f} min on 2 cores"
+        if minutes >= 1
+        else "expected duration: under a minute or two"
+    )
+    if config.baseline_commit and config.baseline_tree is None:
+        config.baseline_tree = baseline_tree(config.baseline_commit)
+        progress(
+            f"baseline {config.baseline_commit}: its framework runs from {config.baseline_tree}"
+        )
     now = datetime.now(UTC)
     stamp = now.strftime("%Y-%m-%dT%H%M%SZ")
     results: dict[str, Any] = {
@@ -365,6 +433,19 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             rounds=config.cpu_rounds,
             partitions=config.partitions,
             concurrency=config.framework_concurrency,
+        )
+    if "long_turns" in config.phases:
+        progress(
+            f"long turns: about {config.long_turn_steps} steps of turns of {STEP_COUNTS} "
+            f"steps (and one-step turns), {config.long_turn_concurrency} in flight, "
+            f"context window on, x {config.long_turn_rounds} rounds (a spawned worker)"
+        )
+        results["long_turns"] = await run_long_turns(
+            bootstrap,
+            total_steps=config.long_turn_steps,
+            concurrency=config.long_turn_concurrency,
+            rounds=config.long_turn_rounds,
+            partitions=config.partitions,
         )
     if "concurrency" in config.phases:
         progress(
@@ -452,7 +533,7 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
     if "telemetry" in config.phases:
         progress(
             f"telemetry: {config.turns} turns x {config.telemetry_rounds} rounds and "
-            f"{config.latency_turns} latency turns, metrics and tracing off then on"
+            f"{config.telemetry_latency_turns} latency turns, metrics and tracing off then on"
         )
         results["telemetry"] = await run_telemetry_cost(
             bootstrap,
@@ -460,10 +541,44 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             rounds=config.telemetry_rounds,
             partitions=config.partitions,
             concurrency=config.framework_concurrency,
-            latency_turns=config.latency_turns,
+            latency_turns=config.telemetry_latency_turns,
             latency_rate=config.latency_rate,
             latency_model_s=config.latency_model_s,
             keep_topics=config.keep_topics,
         )
     results["seconds"] = round(time.monotonic() - started, 1)
+    results["machine"] |= neighbours(ticks, load_at_start)
+    tp = results.get("throughput", {})
+    results["machine"]["floor_spread"] = tp.get("floor_spread")
+    results["machine"]["floor_unstable"] = tp.get("floor_unstable")
     return results
+
+
+def expected_minutes(config: BenchConfig) -> float:
+    """A rough forecast from the sizes (2 cores, quiet machine): the throughput rounds and
+    the paired latency runs are computed, the other phases taken at about their last
+    measured length."""
+    rounds = config.rounds * (
+        2 * config.turns / 1500
+        + config.floor_turns / 8000
+        + 25
+        + (config.turns / 400 + 15 if config.baseline_commit else 0)
+    )
+    latency = 4 * (config.latency_turns / config.latency_rate + 15)
+    others = {
+        "cpu": 150,
+        "concurrency": 60,
+        "journal": 15,
+        "restore": 40,
+        "threads": 40,
+        "soak": 150,
+        "subagents": 90,
+        "gateway": 40,
+        "fairness": 30,
+        "telemetry": 120,
+    }
+    seconds = (rounds if "throughput" in config.phases else 0) + (
+        latency if "latency" in config.phases else 0
+    )
+    seconds += sum(v for k, v in others.items() if k in config.phases)
+    return seconds / 60 / (10 if config.quick else 1)

@@ -56,11 +56,11 @@ def state_file() -> Path:
 
 
 def kafka_config_from(args: argparse.Namespace) -> KafkaSettings:
-    """--kafka-config FILE, else the file in PYRULA_KAFKA_CONFIG, else no settings."""
-    from pyrula_stream.kafka.config import KafkaSettings, load_properties, resolve
+    """--kafka-config FILE, else the file in PYRULA_KAFKA_CONFIG, then the
+    PYRULA_KAFKA_* variables over it (``kafka.config.settings_from_env``)."""
+    from pyrula_stream.kafka.config import settings_from_env
 
-    path = getattr(args, "kafka_config", None)
-    return KafkaSettings(load_properties(path)) if path else resolve(None)
+    return settings_from_env(getattr(args, "kafka_config", None))
 
 
 def bootstrap_from(args: argparse.Namespace) -> str:

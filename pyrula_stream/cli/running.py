@@ -23,6 +23,7 @@ from pyrula_stream.errors import (
     ConfigurationError,
 )
 from pyrula_stream.runtime.event_loop import EVENT_LOOPS
+from pyrula_stream.runtime.options import SHUTDOWN_GRACE_S
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -41,12 +42,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
         base_id = args.worker_id or socket.gethostname()
-        return run_supervisor(args.cli_args, count=count, base_id=base_id)
+        return run_supervisor(
+            args.cli_args, count=count, base_id=base_id, health_port=args.health_port
+        )
     tracing.otlp_from_environment("pyrula-stream")
     options = WorkerOptions(
         max_concurrent_turns=args.max_concurrent_turns,
         worker_id=args.worker_id,
         health_port=args.health_port,
+        health_host=args.health_host,
         processing_guarantee=args.processing_guarantee,
         shutdown_grace=args.shutdown_grace,
         static_membership=args.static_membership,
@@ -141,7 +145,8 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     w.add_argument(
         "--processes",
         default=None,
-        help="N or auto (one per core): supervise N worker processes with ids "
+        help="N or auto (one per core the container may use: its cgroup CPU limit, else "
+        "the cores): supervise N worker processes with ids "
         "<worker-id>-0..N-1; a child that dies is restarted",
     )
     w.add_argument("--max-concurrent-turns", type=int, default=50)
@@ -149,12 +154,24 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         "--health-port", type=int, default=None, help="serve /livez, /readyz and /metrics"
     )
     w.add_argument(
+        "--health-host",
+        default="127.0.0.1",
+        help="the address of --health-port; a pod's probes and Prometheus need 0.0.0.0",
+    )
+    w.add_argument(
         "--log-format",
         default="text",
         choices=["text", "json"],
         help="json: one object per line with agent, turn_id, attempt, partition, worker_id",
     )
-    w.add_argument("--shutdown-grace", type=float, default=30.0)
+    w.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=SHUTDOWN_GRACE_S,
+        help=f"seconds SIGTERM waits for running turns (default {SHUTDOWN_GRACE_S:g}: under "
+        "Kubernetes' default 30 s grace period; a pod's terminationGracePeriodSeconds must "
+        "exceed it)",
+    )
     w.add_argument(
         "--static-membership",
         action="store_true",

@@ -18,6 +18,7 @@ from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.durable.steps import StepData, TurnSteps
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.llm.base import LLMClient, ModelRequest, ToolDefinition
+from pyrula_stream.llm.tokens import RunningEstimate, estimate_tokens
 from pyrula_stream.wire.fingerprint import fingerprint
 
 SUMMARY_REQUEST = (
@@ -42,14 +43,16 @@ def needs_compaction(
     messages: Messages,
     system: str | None,
     definitions: Sequence[ToolDefinition],
+    tokens: RunningEstimate | None = None,
 ) -> bool:
     if not history or limits.compaction_fraction is None or limits.context_window is None:
         return False
-    from pyrula_stream.llm.tokens import estimate_tokens
-
-    estimate = (limits.estimate_tokens or estimate_tokens)(
-        history + messages, system, list(definitions)
-    )
+    if limits.estimate_tokens is not None:
+        estimate = limits.estimate_tokens(history + messages, system, list(definitions))
+    else:
+        estimate = (tokens.of if tokens is not None else estimate_tokens)(
+            history + messages, system, list(definitions)
+        )
     return bool(estimate > limits.compaction_fraction * limits.context_window)
 
 
@@ -79,11 +82,12 @@ async def compacted_history(
     messages: Messages,
     system: str | None,
     definitions: Sequence[ToolDefinition],
+    tokens: RunningEstimate | None = None,
 ) -> Messages:
     """The history to send: the thread's, or its journaled compaction once it is too long."""
     if turn.thread_base is not None:  # compacted earlier in this turn
         return turn.thread_base
-    if not needs_compaction(limits, history, messages, system, definitions):
+    if not needs_compaction(limits, history, messages, system, definitions, tokens):
         return history
 
     async def live() -> StepData:

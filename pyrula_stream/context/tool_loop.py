@@ -43,6 +43,7 @@ from pyrula_stream.llm.base import (
     TextDelta,
     ToolUseBlock,
 )
+from pyrula_stream.llm.tokens import RunningEstimate
 from pyrula_stream.tools.contract import InvalidToolArguments, ToolCallable, check_bindable
 from pyrula_stream.wire.events import LlmComplete, LlmDelta
 from pyrula_stream.wire.fingerprint import RunningFingerprint
@@ -152,13 +153,14 @@ class ToolLoop:
     ) -> str:
         """``_loop`` without its blocks: a coroutine, not an async generator and the frame
         that drives it, as ``run`` needs only the final text."""
+        tokens = RunningEstimate()  # the conversation only grows: count each message once
         offered, system, earlier, added = await self._prepare(
-            conversation, new_input, tools, system, history
+            conversation, new_input, tools, system, history, tokens
         )
         running = RunningFingerprint()  # the conversation only grows: hash each message once
         while True:
             response = await self.model_call(
-                earlier + conversation, offered, system, running=running
+                earlier + conversation, offered, system, running=running, tokens=tokens
             )
             _append(response.as_message(), conversation, added)
             calls = response.tool_calls
@@ -203,13 +205,14 @@ class ToolLoop:
     ) -> AsyncIterator[TextBlock | ToolUseBlock | ToolResultBlock | ModelResponse]:
         """The loop, appending each response and tool result to ``conversation`` (and to
         the thread's new messages, with ``new_input`` first)."""
+        tokens = RunningEstimate()  # the conversation only grows: count each message once
         offered, system, earlier, added = await self._prepare(
-            conversation, new_input, tools, system, history
+            conversation, new_input, tools, system, history, tokens
         )
         running = RunningFingerprint()  # the conversation only grows: hash each message once
         while True:
             response = await self.model_call(
-                earlier + conversation, offered, system, running=running
+                earlier + conversation, offered, system, running=running, tokens=tokens
             )
             _append(response.as_message(), conversation, added)
             for block in response.content:
@@ -231,6 +234,7 @@ class ToolLoop:
         tools: Sequence[ToolCallable] | None,
         system: str | None,
         history: bool,
+        tokens: RunningEstimate | None = None,
     ) -> tuple[list[ToolCallable], str | None, list[dict[str, Any]], list[dict[str, Any]] | None]:
         """What a loop starts from: the tools offered (checked), the system prompt, the
         thread's earlier messages and the list of what joins the thread (``None``: no
@@ -264,6 +268,7 @@ class ToolLoop:
                 conversation,
                 system,
                 [t.definition() for t in offered],
+                tokens,
             )
         if added is not None:
             added += new_input
@@ -278,6 +283,7 @@ class ToolLoop:
         system: str | None,
         *,
         running: RunningFingerprint | None = None,
+        tokens: RunningEstimate | None = None,
     ) -> ModelResponse:
         turn = self.turn
         if turn.branch is not None and turn.branch.system is not None:
@@ -315,7 +321,7 @@ class ToolLoop:
                 data = recorded
             else:
                 request = ModelRequest(
-                    messages, definitions, system, output_format=self.output_format
+                    messages, definitions, system, output_format=self.output_format, tokens=tokens
                 )
                 data = await self._live_call(index, request, live_response)
                 records = _LiveCallRecords(self, index, live_response)  # made only now
@@ -356,6 +362,7 @@ class ToolLoop:
             request.messages,
             request.system,
             request.tools,
+            request.tokens,
         )
         if turn.meter is not None:  # the tenant's token and cost caps, group-wide
             turn.meter.before_model_call()

@@ -6,7 +6,8 @@ Every client's log and error callbacks feed the process's connection log
 Every Kafka client of the package is built here (``new_producer``, ``new_consumer``,
 ``new_admin``), so the user's settings (``kafka_config``: ``security.protocol``,
 ``sasl.*``, ``ssl.*``, ``client.id``, ...) reach all of them. Without an explicit
-``kafka_config``, the properties file named by ``PYRULA_KAFKA_CONFIG`` is used.
+``kafka_config``, the properties file named by ``PYRULA_KAFKA_CONFIG`` is used, with
+``PYRULA_KAFKA_*`` variables over it (a pod's Secret fills the environment, not a file).
 
 Order of precedence: our low-latency defaults, then the user's settings, then what a
 client's role depends on (group, isolation level, transactions, idempotence), except
@@ -40,6 +41,9 @@ REGISTRY_TIMEOUT_S = 30
 
 KAFKA_CONFIG_ENV = "PYRULA_KAFKA_CONFIG"
 """Path of a librdkafka properties file used when no ``kafka_config`` is given."""
+
+KAFKA_PROPERTY_ENV_PREFIX = "PYRULA_KAFKA_"
+"""``PYRULA_KAFKA_SASL_PASSWORD`` is ``sasl.password``: see ``property_name``."""
 
 
 def _dotted(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -103,10 +107,31 @@ def scrub_line(line: str) -> str:
     return line[:12] + ("..." if len(line) > 12 else "")
 
 
-def settings_from_env() -> KafkaSettings:
-    """The file named by ``PYRULA_KAFKA_CONFIG``, or no settings."""
-    path = os.environ.get(KAFKA_CONFIG_ENV)
-    return KafkaSettings(load_properties(path) if path else None)
+def property_name(variable: str) -> str:
+    """The client property of a ``PYRULA_KAFKA_*`` variable, as Confluent's images name
+    theirs: prefix dropped, lower case, ``_`` -> ``.``, ``__`` -> ``_``, ``___`` -> ``-``
+    (``PYRULA_KAFKA_SASL_OAUTHBEARER_CLIENT_ID`` -> ``sasl.oauthbearer.client.id``)."""
+    name = variable.removeprefix(KAFKA_PROPERTY_ENV_PREFIX).lower()
+    return (
+        name.replace("___", "\0").replace("__", "\1").replace("_", ".").translate({0: "-", 1: "_"})
+    )
+
+
+def properties_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Client properties of ``PYRULA_KAFKA_*`` variables (not ``PYRULA_KAFKA_CONFIG``)."""
+    env = os.environ if environ is None else environ
+    return {
+        property_name(name): value
+        for name, value in env.items()
+        if name.startswith(KAFKA_PROPERTY_ENV_PREFIX) and name != KAFKA_CONFIG_ENV
+    }
+
+
+def settings_from_env(path: str | Path | None = None) -> KafkaSettings:
+    """The file ``path`` (default: the one named by ``PYRULA_KAFKA_CONFIG``), then the
+    ``PYRULA_KAFKA_*`` variables over it; no settings when there are neither."""
+    path = path or os.environ.get(KAFKA_CONFIG_ENV)
+    return KafkaSettings({**(load_properties(path) if path else {}), **properties_from_env()})
 
 
 def resolve(kafka_config: Mapping[str, Any] | None) -> KafkaSettings:

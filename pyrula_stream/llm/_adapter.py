@@ -24,7 +24,7 @@ from pyrula_stream.llm.base import (
     StreamItem,
 )
 from pyrula_stream.llm.ratelimit import RateLimiter
-from pyrula_stream.llm.tokens import estimate_tokens
+from pyrula_stream.llm.tokens import request_tokens
 from pyrula_stream.redaction import redact, safe_url
 from pyrula_stream.wire import guard
 
@@ -110,9 +110,7 @@ class SDKAdapter(RequestClient):
         connection errors exhausted), ``ProviderStreamTruncated`` (stream ended without its
         terminal event), ``ContextWindowExceeded`` (prompt too long) or ``LLMError``.
         """
-        estimated = (
-            estimate_tokens(request.messages, request.system, request.tools) if self._limiter else 0
-        )
+        estimated = request_tokens(request) if self._limiter else 0
 
         def attempt() -> AsyncGenerator[StreamItem, None]:
             return self._attempt(request)

@@ -14,7 +14,7 @@ from typing import Any
 from pyrula_stream.llm._adapter import SDKAdapter
 from pyrula_stream.llm._openai_convert import STOP_REASONS
 from pyrula_stream.llm.base import ModelRequest, ModelResponse, TextBlock, ToolUseBlock, Usage
-from pyrula_stream.llm.tokens import estimate_tokens, text_tokens
+from pyrula_stream.llm.tokens import request_tokens, text_tokens
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def completion_response(
         # A server that ignores stream_options: estimate so budgets still count the call.
         log.warning("%s sent no usage; estimating tokens", adapter.provider)
         usage = Usage(
-            input_tokens=estimate_tokens(request.messages, request.system, request.tools),
+            input_tokens=request_tokens(request),
             output_tokens=text_tokens(
                 "".join(state.text) + "".join("".join(c.parts) for c in state.calls.values())
             ),

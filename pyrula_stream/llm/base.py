@@ -157,6 +157,9 @@ class ModelRequest:
     system: str | None = None
     tool_choice: dict[str, Any] | None = None
     output_format: OutputFormat | None = None
+    tokens: Any = field(default=None, compare=False, repr=False)
+    """The tool loop's ``RunningEstimate`` of its growing conversation, if any: what the
+    rate limiter's estimate counts with, so a long turn's request is not counted again."""
 
     def keywords(self) -> dict[str, Any]:
         """The optional fields that are set, as ``stream`` keywords."""

@@ -4,7 +4,9 @@ The worker binds ``agent`` and ``worker_id`` when it runs and each turn task bin
 turn (``turn_id``, ``attempt`` and ``partition``); the values live in context variables, so every
 line logged from inside a turn (the worker's, a tool's, a provider client's) carries them
 without being passed around. ``JsonFormatter`` writes one JSON object per line
-(``pyrula-stream worker --log-format json``). Nothing here logs payloads: model text,
+(``pyrula-stream worker --log-format json``); a line logged inside an OpenTelemetry span
+also carries its ``trace_id`` and ``span_id`` (hex, as trace back ends show them), so a
+log search leads to the trace. Nothing here logs payloads: model text,
 tool arguments and results stay in the journal and events, never in logs at INFO.
 """
 
@@ -16,7 +18,9 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-LOG_FIELDS = ("agent", "worker_id", "turn_id", "attempt", "partition")
+from opentelemetry import trace
+
+LOG_FIELDS = ("agent", "worker_id", "turn_id", "attempt", "partition", "trace_id", "span_id")
 
 _context: ContextVar[dict[str, Any] | None] = ContextVar("pyrula_log_context", default=None)
 
@@ -42,7 +46,8 @@ def bind_turn(turn: TurnLogFields) -> None:
 
 
 class ContextFilter(logging.Filter):
-    """Copies the bound fields onto each record (``record.agent``, ``record.turn_id``...)."""
+    """Copies the bound fields onto each record (``record.agent``, ``record.turn_id``...),
+    and the ids of the current span, if one records."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         turn = _turn.get()
@@ -50,6 +55,10 @@ class ContextFilter(logging.Filter):
             for key, value in (fields or {}).items():
                 if not hasattr(record, key):
                     setattr(record, key, value)
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid and not hasattr(record, "trace_id"):
+            record.trace_id = f"{span.trace_id:032x}"
+            record.span_id = f"{span.span_id:016x}"
         return True
 
 

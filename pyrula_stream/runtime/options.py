@@ -11,6 +11,12 @@ from pyrula_stream.access.tenant_signature import check_tenant_key
 from pyrula_stream.kafka.config import KafkaSettings, check_serialization, resolve
 from pyrula_stream.wire.guard import DecodeLimits
 
+SHUTDOWN_GRACE_S = 25.0
+"""Default seconds a stopping worker gives its running turns. Kubernetes kills a pod 30 s
+(its default ``terminationGracePeriodSeconds``) after SIGTERM: a 30 s drain would be
+killed mid-handover, so the default leaves 5 s to commit, leave the group and close.
+A longer ``shutdown_grace`` needs a grace period above it (docs/containers.md)."""
+
 
 @dataclass(frozen=True)
 class PoisonOptions:
@@ -83,6 +89,9 @@ class WorkerOptions:
     before it writes its deltas and its response (0: unbounded). Many slow calls that
     return together then cost one buffer, not a burst of records at once; quicker calls
     are paced by the commits they await and never wait (docs/operating.md).
+    ``shutdown_grace``: seconds a stop (SIGTERM) waits for running turns to finish
+    before it stops them at a step boundary (``SHUTDOWN_GRACE_S``); ``health_host`` is
+    where ``health_port`` listens (``0.0.0.0`` in a pod, so probes and scrapes reach it).
     ``tenant_key`` (at least 32 bytes) makes the worker trust a turn's tenant only when
     the request carries its signature under that key (``access/tenant_signature.py``);
     any other tenant runs as the shared ``"unknown"`` one (docs/tenants.md).
@@ -90,7 +99,7 @@ class WorkerOptions:
 
     max_concurrent_turns: int = 50
     max_queued_turns: int = 1000
-    shutdown_grace: float = 30.0
+    shutdown_grace: float = SHUTDOWN_GRACE_S
     cancel_timeout: float = 5.0
     poison: PoisonOptions = field(default_factory=PoisonOptions)
     health_port: int | None = None

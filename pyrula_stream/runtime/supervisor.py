@@ -18,6 +18,9 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyrula_stream.runtime.cpu_limit import CGROUP_ROOT, cpu_limit
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +29,12 @@ STABLE_AFTER_S = 30.0
 """A child that ran this long before dying is restarted without backoff."""
 
 
-def process_count(value: str) -> int:
-    """``auto`` (the machine's cores) or a positive integer."""
+def process_count(
+    value: str, *, cgroup_root: Path = CGROUP_ROOT, own_cgroup: str | None = None
+) -> int:
+    """``auto`` (the cores the container may use: its CPU quota) or a positive integer."""
     if value == "auto":
-        return max(1, os.cpu_count() or 1)
+        return cpu_limit(cgroup_root, own_cgroup)
     count = int(value)
     if count < 1:
         raise ValueError(f"--processes must be >= 1 or auto, got {value!r}")
@@ -46,7 +51,7 @@ class _Child:
     exit_codes: list[int] = field(default_factory=list)
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, env=child_env())
         self.started = time.monotonic()
         log.warning("worker %s started (pid %d)", self.worker_id, self.proc.pid)
 
@@ -153,12 +158,26 @@ def child_args(cli_args: Sequence[str]) -> tuple[list[str], int | None]:
     return out, health
 
 
-def run_supervisor(cli_args: Sequence[str], *, count: int, base_id: str) -> int:
+PER_SUPERVISOR_ENV = ("PYRULA_PROCESSES", "PYRULA_WORKER_ID", "PYRULA_HEALTH_PORT")
+"""Variables (``cli.env``) that configure the supervisor, not its children: a child that
+inherited ``PYRULA_PROCESSES`` would be a supervisor itself."""
+
+
+def child_env() -> dict[str, str]:
+    """The supervisor's environment without what it sets per child."""
+    return {k: v for k, v in os.environ.items() if k not in PER_SUPERVISOR_ENV}
+
+
+def run_supervisor(
+    cli_args: Sequence[str], *, count: int, base_id: str, health_port: int | None = None
+) -> int:
     """Supervise ``count`` processes of ``pyrula-stream <cli_args>`` (a worker command).
 
-    With ``--health-port P`` child ``i`` serves its probes on ``P + i``.
+    With a health port ``P`` (``--health-port``, else ``health_port``: it may come from
+    ``PYRULA_HEALTH_PORT``) child ``i`` serves its probes on ``P + i``.
     """
     worker_args, health = child_args(cli_args)
+    health = health if health is not None else health_port
     argv = [sys.executable, "-m", "pyrula_stream.cli", *worker_args]
     supervisor = Supervisor(argv, count=count, base_id=base_id, health_port=health)
     signal.signal(signal.SIGTERM, supervisor.stop)

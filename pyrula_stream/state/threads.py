@@ -138,12 +138,21 @@ class ThreadHandle:
 @dataclass
 class PartitionThreads:
     """The threads of one partition, restored from ``<agent>.threads``; updated only after
-    a turn's terminal transaction committed."""
+    a turn's terminal transaction committed.
 
-    turns: dict[str, dict[int, ThreadTurn]] = field(default_factory=dict)
+    A turn record is kept as the bytes it came in and decoded when its thread next runs a
+    turn (then kept decoded): a takeover reads every thread of the partition, most of
+    which will not run again soon, and the bytes are smaller than the decoded messages.
+    One that turns out unreadable then is dropped with a warning and counted in
+    ``skipped_records``, as an unreadable record is at restore.
+    """
+
+    turns: dict[str, dict[int, ThreadTurn | bytes]] = field(default_factory=dict)
     heads: dict[str, int] = field(default_factory=dict)
 
     skipped_records: int = 0
+    decoded_records: int = 0
+    """Turn records decoded so far: how many threads' turns were read, not just held."""
 
     def restore(self, records: Iterable[ConsumedRecord]) -> int:
         """Fold a partition's records in; returns how many were read. A record that
@@ -185,13 +194,34 @@ class PartitionThreads:
         if value is None:
             self.turns.get(thread_id, {}).pop(n, None)
         else:
-            turn = ThreadTurn.from_json(guard.loads_object(value, "thread turn"))
-            self.turns.setdefault(thread_id, {})[n] = turn
+            self.turns.setdefault(thread_id, {})[n] = bytes(value)  # decoded on first use
 
     def handle(self, thread_id: str) -> ThreadHandle:
+        """The thread as its next turn sees it; its records not yet read are decoded now."""
         turns = self.turns.get(thread_id, {})
-        ordered = tuple(turns[n] for n in sorted(turns))
-        return ThreadHandle(thread_id, ordered, self.heads.get(thread_id, 1))
+        ordered: list[ThreadTurn] = []
+        for n in sorted(turns):
+            turn = turns[n]
+            if isinstance(turn, bytes):
+                decoded = self._decode(thread_id, n, turn)
+                if decoded is None:
+                    del turns[n]
+                    continue
+                turns[n] = turn = decoded
+            ordered.append(turn)
+        return ThreadHandle(thread_id, tuple(ordered), self.heads.get(thread_id, 1))
+
+    def _decode(self, thread_id: str, n: int, value: bytes) -> ThreadTurn | None:
+        key = turn_key(thread_id, n)
+        try:
+            with guard.guarded(f"thread record {key!r:.100}"):
+                turn = ThreadTurn.from_json(guard.loads_object(value, "thread turn"))
+        except MalformedRecordError as exc:
+            self.skipped_records += 1
+            log.warning("skipping unreadable thread record %r: %s", key, exc)
+            return None
+        self.decoded_records += 1
+        return turn
 
     @property
     def live_threads(self) -> int:

@@ -151,7 +151,18 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     # Two transactions per input (warm-up included) against one for the read-only floor.
     assert lat["floor_two_commit_transactions"] == 2 * lat["floor_transactions"]
     assert Path(results["plot"]).stat().st_size > 0
-    assert len(results["targets"]) == 12  # one per row of issue 27's table
+    assert len(results["targets"]) == 17  # issue 47's ten rows, issue 27's seven others
+    tp = results["throughput"]
+    assert [r["turns"] for r in tp["floor_runs"]] == [tp["floor_turns"]] * len(tp["floor_runs"])
+    assert len(tp["ratio_per_pair"]) == len(tp["framework_runs"])
+    assert tp["ratio_spread"]["min"] <= figures["ratio"] <= tp["ratio_spread"]["max"]
+    assert isinstance(figures["floor_unstable"], bool)  # two rounds: the floor can say
+    for side in ("framework", "floor"):  # the suite's broker runs here: its CPU is read
+        assert all(r["broker_cpu_ms_per_turn"] > 0 for r in tp[f"{side}_runs"]), side
+    assert lat["overhead_over_floor_pairs"] == lat["turns"]
+    machine_seen = results["machine"]
+    assert 0 <= machine_seen["steal_fraction"] <= 1
+    assert machine_seen["load_avg_1m_at_end"] >= 0
     assert results["subagents"]["parked_at_end"] >= results["subagents"]["parked_turns"]
     assert results["throughput"]["written_per_turn"]["results_records_per_turn"] == 1.0
     gateway = results["gateway"]
@@ -160,8 +171,12 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     text = docs.read_text()
     assert "prose stays" in text
     assert baseline in text  # --write-docs rewrote the results, not the baseline
-    assert "| ratio framework / floor, one process | 0.071 | >= 2 x baseline |" in text
-    assert "| ratio framework / floor |" in text
+    assert (
+        "| 27 | ratio framework / floor, one process, against the baseline | 0.071 "
+        "| >= 2 x baseline |" in text
+    )
+    assert "| ratio framework / floor, median of per-round ratios (min - max) |" in text
+    assert "load average (1 min)" in text
     assert "| RSS per finished turn over 1,000 turns (bytes) |" in text
     assert "| worker CPU per turn, own process (ms) |" in text
     assert "| latency floor p50 / p99, raw loop, same rate (ms) |" in text

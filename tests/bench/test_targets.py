@@ -15,6 +15,7 @@ from pyrula_stream.bench.targets import (
     baseline_from_docs,
     baseline_from_file,
     baseline_table,
+    measured_baseline,
     target_rows,
 )
 from pyrula_stream.wire import serde
@@ -71,26 +72,93 @@ def test_a_baseline_file_is_a_results_file_or_the_bench_stdout(tmp_path: Path) -
     assert baseline_from_file(stdout)["ratio"] == 0.09
 
 
+def _rows(figures: dict[str, object], base: dict[str, float] | None) -> dict[str, dict]:
+    """The target rows by ``<issue>:<first key>``."""
+    return {f"{r['issue']}:{r['parts'][0]['key']}": r for r in target_rows(figures, base)}
+
+
 def test_targets_are_judged_against_the_baseline_factor_or_the_bound() -> None:
     base = {"ratio": 0.071, "cpu_ms_per_turn": 1.67, "cpu_ms_per_step": 0.98}
     figures = {
         "ratio": 0.15,
+        "floor_unstable": False,
         "cpu_ms_per_turn": 0.9,
         "cpu_ms_per_step": 0.3,
         "overhead_over_floor_p50_ms": 4.0,
         "overhead_over_floor_p99_ms": 16.0,
         "rss_kb_per_parked_turn": 0.4,
     }
-    rows = {r["parts"][0]["key"]: r for r in target_rows(figures, base)}
-    assert rows["ratio"]["met"] is True  # 0.15 >= 2 x 0.071
-    assert rows["ratio"]["parts"][0]["factor"] == round(0.15 / 0.071, 3)
-    assert rows["cpu_ms_per_turn"]["met"] is False  # 0.9 > 0.5 x 1.67
-    assert rows["cpu_ms_per_step"]["met"] is True  # 0.3 <= 0.4 x 0.98
-    assert rows["overhead_over_floor_p50_ms"]["met"] is False  # p99 missed its 15 ms
-    assert rows["rss_kb_per_parked_turn"]["met"] is True
-    assert rows["ratio_all_cores"]["met"] is None  # not measured: not judged
-    no_base = {r["parts"][0]["key"]: r for r in target_rows(figures, None)}
-    assert no_base["ratio"]["met"] is None  # a factor needs its baseline
+    rows = _rows(figures, base)
+    assert rows["27:ratio"]["met"] is True  # 0.15 >= 2 x 0.071
+    assert rows["27:ratio"]["parts"][0]["factor"] == round(0.15 / 0.071, 3)
+    assert rows["47:ratio"]["met"] is False  # 0.15 < 0.25
+    assert rows["27:cpu_ms_per_turn"]["met"] is False  # 0.9 > 0.5 x 1.67
+    assert rows["27:cpu_ms_per_step"]["met"] is True  # 0.3 <= 0.4 x 0.98
+    assert rows["47:overhead_over_floor_p50_ms"]["met"] is False  # p99 missed its 15 ms
+    assert rows["27:rss_kb_per_parked_turn"]["met"] is True
+    assert rows["47:ratio_all_cores"]["met"] is None  # not measured: not judged
+    assert rows["47:ratio_all_cores"]["why"] == "not measured"
+    no_base = _rows(figures, None)
+    assert no_base["27:ratio"]["met"] is None  # a factor needs its baseline
+    assert no_base["27:ratio"]["why"] == "no baseline"
+
+
+def test_issue_47s_targets_are_all_there_and_a_missing_figure_is_never_met() -> None:
+    rows = _rows({}, None)
+    bounds = {
+        (p["key"], p["target"])
+        for r in target_rows({}, None)
+        if r["issue"] == 47
+        for p in r["parts"]
+    }
+    assert bounds == {
+        ("gateway_added_p50_ms", "<= 20"),
+        ("gateway_added_p99_ms", "<= 100"),
+        ("gateway_kb_per_stream", "<= 20"),
+        ("inflight_fraction_of_ideal", ">= 0.9"),
+        ("rss_kb_per_inflight_turn", "<= 16"),
+        ("step_cost_growth", "<= 1.1"),
+        ("overhead_over_floor_p50_ms", "<= 5"),
+        ("overhead_over_floor_p99_ms", "<= 15"),
+        ("ratio", ">= 0.25"),
+        ("ratio_all_cores", ">= 0.35"),
+        ("cpu_ms_per_turn_200ms_model", "<= 1.3 x `cpu_ms_per_turn`"),
+        ("loop_stall_max_ms", "<= 50"),
+    }
+    assert all(r["met"] is None and r["why"] == "not measured" for r in rows.values())
+
+
+def test_the_ratio_targets_are_judged_only_against_a_floor_that_held_still() -> None:
+    figures = {"ratio": 0.3, "ratio_all_cores": 0.2}
+    stable = _rows({**figures, "floor_unstable": False}, None)
+    assert (stable["47:ratio"]["met"], stable["47:ratio_all_cores"]["met"]) == (True, False)
+    for unstable, why in ((True, "floor unstable"), (None, "floor stability unknown")):
+        rows = _rows({**figures, "floor_unstable": unstable}, None)
+        for key in ("47:ratio", "47:ratio_all_cores"):
+            assert (rows[key]["met"], rows[key]["why"]) == (None, why)
+
+
+def test_cpu_at_a_200ms_model_is_judged_against_the_same_runs_instant_model() -> None:
+    def verdict(at_200ms: float) -> bool | None:
+        figures = {"cpu_ms_per_turn": 1.0, "cpu_ms_per_turn_200ms_model": at_200ms}
+        return _rows(figures, None)["47:cpu_ms_per_turn_200ms_model"]["met"]
+
+    assert (verdict(1.25), verdict(1.4)) == (True, False)
+
+
+def test_a_baseline_measured_in_the_run_wins_over_the_typed_one() -> None:
+    typed = {**_baseline_row(ratio=0.071, cpu_ms_per_turn=1.67), "source": "docs"}
+    results = {
+        "machine": {"cpu": CPU},
+        "throughput": {"baseline_ratio": 0.09, "baseline_commit": "b71eb38"},
+    }
+    base = measured_baseline(results, typed)
+    assert base is not None
+    assert (base["ratio"], base["cpu_ms_per_turn"]) == (0.09, 1.67)
+    assert base["measured"] == ["ratio"]
+    assert base["source"].startswith("measured in this run")
+    assert measured_baseline({"throughput": {}}, typed) == typed  # nothing measured
+    assert measured_baseline({}, None) is None
 
 
 def _event(type_: str, seq: int) -> bytes:

@@ -21,6 +21,8 @@ from pyrula_stream.kafka.config import (
     client_config,
     load_properties,
     new_producer,
+    property_name,
+    settings_from_env,
 )
 from pyrula_stream.redaction import redacted
 
@@ -194,3 +196,51 @@ def test_secrets_never_show_in_reprs_or_client_errors() -> None:
         # librdkafka refuses the value and quotes it; the factory's error must not.
         new_producer(client_config("b:1", {**settings, "security.protocol": secret}))
     assert secret not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "key"),
+    [
+        ("PYRULA_KAFKA_SASL_PASSWORD", "sasl.password"),
+        ("PYRULA_KAFKA_SECURITY_PROTOCOL", "security.protocol"),
+        ("PYRULA_KAFKA_SASL_OAUTHBEARER_CLIENT_ID", "sasl.oauthbearer.client.id"),
+        (
+            "PYRULA_KAFKA_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO",
+            "schema.registry.basic.auth.user.info",
+        ),
+        ("PYRULA_KAFKA_SOME__UNDERSCORED_KEY", "some_underscored.key"),
+        ("PYRULA_KAFKA_SOME___DASHED_KEY", "some-dashed.key"),
+    ],
+)
+def test_variables_name_properties_as_confluent_images_do(variable: str, key: str) -> None:
+    assert property_name(variable) == key
+
+
+def test_variables_go_over_the_environments_file_and_never_show(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "s3cret-from-a-k8s-secret"
+    path = tmp_path / "client.properties"
+    path.write_text("security.protocol=SASL_SSL\nsasl.username=file-user\nclient.id=ops\n")
+    monkeypatch.setenv(KAFKA_CONFIG_ENV, str(path))
+    monkeypatch.setenv("PYRULA_KAFKA_SASL_USERNAME", "env-user")
+    monkeypatch.setenv("PYRULA_KAFKA_SASL_PASSWORD", secret)
+    settings = settings_from_env()
+    assert dict(settings) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.username": "env-user",
+        "sasl.password": secret,
+        "client.id": "ops",
+    }
+    assert "config" not in settings, "PYRULA_KAFKA_CONFIG names the file, not a property"
+    assert client_config("b:1")["sasl.password"] == secret
+    assert WorkerOptions().kafka_config["sasl.username"] == "env-user"
+    assert secret not in repr(settings) and secret not in repr(WorkerOptions())
+    assert secret not in repr(KafkaAgentClient("b:1").kafka_config)
+
+
+def test_variables_alone_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KAFKA_CONFIG_ENV, raising=False)
+    monkeypatch.setenv("PYRULA_KAFKA_CLIENT_ID", "from-env")
+    assert dict(settings_from_env()) == {"client.id": "from-env"}
+    assert "client.id" not in client_config("b:1", {}), "explicit settings replace them"

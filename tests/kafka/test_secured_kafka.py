@@ -176,6 +176,30 @@ async def test_cli_reads_settings_from_its_file_and_the_environment(
     assert capsys.readouterr().out == from_file
 
 
+async def test_cli_reads_sasl_settings_from_pyrula_kafka_variables(
+    secured_kafka: Secured,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As a pod whose Secret fills the environment: no properties file at all."""
+    monkeypatch.delenv("PYRULA_KAFKA_CONFIG", raising=False)
+    tail = ["tail", AGENT_A, "--from-beginning", "--timeout", "3"]
+    tail += ["--bootstrap-servers", secured_kafka.bootstrap]
+    settings = secured_kafka.settings("client_a", WRONG_PASSWORD)
+    for key, value in settings.items():
+        monkeypatch.setenv("PYRULA_KAFKA_" + key.upper().replace(".", "_"), str(value))
+    code = await asyncio.to_thread(cli_main, tail)
+    refused = capsys.readouterr()
+    assert code == 2, refused.err  # a usage mistake: wrong credentials
+    assert "invalid credentials" in refused.err and "User:client_a" in refused.err
+    assert WRONG_PASSWORD not in refused.err + refused.out
+    monkeypatch.setenv(
+        "PYRULA_KAFKA_SASL_PASSWORD", secured_kafka.settings("client_a")["sasl.password"]
+    )
+    assert await asyncio.to_thread(cli_main, tail) == 0
+    assert "run:complete" in capsys.readouterr().out
+
+
 async def test_a_client_without_rights_gets_a_clear_authorization_error(
     secured_kafka: Secured,
 ) -> None:

@@ -336,3 +336,19 @@ async def test_missing_key_is_a_configuration_error(
     with pytest.raises(ConfigurationError, match="ANTHROPIC_API_KEY"):
         await collect(llm, HELLO)
     assert anthropic_server.requests == []
+
+
+async def test_the_key_and_address_come_from_the_sdks_variables(
+    monkeypatch: pytest.MonkeyPatch,
+    anthropic_server: AnthropicWireServer,
+) -> None:
+    """A pod sets ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL) from a Secret: nothing passed."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET_KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", anthropic_server.base_url)
+    llm = AnthropicLLM(MODEL, prompt_caching=False)
+    anthropic_server.reply_text("from the environment")
+    _, response = await collect(llm, HELLO)
+    assert response.text == "from the environment"
+    headers = anthropic_server.requests[-1].headers
+    assert SECRET_KEY in headers.get("x-api-key", "") + headers.get("authorization", "")
+    assert SECRET_KEY not in repr(llm)

@@ -317,3 +317,18 @@ def test_importing_the_package_does_not_import_the_sdks() -> None:
         "llm.OpenAILLM('m', api_key='k'); assert 'openai' in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_the_key_and_address_come_from_the_sdks_variables(
+    monkeypatch: pytest.MonkeyPatch,
+    openai_server: OpenAIWireServer,
+) -> None:
+    """A pod sets OPENAI_API_KEY (and OPENAI_BASE_URL) from a Secret; nothing is passed."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    llm = OpenAILLM(MODEL)
+    openai_server.reply_stream("from the environment")
+    _, response = await collect(llm, HELLO)
+    assert response.text == "from the environment"
+    assert openai_server.requests[-1].headers["authorization"] == f"Bearer {SECRET}"
+    assert SECRET not in repr(llm)

@@ -4,7 +4,9 @@ fields where they apply, and no model or tool payload in the logs."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,6 +17,7 @@ import httpx
 
 from pyrula_stream import KafkaAgentClient
 from pyrula_stream.kafka.local.broker import free_port
+from pyrula_stream.observability import logs
 from pyrula_stream.testing import unique_name
 
 ROOT = Path(__file__).parents[2]
@@ -70,3 +73,25 @@ def start_worker(agent: str, bootstrap: str, port: int) -> subprocess.Popen[str]
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def test_json_lines_carry_the_current_spans_trace_and_span_ids() -> None:
+    """A log line written inside a span names it, so a log search finds the trace."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(logs.ContextFilter())
+    handler.setFormatter(logs.JsonFormatter())
+    logger = logging.getLogger(unique_name("traced"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    spans = TracerProvider().get_tracer("test")  # its own provider: the global one is set once
+    with spans.start_as_current_span("turn") as span:
+        logger.warning("inside")
+    logger.warning("outside")
+    inside, outside = (json.loads(line) for line in out.getvalue().splitlines())
+    context = span.get_span_context()
+    assert inside["trace_id"] == f"{context.trace_id:032x}"
+    assert inside["span_id"] == f"{context.span_id:016x}"
+    assert "trace_id" not in outside and "span_id" not in outside

@@ -49,8 +49,9 @@ async def _wait(predicate: Callable[[], Awaitable[bool]], timeout_s: float, what
 async def test_supervised_workers_share_the_group_restart_and_drain(
     kafka_bootstrap_servers: str, client: KafkaAgentClient
 ) -> None:
-    """Two children with static membership: a SIGKILLed one is restarted under its id
-    and gets its partition back; SIGTERM drains both and the supervisor exits 0."""
+    """Two children (``PYRULA_PROCESSES=2``) with static membership: a SIGKILLed one is
+    restarted under its id and gets its partition back; SIGTERM drains both and the
+    supervisor exits 0."""
     agent = unique_name("procs")
     port = free_port()
     supervisor = await asyncio.create_subprocess_exec(
@@ -61,17 +62,21 @@ async def test_supervised_workers_share_the_group_restart_and_drain(
         "tests.agents.echo:echo",
         "--bootstrap-servers",
         kafka_bootstrap_servers,
-        "--processes",
-        "2",
         "--worker-id",
         "sup",
-        "--health-port",
-        str(port),
         "--shutdown-grace",
         "5",
         "--static-membership",
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "ECHO_AGENT_NAME": agent},
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "ECHO_AGENT_NAME": agent,
+            # As a pod sets them: the children must not inherit them as they are (a
+            # child with PYRULA_PROCESSES would supervise, one with the port would clash).
+            "PYRULA_PROCESSES": "2",
+            "PYRULA_HEALTH_PORT": str(port),
+        },
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )

@@ -28,7 +28,10 @@ from pyrula_stream.chaos.processes import Managed, child_env, free_port
 from pyrula_stream.context.compaction import SUMMARY_REQUEST, summary_messages
 from pyrula_stream.errors import ErrorCode, ThreadDeleteFailed, UnknownTopicError, UserError
 from pyrula_stream.kafka.admin import apply_topics
+from pyrula_stream.kafka.consumers import reader_consumer
+from pyrula_stream.kafka.table import PartitionedTable
 from pyrula_stream.llm import FakeLLM, ModelResponse, ToolDefinition, reply_text, reply_tool_call
+from pyrula_stream.state.threads import PartitionThreads
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 from pyrula_stream.wire.events import decode_event
 from tests.agents.threaded import echo_users, user_texts
@@ -468,3 +471,55 @@ async def test_a_delete_no_worker_runs_in_time_fails_clearly_and_runs_once_one_s
                 break
             await asyncio.sleep(0.1)
     assert done == [{"deleted_turns": 0}, {"deleted_turns": 0}]
+
+
+def _restored_threads(bootstrap: str, topic: str) -> PartitionThreads:
+    """Partition 0 of ``topic`` folded in as a worker's takeover folds it."""
+    reader = reader_consumer(bootstrap, client_id=unique_name("restore"))
+    try:
+        threads = PartitionThreads()
+        threads.restore(PartitionedTable(topic).restore(reader, 0))
+        return threads
+    finally:
+        reader.close()
+
+
+async def test_a_takeover_decodes_a_thread_only_when_it_runs_again(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    @kafka_agent(name=unique_name("thread-lazy"), llm=FakeLLM(echo_users), partitions=1)
+    async def agent(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        for thread_id, text in [("a", "one"), ("b", "two"), ("a", "three"), ("b", "four")]:
+            await client.run(agent.name, thread_id=thread_id, text=text, timeout=60)
+    stored = await client.get_thread(agent.name, "a")
+
+    threads = await asyncio.to_thread(
+        _restored_threads, kafka_bootstrap_servers, agent.topics.threads
+    )
+    assert threads.live_threads == 2
+    assert threads.decoded_records == 0  # held as they came, none decoded at takeover
+    a = threads.handle("a")
+    assert threads.decoded_records == 2  # thread a's two turns, not b's
+    assert a.turns == stored.turns and a.next_turn == 3
+    assert user_texts(a.messages) == ["one", "three"]
+    assert threads.handle("a") == a and threads.decoded_records == 2  # decoded once
+
+    # A worker that takes the partition over gives the next turn the same history.
+    async with running_worker(agent, kafka_bootstrap_servers, QUICK_STOP):
+        after = await client.run(agent.name, thread_id="a", text="five", timeout=60)
+    assert result(after) == "one|three|five"
+
+
+def test_an_unreadable_turn_record_is_skipped_when_its_thread_is_read() -> None:
+    threads = PartitionThreads()
+    threads.apply("a/head", json.dumps({"thread_id": "a", "next": 3}).encode())
+    threads.apply("a/1", b"{not json")
+    good = {"n": 2, "turn_id": "t2", "messages": [], "outcome": {}, "ts_ms": 0}
+    threads.apply("a/2", json.dumps(good).encode())
+    assert threads.skipped_records == 0
+    handle = threads.handle("a")
+    assert [t.n for t in handle.turns] == [2]
+    assert threads.skipped_records == 1 and threads.decoded_records == 1

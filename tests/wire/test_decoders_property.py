@@ -234,7 +234,10 @@ def test_memory_items_from_any_json(raw: Any) -> None:
     payload=payloads | st.none(),
 )
 def test_thread_records(key: str, payload: bytes | None) -> None:
-    only_malformed(lambda: PartitionThreads().apply(key, payload))
+    threads = PartitionThreads()
+    only_malformed(lambda: threads.apply(key, payload))
+    for thread_id in list(threads.turns):  # decoded when read: unreadable ones skipped
+        threads.handle(thread_id)
 
 
 @SETTINGS
