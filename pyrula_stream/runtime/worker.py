@@ -429,12 +429,16 @@ class KafkaWorker(RunsInBackground):
         session.consumer.subscribe(self._handover.on_assign, self._handover.on_revoke)
         self._parked.turns_reader = session.consumer
         committer_task = asyncio.create_task(session.committer.run(), name="committer")
+        keys_task = asyncio.create_task(self._housekeeping.run(), name="idempotency-keys")
         self._ready = True
         self._joined.set()
         try:
             await self._intake.run(session, committer_task)
         finally:
             self._ready = False
+            keys_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keys_task
             # Where the session stood when it ended: the drain below forgets partitions.
             self._standing = {p: ps.restored_committed for p, ps in self._parts.items()}
             self._parked.turns_reader = None
