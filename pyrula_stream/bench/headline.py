@@ -35,6 +35,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     sub = results.get("subagents", {})
     gw = results.get("gateway", {})
     fair = results.get("fairness", {})
+    keyed = results.get("keyed", {})
     cpu = results.get("cpu", {})
     base = results.get("baseline") or {}
     return {
@@ -94,6 +95,10 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "gateway_added_p99_ms": gw.get("gateway_added_p99_ms"),
         "gateway_rss_kb_per_stream": gw.get("gateway_rss_kb_per_stream"),
         "tenant_isolation_p99_ratio": fair.get("tenant_isolation_p99_ratio"),
+        "loop_stall_max_ms": keyed.get("loop_stall_max_ms"),
+        "loop_stall_max_ms_expiring": keyed.get("loop_stall_max_ms_expiring"),
+        "keyed_turns_per_s": keyed.get("keyed_turns_per_s"),
+        "keyed_expired_keys": keyed.get("expired_keys"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),

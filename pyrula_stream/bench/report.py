@@ -259,6 +259,26 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             ),
             ("  gateway RSS per open stream (KB)", _fmt(gw["gateway_rss_kb_per_stream"]), ""),
         ]
+    keyed = results.get("keyed")
+    if keyed:
+        out += [
+            (
+                f"{keyed['rate_asked']:g} keyed turns/s asked, {keyed['expired_keys']:,} keys "
+                "expired meanwhile: event-loop stall max (ms)",
+                _fmt(keyed["loop_stall_max_ms"]),
+                f"<= {keyed['stall_target_ms']:g}",
+            ),
+            (
+                "  stall max within an expiry; p99 of the 5 ms wake-ups (ms)",
+                f"{_fmt(keyed['loop_stall_max_ms_expiring'])}; {_fmt(keyed['loop_stall_p99_ms'])}",
+                "",
+            ),
+            (
+                "  keyed turns/s achieved; worker CPU per turn (ms)",
+                f"{_fmt(keyed['keyed_turns_per_s'])}; {_fmt(keyed['worker_cpu_ms_per_turn'])}",
+                "",
+            ),
+        ]
     tel = results.get("telemetry")
     if tel:
         what = "metrics + tracing" if tel["tracing_exported"] else "metrics (no OTel SDK)"

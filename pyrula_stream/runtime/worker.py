@@ -237,6 +237,11 @@ class KafkaWorker(RunsInBackground):
         return self._parked.count
 
     @property
+    def expired_keys(self) -> int:
+        """Idempotency keys this worker expired and tombstoned (the bench reads it)."""
+        return self._housekeeping.expired_keys
+
+    @property
     def remembered_turns(self) -> int:
         """Finished turns held in memory: those the committed input offset has not passed."""
         return sum(ps.remembered_turns for ps in self._parts.values())

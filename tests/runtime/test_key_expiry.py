@@ -64,7 +64,7 @@ async def test_expired_keys_are_tombstoned_in_bounded_batches_and_stay_gone(
         for handle in handles:
             events = await asyncio.wait_for(collect(client, agent.name, handle.turn_id), 60)
             assert events[-1].type == "run:complete"
-        await wait_for(lambda: worker._housekeeping.expired_keys == 10, 30, "all ten keys expired")
+        await wait_for(lambda: worker.expired_keys == 10, 30, "all ten keys expired")
     journal = read_topic(kafka_bootstrap_servers, agent.topics.journal, client_id=unique_name("r"))
     taken = {r.key for r in journal if r.key.startswith("idem/") and r.value is not None}
     assert taken == {f"idem/order-{i}" for i in range(10)}

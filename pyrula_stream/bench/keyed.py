@@ -1,0 +1,248 @@
+"""Idempotency keys at rate: how long a worker's event loop stalls while it takes keys and
+expires them.
+
+Every turn carries its own idempotency key, sent at ``rate`` turns/s (2,000 by default)
+for ``seconds``. The worker runs alone in a freshly spawned interpreter (as
+``bench/parked.py`` runs it) with a short TTL and expiry interval (``ttl_s``,
+``expiry_interval_s``), so the run crosses several expiries, each of the keys taken since
+the previous one: the same work a day's TTL and the default 60 s interval give a worker
+at that rate. In the worker's own loop a sampler sleeps ``SAMPLE_S`` over and over and
+records how late it wakes: ``loop_stall_max_ms`` is the latest wake-up while the load
+ran (the target: none over ``STALL_TARGET_MS``), ``loop_stall_max_ms_expiring`` the
+latest within an expiry (from its first tombstoned batch to its last, give or take
+``EXPIRY_MARGIN_S``). ``keyed_turns_per_s`` is what the worker finished per second of the
+load, and the worker process's CPU time per turn is given with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import queue
+import time
+import uuid
+from functools import partial
+from typing import Any
+
+from pyrula_stream.agent.definition import KafkaAgent, kafka_agent
+from pyrula_stream.bench.harness import PREFIX, agent_topics, create_topics, drop_topics, unique
+from pyrula_stream.bench.load import Record, Submitter
+from pyrula_stream.bench.stats import percentile
+from pyrula_stream.context.agent_context import AgentContext
+from pyrula_stream.llm.fake import FakeLLM
+from pyrula_stream.runtime import event_loop
+from pyrula_stream.runtime.collector import tune_for_worker
+from pyrula_stream.runtime.worker import KafkaWorker, WorkerOptions
+from pyrula_stream.testing import running_worker, wait_for
+from pyrula_stream.wire import serde
+from pyrula_stream.wire.records import content_type_header
+from pyrula_stream.wire.serde import TurnRequest
+
+SLOTS = 500
+"""Turns running at once (the throughput phase's concurrency)."""
+SAMPLE_S = 0.005
+"""How long the sampler sleeps each time: a stall shorter than this is not seen."""
+STALL_TARGET_MS = 50.0
+EXPIRY_MARGIN_S = 0.5
+WARM_UP = 500
+"""Keyed turns before the measured load: the worker's structures at their working size."""
+
+
+def keyed_agent(name: str, partitions: int) -> KafkaAgent:
+    """A turn that answers at once: what is measured is the worker's own work per key."""
+
+    @kafka_agent(name=name, prefix=PREFIX, llm=FakeLLM(["-"]), partitions=partitions)
+    async def keyed(ctx: AgentContext, n: int) -> str:
+        return "ok"
+
+    return keyed
+
+
+def keyed_requests(agent: str, n: int) -> list[Record]:
+    """``n`` turn requests, each with an idempotency key of its own."""
+    now = int(time.time() * 1000)
+    out: list[Record] = []
+    for i in range(n):
+        key = uuid.uuid4().hex
+        request = TurnRequest(key, agent, {"n": i}, idempotency_key=key, submitted_ms=now)
+        value = serde.encode("turn_request", request)
+        out.append((request.key.encode(), value, [content_type_header("turn_request")]))
+    return out
+
+
+class LoopLag:
+    """Wakes every ``SAMPLE_S`` and records how late: (when, ms late, keys expired then)."""
+
+    def __init__(self, worker: KafkaWorker) -> None:
+        self._worker = worker
+        self.samples: list[tuple[float, float, int]] = []
+
+    async def run(self) -> None:
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(SAMPLE_S)
+            late_ms = (time.perf_counter() - asked - SAMPLE_S) * 1000
+            self.samples.append((time.monotonic(), late_ms, self._worker.expired_keys))
+
+    def report(self) -> dict[str, Any]:
+        """The stalls since the samples were last cleared (see the module docstring)."""
+        lates = [late for _, late, _ in self.samples]
+        expiring: list[float] = []
+        if self.samples:
+            first_count = self.samples[0][2]
+            changed = [
+                t
+                for (t, _, n), (_, _, before) in zip(
+                    self.samples[1:], self.samples[:-1], strict=True
+                )
+                if n != before
+            ]
+            if changed:
+                lo, hi = changed[0] - EXPIRY_MARGIN_S, changed[-1] + EXPIRY_MARGIN_S
+                expiring = [late for t, late, _ in self.samples if lo <= t <= hi]
+            expired = self.samples[-1][2] - first_count
+        else:
+            expired = 0
+        return {
+            "samples": len(lates),
+            "loop_stall_max_ms": round(max(lates, default=0.0), 1),
+            "loop_stall_p99_ms": round(percentile(lates, 99), 2) if lates else 0.0,
+            "stalls_over_target": sum(1 for late in lates if late > STALL_TARGET_MS),
+            "loop_stall_max_ms_expiring": round(max(expiring, default=0.0), 1),
+            "expired_keys": expired,
+        }
+
+
+def _worker_process(
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    ttl_s: float,
+    interval_s: float,
+    owned: Any,
+    finished: Any,
+    ask: Any,
+    answer: Any,
+) -> None:
+    """The spawned interpreter: one worker and its loop's sampler; ``start`` clears the
+    samples and the CPU clock, ``stop`` answers with the figures and ends."""
+    agent = keyed_agent(name, partitions)
+
+    async def main() -> None:
+        tune_for_worker()  # as run_worker does: the bench measures what a user runs
+        options = WorkerOptions(
+            max_concurrent_turns=SLOTS,
+            idempotency_ttl_s=ttl_s,
+            idempotency_expiry_interval_s=interval_s,
+        )
+        async with running_worker(agent, bootstrap, options, wait_assigned=False) as worker:
+            lag = LoopLag(worker)
+            sampler = asyncio.create_task(lag.run())
+            cpu_started = time.process_time()
+            try:
+                while not worker.done:
+                    owned.value = worker.assigned_partitions
+                    finished.value = worker.turns_finished
+                    try:
+                        command = ask.get_nowait()
+                    except queue.Empty:
+                        await asyncio.sleep(0.05)
+                        continue
+                    if command == "start":
+                        lag.samples.clear()
+                        cpu_started = time.process_time()
+                        answer.put({})
+                    elif command == "stop":
+                        cpu_s = time.process_time() - cpu_started
+                        answer.put({**lag.report(), "worker_cpu_s": round(cpu_s, 3)})
+                        return
+            finally:
+                sampler.cancel()
+
+    event_loop.run(main())  # the loop `pyrula-stream worker` runs on
+
+
+async def run_keyed(
+    bootstrap: str,
+    *,
+    rate: float,
+    seconds: float,
+    ttl_s: float,
+    expiry_interval_s: float,
+    partitions: int,
+) -> dict[str, Any]:
+    """See the module docstring."""
+    agent = keyed_agent(unique("keyed"), partitions)
+    await asyncio.to_thread(create_topics, bootstrap, agent.topic_specs())
+    context = multiprocessing.get_context("spawn")
+    owned, finished = context.Value("i", 0), context.Value("i", 0)
+    ask, answer = context.Queue(), context.Queue()
+    proc = context.Process(
+        target=_worker_process,
+        args=(
+            bootstrap,
+            agent.name,
+            partitions,
+            ttl_s,
+            expiry_interval_s,
+            owned,
+            finished,
+            ask,
+            answer,
+        ),
+        name="keyed-worker",
+        daemon=True,
+    )
+    submitter = Submitter(bootstrap)
+    turns = max(1, int(rate * seconds))
+
+    def finished_by(n: int) -> bool:
+        if not proc.is_alive():
+            raise RuntimeError(f"the keyed-turns worker exited with {proc.exitcode}")
+        return bool(finished.value >= n)
+
+    async def command(name: str) -> dict[str, Any]:
+        ask.put(name)
+        got: dict[str, Any] = await asyncio.to_thread(answer.get, True, 120)
+        return got
+
+    proc.start()
+    try:
+        await wait_for(
+            lambda: finished_by(0) and owned.value == partitions, 180, "keyed worker assigned"
+        )
+        warm = keyed_requests(agent.name, WARM_UP)
+        await asyncio.to_thread(submitter.send_all, agent.topics.turns, warm)
+        await wait_for(partial(finished_by, WARM_UP), 300, "keyed warm-up turns finished")
+        requests = keyed_requests(agent.name, turns)
+        await command("start")
+        started = time.monotonic()
+        await asyncio.to_thread(submitter.send_paced, agent.topics.turns, requests, rate)
+        sent_s = time.monotonic() - started
+        await wait_for(
+            partial(finished_by, WARM_UP + turns), max(300.0, seconds * 5), "keyed turns finished"
+        )
+        took_s = time.monotonic() - started
+        figures = await command("stop")
+    finally:
+        with contextlib.suppress(Exception):
+            ask.put("stop")
+        await asyncio.to_thread(proc.join, 60)
+        if proc.is_alive():
+            proc.kill()
+        submitter.close()
+        await asyncio.to_thread(drop_topics, bootstrap, agent_topics(agent))
+    return {
+        "turns": turns,
+        "rate_asked": rate,
+        "ttl_s": ttl_s,
+        "expiry_interval_s": expiry_interval_s,
+        "partitions": partitions,
+        "send_seconds": round(sent_s, 2),
+        "seconds": round(took_s, 2),
+        "keyed_turns_per_s": round(turns / took_s, 1),
+        "worker_cpu_ms_per_turn": round(figures.pop("worker_cpu_s") * 1000 / turns, 3),
+        "stall_target_ms": STALL_TARGET_MS,
+        **figures,
+    }
