@@ -103,7 +103,7 @@ class WorkerOptions:
     commit_linger_s: float = 0.01
     idempotency_ttl_s: float = 86400.0
     idempotency_expiry_interval_s: float = 60.0
-    idempotency_expiry_batch: int = 2000
+    idempotency_expiry_batch: int = 500
     state_dir: str | Path | None = None
     worker_id: str | None = None
     group_id: str | None = None
