@@ -97,6 +97,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "tenant_isolation_p99_ratio": fair.get("tenant_isolation_p99_ratio"),
         "loop_stall_max_ms": keyed.get("loop_stall_max_ms"),
         "loop_stall_max_ms_expiring": keyed.get("loop_stall_max_ms_expiring"),
+        "loop_stall_max_ms_between": keyed.get("loop_stall_max_ms_between"),
         "keyed_turns_per_s": keyed.get("keyed_turns_per_s"),
         "keyed_expired_keys": keyed.get("expired_keys"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),

@@ -10,7 +10,8 @@ at that rate. In the worker's own loop a sampler sleeps ``SAMPLE_S`` over and ov
 records how late it wakes: ``loop_stall_max_ms`` is the latest wake-up while the load
 ran (the target: none over ``STALL_TARGET_MS``), ``loop_stall_max_ms_expiring`` the
 latest within an expiry (from its first tombstoned batch to its last, give or take
-``EXPIRY_MARGIN_S``). ``keyed_turns_per_s`` is what the worker finished per second of the
+``EXPIRY_MARGIN_S``) and ``loop_stall_max_ms_between`` the latest outside them: what
+expiry adds is their difference. ``keyed_turns_per_s`` is what the worker finished per second of the
 load, and the worker process's CPU time per turn is given with it. A stall is the time
 the loop's own thread ran code past the wake-up it asked for (its CPU time, so a process
 the machine did not schedule is not counted as the loop's stall); the wall-clock
@@ -101,28 +102,38 @@ class LoopLag:
         """The stalls since the samples were last cleared (see the module docstring)."""
         busy = [b for _, _, b, _ in self.samples]
         wall = [late for _, late, _, _ in self.samples]
-        expiring: list[float] = []
-        expired = 0
-        if self.samples:
-            changed = [
-                now[0]
-                for now, before in zip(self.samples[1:], self.samples[:-1], strict=True)
-                if now[3] != before[3]
-            ]
-            if changed:
-                lo, hi = changed[0] - EXPIRY_MARGIN_S, changed[-1] + EXPIRY_MARGIN_S
-                expiring = [b for t, _, b, _ in self.samples if lo <= t <= hi]
-            expired = self.samples[-1][3] - self.samples[0][3]
+        windows = self.expiries()
+        expiring = [b for t, _, b, _ in self.samples if any(lo <= t <= hi for lo, hi in windows)]
+        between = [b for t, _, b, _ in self.samples if not any(lo <= t <= hi for lo, hi in windows)]
+        expired = self.samples[-1][3] - self.samples[0][3] if self.samples else 0
         return {
             "samples": len(busy),
             "loop_stall_max_ms": round(max(busy, default=0.0), 1),
             "loop_stall_p99_ms": round(percentile(busy, 99), 2) if busy else 0.0,
             "stalls_over_target": sum(1 for b in busy if b > STALL_TARGET_MS),
+            "expiries": len(windows),
             "loop_stall_max_ms_expiring": round(max(expiring, default=0.0), 1),
+            "loop_stall_max_ms_between": round(max(between, default=0.0), 1),
             "loop_stall_wall_max_ms": round(max(wall, default=0.0), 1),
             "loop_stall_wall_p99_ms": round(percentile(wall, 99), 2) if wall else 0.0,
             "expired_keys": expired,
         }
+
+    def expiries(self) -> list[tuple[float, float]]:
+        """Each expiry as (from, to): its tombstoned batches, those less than a second
+        apart taken as one expiry, widened by ``EXPIRY_MARGIN_S`` on each side."""
+        changed = [
+            now[0]
+            for now, before in zip(self.samples[1:], self.samples[:-1], strict=True)
+            if now[3] != before[3]
+        ]
+        windows: list[tuple[float, float]] = []
+        for t in changed:
+            if windows and t - windows[-1][1] < 1.0:
+                windows[-1] = (windows[-1][0], t)
+            else:
+                windows.append((t, t))
+        return [(lo - EXPIRY_MARGIN_S, hi + EXPIRY_MARGIN_S) for lo, hi in windows]
 
 
 def _worker_process(

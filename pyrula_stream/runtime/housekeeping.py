@@ -5,14 +5,15 @@ request only until the committed input offset passes that request; an idempotenc
 serves until ``idempotency_ttl_s``. Past that each is tombstoned, so compaction drops it:
 at assignment (what earlier owners left) and after each commit (what this owner
 finished). The tombstones of a commit ride the next commit something else starts, so
-that cleanup never costs a commit of its own.
+cleanup never costs a commit of its own.
 
 Idempotency keys are many (a worker's throughput times the TTL), so their disk work stays
 off the event loop: the session's keys task (``run``) writes the keys turns took, in
 batches, on a worker thread, and every ``idempotency_expiry_interval_s`` expires the old
 ones there, at most ``idempotency_expiry_batch`` per commit, each batch's tombstones
-committed before the next batch is read. So neither a key a turn takes nor an expiry of
-a day's keys stalls the loop, and no transaction carries more than one batch.
+committed before the next batch is read (on an idle worker, in a commit of its own). So
+neither a key a turn takes nor an expiry of a day's keys stalls the loop, and no
+transaction carries more than one batch.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ def _flush_all(keys: list[IdempotencyKeys]) -> None:
     for view in keys:
         while view.flush(FLUSH_BATCH):
             pass
+
+
+def _flush_and_expire(
+    waiting: list[IdempotencyKeys], keys: IdempotencyKeys, before_ms: int, limit: int
+) -> list[str]:
+    """One expiry batch, after writing what waits (so a long expiry holds no keys back)."""
+    _flush_all(waiting)
+    return keys.expire(before_ms, limit)
 
 
 class JournalHousekeeping:
@@ -109,14 +118,18 @@ class JournalHousekeeping:
 
     async def _keys_round(self) -> None:
         """Write what waits; expire when due."""
-        waiting = [
-            ps.journal.idempotency for ps in self._parts.values() if ps.journal.idempotency.pending
-        ]
+        waiting = self._waiting()
         if waiting:
             await asyncio.to_thread(_flush_all, waiting)
         if time.monotonic() >= self._next_expiry:
             self._next_expiry = time.monotonic() + self._options.idempotency_expiry_interval_s
             await self._expire()
+
+    def _waiting(self) -> list[IdempotencyKeys]:
+        """The owned partitions' keys with remembered keys not yet on disk."""
+        return [
+            ps.journal.idempotency for ps in self._parts.values() if ps.journal.idempotency.pending
+        ]
 
     async def _expire(self) -> None:
         """Tombstone what is past the TTL in every owned partition, keys in batches."""
@@ -132,7 +145,9 @@ class JournalHousekeeping:
                 self._committer().add_records([self.tombstone(p, k) for k in terminals], wake=False)
             keys = ps.journal.idempotency
             while True:
-                gone = await asyncio.to_thread(keys.expire, now_ms - ttl_ms, limit)
+                gone = await asyncio.to_thread(
+                    _flush_and_expire, self._waiting(), keys, now_ms - ttl_ms, limit
+                )
                 if self._parts.get(p) is not ps:
                     break  # revoked meanwhile: the next owner expires them
                 expired = keys.still_expired(gone)  # not taken again while we waited
@@ -147,7 +162,7 @@ class JournalHousekeeping:
         records = [self.tombstone(p, IDEMPOTENCY_PREFIX + k) for k in keys]
         done = self._committer().durable_records(keys_owner(p), records)
         await asyncio.wait([done])
-        if not done.cancelled():
-            done.exception()  # a failed commit ends the session; nothing to do here
+        if done.cancelled() or done.exception() is not None:
+            return  # the partition left (purged), or the session ends with the error
         self.expiry_batches += 1
         self.expired_keys += len(keys)
