@@ -43,6 +43,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     sub = results.get("subagents", {})
     gw = results.get("gateway", {})
     fair = results.get("fairness", {})
+    keyed = results.get("keyed", {})
     cpu = results.get("cpu", {})
     long = results.get("long_turns") or {}
     base = results.get("baseline") or {}
@@ -80,7 +81,6 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "all_cores_processes": tp.get("all_cores_processes"),
         "cpu_ms_per_turn": cpu.get("cpu_ms_per_turn"),
         "cpu_ms_per_turn_200ms_model": _anywhere(results, "cpu_ms_per_turn_200ms_model"),
-        "loop_stall_max_ms": _anywhere(results, "loop_stall_max_ms"),
         "cpu_ms_per_step": cpu.get("cpu_ms_per_step"),
         # The long-turns phase's figures (context window on, up to 1,000 steps) when it ran.
         "cpu_ms_per_step_20_steps": long.get("cpu_ms_per_step_20_steps"),
@@ -123,6 +123,11 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "gateway_rss_kb_per_stream": gw.get("gateway_rss_kb_per_stream"),
         "gateway_kb_per_stream": gw.get("gateway_kb_per_stream"),
         "tenant_isolation_p99_ratio": fair.get("tenant_isolation_p99_ratio"),
+        "loop_stall_max_ms": keyed.get("loop_stall_max_ms"),
+        "loop_stall_max_ms_expiring": keyed.get("loop_stall_max_ms_expiring"),
+        "loop_stall_max_ms_between": keyed.get("loop_stall_max_ms_between"),
+        "keyed_turns_per_s": keyed.get("keyed_turns_per_s"),
+        "keyed_expired_keys": keyed.get("expired_keys"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),

@@ -340,6 +340,32 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             ),
             ("  gateway RSS per open stream (KB)", _fmt(gw["gateway_rss_kb_per_stream"]), ""),
         ]
+    keyed = results.get("keyed")
+    if keyed:
+        out += [
+            (
+                f"{keyed['rate_asked']:g} keyed turns/s asked, {keyed['expired_keys']:,} keys "
+                "expired meanwhile: event-loop stall max (ms)",
+                _fmt(keyed["loop_stall_max_ms"]),
+                f"<= {keyed['stall_target_ms']:g}",
+            ),
+            (
+                f"  stall max within its {keyed['expiries']} expiries / between; p99 (ms)",
+                f"{_fmt(keyed['loop_stall_max_ms_expiring'])} / "
+                f"{_fmt(keyed['loop_stall_max_ms_between'])}; {_fmt(keyed['loop_stall_p99_ms'])}",
+                "",
+            ),
+            (
+                "  wall-clock lateness max; p99, the machine's other work included (ms)",
+                f"{_fmt(keyed['loop_stall_wall_max_ms'])}; {_fmt(keyed['loop_stall_wall_p99_ms'])}",
+                "",
+            ),
+            (
+                "  keyed turns/s achieved; worker CPU per turn (ms)",
+                f"{_fmt(keyed['keyed_turns_per_s'])}; {_fmt(keyed['worker_cpu_ms_per_turn'])}",
+                "",
+            ),
+        ]
     tel = results.get("telemetry")
     if tel:
         what = "metrics + tracing" if tel["tracing_exported"] else "metrics (no OTel SDK)"

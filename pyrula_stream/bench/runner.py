@@ -33,6 +33,7 @@ from pyrula_stream.bench.harness import (
     unique,
 )
 from pyrula_stream.bench.journal_size import run_journal_size
+from pyrula_stream.bench.keyed import run_keyed
 from pyrula_stream.bench.latency import FrameworkLatency, LatencyRun
 from pyrula_stream.bench.long_turns import STEP_COUNTS, run_long_turns
 from pyrula_stream.bench.paired import median_of, over_floor, per_turn_ms, throughput_figures
@@ -56,6 +57,7 @@ PHASES = (
     "subagents",
     "gateway",
     "fairness",
+    "keyed",
     "telemetry",
 )
 """``telemetry`` runs last: it installs the OpenTelemetry SDK for the rest of the process."""
@@ -113,6 +115,12 @@ class BenchConfig:
     gateway_streams: int = 500
     fairness_flood: int = 5000
     fairness_paced: int = 50
+    keyed_rate: float = 2000.0
+    keyed_seconds: float = 45.0
+    keyed_ttl_s: float = 5.0
+    keyed_expiry_interval_s: float = 15.0
+    """Three expiries in the load, each of ~30,000 keys: a day's TTL at 2,000 keys/s
+    expires 120,000 keys per default 60 s interval; the stall per batch is what counts."""
     phases: tuple[str, ...] = PHASES
     profile: bool = False
     quick: bool = False
@@ -152,6 +160,10 @@ class BenchConfig:
             "gateway_streams": 10,
             "fairness_flood": 200,
             "fairness_paced": 10,
+            "keyed_rate": 200.0,
+            "keyed_seconds": 6.0,
+            "keyed_ttl_s": 1.0,
+            "keyed_expiry_interval_s": 2.0,
             "quick": True,
         }
         return cls(**{**sizes, **overrides})
@@ -529,6 +541,20 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             paced=config.fairness_paced,
             partitions=config.partitions,
             keep_topics=config.keep_topics,
+        )
+    if "keyed" in config.phases:
+        progress(
+            f"keyed: {config.keyed_rate:g} keyed turns/s for {config.keyed_seconds:g} s, keys "
+            f"expiring after {config.keyed_ttl_s:g} s, every {config.keyed_expiry_interval_s:g} s"
+            " (a spawned worker; its event loop's stalls)"
+        )
+        results["keyed"] = await run_keyed(
+            bootstrap,
+            rate=config.keyed_rate,
+            seconds=config.keyed_seconds,
+            ttl_s=config.keyed_ttl_s,
+            expiry_interval_s=config.keyed_expiry_interval_s,
+            partitions=config.partitions,
         )
     if "telemetry" in config.phases:
         progress(

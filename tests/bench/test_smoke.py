@@ -53,6 +53,10 @@ NUMBER_KEYS = (
     "baseline_ratio",
     "baseline_cpu_ms_per_turn",
     "baseline_cpu_ms_per_step",
+    "loop_stall_max_ms",
+    "loop_stall_max_ms_expiring",
+    "keyed_turns_per_s",
+    "keyed_expired_keys",
 )
 SIGNED_KEYS = (
     "overhead_over_floor_p50_ms",
@@ -131,6 +135,7 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         "soak",
         "subagents",
         "gateway",
+        "keyed",
         "machine",
         "baseline",
         "targets",
