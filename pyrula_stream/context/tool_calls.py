@@ -162,7 +162,13 @@ class ToolCalls:
         try:
             with turn.telemetry.tool_call(label, call.call_key, call.tool_use_id) as observed:
                 data, replayed = await turn.durable_step(
-                    "tool", name, fingerprint(dict(call.arguments)), live, events, step=call.step
+                    "tool",
+                    name,
+                    fingerprint(dict(call.arguments)),
+                    live,
+                    events,
+                    step=call.step,
+                    hold=_redone_alike(call),
                 )
                 observed.recorded(data, replayed)
         except QuestionPending as pending:
@@ -289,3 +295,9 @@ def outcome_data(call_key: str, outcome: ToolOutcome) -> StepData:
     if outcome.poison:
         data["poison"] = True
     return data
+
+
+def _redone_alike(call: ToolCall) -> bool:
+    """A read-only tool that runs before the response asking for it is durable: its
+    result may wait in the turn (``TurnRuntime.record_step``'s ``hold``)."""
+    return call.tool is not None and call.tool.spec.read_only and call.tool.runs_before_commit

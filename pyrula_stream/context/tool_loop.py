@@ -320,7 +320,7 @@ class ToolLoop:
                 data = await self._live_call(index, request, live_response)
                 records = _LiveCallRecords(self, index, live_response)  # made only now
                 turn.record_step(
-                    step, "llm", "llm", input_hash, data, records.events, records.usage
+                    step, "llm", "llm", input_hash, data, records.events, records.usage, hold=True
                 )
             response = None
             if "error" not in data:

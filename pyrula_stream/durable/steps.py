@@ -56,8 +56,11 @@ class DurableSteps(Protocol):
         events: Callable[[StepData], Sequence[Payload]] | None = None,
         step: int | None = None,
         effects: Callable[[StepData], Sequence[OutRecord]] | None = None,
+        *,
+        hold: bool = False,
     ) -> tuple[StepData, bool]:
-        """``(data, replayed)``: the recorded data, or ``live``'s, journaled once."""
+        """``(data, replayed)``: the recorded data, or ``live``'s, journaled once
+        (``hold``: a step that may be redone, whose entry may wait for the next one)."""
 
 
 class TurnSteps(DurableSteps, Protocol):
@@ -156,5 +159,7 @@ class ModelSteps(TurnSteps, Protocol):
         data: StepData,
         events: Callable[[StepData], Sequence[Payload]] | None = None,
         effects: Callable[[StepData], Sequence[OutRecord]] | None = None,
+        *,
+        hold: bool = False,
     ) -> None:
         """``durable_step``'s second half: journal a live step's data."""

@@ -13,6 +13,16 @@ steps, its terminal record, its result) and the features that kept something for
 turn (its thread, its parent's reply, the replies and signals it took in) add theirs
 through the ``TurnCloser``s that the layer wiring the turn registers: the kernel names
 no feature.
+
+A step that is cheap to redo and has no effect (the start, a model's response, a
+read-only tool's result: ``hold=True``) keeps its journal entry in the turn for up to
+``STEP_HOLD_S`` while its events go out at once: most turns end within that, and the
+entry then meets its tombstone in the terminal commit and neither is sent (a turn with a
+200 ms model wrote 11 journal records, now 5). Any other step, a ``barrier`` and the
+finish take what is held first, in order, so the journal never has a gap; a step recorded
+once the held ones are older than ``STEP_HOLD_S`` takes them (and goes) too. A crash can
+so lose the held steps of the last ``STEP_HOLD_S`` and the model call in flight after
+them: the rerun redoes them and publishes their events again, with new ``seq``s.
 """
 
 from __future__ import annotations
@@ -103,6 +113,10 @@ class Closing:
     """Records for other turns (the parent's reply, the children's cancels)."""
 
 
+STEP_HOLD_S = 1.0
+"""How long a held step's entry may wait in its turn (see the module docstring)."""
+
+
 class _EncodeLater:
     """A journal entry's Avro value, made only if its record is sent (``OutRecord.deferred``);
     one small object, as thousands wait for a commit (a ``partial`` is two)."""
@@ -175,6 +189,9 @@ class TurnRuntime:
     _stalled: int = 0
     progress_sent: bool = False
     """A commit (of any outcome) carried this turn's progress record: the key may exist."""
+    _held: list[tuple[int, OutRecord]] | None = None
+    """Entries of ``hold=True`` steps not handed to the committer yet, in step order."""
+    _held_since: float = 0.0
 
     def __post_init__(self) -> None:
         self.events = TurnEvents(
@@ -319,18 +336,20 @@ class TurnRuntime:
         events: Callable[[StepData], Sequence[Payload]] | None = None,
         step: int | None = None,
         effects: Callable[[StepData], Sequence[OutRecord]] | None = None,
+        *,
+        hold: bool = False,
     ) -> tuple[StepData, bool]:
         """Return ``(data, replayed)``: the recorded data, or run ``live`` and journal it.
 
         ``effects`` are records that must commit with the step and never again (a
         sub-agent's turn request, a memory write): a replay takes the recorded data and
-        writes nothing.
+        writes nothing. ``hold``: the step may be redone (module docstring).
         """
         index, recorded = self.replayed_step(kind, name, input_hash, step)
         if recorded is not None:
             return recorded, True
         data = await live()
-        self.record_step(index, kind, name, input_hash, data, events, effects)
+        self.record_step(index, kind, name, input_hash, data, events, effects, hold=hold)
         return data, False
 
     def replayed_step(
@@ -355,19 +374,48 @@ class TurnRuntime:
         data: StepData,
         events: Callable[[StepData], Sequence[Payload]] | None = None,
         effects: Callable[[StepData], Sequence[OutRecord]] | None = None,
+        *,
+        hold: bool = False,
     ) -> None:
         """``durable_step``'s second half: journal a live step's data (with its events
-        and effects) in the background."""
+        and effects) in the background; ``hold``: see the module docstring."""
         if self.finished:  # a step that outlived its turn must not write after the end
             raise asyncio.CancelledError(f"turn {self.turn_id} already finished")
         entry = JournalEntry(
             self.turn_id, index, kind, name, input_hash, data, self.attempt, int(time.time() * 1000)
         )
-        out = [self.journal_record(entry, entry.key), *(effects(data) if effects else ())]
+        record = self.journal_record(entry, entry.key)
+        extra = list(effects(data)) if effects else []
+        out_events: list[OutRecord] = []
         for payload in events(data) if events else ():
-            out += self.events.records(payload)
+            out_events += self.events.records(payload)
+        now = time.monotonic()
+        if hold and not extra and (not self._held or now - self._held_since < STEP_HOLD_S):
+            if not self._held:
+                self._held, self._held_since = [], now
+            self._held.append((index, record))
+            self._written[index] = entry
+            if out_events:
+                self.output.add(self, out_events)
+            return
         # No one waits for a step's commit until a barrier does: it may linger.
-        self._journal_in_background(index, entry, self.output.durable(self, out, urgent=False))
+        self._written[index] = entry
+        self._send_held([(index, record)], [*extra, *out_events])
+
+    def _send_held(
+        self, steps: list[tuple[int, OutRecord]] | None = None, more: Sequence[OutRecord] = ()
+    ) -> None:
+        """Hand the held entries (then ``steps`` and ``more``) to the committer, in order;
+        they count as recorded once that commit succeeds."""
+        held, self._held = self._held or [], None
+        steps = held + (steps or [])
+        if not steps:
+            return
+        out = [record for _, record in steps]
+        out += more
+        committed = self.output.durable(self, out, urgent=False)
+        for index, _ in steps:
+            self._journal_in_background(index, self._written[index], committed)
 
     def _journal_in_background(
         self, index: int, entry: JournalEntry, committed: asyncio.Future[None]
@@ -408,6 +456,7 @@ class TurnRuntime:
         Called before anything with an effect outside Kafka runs (a tool, a ``ctx.step``):
         the effect may depend on a model response, so that response must be durable first.
         """
+        self._send_held()
         pending = [f for f in self._unconfirmed if not f.done()]
         self._unconfirmed = pending
         if pending:
@@ -424,7 +473,9 @@ class TurnRuntime:
         """
         if self.finished:
             return
-        records = self.events.closing_records(terminal)
+        held, self._held = self._held or [], None  # each meets its tombstone: none is sent
+        records = [record for _, record in held]
+        records += self.events.closing_records(terminal)
         closing = self.close(terminal)
         records += self.closing_records(closing)
         records += self.result_records(terminal)

@@ -186,6 +186,7 @@ class TurnExecutor:
             self._start_data(request, runtime, version),
             lambda d: [_run_start(d)],
             effects=(lambda _: meter.turn_started()) if meter is not None else None,
+            hold=True,  # redone alike after a crash; a meter's usage record is not held
         )
         # The wall-time budget counts from the first attempt's start, on any worker.
         runtime.started_ms = int(data.get("started_ms") or time.time() * 1000)
