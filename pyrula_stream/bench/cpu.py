@@ -374,7 +374,9 @@ async def run_cpu(
                 broker=broker,
                 cores=cores,
                 latency_s=MODEL_LATENCIES["2s"],
-                **common,
+                warmup=max(1, warmup // 10),  # each warm-up turn takes 4 s
+                partitions=partitions,
+                concurrency=concurrency,
             )
         )
     one_step = [r for r in runs if r["steps_per_turn"] == 1]

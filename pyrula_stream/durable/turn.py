@@ -189,8 +189,9 @@ class TurnRuntime:
     _stalled: int = 0
     progress_sent: bool = False
     """A commit (of any outcome) carried this turn's progress record: the key may exist."""
-    _held: list[tuple[int, OutRecord]] | None = None
-    """Entries of ``hold=True`` steps not handed to the committer yet, in step order."""
+    _held: list[tuple[int, str]] | None = None
+    """``hold=True`` steps not handed to the committer yet, in step order: the index and
+    the data's JSON as it was (the entry is in ``_written``; its record is made if sent)."""
     _held_since: float = 0.0
 
     def __post_init__(self) -> None:
@@ -257,13 +258,20 @@ class TurnRuntime:
     # -- records -------------------------------------------------------------------------
 
     def journal_record(
-        self, entry: JournalEntry | None, key: str, *, unsent_key: bool = False
+        self,
+        entry: JournalEntry | None,
+        key: str,
+        *,
+        unsent_key: bool = False,
+        data: str | None = None,
     ) -> OutRecord:
         """The entry (``None``: a tombstone) under ``key``; ``unsent_key``: a tombstone of
-        a key no commit has carried before (see ``records.latest_only``)."""
+        a key no commit has carried before (see ``records.latest_only``); ``data``: the
+        entry's data as JSON, taken earlier."""
         if entry is None:
             return tombstone(self.topics.journal, key, self.topics.partition, unsent_key=unsent_key)
-        data = serde.json_text(entry.data)  # now: the step's dict may change later
+        if data is None:
+            data = serde.json_text(entry.data)  # now: the step's dict may change later
         header = content_type_header("journal_entry")
         # Avro adds at most 10 bytes per field to its strings' UTF-8 (at most 4 per char).
         texts = len(entry.turn_id) + len(entry.kind) + len(entry.name) + len(entry.input_hash)
@@ -384,26 +392,25 @@ class TurnRuntime:
         entry = JournalEntry(
             self.turn_id, index, kind, name, input_hash, data, self.attempt, int(time.time() * 1000)
         )
-        record = self.journal_record(entry, entry.key)
+        text = serde.json_text(data)  # now: the step's dict may change later
         extra = list(effects(data)) if effects else []
         out_events: list[OutRecord] = []
         for payload in events(data) if events else ():
             out_events += self.events.records(payload)
+        self._written[index] = entry
         now = time.monotonic()
         if hold and not extra and (not self._held or now - self._held_since < STEP_HOLD_S):
             if not self._held:
                 self._held, self._held_since = [], now
-            self._held.append((index, record))
-            self._written[index] = entry
+            self._held.append((index, text))
             if out_events:
                 self.output.add(self, out_events)
             return
         # No one waits for a step's commit until a barrier does: it may linger.
-        self._written[index] = entry
-        self._send_held([(index, record)], [*extra, *out_events])
+        self._send_held([(index, text)], [*extra, *out_events])
 
     def _send_held(
-        self, steps: list[tuple[int, OutRecord]] | None = None, more: Sequence[OutRecord] = ()
+        self, steps: list[tuple[int, str]] | None = None, more: Sequence[OutRecord] = ()
     ) -> None:
         """Hand the held entries (then ``steps`` and ``more``) to the committer, in order;
         they count as recorded once that commit succeeds."""
@@ -411,11 +418,12 @@ class TurnRuntime:
         steps = held + (steps or [])
         if not steps:
             return
-        out = [record for _, record in steps]
+        written = self._written
+        out = [self.journal_record(written[i], written[i].key, data=text) for i, text in steps]
         out += more
         committed = self.output.durable(self, out, urgent=False)
         for index, _ in steps:
-            self._journal_in_background(index, self._written[index], committed)
+            self._journal_in_background(index, written[index], committed)
 
     def _journal_in_background(
         self, index: int, entry: JournalEntry, committed: asyncio.Future[None]
@@ -473,11 +481,10 @@ class TurnRuntime:
         """
         if self.finished:
             return
-        held, self._held = self._held or [], None  # each meets its tombstone: none is sent
-        records = [record for _, record in held]
-        records += self.events.closing_records(terminal)
+        held, self._held = self._held or [], None  # never sent: nothing to tombstone
+        records = self.events.closing_records(terminal)
         closing = self.close(terminal)
-        records += self.closing_records(closing)
+        records += self.closing_records(closing, never_sent={i for i, _ in held})
         records += self.result_records(terminal)
         records += closing.others  # in the same transaction
         self.finished = True
@@ -556,9 +563,11 @@ class TurnRuntime:
             closer(closing)
         return closing
 
-    def closing_records(self, closing: Closing) -> list[OutRecord]:
+    def closing_records(
+        self, closing: Closing, *, never_sent: set[int] | frozenset[int] = frozenset()
+    ) -> list[OutRecord]:
         """The turn's journal records up to its idempotency record (``Closing`` says where
-        the closers' records go)."""
+        the closers' records go); the steps ``never_sent`` need no tombstone."""
         entry = closing.entry
         # Every step key: restored ones and this attempt's, committed or still in flight.
         # A step only this attempt wrote may still ride the commit this tombstone joins:
@@ -567,6 +576,7 @@ class TurnRuntime:
         records = [
             self.journal_record(None, journal_key(self.turn_id, i), unsent_key=i not in restored)
             for i in sorted(restored | set(self._written))
+            if i not in never_sent
         ]
         if self.journal.progress is not None or self.journal.raw_progress or self.progress_sent:
             records.append(self.journal_record(None, journal_key(self.turn_id, -1, PROGRESS)))
