@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import os
 import random
 import threading
 from typing import Any
@@ -154,4 +155,5 @@ async def run_concurrency(
         "worker_cpu_s": round(cpu_s, 3),
         "cpu_ms_per_turn": round(1000 * cpu_s / turns, 3),
         "worker_cores_used": round(cpu_s / seconds, 2),
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),  # a starved worker reads low
     }
