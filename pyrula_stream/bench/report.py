@@ -219,6 +219,25 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "",
             ),
             (
+                "  CPU per turn, 200 ms / 2 s model (ms)",
+                _fmt(cpu.get("cpu_ms_per_turn_200ms_model"), 3)
+                + " / "
+                + _fmt(cpu.get("cpu_ms_per_turn_2s_model"), 3),
+                "<= 1.3 x instant / -",
+            ),
+            (
+                "  records written per turn, instant / 200 ms / 2 s model",
+                " / ".join(
+                    _fmt(cpu.get(k), 2)
+                    for k in (
+                        "records_per_turn",
+                        "records_per_turn_200ms_model",
+                        "records_per_turn_2s_model",
+                    )
+                ),
+                "",
+            ),
+            (
                 f"turns/s with 1 / 2 worker processes{of}",
                 f"{_fmt(cpu['turns_per_s_1_process'])} / {_fmt(cpu['turns_per_s_2_processes'])}",
                 "",
@@ -260,7 +279,25 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             ),
             ("  fraction of ideal", _fmt(conc["fraction_of_ideal"], 3), ">= 0.9"),
             ("RSS per in-flight turn (KB)", _fmt(conc["rss_kb_per_inflight_turn"]), "<= 16"),
+            ("  worker CPU per turn (ms)", _fmt(conc.get("cpu_ms_per_turn"), 3), ""),
         ]
+        together = conc.get("together")
+        if together:
+            out += [
+                (
+                    f"{together['in_flight']:,} in flight, model calls returning together "
+                    f"({_fmt(together['model_latency_s'], 0)} s): fraction of ideal",
+                    _fmt(together["fraction_of_ideal"], 3),
+                    "",
+                ),
+                (
+                    "  RSS per in-flight turn (KB) / worker CPU per turn (ms)",
+                    _fmt(together["rss_kb_per_inflight_turn"])
+                    + " / "
+                    + _fmt(together.get("cpu_ms_per_turn"), 3),
+                    "",
+                ),
+            ]
     if jr:
         per_turn = " / ".join(_fmt(s["bytes_per_turn"], 0) for s in jr["sizes"])
         steps = "/".join(str(s["steps"]) for s in jr["sizes"])

@@ -98,9 +98,14 @@ class BenchConfig:
     long_turn_concurrency: int = 10
     long_turn_rounds: int = 3
     telemetry_rounds: int = 5
-    in_flight: int = 2000
-    in_flight_model_s: float = 1.0
+    in_flight: int = 20_000
+    in_flight_model_s: float = 5.0
+    in_flight_spread: float = 0.5
+    """Each model call of the in-flight run takes 5 s x (1 +- 0.5), uniformly drawn."""
     in_flight_waves: int = 2
+    in_flight_together: int = 2000
+    in_flight_together_model_s: float = 1.0
+    """The second in-flight run: every model call takes exactly this, so they return together."""
     journal_steps: tuple[int, ...] = (1, 5, 20)
     journal_turns: int = 50
     restore_sizes: tuple[int, ...] = (10_000, 100_000)
@@ -146,7 +151,9 @@ class BenchConfig:
             "long_turn_rounds": 1,
             "telemetry_rounds": 2,
             "in_flight": 20,
+            "in_flight_model_s": 1.0,
             "in_flight_waves": 1,
+            "in_flight_together": 20,
             "journal_turns": 2,
             "restore_sizes": (200, 1000),
             "restore_repeats": 1,
@@ -462,12 +469,21 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
     if "concurrency" in config.phases:
         progress(
             f"concurrency: {config.in_flight} in flight x {config.in_flight_waves} waves, "
-            f"{config.in_flight_model_s:g} s model (a spawned worker)"
+            f"{config.in_flight_model_s:g} s model +- {config.in_flight_spread:.0%} "
+            f"(a spawned worker); then {config.in_flight_together} whose calls return together"
         )
         results["concurrency"] = await run_concurrency(
             bootstrap,
             in_flight=config.in_flight,
             model_latency_s=config.in_flight_model_s,
+            waves=config.in_flight_waves,
+            partitions=config.partitions,
+            spread=config.in_flight_spread,
+        )
+        results["concurrency"]["together"] = await run_concurrency(
+            bootstrap,
+            in_flight=config.in_flight_together,
+            model_latency_s=config.in_flight_together_model_s,
             waves=config.in_flight_waves,
             partitions=config.partitions,
         )
