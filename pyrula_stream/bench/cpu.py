@@ -13,10 +13,8 @@ cores is measured, not guessed.
 ``cpu_ms_per_turn`` is the one-tool turn (one step: a model call and a tool call, then
 the answering model call); ``cpu_ms_per_step`` is ``(CPU of a 20-step turn - CPU of a
 1-step turn) / 19`` in each round (the two runs a few seconds apart), its median over the
-rounds; ``cpu_ms_per_step_200_steps`` the same for 200-step turns (one run), and
-``step_cost_growth`` their ratio: 1.0 when a step costs the same however long the turn.
-Both long runs should have as many turns (``--cpu-step-turns``, ``--cpu-long-turns``):
-with fewer turns in flight each commit carries fewer steps, and a step costs more.
+rounds. How a step's cost grows with a turn's length is the ``long_turns`` phase's
+(up to 1,000 steps, with a context window).
 Each worker process is tuned as ``pyrula-stream worker`` tunes its own (``tune_for_worker``).
 
 The model answers at once in those runs, so with 500 turns in flight about 200 turns share
@@ -53,8 +51,6 @@ from pyrula_stream.runtime.worker import WorkerOptions
 from pyrula_stream.testing import running_worker, wait_for
 
 STEPS = 20
-LONG_STEPS = 200
-"""The long turns of the step-cost growth: per-step CPU at 200 steps / at 20."""
 MODEL_LATENCIES = {"200ms": 0.2, "2s": 2.0}
 """The real-model runs: key suffix (``cpu_ms_per_turn_200ms_model``) and latency."""
 
@@ -299,15 +295,13 @@ async def run_cpu(
     concurrency: int,
     rounds: int = 1,
     warmup: int = 50,
-    long_turns: int = 0,
     model_latencies: bool = True,
 ) -> dict[str, Any]:
     """``rounds`` times (A B C D A B C D ..., so drift on a busy machine hits all alike;
     the figures are medians): one process then two of one-tool turns, one process of
     20-step turns, whose per-step CPU is taken against its own round's one-step run, and
-    (``model_latencies``) one process of one-tool turns with a 200 ms model. Then
-    (``long_turns`` > 0) one process of 200-step turns, and one of one-tool turns with a
-    2 s model."""
+    (``model_latencies``) one process of one-tool turns with a 200 ms model. Then one of
+    one-tool turns with a 2 s model."""
     broker = broker_pid(bootstrap)
     cores = os.cpu_count() or 1
     common = {"warmup": warmup, "partitions": partitions, "concurrency": concurrency}
@@ -351,19 +345,6 @@ async def run_cpu(
                     **common,
                 )
             )
-    long = None
-    if long_turns > 0:
-        long = await measure_processes(
-            bootstrap,
-            processes=1,
-            steps=LONG_STEPS,
-            turns=long_turns,
-            broker=broker,
-            cores=cores,
-            warmup=max(1, warmup // LONG_STEPS),
-            partitions=partitions,
-            concurrency=concurrency,
-        )
     if model_latencies:
         model_runs.append(
             await measure_processes(
@@ -388,27 +369,18 @@ async def run_cpu(
 
     cpu_one = med("cpu_ms_per_turn", 1)
     step_20 = median(step_costs)
-    step_200 = None if long is None else _per_step(long, cpu_one)
-    if long is not None:
-        runs.append(long)
     return {
         "cpu_ms_per_turn": cpu_one,
         "records_per_turn": med("records_per_turn", 1),
         **_model_figures(model_runs, [r for r in one_step if r["processes"] == 1]),
         "cpu_ms_per_step": round(step_20, 3),
-        "cpu_ms_per_step_200_steps": None if step_200 is None else round(step_200, 3),
-        "step_cost_growth": None
-        if step_200 is None or step_20 <= 0
-        else round(step_200 / step_20, 3),
         "steps": STEPS,
-        "long_steps": LONG_STEPS,
         "rounds": rounds,
         "turns_per_s_1_process": med("turns_per_s", 1),
         "turns_per_s_2_processes": med("turns_per_s", 2),
         "turns_per_s_1_step": med("turns_per_s", 1),
         f"turns_per_s_{STEPS}_steps": round(median([r["turns_per_s"] for r in many_steps]), 1),
         "cpu_ms_per_step_runs": [round(x, 3) for x in step_costs],
-        f"turns_per_s_{LONG_STEPS}_steps": None if long is None else long["turns_per_s"],
         "cpu_ms_per_turn_2_processes": med("cpu_ms_per_turn", 2),
         "broker_measured": broker is not None,
         "broker_cores_used_1_process": med("broker_cores_used", 1),

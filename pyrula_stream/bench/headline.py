@@ -84,11 +84,9 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "cpu_ms_per_step": cpu.get("cpu_ms_per_step"),
         # The long-turns phase's figures (context window on, up to 1,000 steps) when it ran.
         "cpu_ms_per_step_20_steps": long.get("cpu_ms_per_step_20_steps"),
-        "cpu_ms_per_step_200_steps": long.get(
-            "cpu_ms_per_step_200_steps", cpu.get("cpu_ms_per_step_200_steps")
-        ),
+        "cpu_ms_per_step_200_steps": long.get("cpu_ms_per_step_200_steps"),
         "cpu_ms_per_step_1000_steps": long.get("cpu_ms_per_step_1000_steps"),
-        "step_cost_growth": long.get("step_cost_growth", cpu.get("step_cost_growth")),
+        "step_cost_growth": long.get("step_cost_growth"),
         "cpu_ms_per_turn_2s_model": cpu.get("cpu_ms_per_turn_2s_model"),
         "records_per_turn": cpu.get("records_per_turn"),
         "records_per_turn_200ms_model": cpu.get("records_per_turn_200ms_model"),

@@ -203,17 +203,6 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "<= 0.4 x baseline",
             ),
             (
-                f"  CPU per step at {cpu.get('long_steps', '-')} steps (ms)",
-                _fmt(cpu.get("cpu_ms_per_step_200_steps"), 3),
-                "",
-            ),
-            (
-                f"  step cost growth, per-step CPU at {cpu.get('long_steps', '-')} / "
-                f"at {cpu['steps']} steps, no context window",
-                _fmt(cpu.get("step_cost_growth"), 2),
-                "",
-            ),
-            (
                 f"  turns/s at 1 / {cpu['steps']} steps per turn",
                 f"{_fmt(cpu['turns_per_s_1_step'])} / {_fmt(many.get('turns_per_s'))}",
                 "",

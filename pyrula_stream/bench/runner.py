@@ -20,7 +20,7 @@ from typing import Any
 
 from pyrula_stream.bench.baseline import baseline_tree, run_baseline_framework
 from pyrula_stream.bench.concurrency import run_concurrency
-from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, broker_pid, measure_processes, run_cpu
+from pyrula_stream.bench.cpu import STEPS, broker_pid, measure_processes, run_cpu
 from pyrula_stream.bench.fairness import run_fairness
 from pyrula_stream.bench.floor import FloorLatency, FloorLatencySession, run_floor_process
 from pyrula_stream.bench.framework import run_framework
@@ -88,7 +88,6 @@ class BenchConfig:
     latency_model_s: float = 0.2
     cpu_turns: int = 5000
     cpu_step_turns: int = 250
-    cpu_long_turns: int = 250
     """As many as the 20-step turns: as many turns in flight, so commits batch alike."""
     cpu_rounds: int = 5
     """Each a one-process, a two-process and a 20-step run: figures are medians, and a
@@ -144,7 +143,6 @@ class BenchConfig:
             "latency_rate": 10.0,
             "cpu_turns": 30,
             "cpu_step_turns": 5,
-            "cpu_long_turns": 5,
             "cpu_rounds": 1,
             "long_turn_steps": 200,
             "long_turn_concurrency": 2,
@@ -442,13 +440,12 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
         progress(
             f"cpu: {config.cpu_turns} turns on 1 then 2 worker processes "
             f"and {config.cpu_step_turns} turns of {STEPS} steps, x {config.cpu_rounds} rounds; "
-            f"{config.cpu_long_turns} of {LONG_STEPS} (fresh processes)"
+            "one-tool turns on 200 ms and 2 s models (fresh processes)"
         )
         results["cpu"] = await run_cpu(
             bootstrap,
             turns=config.cpu_turns,
             step_turns=config.cpu_step_turns,
-            long_turns=config.cpu_long_turns,
             rounds=config.cpu_rounds,
             partitions=config.partitions,
             concurrency=config.framework_concurrency,

@@ -156,13 +156,12 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         (1, 1),
         (2, 1),
         (1, 20),
-        (1, 200),
     ]
     assert [r["model_latency_s"] for r in results["cpu"]["model_latency_runs"]] == [0.2, 2.0]
     assert figures["records_per_turn_200ms_model"] > 0 < figures["records_per_turn"]
     assert results["concurrency"]["model_latency_spread"] > 0  # the spread run
     assert results["concurrency"]["together"]["model_latency_spread"] == 0
-    assert "step_cost_growth" in figures  # None only when the 20-step figure is not > 0
+    assert "step_cost_growth" in figures  # from the long_turns phase
     assert results["cpu"]["broker_measured"] is True  # the suite's broker runs here
     assert len(results["latency"]["floor_latencies_ms"]) == results["latency"]["turns"]
     lat = results["latency"]
