@@ -49,7 +49,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--in-flight", type=int, help="turns in flight (default 2000)")
     p.add_argument("--cpu-turns", type=int, help="one-step turns per cpu run (default 5000)")
     p.add_argument("--cpu-step-turns", type=int, help="20-step turns of the cpu phase (250)")
-    p.add_argument("--cpu-long-turns", type=int, help="200-step turns of the cpu phase (250)")
     p.add_argument(
         "--cpu-rounds", type=int, help="1 process, 2 processes, 20 steps: rounds (default 5)"
     )
@@ -99,7 +98,6 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
         "in_flight",
         "cpu_turns",
         "cpu_step_turns",
-        "cpu_long_turns",
         "cpu_rounds",
         "long_turn_steps",
         "long_turn_rounds",

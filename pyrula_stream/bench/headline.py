@@ -43,6 +43,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     sub = results.get("subagents", {})
     gw = results.get("gateway", {})
     fair = results.get("fairness", {})
+    keyed = results.get("keyed", {})
     cpu = results.get("cpu", {})
     long = results.get("long_turns") or {}
     base = results.get("baseline") or {}
@@ -80,15 +81,16 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "all_cores_processes": tp.get("all_cores_processes"),
         "cpu_ms_per_turn": cpu.get("cpu_ms_per_turn"),
         "cpu_ms_per_turn_200ms_model": _anywhere(results, "cpu_ms_per_turn_200ms_model"),
-        "loop_stall_max_ms": _anywhere(results, "loop_stall_max_ms"),
         "cpu_ms_per_step": cpu.get("cpu_ms_per_step"),
         # The long-turns phase's figures (context window on, up to 1,000 steps) when it ran.
         "cpu_ms_per_step_20_steps": long.get("cpu_ms_per_step_20_steps"),
-        "cpu_ms_per_step_200_steps": long.get(
-            "cpu_ms_per_step_200_steps", cpu.get("cpu_ms_per_step_200_steps")
-        ),
+        "cpu_ms_per_step_200_steps": long.get("cpu_ms_per_step_200_steps"),
         "cpu_ms_per_step_1000_steps": long.get("cpu_ms_per_step_1000_steps"),
-        "step_cost_growth": long.get("step_cost_growth", cpu.get("step_cost_growth")),
+        "step_cost_growth": long.get("step_cost_growth"),
+        "cpu_ms_per_turn_2s_model": cpu.get("cpu_ms_per_turn_2s_model"),
+        "records_per_turn": cpu.get("records_per_turn"),
+        "records_per_turn_200ms_model": cpu.get("records_per_turn_200ms_model"),
+        "records_per_turn_2s_model": cpu.get("records_per_turn_2s_model"),
         "turns_per_s_1_process": cpu.get("turns_per_s_1_process"),
         "turns_per_s_2_processes": cpu.get("turns_per_s_2_processes"),
         "turns_per_s_20_steps": cpu.get("turns_per_s_20_steps"),
@@ -96,6 +98,13 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "in_flight": conc.get("in_flight"),
         "inflight_turns_per_s": conc.get("turns_per_s"),
         "inflight_fraction_of_ideal": conc.get("fraction_of_ideal"),
+        "inflight_cpu_ms_per_turn": conc.get("cpu_ms_per_turn"),
+        "in_flight_together": conc.get("together", {}).get("in_flight"),
+        "inflight_together_fraction_of_ideal": conc.get("together", {}).get("fraction_of_ideal"),
+        "inflight_together_rss_kb_per_inflight_turn": conc.get("together", {}).get(
+            "rss_kb_per_inflight_turn"
+        ),
+        "inflight_together_cpu_ms_per_turn": conc.get("together", {}).get("cpu_ms_per_turn"),
         "in_worker_overhead_p50_ms": lat.get("in_worker_overhead_p50_ms"),
         "journal_linear_r2": jr.get("linear_r2"),
         "live_journal_bytes_per_finished_turn": jr.get("live_bytes_per_finished_turn"),
@@ -123,6 +132,11 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "gateway_rss_kb_per_stream": gw.get("gateway_rss_kb_per_stream"),
         "gateway_kb_per_stream": gw.get("gateway_kb_per_stream"),
         "tenant_isolation_p99_ratio": fair.get("tenant_isolation_p99_ratio"),
+        "loop_stall_max_ms": keyed.get("loop_stall_max_ms"),
+        "loop_stall_max_ms_expiring": keyed.get("loop_stall_max_ms_expiring"),
+        "loop_stall_max_ms_between": keyed.get("loop_stall_max_ms_between"),
+        "keyed_turns_per_s": keyed.get("keyed_turns_per_s"),
+        "keyed_expired_keys": keyed.get("expired_keys"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),

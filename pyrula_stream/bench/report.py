@@ -203,19 +203,27 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "<= 0.4 x baseline",
             ),
             (
-                f"  CPU per step at {cpu.get('long_steps', '-')} steps (ms)",
-                _fmt(cpu.get("cpu_ms_per_step_200_steps"), 3),
-                "",
-            ),
-            (
-                f"  step cost growth, per-step CPU at {cpu.get('long_steps', '-')} / "
-                f"at {cpu['steps']} steps, no context window",
-                _fmt(cpu.get("step_cost_growth"), 2),
-                "",
-            ),
-            (
                 f"  turns/s at 1 / {cpu['steps']} steps per turn",
                 f"{_fmt(cpu['turns_per_s_1_step'])} / {_fmt(many.get('turns_per_s'))}",
+                "",
+            ),
+            (
+                "  CPU per turn, 200 ms / 2 s model (ms)",
+                _fmt(cpu.get("cpu_ms_per_turn_200ms_model"), 3)
+                + " / "
+                + _fmt(cpu.get("cpu_ms_per_turn_2s_model"), 3),
+                "<= 1.3 x instant / -",
+            ),
+            (
+                "  records written per turn, instant / 200 ms / 2 s model",
+                " / ".join(
+                    _fmt(cpu.get(k), 2)
+                    for k in (
+                        "records_per_turn",
+                        "records_per_turn_200ms_model",
+                        "records_per_turn_2s_model",
+                    )
+                ),
                 "",
             ),
             (
@@ -260,7 +268,25 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             ),
             ("  fraction of ideal", _fmt(conc["fraction_of_ideal"], 3), ">= 0.9"),
             ("RSS per in-flight turn (KB)", _fmt(conc["rss_kb_per_inflight_turn"]), "<= 16"),
+            ("  worker CPU per turn (ms)", _fmt(conc.get("cpu_ms_per_turn"), 3), ""),
         ]
+        together = conc.get("together")
+        if together:
+            out += [
+                (
+                    f"{together['in_flight']:,} in flight, model calls returning together "
+                    f"({_fmt(together['model_latency_s'], 0)} s): fraction of ideal",
+                    _fmt(together["fraction_of_ideal"], 3),
+                    "",
+                ),
+                (
+                    "  RSS per in-flight turn (KB) / worker CPU per turn (ms)",
+                    _fmt(together["rss_kb_per_inflight_turn"])
+                    + " / "
+                    + _fmt(together.get("cpu_ms_per_turn"), 3),
+                    "",
+                ),
+            ]
     if jr:
         per_turn = " / ".join(_fmt(s["bytes_per_turn"], 0) for s in jr["sizes"])
         steps = "/".join(str(s["steps"]) for s in jr["sizes"])
@@ -339,6 +365,32 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "",
             ),
             ("  gateway RSS per open stream (KB)", _fmt(gw["gateway_rss_kb_per_stream"]), ""),
+        ]
+    keyed = results.get("keyed")
+    if keyed:
+        out += [
+            (
+                f"{keyed['rate_asked']:g} keyed turns/s asked, {keyed['expired_keys']:,} keys "
+                "expired meanwhile: event-loop stall max (ms)",
+                _fmt(keyed["loop_stall_max_ms"]),
+                f"<= {keyed['stall_target_ms']:g}",
+            ),
+            (
+                f"  stall max within its {keyed['expiries']} expiries / between; p99 (ms)",
+                f"{_fmt(keyed['loop_stall_max_ms_expiring'])} / "
+                f"{_fmt(keyed['loop_stall_max_ms_between'])}; {_fmt(keyed['loop_stall_p99_ms'])}",
+                "",
+            ),
+            (
+                "  wall-clock lateness max; p99, the machine's other work included (ms)",
+                f"{_fmt(keyed['loop_stall_wall_max_ms'])}; {_fmt(keyed['loop_stall_wall_p99_ms'])}",
+                "",
+            ),
+            (
+                "  keyed turns/s achieved; worker CPU per turn (ms)",
+                f"{_fmt(keyed['keyed_turns_per_s'])}; {_fmt(keyed['worker_cpu_ms_per_turn'])}",
+                "",
+            ),
         ]
     tel = results.get("telemetry")
     if tel:

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyrula_stream.bench.baseline import baseline_tree, run_baseline_framework
 from pyrula_stream.bench.concurrency import run_concurrency
-from pyrula_stream.bench.cpu import LONG_STEPS, STEPS, broker_pid, measure_processes, run_cpu
+from pyrula_stream.bench.cpu import STEPS, broker_pid, measure_processes, run_cpu
 from pyrula_stream.bench.fairness import run_fairness
 from pyrula_stream.bench.floor import FloorLatency, FloorLatencySession, run_floor_process
 from pyrula_stream.bench.framework import run_framework
@@ -33,6 +33,7 @@ from pyrula_stream.bench.harness import (
     unique,
 )
 from pyrula_stream.bench.journal_size import run_journal_size
+from pyrula_stream.bench.keyed import run_keyed
 from pyrula_stream.bench.latency import FrameworkLatency, LatencyRun
 from pyrula_stream.bench.long_turns import STEP_COUNTS, run_long_turns
 from pyrula_stream.bench.paired import median_of, over_floor, per_turn_ms, throughput_figures
@@ -56,6 +57,7 @@ PHASES = (
     "subagents",
     "gateway",
     "fairness",
+    "keyed",
     "telemetry",
 )
 """``telemetry`` runs last: it installs the OpenTelemetry SDK for the rest of the process."""
@@ -86,7 +88,6 @@ class BenchConfig:
     latency_model_s: float = 0.2
     cpu_turns: int = 5000
     cpu_step_turns: int = 250
-    cpu_long_turns: int = 250
     """As many as the 20-step turns: as many turns in flight, so commits batch alike."""
     cpu_rounds: int = 5
     """Each a one-process, a two-process and a 20-step run: figures are medians, and a
@@ -96,9 +97,14 @@ class BenchConfig:
     long_turn_concurrency: int = 10
     long_turn_rounds: int = 3
     telemetry_rounds: int = 5
-    in_flight: int = 2000
-    in_flight_model_s: float = 1.0
+    in_flight: int = 20_000
+    in_flight_model_s: float = 5.0
+    in_flight_spread: float = 0.5
+    """Each model call of the in-flight run takes 5 s x (1 +- 0.5), uniformly drawn."""
     in_flight_waves: int = 2
+    in_flight_together: int = 2000
+    in_flight_together_model_s: float = 1.0
+    """The second in-flight run: every model call takes exactly this, so they return together."""
     journal_steps: tuple[int, ...] = (1, 5, 20)
     journal_turns: int = 50
     restore_sizes: tuple[int, ...] = (10_000, 100_000)
@@ -113,6 +119,12 @@ class BenchConfig:
     gateway_streams: int = 500
     fairness_flood: int = 5000
     fairness_paced: int = 50
+    keyed_rate: float = 2000.0
+    keyed_seconds: float = 45.0
+    keyed_ttl_s: float = 5.0
+    keyed_expiry_interval_s: float = 15.0
+    """Three expiries in the load, each of ~30,000 keys: a day's TTL at 2,000 keys/s
+    expires 120,000 keys per default 60 s interval; the stall per batch is what counts."""
     phases: tuple[str, ...] = PHASES
     profile: bool = False
     quick: bool = False
@@ -131,14 +143,15 @@ class BenchConfig:
             "latency_rate": 10.0,
             "cpu_turns": 30,
             "cpu_step_turns": 5,
-            "cpu_long_turns": 5,
             "cpu_rounds": 1,
             "long_turn_steps": 200,
             "long_turn_concurrency": 2,
             "long_turn_rounds": 1,
             "telemetry_rounds": 2,
             "in_flight": 20,
+            "in_flight_model_s": 1.0,
             "in_flight_waves": 1,
+            "in_flight_together": 20,
             "journal_turns": 2,
             "restore_sizes": (200, 1000),
             "restore_repeats": 1,
@@ -152,6 +165,10 @@ class BenchConfig:
             "gateway_streams": 10,
             "fairness_flood": 200,
             "fairness_paced": 10,
+            "keyed_rate": 200.0,
+            "keyed_seconds": 6.0,
+            "keyed_ttl_s": 1.0,
+            "keyed_expiry_interval_s": 2.0,
             "quick": True,
         }
         return cls(**{**sizes, **overrides})
@@ -423,13 +440,12 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
         progress(
             f"cpu: {config.cpu_turns} turns on 1 then 2 worker processes "
             f"and {config.cpu_step_turns} turns of {STEPS} steps, x {config.cpu_rounds} rounds; "
-            f"{config.cpu_long_turns} of {LONG_STEPS} (fresh processes)"
+            "one-tool turns on 200 ms and 2 s models (fresh processes)"
         )
         results["cpu"] = await run_cpu(
             bootstrap,
             turns=config.cpu_turns,
             step_turns=config.cpu_step_turns,
-            long_turns=config.cpu_long_turns,
             rounds=config.cpu_rounds,
             partitions=config.partitions,
             concurrency=config.framework_concurrency,
@@ -450,12 +466,21 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
     if "concurrency" in config.phases:
         progress(
             f"concurrency: {config.in_flight} in flight x {config.in_flight_waves} waves, "
-            f"{config.in_flight_model_s:g} s model (a spawned worker)"
+            f"{config.in_flight_model_s:g} s model +- {config.in_flight_spread:.0%} "
+            f"(a spawned worker); then {config.in_flight_together} whose calls return together"
         )
         results["concurrency"] = await run_concurrency(
             bootstrap,
             in_flight=config.in_flight,
             model_latency_s=config.in_flight_model_s,
+            waves=config.in_flight_waves,
+            partitions=config.partitions,
+            spread=config.in_flight_spread,
+        )
+        results["concurrency"]["together"] = await run_concurrency(
+            bootstrap,
+            in_flight=config.in_flight_together,
+            model_latency_s=config.in_flight_together_model_s,
             waves=config.in_flight_waves,
             partitions=config.partitions,
         )
@@ -529,6 +554,20 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             paced=config.fairness_paced,
             partitions=config.partitions,
             keep_topics=config.keep_topics,
+        )
+    if "keyed" in config.phases:
+        progress(
+            f"keyed: {config.keyed_rate:g} keyed turns/s for {config.keyed_seconds:g} s, keys "
+            f"expiring after {config.keyed_ttl_s:g} s, every {config.keyed_expiry_interval_s:g} s"
+            " (a spawned worker; its event loop's stalls)"
+        )
+        results["keyed"] = await run_keyed(
+            bootstrap,
+            rate=config.keyed_rate,
+            seconds=config.keyed_seconds,
+            ttl_s=config.keyed_ttl_s,
+            expiry_interval_s=config.keyed_expiry_interval_s,
+            partitions=config.partitions,
         )
     if "telemetry" in config.phases:
         progress(

@@ -10,11 +10,15 @@ The one-tool and N-step turns are answered by ``ScriptModel``: the scripted repl
 ``FakeLLM`` at a constant cost per call. ``FakeLLM`` encodes the whole conversation on
 every call to fill in its usage, which in a 200-step turn is most of the worker's CPU and
 grows with the turn's length; the bench measures the framework, not the stand-in model.
+Its latency is fixed, or (``spread`` > 0) drawn per call, uniformly within
+``latency_s x (1 +- spread)``, from a seeded generator: real model calls do not all
+return in the same millisecond, and the in-flight phase measures the worker under those.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -58,9 +62,18 @@ class ScriptModel(LLMClient):
 
     provider = "fake"
 
-    def __init__(self, replies: Sequence[ModelResponse], *, latency_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        replies: Sequence[ModelResponse],
+        *,
+        latency_s: float = 0.0,
+        spread: float = 0.0,
+        seed: int = 47,
+    ) -> None:
         self.model = "fake"
         self.latency_s = latency_s
+        self.spread = spread
+        self._random = random.Random(seed)
         usage = Usage(input_tokens=100, output_tokens=20)
         self._replies = [
             r.model_copy(update={"usage": usage, "model": self.model}) for r in replies
@@ -73,7 +86,7 @@ class ScriptModel(LLMClient):
         system: str | None = None,
     ) -> AsyncIterator[StreamItem]:
         if self.latency_s:
-            await asyncio.sleep(self.latency_s)
+            await asyncio.sleep(model_latency(self.latency_s, self.spread, self._random))
         response = self._replies[min((len(messages) - 1) // 2, len(self._replies) - 1)]
         for block in response.content:
             if isinstance(block, TextBlock):
@@ -81,18 +94,33 @@ class ScriptModel(LLMClient):
         yield response
 
 
+def model_latency(latency_s: float, spread: float, rng: random.Random) -> float:
+    """One call's latency: ``latency_s``, or uniform within ``latency_s x (1 +- spread)``."""
+    if spread <= 0:
+        return latency_s
+    return latency_s * rng.uniform(1 - spread, 1 + spread)
+
+
 def tool_turn_agent(
-    name: str, *, latency_s: float, partitions: int, steps: int = 1, read_only: bool = True
+    name: str,
+    *,
+    latency_s: float,
+    partitions: int,
+    steps: int = 1,
+    read_only: bool = True,
+    spread: float = 0.0,
 ) -> KafkaAgent:
     """``steps`` times a model call asking for ``lookup_order`` and the tool, then one model
     call answering (a step: one model call and one tool call; the default is the one-tool
-    turn). ``read_only=False`` gives it the tool with effects (same answer)."""
+    turn). ``read_only=False`` gives it the tool with effects (same answer); ``spread`` draws
+    each call's latency around ``latency_s`` (``model_latency``)."""
     llm = ScriptModel(
         [
             *(reply_tool_call("lookup_order", order_id=str(1234 + i)) for i in range(steps)),
             reply_text("Order 1234 shipped with DHL and should arrive on Thursday."),
         ],
         latency_s=latency_s,
+        spread=spread,
     )
     limits = AgentLimits(
         max_llm_calls=max(DEFAULT_MAX_LLM_CALLS, steps + 1),

@@ -7,7 +7,6 @@ call's input fails the turn with ``replay_input_changed``, naming the step and w
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import sqlite3
@@ -16,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyrula_stream.durable.idempotency import IdempotencyKeys
 from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
 from pyrula_stream.kafka.offsets import ConsumedRecord
-from pyrula_stream.kafka.table import SqliteView
 from pyrula_stream.wire.fingerprint import RunningFingerprint, fingerprint
 from pyrula_stream.wire.guard import bad_record_reason
 from pyrula_stream.wire.journal_keys import (
@@ -376,68 +375,6 @@ class ParkedJournals:
 
 
 @dataclass
-class IdempotencyRecord:
-    """Which turn took an idempotency key, and when (the record's timestamp)."""
-
-    turn_id: str
-    ts_ms: int
-
-
-class IdempotencyKeys:
-    """The idempotency keys of one journal partition within their TTL, kept on disk.
-
-    A worker takes keys at its throughput and holds each for the TTL (a day by default),
-    so they live in a ``SqliteView`` rebuilt from the journal's ``idem/<key>`` records on
-    assignment, not in memory. The view changes only after a write committed.
-    """
-
-    def __init__(self, view: SqliteView) -> None:
-        self._view = view
-
-    def __len__(self) -> int:
-        return len(self._view)
-
-    @property
-    def path(self) -> Path:
-        return self._view.path
-
-    def get(self, key: str) -> IdempotencyRecord | None:
-        found = self._view.get(key)
-        return None if found is None else IdempotencyRecord(found[0].decode(), found[1])
-
-    def batch(self) -> contextlib.AbstractContextManager[None]:
-        """Apply many records as one disk write (restore)."""
-        return self._view.batch()
-
-    def remember(self, key: str, turn_id: str, ts_ms: int) -> None:
-        """A terminal record taking ``key`` committed."""
-        self._view.apply(key, turn_id.encode(), ts_ms)
-
-    def expire(self, before_ms: int) -> list[str]:
-        """Forget keys taken before ``before_ms``; return them (their records to tombstone)."""
-        keys = self._view.older_than(before_ms)
-        with self._view.batch():
-            for key in keys:
-                self._view.apply(key, None, 0)
-        return keys
-
-    def apply(self, key: str, value: bytes | None, ts_ms: int) -> None:
-        """Fold one restored ``idem/<key>`` record (``None``: a tombstone)."""
-        if value is None:
-            self._view.apply(key, None, ts_ms)
-            return
-        try:
-            turn_id = decode_journal_entry(value, {}).turn_id
-        except MalformedRecordError as exc:
-            log.error("idempotency record %s%s unreadable: %s", IDEMPOTENCY_PREFIX, key, exc)
-            return
-        self._view.apply(key, turn_id.encode(), ts_ms)
-
-    def close(self) -> None:
-        self._view.close()
-
-
-@dataclass
 class PartitionJournal:
     """The restored journal of one partition: live turns, terminal records, idempotency keys.
 
@@ -481,13 +418,21 @@ class PartitionJournal:
                     )
 
     def expire(self, now_ms: int, ttl_ms: int) -> list[str]:
-        """Forget terminal records and keys older than the TTL; return the keys to tombstone."""
+        """Forget terminal records and keys older than the TTL; return the keys to tombstone
+        (every expired key at once: the worker expires keys in batches, off its loop)."""
+        keys = self.expire_terminals(now_ms, ttl_ms)
+        expired = self.idempotency.still_expired(self.idempotency.expire(now_ms - ttl_ms))
+        keys += [IDEMPOTENCY_PREFIX + k for k in expired]
+        return keys
+
+    def expire_terminals(self, now_ms: int, ttl_ms: int) -> list[str]:
+        """Forget restored terminal records older than the TTL (in memory, few); return
+        their keys to tombstone."""
         keys: list[str] = []
         for turn_id, turn in list(self.turns.items()):
             if turn.terminal_ms is not None and now_ms - turn.terminal_ms > ttl_ms:
                 keys.append(journal_key(turn_id, -1, TERMINAL))
                 del self.turns[turn_id]
-        keys += [IDEMPOTENCY_PREFIX + k for k in self.idempotency.expire(now_ms - ttl_ms)]
         return keys
 
     def finished_turns(self) -> list[str]:

@@ -31,7 +31,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +89,9 @@ class SqliteView:
     so it is opened without a rollback journal or fsync: a crash loses nothing the topic
     does not hold. Its page cache is small (128 KB): a key is looked up about once per
     request that carries it, and the operating system's file cache serves the rest, so
-    the process's memory does not grow with the keys held. Used from one thread at a time
-    (the worker's restore, then its event loop).
+    the process's memory does not grow with the keys held. Used from one thread at a time:
+    the owner serializes its calls (the idempotency keys read on the event loop and write
+    on a worker thread, under a lock).
     """
 
     def __init__(self, path: Path) -> None:
@@ -135,13 +136,29 @@ class SqliteView:
                 (key, value, ts_ms),
             )
 
+    def apply_many(self, rows: Iterable[tuple[str, bytes, int]]) -> None:
+        """Many committed writes (key, value, timestamp) as one SQLite transaction."""
+        with self.batch():
+            self._db.executemany(
+                "INSERT OR REPLACE INTO entries (key, value, ts_ms) VALUES (?, ?, ?)", rows
+            )
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Forget ``keys`` in one SQLite transaction."""
+        with self.batch():
+            self._db.executemany("DELETE FROM entries WHERE key = ?", ((k,) for k in keys))
+
     def get(self, key: str) -> tuple[bytes, int] | None:
         row = self._db.execute("SELECT value, ts_ms FROM entries WHERE key = ?", (key,)).fetchone()
         return None if row is None else (bytes(row[0]), int(row[1]))
 
-    def older_than(self, ts_ms: int) -> list[str]:
-        """Keys whose record was written before ``ts_ms`` (expiry)."""
-        rows = self._db.execute("SELECT key FROM entries WHERE ts_ms < ?", (ts_ms,)).fetchall()
+    def older_than(self, ts_ms: int, limit: int | None = None) -> list[str]:
+        """Keys whose record was written before ``ts_ms`` (expiry), the oldest first;
+        at most ``limit`` of them (``None``: all)."""
+        rows = self._db.execute(
+            "SELECT key FROM entries WHERE ts_ms < ? ORDER BY ts_ms LIMIT ?",
+            (ts_ms, -1 if limit is None else limit),
+        ).fetchall()
         return [str(row[0]) for row in rows]
 
     def close(self) -> None:

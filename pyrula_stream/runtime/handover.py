@@ -24,7 +24,7 @@ from pyrula_stream.kafka.table import PartitionedTable
 from pyrula_stream.kafka.transactions import ProducerFenced
 from pyrula_stream.observability.metrics import WorkerMetrics
 from pyrula_stream.runtime.committer import GroupCommitter
-from pyrula_stream.runtime.housekeeping import JournalHousekeeping
+from pyrula_stream.runtime.housekeeping import JournalHousekeeping, keys_owner
 from pyrula_stream.runtime.options import WorkerOptions
 from pyrula_stream.runtime.parking import replies_owner
 from pyrula_stream.runtime.partition import PartitionState
@@ -202,7 +202,9 @@ class PartitionHandover:
         # Buffered replies of these partitions are the new owner's to take now (purged
         # again after the commit in flight: an abort puts its replies back).
         replies = {replies_owner(p) for p in partitions}
-        marks = {intake_owner(p) for p in partitions}
+        # The intake marks, and the expired keys' tombstones: the new owner may take such
+        # a key again before a late tombstone of ours would land.
+        marks = {intake_owner(p) for p in partitions} | {keys_owner(p) for p in partitions}
         self._committer().purge(set(lost) | replies | marks)
         if closing:
             await self._commit_closing(closing)

@@ -62,6 +62,9 @@ class WorkerOptions:
     ``idempotency_ttl_s``, one SQLite file per partition, rebuilt from the journal on each
     assignment); unset, each worker uses a temporary directory it removes when it stops.
     The worker makes it a 0700 directory and its files 0600 (they hold what turns carry).
+    Every ``idempotency_expiry_interval_s`` the worker forgets the keys past their TTL
+    and tombstones them, off its event loop, at most ``idempotency_expiry_batch`` keys
+    per commit.
     ``telemetry=False`` records no per-turn metrics and starts no spans (``/metrics``
     still answers); the bench uses it as the baseline that prices telemetry.
     ``durable_timer_after_s``: a ``ctx.sleep``/``sleep_until`` longer than this parks the
@@ -108,6 +111,8 @@ class WorkerOptions:
     commit_interval_s: float = 0.0
     commit_linger_s: float = 0.01
     idempotency_ttl_s: float = 86400.0
+    idempotency_expiry_interval_s: float = 60.0
+    idempotency_expiry_batch: int = 500
     state_dir: str | Path | None = None
     worker_id: str | None = None
     group_id: str | None = None

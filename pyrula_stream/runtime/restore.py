@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pyrula_stream.durable.journal import IdempotencyKeys, PartitionJournal
+from pyrula_stream.durable.idempotency import IdempotencyKeys
+from pyrula_stream.durable.journal import PartitionJournal
 from pyrula_stream.kafka.offsets import committed_offset, watermarks
 from pyrula_stream.kafka.table import PartitionedTable, SqliteView
 from pyrula_stream.runtime.partition import PartitionState

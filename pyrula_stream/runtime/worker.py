@@ -237,6 +237,11 @@ class KafkaWorker(RunsInBackground):
         return self._parked.count
 
     @property
+    def expired_keys(self) -> int:
+        """Idempotency keys this worker expired and tombstoned (the bench reads it)."""
+        return self._housekeeping.expired_keys
+
+    @property
     def remembered_turns(self) -> int:
         """Finished turns held in memory: those the committed input offset has not passed."""
         return sum(ps.remembered_turns for ps in self._parts.values())
@@ -429,12 +434,16 @@ class KafkaWorker(RunsInBackground):
         session.consumer.subscribe(self._handover.on_assign, self._handover.on_revoke)
         self._parked.turns_reader = session.consumer
         committer_task = asyncio.create_task(session.committer.run(), name="committer")
+        keys_task = asyncio.create_task(self._housekeeping.run(), name="idempotency-keys")
         self._ready = True
         self._joined.set()
         try:
             await self._intake.run(session, committer_task)
         finally:
             self._ready = False
+            keys_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keys_task
             # Where the session stood when it ended: the drain below forgets partitions.
             self._standing = {p: ps.restored_committed for p, ps in self._parts.items()}
             self._parked.turns_reader = None

@@ -53,6 +53,20 @@ NUMBER_KEYS = (
     "baseline_ratio",
     "baseline_cpu_ms_per_turn",
     "baseline_cpu_ms_per_step",
+    "loop_stall_max_ms",
+    "loop_stall_max_ms_expiring",
+    "keyed_turns_per_s",
+    "keyed_expired_keys",
+    "cpu_ms_per_turn_200ms_model",
+    "cpu_ms_per_turn_2s_model",
+    "records_per_turn",
+    "records_per_turn_200ms_model",
+    "records_per_turn_2s_model",
+    "inflight_cpu_ms_per_turn",
+    "in_flight_together",
+    "inflight_together_fraction_of_ideal",
+    "inflight_together_rss_kb_per_inflight_turn",
+    "inflight_together_cpu_ms_per_turn",
 )
 SIGNED_KEYS = (
     "overhead_over_floor_p50_ms",
@@ -131,6 +145,7 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         "soak",
         "subagents",
         "gateway",
+        "keyed",
         "machine",
         "baseline",
         "targets",
@@ -141,9 +156,12 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         (1, 1),
         (2, 1),
         (1, 20),
-        (1, 200),
     ]
-    assert "step_cost_growth" in figures  # None only when the 20-step figure is not > 0
+    assert [r["model_latency_s"] for r in results["cpu"]["model_latency_runs"]] == [0.2, 2.0]
+    assert figures["records_per_turn_200ms_model"] > 0 < figures["records_per_turn"]
+    assert results["concurrency"]["model_latency_spread"] > 0  # the spread run
+    assert results["concurrency"]["together"]["model_latency_spread"] == 0
+    assert "step_cost_growth" in figures  # from the long_turns phase
     assert results["cpu"]["broker_measured"] is True  # the suite's broker runs here
     assert len(results["latency"]["floor_latencies_ms"]) == results["latency"]["turns"]
     lat = results["latency"]
