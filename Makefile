@@ -11,7 +11,7 @@ LOWEST_TESTS := tests/runtime/test_turn_end_to_end.py tests/durable/test_durabil
 	tests/wire/test_requests.py tests/wire/test_schemas.py tests/runtime/test_dead_letters.py \
 	tests/client/test_status.py tests/context/test_tool_loop.py tests/kafka/test_topics.py
 
-.PHONY: setup demo test test-fast test-lowest lint typecheck docs contracts chaos pipelines bench broker-jars browser clean
+.PHONY: setup demo test test-fast test-lowest lint typecheck docs contracts image deploy-check chaos pipelines bench broker-jars browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,8 +50,8 @@ demo: setup
 	$(BIN)/python -m examples.support_triage.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check pyrula_stream tests examples bench
-	$(BIN)/ruff format --check pyrula_stream tests examples bench
+	$(BIN)/ruff check pyrula_stream tests examples bench deploy
+	$(BIN)/ruff format --check pyrula_stream tests examples bench deploy
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -59,6 +59,16 @@ typecheck: $(STAMP)
 # The docs site (mkdocs.yml, docs/): broken links, anchors and missing pages fail the build.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The container image (docker or podman, whichever is present): pyrula-stream:<version>.
+image: $(STAMP)
+	$(BIN)/python deploy/check.py --only image
+
+# The image and the Helm chart checked here: containers against a local broker, a worker
+# stopped mid-load; the chart rendered and validated (docs/kubernetes.md). Needs docker
+# or podman, and Go to build helm when it is missing.
+deploy-check: $(STAMP) broker-jars
+	$(BIN)/python deploy/check.py
 
 # Rewrites schemas/json/*.schema.json and schemas/asyncapi.yaml from the code (the suite
 # fails while they differ: tests/wire/test_contracts.py).
