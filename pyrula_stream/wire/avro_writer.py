@@ -22,7 +22,7 @@ EVENT_FIELDS = ("type", "turn_id", "agent", "seq", "ts_ms", "attempt", "data")
 """The fields of ``schemas/event.avsc`` in their order, as ``event_value`` writes them."""
 
 
-def avro_long(n: int) -> bytes:
+def _zigzag_long(n: int) -> bytes:
     """An Avro ``int`` or ``long``: zigzag, then seven bits a byte, low bits first."""
     z = (n << 1) ^ (n >> 63)
     if z < 0x80:
@@ -35,10 +35,24 @@ def avro_long(n: int) -> bytes:
     return bytes(out)
 
 
+SMALL_LONGS = 1024
+_SMALL_LONGS = tuple(_zigzag_long(n) for n in range(SMALL_LONGS))
+"""``avro_long`` of 0 to 1023, built once: seqs, attempts and most lengths of strings and
+event data are among them, and a lookup is a fraction of the loop."""
+
+
+def avro_long(n: int) -> bytes:
+    """An Avro ``int`` or ``long`` (``_zigzag_long``; small ones from a table)."""
+    if 0 <= n < SMALL_LONGS:
+        return _SMALL_LONGS[n]
+    return _zigzag_long(n)
+
+
 def avro_string(text: str) -> bytes:
     """An Avro ``string``: its UTF-8 length as a long, then the bytes."""
     raw = text.encode()
-    return avro_long(len(raw)) + raw
+    size = len(raw)
+    return (_SMALL_LONGS[size] if size < SMALL_LONGS else _zigzag_long(size)) + raw
 
 
 _last_ts: tuple[int, bytes] = (0, _ONE_BYTE[0])
@@ -52,7 +66,17 @@ def event_value(head: bytes, seq: int, ts_ms: int, attempt: int, data: bytes) ->
     last = _last_ts  # one read: another thread's loop may replace it meanwhile
     if last[0] != ts_ms:
         last = _last_ts = (ts_ms, avro_long(ts_ms))
-    return b"".join((head, avro_long(seq), last[1], avro_long(attempt), avro_long(len(data)), data))
+    size = len(data)
+    return b"".join(
+        (
+            head,
+            _SMALL_LONGS[seq] if 0 <= seq < SMALL_LONGS else avro_long(seq),
+            last[1],
+            _SMALL_LONGS[attempt] if 0 <= attempt < SMALL_LONGS else avro_long(attempt),
+            _SMALL_LONGS[size] if size < SMALL_LONGS else avro_long(size),
+            data,
+        )
+    )
 
 
 _DOUBLE = struct.Struct("<d")
