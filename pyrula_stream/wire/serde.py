@@ -116,12 +116,14 @@ class JournalEntry:
 REGISTRY_FRAMING = ";framing=confluent"
 
 
+@cache
 def content_type(record: str, fmt: WireFormat = "avro") -> str:
     if fmt == "json":
         return JSON_CONTENT_TYPE
     return f"application/vnd.pyrula.{record}.v{SCHEMA_VERSION}+avro"
 
 
+@cache
 def registry_content_type(record: str) -> str:
     """The header of a value in the Confluent wire format (magic 0, schema id, Avro body)."""
     return content_type(record) + REGISTRY_FRAMING
@@ -358,7 +360,9 @@ def _load_json_fields(
 ) -> dict[str, Any]:
     for name in _JSON_FIELDS[record]:
         raw = body.get(name, "{}")
-        if isinstance(raw, str):
+        if raw == "{}":  # most requests' metadata: no parse
+            body[name] = {}
+        elif isinstance(raw, str):
             body[name] = wire_guard.loads(raw, f"field {name!r}", limits)
         if not isinstance(body[name], dict):
             raise MalformedRecordError(f"field {name!r} must be a JSON object")
