@@ -41,6 +41,7 @@ from pyrula_stream.wire.events import (
     TurnEvents,
     decode_event,
 )
+from pyrula_stream.wire.serde import JournalEntry
 
 SCHEMAS = Path(serde.__file__).resolve().parents[1] / "schemas"
 SCHEMA = SCHEMAS / "event.avsc"
@@ -167,3 +168,29 @@ def test_an_event_over_max_record_bytes_is_refused() -> None:
     assert events.records(LlmDelta(0, "x" * 100))
     with pytest.raises(PayloadTooLarge):
         events.records(LlmDelta(1, "x" * 200))
+
+
+@settings(max_examples=300)
+@given(
+    turn_id=TEXT,
+    step=st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    kind=TEXT,
+    name=TEXT,
+    input_hash=TEXT,
+    data=st.dictionaries(TEXT, st.one_of(TEXT, LONGS, st.booleans(), st.none()), max_size=4),
+    attempt=st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    ts_ms=LONGS,
+)
+def test_a_journal_entry_is_written_as_the_generic_encoder_writes_it(
+    turn_id: str,
+    step: int,
+    kind: str,
+    name: str,
+    input_hash: str,
+    data: dict,
+    attempt: int,
+    ts_ms: int,
+) -> None:
+    entry = JournalEntry(turn_id, step, kind, name, input_hash, data, attempt, ts_ms)
+    fast = serde.encode_journal_entry(entry, serde.json_bytes(data))
+    assert fast == serde.encode("journal_entry", entry)
