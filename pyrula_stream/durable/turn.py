@@ -41,8 +41,8 @@ from pyrula_stream.wire.events import (
 from pyrula_stream.wire.journal_keys import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, journal_key
 from pyrula_stream.wire.records import (
     OutRecord,
-    content_type_header,
     result_records,
+    shared_headers,
     tombstone,
     wire_record,
 )
@@ -109,13 +109,18 @@ class _EncodeLater:
 
     __slots__ = ("data", "entry")
 
-    def __init__(self, entry: JournalEntry, data: str) -> None:
+    def __init__(self, entry: JournalEntry, data: bytes) -> None:
         self.entry = entry
         self.data = data
-        """``entry.data`` as JSON text, taken when the entry was written."""
+        """``entry.data`` as JSON (UTF-8), taken when the entry was written."""
 
     def __call__(self) -> bytes:
-        return serde.encode_prepared("journal_entry", self.entry, {"data": self.data})
+        return serde.encode_journal_entry(self.entry, self.data)
+
+
+_JOURNAL_HEADERS = shared_headers(serde.CONTENT_TYPE_HEADER, serde.content_type("journal_entry"))
+"""The one header list of every journal entry's record (``wire_record``'s too)."""
+_JOURNAL_HEADER_BYTES = sum(len(k) + len(v) for k, v in _JOURNAL_HEADERS)
 
 
 @dataclass(slots=True)
@@ -246,32 +251,31 @@ class TurnRuntime:
         a key no commit has carried before (see ``records.latest_only``)."""
         if entry is None:
             return tombstone(self.topics.journal, key, self.topics.partition, unsent_key=unsent_key)
-        data = serde.json_text(entry.data)  # now: the step's dict may change later
-        header = content_type_header("journal_entry")
+        data = serde.json_bytes(entry.data)  # now: the step's dict may change later
         # Avro adds at most 10 bytes per field to its strings' UTF-8 (at most 4 per char).
         texts = len(entry.turn_id) + len(entry.kind) + len(entry.name) + len(entry.input_hash)
-        data_bytes = len(data) if data.isascii() else 4 * len(data)
-        bound = len(key) + len(header[0]) + len(header[1]) + 4 * texts + data_bytes + 80
+        bound = len(key) + _JOURNAL_HEADER_BYTES + 4 * texts + len(data) + 80
         if bound > self.max_record_bytes:  # near the limit: encode now to check exactly
             record = wire_record(
                 self.topics.journal,
                 key.encode(),
-                serde.encode_prepared("journal_entry", entry, {"data": data}),
+                serde.encode_journal_entry(entry, data),
                 "journal_entry",
                 partition=self.topics.partition,
                 max_bytes=self.max_record_bytes,
             )
-        else:  # encoded only if sent: most entries are replaced or cancelled in their commit
-            record = OutRecord(
-                self.topics.journal,
-                key.encode(),
-                None,
-                [header],
-                self.topics.partition,
-                deferred=_EncodeLater(entry, data),
-            )
-        record.compacted = True
-        return record
+            record.compacted = True
+            return record
+        # Encoded only if sent: most entries are replaced or cancelled in their commit.
+        return OutRecord(
+            self.topics.journal,
+            key.encode(),
+            None,
+            _JOURNAL_HEADERS,
+            self.topics.partition,
+            True,
+            deferred=_EncodeLater(entry, data),
+        )
 
     def progress_record(self) -> OutRecord:
         """The turn's progress (attempt, next seq): rides every commit that touches the turn."""

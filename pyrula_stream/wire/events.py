@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Protocol
 from pyrula_stream.errors import ErrorCode, PyrulaError
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.avro_writer import avro_string, event_value
-from pyrula_stream.wire.records import OutRecord, wire_record
+from pyrula_stream.wire.records import OutRecord, shared_headers, wire_record
 from pyrula_stream.wire.text import truncate_utf8
 
 
@@ -361,6 +361,34 @@ class RunError:
 
 Terminal = RunComplete | RunError
 
+_TERMINAL_PAYLOADS = frozenset({RunComplete, RunError})
+"""Asked of every event by its class: a set lookup, not an enum property and hash (an
+enum member's hash is a Python call)."""
+
+_HEAD_OF_CLASS: dict[type, bytes] = {
+    cls: _TYPE_BYTES[cls.type]
+    for cls in (
+        RunStart,
+        LlmDelta,
+        LlmComplete,
+        ToolStart,
+        ToolResult,
+        Status,
+        RunInterrupted,
+        RunDeferred,
+        SubagentStart,
+        SubagentResult,
+        RunComplete,
+        RunError,
+    )
+}
+"""``_TYPE_BYTES`` by payload class, for the same reason."""
+
+
+_EVENT_HEADERS = shared_headers(serde.CONTENT_TYPE_HEADER, serde.content_type("event"))
+"""The one header list of every schemaless Avro event record."""
+_EVENT_HEADER_BYTES = sum(len(k) + len(v) for k, v in _EVENT_HEADERS)
+
 
 # --- routing and numbering -----------------------------------------------------------------
 
@@ -431,6 +459,8 @@ class TurnEvents:
     waiting for a commit (thousands when as many turns step at once)."""
     _ident: bytes | None = None
     """The turn id and agent as Avro strings: the middle of every event value's head."""
+    _plain: str | None = None
+    """``_plain_topic``, once asked."""
 
     @property
     def key(self) -> bytes:
@@ -440,7 +470,7 @@ class TurnEvents:
 
     def records(self, payload: Payload) -> list[OutRecord]:
         """The payload's records (taking the next ``seq``), or none once over the cap."""
-        if payload.type.is_terminal:
+        if type(payload) in _TERMINAL_PAYLOADS:
             raise ValueError("a terminal event goes through closing_records")
         if self.max_count is not None and self.next_seq >= self.max_count - DROP_NOTICE_SLOTS:
             self.dropped += 1
@@ -464,30 +494,14 @@ class TurnEvents:
     def _encode(self, payload: Payload) -> list[OutRecord]:
         data = {**payload.data(), **self.common} if self.common else payload.data()
         seq, ts_ms = self.next_seq, int(time.time() * 1000)
-        self.next_seq += 1
-        fmt = self.routing.format
-        topics = self.routing.topics_for(payload.type)
-        if fmt == "avro" and self.codec is serde.SCHEMALESS:  # the usual case: every step
-            if self._ident is None:
-                self._ident = avro_string(self.turn_id) + avro_string(self.agent)
-            head = _TYPE_BYTES[payload.type] + self._ident
-            value = event_value(head, seq, ts_ms, self.attempt, serde.json_bytes(data))
-            records = [
-                wire_record(t, self.key, value, "event", max_bytes=self.max_record_bytes)
-                for t in topics
-            ]
+        self.next_seq = seq + 1
+        plain = self._plain
+        if plain is None:
+            plain = self._plain = self._plain_topic()
+        if plain:  # the usual case, every step: one topic, schemaless Avro
+            records = [self._plain_record(plain, payload, seq, ts_ms, serde.json_bytes(data))]
         else:
-            event = Event(payload.type, self.turn_id, self.agent, seq, ts_ms, self.attempt, data)
-            if fmt == "avro":  # registry-framed
-                records = [self._framed(t, event) for t in topics]
-            else:
-                value = serde.encode("event", event, fmt)
-                records = [
-                    wire_record(
-                        t, self.key, value, "event", max_bytes=self.max_record_bytes, fmt=fmt
-                    )
-                    for t in topics
-                ]
+            records = self._routed(payload, seq, ts_ms, data)
         trace = self.trace() if self.trace is not None else None
         if trace:
             if trace is not self._trace_of:
@@ -496,6 +510,57 @@ class TurnEvents:
             for record in records:  # a new list: the record's own may be shared
                 record.headers = record.headers + self._trace_headers
         return records
+
+    def _plain_topic(self) -> str:
+        """The events topic when every event goes there alone as schemaless Avro (what
+        ``_plain_record`` writes), else ``""``: asked once per turn, not per event."""
+        routing = self.routing
+        if routing.output_topics or routing.format != "avro" or self.codec is not serde.SCHEMALESS:
+            return ""
+        return routing.events_topic
+
+    def _plain_record(
+        self, topic: str, payload: Payload, seq: int, ts_ms: int, data: bytes
+    ) -> OutRecord:
+        """One event record from its data's JSON to its Avro value in one pass: the head
+        (type, turn id, agent) built once, the shared header list, the size checked
+        without a second walk (``wire_record`` when near the limit, to refuse it)."""
+        ident = self._ident
+        if ident is None:
+            ident = self._ident = avro_string(self.turn_id) + avro_string(self.agent)
+        key = self._key
+        if key is None:
+            key = self._key = self.turn_id.encode()
+        head = _HEAD_OF_CLASS.get(type(payload)) or _TYPE_BYTES[payload.type]
+        value = event_value(head + ident, seq, ts_ms, self.attempt, data)
+        limit = self.max_record_bytes
+        if limit is not None and len(key) + len(value) + _EVENT_HEADER_BYTES > limit:
+            return wire_record(topic, key, value, "event", max_bytes=limit)
+        return OutRecord(topic, key, value, _EVENT_HEADERS)
+
+    def _routed(
+        self, payload: Payload, seq: int, ts_ms: int, data: dict[str, Any]
+    ) -> list[OutRecord]:
+        """An event routed to more topics, written as JSON or registry-framed."""
+        fmt = self.routing.format
+        topics = self.routing.topics_for(payload.type)
+        if fmt == "avro" and self.codec is serde.SCHEMALESS:
+            if self._ident is None:
+                self._ident = avro_string(self.turn_id) + avro_string(self.agent)
+            head = _TYPE_BYTES[payload.type] + self._ident
+            value = event_value(head, seq, ts_ms, self.attempt, serde.json_bytes(data))
+            return [
+                wire_record(t, self.key, value, "event", max_bytes=self.max_record_bytes)
+                for t in topics
+            ]
+        event = Event(payload.type, self.turn_id, self.agent, seq, ts_ms, self.attempt, data)
+        if fmt == "avro":  # registry-framed
+            return [self._framed(t, event) for t in topics]
+        value = serde.encode("event", event, fmt)
+        return [
+            wire_record(t, self.key, value, "event", max_bytes=self.max_record_bytes, fmt=fmt)
+            for t in topics
+        ]
 
     def _framed(self, topic: str, event: Event) -> OutRecord:
         """One registry-framed event (the codec names its content-type)."""

@@ -98,7 +98,7 @@ def loads(
         raise MalformedRecordError(f"{what} is missing (null)")
     if not isinstance(data, bytes | bytearray | str):
         raise MalformedRecordError(f"{what} is {type(data).__name__}, not JSON text")
-    with guarded(what):
+    try:  # ``guarded(what)`` inline: a generator context costs more than a small parse
         check_size(data, what, limits)
         check_depth(data, what, limits)
         # Strict UTF-8 first (a BOM allowed, as before): ``json.loads`` of bytes decodes
@@ -106,6 +106,10 @@ def loads(
         # that no encoder writes back.
         text = data if isinstance(data, str) else bytes(data).decode("utf-8-sig")
         value = json.loads(text)
+    except MalformedRecordError:
+        raise
+    except Exception as exc:
+        raise MalformedRecordError(f"{what} cannot be read: {_reason(exc)}") from None
     if _SURROGATE_ESCAPE.search(text):
         _refuse_lone_surrogates(value, what)
     return value

@@ -75,6 +75,12 @@ def _shared_headers(ctype: tuple[str, bytes]) -> SharedHeaders:
     return SharedHeaders([ctype])
 
 
+def shared_headers(name: str, value: str) -> SharedHeaders:
+    """The one header list holding just ``name: value`` (a content type), as
+    ``wire_record`` gives it: for a writer that builds its ``OutRecord`` itself."""
+    return _shared_headers((name, value.encode()))
+
+
 @cache
 def content_type_header(record: str, fmt: serde.WireFormat = "avro") -> tuple[str, bytes]:
     """The header naming the schema (``record``) that decodes a value, or JSON (built once

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyrula_stream.errors import PayloadTooLarge
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.avro_writer import (
     EVENT_FIELDS,
@@ -24,10 +25,23 @@ from pyrula_stream.wire.events import (
     Event,
     EventRouting,
     EventType,
+    LlmComplete,
     LlmDelta,
+    Payload,
+    RunComplete,
+    RunDeferred,
+    RunError,
+    RunInterrupted,
+    RunStart,
+    Status,
+    SubagentResult,
+    SubagentStart,
+    ToolResult,
+    ToolStart,
     TurnEvents,
     decode_event,
 )
+from pyrula_stream.wire.serde import JournalEntry
 
 SCHEMAS = Path(serde.__file__).resolve().parents[1] / "schemas"
 SCHEMA = SCHEMAS / "event.avsc"
@@ -118,3 +132,65 @@ def test_a_schema_without_a_hand_encoder_is_refused() -> None:
     schema = {"type": "record", "name": "R", "fields": [{"name": "m", "type": "boolean"}]}
     with pytest.raises(ValueError, match="'m' of type 'boolean'"):
         record_writer(schema)
+
+
+PAYLOADS: list[Payload] = [
+    RunStart({"q": "é"}, {"m": 1}, "thread-1", "worker-1", 5, {"agent": "p", "turn_id": "t"}),
+    LlmDelta(0, "héllo"),
+    LlmComplete(0, "m", "hi", [{"id": "t1"}], "tool_use", {"input_tokens": 1}, {}),
+    ToolStart("k", "tool", {"a": [1, 2]}, "t1", {"mcp_server": "s"}),
+    ToolResult("k", "tool", "t1", "ok", "out", 2, error_code="x", cached=True),
+    Status("busy", tool="tool", dropped_events=3),
+    RunInterrupted("approval", "key", "ok?", "tool", "t1", {"a": 1}, 9),
+    RunDeferred("quota", "tenant", 99),
+    SubagentStart("k", "child", "child-1", 1, {"x": 1}),
+    SubagentResult("child", "child-1", "completed", {"r": 1}, None, {"input_tokens": 1}),
+]
+
+
+def test_every_event_type_is_written_as_the_generic_encoder_writes_it() -> None:
+    """Each payload class's record (type bytes looked up by class, small longs from a
+    table: seqs from 1020 cross its end) is ``serde.encode`` of the event it decodes to."""
+    events = TurnEvents("turn-é", "agent", EventRouting("a.events"), attempt=3, next_seq=1020)
+    records = [r for p in PAYLOADS for r in events.records(p)]
+    records += events.closing_records(RunComplete({"answer": 42}, {"input_tokens": 2}))
+    failed = TurnEvents("turn-2", "agent", EventRouting("a.events"), attempt=1)
+    records += failed.closing_records(RunError("internal", "boom", "ValueError", {"d": 1}))
+    decoded = [decode_event(r.value or b"", serde.headers_dict(r.headers)) for r in records]
+    assert {e.type for e in decoded} == set(EventType)
+    assert [e.seq for e in decoded[:-1]] == list(range(1020, 1020 + len(decoded) - 1))
+    for record, event in zip(records, decoded, strict=True):
+        assert record.value == serde.encode("event", event)
+
+
+def test_an_event_over_max_record_bytes_is_refused() -> None:
+    events = TurnEvents("t", "agent", EventRouting("a.events"), attempt=1, max_record_bytes=200)
+    assert events.records(LlmDelta(0, "x" * 100))
+    with pytest.raises(PayloadTooLarge):
+        events.records(LlmDelta(1, "x" * 200))
+
+
+@settings(max_examples=300)
+@given(
+    turn_id=TEXT,
+    step=st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    kind=TEXT,
+    name=TEXT,
+    input_hash=TEXT,
+    data=st.dictionaries(TEXT, st.one_of(TEXT, LONGS, st.booleans(), st.none()), max_size=4),
+    attempt=st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    ts_ms=LONGS,
+)
+def test_a_journal_entry_is_written_as_the_generic_encoder_writes_it(
+    turn_id: str,
+    step: int,
+    kind: str,
+    name: str,
+    input_hash: str,
+    data: dict,
+    attempt: int,
+    ts_ms: int,
+) -> None:
+    entry = JournalEntry(turn_id, step, kind, name, input_hash, data, attempt, ts_ms)
+    fast = serde.encode_journal_entry(entry, serde.json_bytes(data))
+    assert fast == serde.encode("journal_entry", entry)
