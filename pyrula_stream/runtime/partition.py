@@ -9,6 +9,7 @@ key). Turns of one key (thread) run one at a time, in the order they were submit
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -117,6 +118,9 @@ class PartitionState:
     """Per key, its turns in order, the running one first. A list, not a deque: most keys
     (a turn without a thread) hold one turn, and an empty deque alone is 600 bytes."""
     finished: dict[str, int] = field(default_factory=dict)  # turn id -> request offset
+    _finished_order: list[tuple[int, str]] = field(default_factory=list, repr=False)
+    """A heap of ``finished`` by request offset: a commit pops only the turns its offset
+    passed, never walks those a long-running turn holds behind it."""
     running_keys: dict[str, str] = field(default_factory=dict)
     queued_ids: set[str] = field(default_factory=set)
     threads: PartitionThreads = field(default_factory=PartitionThreads)
@@ -154,6 +158,7 @@ class PartitionState:
     def turn_finished(self, request: TurnRequest, offset: int, ts_ms: int) -> None:
         """The turn's terminal record committed: remember it until the watermark passes."""
         self.finished[request.turn_id] = offset
+        heapq.heappush(self._finished_order, (offset, request.turn_id))
         self.journal.turns.pop(request.turn_id, None)
         key = request.idempotency_key
         if key and self.running_keys.get(key) == request.turn_id:
@@ -166,9 +171,13 @@ class PartitionState:
         Returns their terminal journal keys: nothing reads those requests again, so the
         records can be tombstoned (by a later commit, never by this one).
         """
-        passed = [t for t, o in self.finished.items() if o < offset]
-        for turn_id in passed:
-            del self.finished[turn_id]
+        passed: list[str] = []
+        order = self._finished_order
+        while order and order[0][0] < offset:
+            o, turn_id = heapq.heappop(order)
+            if self.finished.get(turn_id) == o:
+                del self.finished[turn_id]
+                passed.append(turn_id)
         keys = [journal_key(turn_id, -1, TERMINAL) for turn_id in passed]
         lettered = [o for o in self.journal.dead_lettered if o < offset]
         for o in lettered:
