@@ -291,6 +291,7 @@ def run_autoscale(cfg: AutoscaleConfig) -> ChaosResult:
             "lag_drained_per_wave": wave_figures(load.waves, scaler.samples, t0),
             "longest_stall_s": longest_stall(scaler.samples, monitor.finish_times),
             "signals_sent": load.signals_sent,
+            "lag_read_errors": len(scaler.read_errors),
             "scale_events": [f"t={e.at_s}s {e.kind} {e.detail} lag {e.lag}" for e in events],
             "seed": seed,
             "agent": agent,

@@ -19,10 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from pyrula_stream.chaos.processes import Worker
 from pyrula_stream.kafka.config import new_consumer, reader_config
+from pyrula_stream.kafka.offsets import committed_offset, watermarks
 
 
 def desired_replicas(lag: int, threshold: int, partitions: int, low: int, high: int) -> int:
@@ -45,15 +46,39 @@ def lag_reader(
 
 
 def lag(consumer: Consumer, topic: str, partitions: int, timeout_s: float = 10.0) -> int:
-    """The sum over ``topic``'s partitions of end minus the group's committed offset."""
-    wanted = [TopicPartition(topic, p) for p in range(partitions)]
+    """The sum over ``topic``'s partitions of end minus the group's committed offset
+    (a coordinator still loading the group is asked again, as KEDA asks at its next poll)."""
     total = 0
-    for tp in consumer.committed(wanted, timeout=timeout_s):
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, tp.partition), timeout=timeout_s, cached=False
-        )
-        total += max(0, high - (tp.offset if tp.offset >= 0 else low))
+    for p in range(partitions):
+        low, high = watermarks(consumer, topic, p, timeout_s=timeout_s)
+        committed = _committed(consumer, topic, p, timeout_s)
+        total += max(0, high - (committed if committed is not None else low))
     return total
+
+
+_COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+"""Retriable in Kafka's protocol (a group's coordinator loading or moving), not flagged
+so by librdkafka's ``committed``."""
+
+
+def _committed(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int | None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return committed_offset(consumer, topic, partition, timeout_s=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is None or err.code() not in _COORDINATOR_MOVING:
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @dataclass
@@ -105,6 +130,8 @@ class Scaler(threading.Thread):
         self.exit_codes: list[int | None] = []
         """Exit codes after the scale-down SIGTERMs (None: had to SIGKILL)."""
         self.errors: list[BaseException] = []
+        self.read_errors: list[str] = []
+        """Polls whose lag could not be read (KEDA's scaler then changes nothing)."""
         self.lock = threading.Lock()
         self._halt = threading.Event()
         self._last_change = 0.0
@@ -113,7 +140,7 @@ class Scaler(threading.Thread):
     def at(self) -> float:
         return round(time.monotonic() - self.t0, 1)
 
-    def start_worker(self, why_lag: int) -> None:
+    def start_worker(self) -> None:
         """Start the first pool worker neither counted nor leaving."""
         busy = {id(w) for w in self.running + self.leaving}
         w = next(w for w in self.pool if id(w) not in busy)
@@ -132,7 +159,11 @@ class Scaler(threading.Thread):
 
     def step(self) -> None:
         now = time.monotonic()
-        found = self.read_lag()
+        try:
+            found = self.read_lag()
+        except KafkaException as exc:  # KEDA keeps the replicas and asks at the next poll
+            self.read_errors.append(f"t={self.at()}s {exc}")
+            return
         with self.lock:
             self._restart_crashed()
             want = desired_replicas(found, self.threshold, self.partitions, 1, len(self.pool))
@@ -145,7 +176,7 @@ class Scaler(threading.Thread):
             have = len(self.running)
             if want > have:
                 for _ in range(want - have):
-                    self.start_worker(found)
+                    self.start_worker()
                 self._last_change = now
                 self.events.append(ScaleEvent(self.at(), "up", want, found, f"{have} -> {want}"))
                 self.say(f"  t={self.at():6.1f}s scale up {have} -> {want} (lag {found})")
