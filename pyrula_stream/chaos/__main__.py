@@ -8,7 +8,8 @@ also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken``,
 ``hostile_dlq_doubled``, ``forged_answers_taken``, ``invented_tenant_overshoot`` and
 ``valid_turns_stuck``; with ``--approvals`` also ``approved_not_run``, ``rejected_ran``,
 ``answers_lost`` and ``answers_doubled``; with ``--tenants`` also ``quota_overshoot``, and
-at least one deferral), else 1.
+at least one deferral), else 1. ``--autoscale`` is a run of its own (``autoscale.py``):
+workers scaled on lag as KEDA would, gating also ``parked_not_resumed``.
 
 With ``--hostile`` the run is ``--secured`` by default (its own SASL broker with the
 chaos agent's generated ACLs, see ``secured.py``) unless another broker setup is asked for.
@@ -25,6 +26,7 @@ import sys
 from typing import Any
 
 from pyrula_stream.chaos.approvals import APPROVAL_KEYS
+from pyrula_stream.chaos.autoscale import AutoscaleConfig, autoscale_summary, run_autoscale
 from pyrula_stream.chaos.harness import (
     GATE_KEYS,
     THREAD_GATE_KEYS,
@@ -195,6 +197,34 @@ def summary(result: ChaosResult) -> str:
     return "\n".join(lines)
 
 
+def run_autoscale_mode(args: argparse.Namespace) -> int:
+    """``--autoscale``: its own run (``autoscale.py``), its summary, the JSON line."""
+    cfg = (AutoscaleConfig.quick if args.quick else AutoscaleConfig)(
+        **({"waves": args.waves} if args.waves else {}),
+        **({"wave_turns": args.wave_turns} if args.wave_turns else {}),
+        max_workers=args.max_workers,
+        lag_threshold=args.lag_threshold,
+        partitions=args.partitions,
+        seed=args.seed,
+        bootstrap_servers=args.bootstrap_servers,
+        timeout_s=args.timeout,
+        run_dir=args.run_dir,
+        keep_run_dir=args.keep,
+        log=lambda text: print(text, flush=True),
+    )
+    try:
+        result = run_autoscale(cfg)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'SIGINT'}); every process was stopped", flush=True)
+        return 130
+    except PyrulaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(autoscale_summary(result), flush=True)
+    print(json.dumps(result.counts, default=str), flush=True)
+    return 0 if result.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pyrula_stream.chaos", description=__doc__)
     p.add_argument(
@@ -296,6 +326,23 @@ def main(argv: list[str] | None = None) -> int:
         "--hostile, unless --bootstrap-servers, --broker-restarts, --brokers, --subagents "
         "or --approvals asks for another setup)",
     )
+    p.add_argument(
+        "--autoscale",
+        action="store_true",
+        help="scale worker processes between 1 and --max-workers on the turns topic's lag as "
+        "KEDA would, under --waves waves of --wave-turns turns, some parked on timers and "
+        "signals; gate parked_not_resumed, and scale_ups and scale_downs >= 3 and "
+        "parked_handed_over >= 1 (see chaos/autoscale.py)",
+    )
+    p.add_argument("--quick", action="store_true", help="--autoscale: the test suite's size")
+    p.add_argument(
+        "--waves", type=int, default=None, help="--autoscale: bursts (default 4, 3 --quick)"
+    )
+    p.add_argument(
+        "--wave-turns", type=int, default=None, help="--autoscale: turns per wave (default 80)"
+    )
+    p.add_argument("--max-workers", type=int, default=4, help="--autoscale: most workers")
+    p.add_argument("--lag-threshold", type=int, default=5, help="--autoscale: lag per worker")
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
@@ -326,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_term)
+    if args.autoscale:
+        return run_autoscale_mode(args)
     cfg = ChaosConfig(
         turns=args.turns,
         workers=args.workers,

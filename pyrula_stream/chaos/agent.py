@@ -15,6 +15,8 @@ it through the environment, so each run gets its own agent name (hence its own t
   records its effect in ``PYRULA_CHAOS_GATED_EFFECTS`` only when approved;
 - ``PYRULA_CHAOS_TENANTS=1``: turns have tenants (``metadata["tenant"]``) held to the
   small quotas of ``chaos/tenants.py``;
+- ``park="sleep"`` or ``park="signal"`` (``--autoscale``): after its tool call the turn
+  parks on a durable timer or a signal (``chaos/parking.py``);
 - ``PYRULA_CHAOS_HOSTILE=1``: a turn with ``ask=True`` (sent by the hostile producer, never
   by the submitter) parks on ``gated_effect`` at once; turns have tenants, a tenant not
   in ``chaos/tenants.py`` held to ``hostile_caps.UNKNOWN_TENANT_LIMITS``.
@@ -43,6 +45,7 @@ from pyrula_stream.chaos.effects import (
 )
 from pyrula_stream.chaos.hostile_caps import UNKNOWN_TENANT_LIMITS
 from pyrula_stream.chaos.model_server import MODEL, prompt_for
+from pyrula_stream.chaos.parking import park as park_turn
 from pyrula_stream.chaos.tenants import TENANTS_ENV, tenancy_options
 from pyrula_stream.context.agent_context import AgentContext
 from pyrula_stream.errors import ToolCallRejected
@@ -117,7 +120,7 @@ async def chaos_child(ctx: AgentContext, parent: str, i: int) -> dict[str, Any]:
     human_in_the_loop=os.environ.get(APPROVALS_ENV) == "1" or HOSTILE,
     **_tenancy(),
 )
-async def chaos(ctx: AgentContext, n: int, ask: bool = False) -> dict[str, Any]:
+async def chaos(ctx: AgentContext, n: int, ask: bool = False, park: str = "") -> dict[str, Any]:
     if ask and HOSTILE:  # a hostile record's turn: parks on a question only a reviewer answers
         gated = await gated_effect(ctx, turn=ctx.turn_id)
         return {"turn": ctx.turn_id, "asked": gated}
@@ -132,6 +135,9 @@ async def chaos(ctx: AgentContext, n: int, ask: bool = False) -> dict[str, Any]:
         except ToolCallRejected as exc:
             gated = {"turn": ctx.turn_id, "rejected": exc.reason, "expired": exc.expired}
         return {"turn": ctx.turn_id, "n": n, "answer": answer, "gated": gated}
+    if park:
+        parked = await park_turn(ctx, park)
+        return {"turn": ctx.turn_id, "n": n, "answer": answer, "parked": parked}
     if os.environ.get(SUBAGENTS_ENV) != "1":
         return {"turn": ctx.turn_id, "n": n, "answer": answer}
     first = await ctx.call_agent(chaos_child, parent=ctx.turn_id, i=0)

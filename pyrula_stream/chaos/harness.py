@@ -30,6 +30,7 @@ from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.chaos import hostile, hostile_caps_check, hostile_check, verify
 from pyrula_stream.chaos.answer_kills import AnswerKiller, check_answer_kills
 from pyrula_stream.chaos.approvals import APPROVAL_KEYS, Reviewer, check_approvals, read_answers
+from pyrula_stream.chaos.autoscale_check import AUTOSCALE_KEYS
 from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, OwnBroker, run_broker
 from pyrula_stream.chaos.cluster import ClusterKiller, cluster_counts
 from pyrula_stream.chaos.effects import (
@@ -145,6 +146,8 @@ class ChaosResult:
             gated += APPROVAL_KEYS
         if "quota_overshoot" in self.counts:
             gated += TENANT_KEYS
+        if "parked_not_resumed" in self.counts:
+            gated += AUTOSCALE_KEYS
         # A tenants run proves something only if the quotas really deferred turns.
         tenants_ok = "quota_overshoot" not in self.counts or self.counts.get("deferrals", 0) >= 1
         subagents_ok = all(self.counts.get(k, 0) == 0 for k in verify.SUBAGENT_KEYS)
