@@ -157,6 +157,7 @@ def follow(
         assert done.returncode == 0, (command, done.stdout, done.stderr)
         if words[:3] == ["pyrula-stream", "broker", "start"]:
             bootstrap = done.stdout.strip().splitlines()[-1]
+            assert "WARNING" not in done.stderr, done.stderr  # a fresh broker is no fault
     assert sh.worker is not None, "the path must start a worker"
     assert done is not None
     return done
