@@ -11,7 +11,7 @@ LOWEST_TESTS := tests/runtime/test_turn_end_to_end.py tests/durable/test_durabil
 	tests/wire/test_requests.py tests/wire/test_schemas.py tests/runtime/test_dead_letters.py \
 	tests/client/test_status.py tests/context/test_tool_loop.py tests/kafka/test_topics.py
 
-.PHONY: setup demo test test-fast test-lowest lint typecheck docs contracts image deploy-check chaos pipelines bench broker-jars browser clean
+.PHONY: setup demo test test-fast test-lowest lint typecheck docs dist contracts image deploy-check chaos pipelines bench broker-jars browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ typecheck: $(STAMP)
 # The docs site (mkdocs.yml, docs/): broken links, anchors and missing pages fail the build.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The sdist and the wheel in dist/ (python -m build): `pip install 'dist/<wheel>[openai]'`
+# installs the package anywhere, without a clone (README: Install).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 # The container image (docker or podman, whichever is present): pyrula-stream:<version>.
 image: $(STAMP)

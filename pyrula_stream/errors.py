@@ -193,6 +193,24 @@ class ThreadDeleteFailed(PyrulaError):
         self.thread_id = thread_id
 
 
+class TurnFailed(PyrulaError):
+    """A turn the client waited on ended with ``run:error``: raised by ``client.ask``, so
+    a failed turn reads as its code and message, not as a missing ``result``. ``code`` is
+    the turn's (``internal`` when it is not one of ours); ``data`` is the event's."""
+
+    def __init__(self, *, agent: str, turn_id: str, data: dict[str, Any]) -> None:
+        raw = str(data.get("code", ErrorCode.INTERNAL))
+        known = raw in ErrorCode.__members__.values()
+        super().__init__(
+            f"turn {turn_id} of agent '{agent}' failed with {raw}: "
+            f"{data.get('message') or '(no message)'}",
+            code=ErrorCode(raw) if known else ErrorCode.INTERNAL,
+        )
+        self.agent = agent
+        self.turn_id = turn_id
+        self.data = data
+
+
 class TurnNotRecorded(UserError):
     """A turn asked for by id has no record in ``<agent>.history``."""
 

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from pyrula_stream.kafka.config import KafkaSettings
 
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 KAFKA_TIMEOUT_S = 30.0
 """Default for ``--timeout``: how long a command waits on Kafka (and on a turn's next event)."""
 
@@ -50,9 +49,9 @@ def load_agent(spec: str) -> Any:
 
 
 def state_file() -> Path:
-    from pyrula_stream.kafka.local.broker import cache_root
+    from pyrula_stream.kafka.local.bootstrap import state_file as broker_state_file
 
-    return cache_root() / "broker.json"
+    return broker_state_file()
 
 
 def kafka_config_from(args: argparse.Namespace) -> KafkaSettings:
@@ -68,15 +67,9 @@ def bootstrap_from(args: argparse.Namespace) -> str:
     ``bootstrap.servers``, else the broker `broker start` ran."""
     if getattr(args, "bootstrap_servers", None):
         return str(args.bootstrap_servers)
-    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if env:
-        return env
-    from_file = kafka_config_from(args).get("bootstrap.servers")
-    if from_file:
-        return str(from_file)
-    if state_file().exists():
-        return str(json.loads(state_file().read_text())["bootstrap_servers"])
-    return DEFAULT_BOOTSTRAP
+    from pyrula_stream.kafka.local.bootstrap import find_bootstrap
+
+    return find_bootstrap(kafka_config_from(args))
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:

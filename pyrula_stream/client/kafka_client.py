@@ -32,6 +32,7 @@ from pyrula_stream.errors import (
     ConfigurationError,
     ErrorCode,
     ThreadDeleteFailed,
+    TurnFailed,
     UnknownTopicError,
     UserError,
 )
@@ -44,6 +45,7 @@ from pyrula_stream.kafka.config import (
 )
 from pyrula_stream.kafka.consumers import read_key_partition, reader_group_id
 from pyrula_stream.kafka.io import PartitionReader, RecordProducer
+from pyrula_stream.kafka.local.bootstrap import find_bootstrap
 from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.state.threads import THREAD_DELETE, ThreadHandle, decode_thread
@@ -90,6 +92,9 @@ def missing_agent_topic(agent: str, prefix: str, topic: str) -> UnknownTopicErro
 class KafkaAgentClient(SignalsClient):
     """Async client for agents served by ``pyrula-stream worker``. Use as ``async with``.
 
+    ``bootstrap_servers`` defaults as the CLI's does (``kafka.local.bootstrap``):
+    ``$KAFKA_BOOTSTRAP_SERVERS``, the settings' ``bootstrap.servers``, then the broker
+    ``pyrula-stream broker start`` ran.
     ``timeout`` (seconds) bounds each request to Kafka: a submit's acknowledgement, a
     stream's first look at its topic. ``kafka_config`` (librdkafka settings such as
     ``security.protocol`` and ``sasl.*``) reaches the client's producer and readers;
@@ -101,21 +106,21 @@ class KafkaAgentClient(SignalsClient):
 
     def __init__(
         self,
-        bootstrap_servers: str,
+        bootstrap_servers: str | None = None,
         *,
         prefix: str = DEFAULT_PREFIX,
         timeout: float = 30.0,
         kafka_config: Mapping[str, Any] | None = None,
         serialization: Literal["avro", "schema_registry"] = "avro",
     ) -> None:
-        if not bootstrap_servers:
+        if bootstrap_servers is not None and not bootstrap_servers:
             raise ConfigurationError("bootstrap_servers is empty")
         if timeout <= 0:
             raise ConfigurationError(f"timeout must be > 0 seconds, got {timeout}")
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka_config: KafkaSettings = resolve(kafka_config)
+        self.bootstrap_servers = bootstrap_servers or find_bootstrap(self.kafka_config)
         self.prefix = prefix
         self.timeout = timeout
-        self.kafka_config: KafkaSettings = resolve(kafka_config)
         check_serialization(serialization, self.kafka_config)
         self.serialization = serialization
         self._registry: serde.ValueCodec | None = None
@@ -429,6 +434,15 @@ class KafkaAgentClient(SignalsClient):
 
         await asyncio.wait_for(collect(), timeout)
         return events
+
+    async def ask(self, agent: str, **params: Any) -> Any:
+        """``run`` a turn and return its result; a turn that ended with ``run:error``
+        raises ``TurnFailed`` (its code and message). Keywords are ``run``'s."""
+        events = await self.run(agent, **params)
+        last = events[-1]
+        if last.type != EventType.RUN_COMPLETE:
+            raise TurnFailed(agent=agent, turn_id=last.turn_id, data=last.data)
+        return last.data.get("result")
 
     async def get_thread(self, agent: str, thread_id: str) -> ThreadHandle:
         """The thread's turns (oldest first) with their messages and outcomes, as committed

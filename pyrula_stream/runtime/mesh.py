@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.errors import ConfigurationError, UserError
+from pyrula_stream.kafka.local.bootstrap import find_bootstrap
 from pyrula_stream.observability.metrics import merged_exposition
 from pyrula_stream.runtime.background import RunsInBackground
 from pyrula_stream.runtime.health import start_health_server
@@ -104,7 +105,7 @@ class MeshWorker(RunsInBackground):
 
 def run_worker(
     agent: KafkaAgent | Sequence[KafkaAgent],
-    bootstrap_servers: str,
+    bootstrap_servers: str | None = None,
     options: WorkerOptions | None = None,
     *,
     handle_signals: bool = True,
@@ -114,6 +115,8 @@ def run_worker(
 
     Several agents run side by side in this one process (``MeshWorker``). ``event_loop``:
     ``"asyncio"`` (the default) or ``"uvloop"`` (see ``runtime.event_loop``).
+    Without ``bootstrap_servers`` it finds the cluster as the CLI does
+    (``kafka.local.bootstrap.find_bootstrap``).
     """
     import logging
     import signal
@@ -121,12 +124,14 @@ def run_worker(
     from pyrula_stream.runtime import event_loop as loops
     from pyrula_stream.runtime.collector import tune_for_worker
 
+    bootstrap = bootstrap_servers or find_bootstrap(options.kafka_config if options else None)
+
     async def main() -> None:
         worker: KafkaWorker | MeshWorker
         if isinstance(agent, KafkaAgent):
-            worker = KafkaWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
+            worker = KafkaWorker(agent, bootstrap_servers=bootstrap, options=options)
         else:
-            worker = MeshWorker(agent, bootstrap_servers=bootstrap_servers, options=options)
+            worker = MeshWorker(agent, bootstrap_servers=bootstrap, options=options)
         if handle_signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -57,6 +57,7 @@ def test_exported_names_are_pinned() -> None:
             "ToolContext",
             "ToolRegistrationError",
             "TopicDriftError",
+            "TurnFailed",
             "TurnFailure",
             "TurnHandle",
             "TurnNotRecorded",

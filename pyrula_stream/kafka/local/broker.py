@@ -375,17 +375,33 @@ def wait_until_ready(
     *,
     kafka_config: Mapping[str, Any] | None = None,
 ) -> None:
-    """Block until the broker answers a metadata request."""
+    """Block until the broker answers a metadata request. Its port is waited for first: a
+    client sent at a port nobody listens on yet logs "unreachable", which a broker that
+    is still starting is not."""
     from pyrula_stream.kafka.admin import broker_answers
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if broker_answers(bootstrap_servers, timeout_s=2.0, kafka_config=kafka_config or {}):
+        if _listens(bootstrap_servers) and broker_answers(
+            bootstrap_servers, timeout_s=2.0, kafka_config=kafka_config or {}
+        ):
             return
         time.sleep(0.2)
     raise BrokerUnavailableError(
         f"Kafka at {bootstrap_servers} did not answer metadata within {timeout_s:.0f}s"
     )
+
+
+def _listens(bootstrap_servers: str) -> bool:
+    """Whether the first address accepts a TCP connection (true when it cannot be read)."""
+    host, _, port = bootstrap_servers.split(",")[0].rpartition(":")
+    if not host or not port.isdigit():
+        return True
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def new_cluster_id() -> str:
