@@ -443,3 +443,7 @@ class TurnStream:
             await self._events.aclose()
         finally:
             self._unsubscribe()
+
+    def drop(self) -> None:
+        """Close a stream that was never iterated (its generator holds nothing yet)."""
+        self._unsubscribe()
