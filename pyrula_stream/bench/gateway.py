@@ -36,6 +36,8 @@ from pyrula_stream.client.kafka_client import KafkaAgentClient
 
 PREFIX = "/agents"
 PARTITIONS = 6
+SUBMIT_ATTEMPTS = 3
+"""A submit whose connection fails is sent again (as a client would), counted in the JSON."""
 
 
 def _gateway_process(bootstrap: str, agent: str, streams: int, url: Any, stop: Any) -> None:
@@ -51,6 +53,8 @@ def _gateway_process(bootstrap: str, agent: str, streams: int, url: Any, stop: A
             topic_prefix=TOPIC_PREFIX,
             sse_max_streams=streams + 10,
             sse_max_streams_per_owner=streams + 10,
+            rate_limit=None,  # one caller opens every stream: its rate is the load
+            max_connections=2 * streams + 100,  # each stream holds one, submits more
         ),
     )
 
@@ -162,13 +166,13 @@ async def run_gateway(
     keep_topics: bool = False,
 ) -> dict[str, Any]:
     """The gateway phase (see the module docstring). Streams open over ``open_s`` (default:
-    1 s per 1,500 streams); the model takes ``model_s`` per call (default: three times the
-    opening plus 2 s), long enough for every stream to be open before the turns' later
-    events are made, also on a busy machine."""
+    1 s per 1,500 streams); the model takes ``model_s`` per call (default: twice the
+    opening plus 10 s, at least 5 s), long enough for every stream to be open before the
+    turns' later events are made, also on a busy machine."""
     if open_s is None:
         open_s = streams / 1500
     if model_s is None:
-        model_s = max(2.0, 3 * open_s + 2.0)
+        model_s = max(5.0, 2 * open_s + 10.0)
     agent = tool_turn_agent(unique("gw"), latency_s=model_s, partitions=PARTITIONS)
     await asyncio.to_thread(create_topics, bootstrap, agent.topic_specs())
     context = multiprocessing.get_context("spawn")
@@ -208,12 +212,20 @@ async def run_gateway(
             rss_before = _rss_kb(gateway.pid)
             opened = [asyncio.Event() for _ in range(streams)]
             turns: list[str] = []
+            retried: list[int] = []
             tasks: list[asyncio.Task[None]] = []
 
             async def open_one(i: int, start: float) -> None:
                 """Submit turn ``i`` at its time in the opening, then follow it."""
                 await asyncio.sleep(max(0.0, start + i * open_s / streams - time.monotonic()))
-                answer = await http.post(f"{PREFIX}/{agent.name}/turns", json=QUESTION)
+                for attempt in range(SUBMIT_ATTEMPTS):
+                    try:
+                        answer = await http.post(f"{PREFIX}/{agent.name}/turns", json=QUESTION)
+                        break
+                    except httpx.TransportError:  # a kept-alive connection closed under it
+                        if attempt == SUBMIT_ATTEMPTS - 1:
+                            raise
+                        retried.append(i)
                 answer.raise_for_status()
                 handle = answer.json()
                 turns.append(handle["turn_id"])
@@ -253,6 +265,7 @@ async def run_gateway(
         "open_s": round(open_s, 2),
         "model_latency_s": model_s,
         "turns_paired": len(added),
+        "submit_retries": len(retried),
         "events_measured_sse": len(sse),
         "events_measured_client": len(direct),
         "sse_p50_ms": p["sse", 50],
