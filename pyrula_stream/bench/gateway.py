@@ -3,18 +3,19 @@ open Server-Sent-Events stream.
 
 One gateway process (``create_app`` under uvicorn, as ``pyrula-stream gateway`` serves it)
 and one worker process run on this machine; this process submits ``streams`` turns through
-the gateway and follows each over SSE (one HTTP connection per turn, as browsers do), while
-a third process follows the same turns with ``KafkaAgentClient.stream`` (its one shared
-reader), at the same time. A turn is the one-tool workload with a model that takes
-``model_s`` per call (longer with more streams), so every stream is open before the turns'
-later events are written.
+the gateway, spread over ``open_s`` seconds, and follows each over SSE as soon as it is
+submitted (one HTTP connection per turn, as browsers do), while a third process follows
+the same turns with ``KafkaAgentClient.stream`` (its one shared reader), at the same time.
+A turn is the one-tool workload with a model that takes ``model_s`` per call, longer than
+the opening, so every stream is open before the turns' later events are written.
 
 For each event, ``arrival - ts_ms`` is measured on both paths (``ts_ms`` is when the
 worker made the event, before its commit: the same start for both). The gateway's own
-figure is the difference: ``gateway_added_p50_ms`` = p50 over SSE - p50 over
-``KafkaAgentClient``, the same for p99; only events made after every stream was open
-count, so none is a catch-up read. RSS per open stream is the gateway process's growth
-from before the streams opened to when all were open, divided by ``streams``.
+figure is paired per turn: for each turn, the mean over its events of (SSE lag - client
+lag) for the same events; ``gateway_added_p50_ms`` and ``gateway_added_p99_ms`` are the
+p50 and p99 of those per-turn differences. Only events made after every stream was open
+count, so none is a catch-up read. ``gateway_kb_per_stream`` is the gateway process's RSS
+growth from before the streams opened to when all were open, divided by ``streams``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from pyrula_stream.client.kafka_client import KafkaAgentClient
 
 PREFIX = "/agents"
 PARTITIONS = 6
+SUBMIT_ATTEMPTS = 3
+"""A submit whose connection fails is sent again (as a client would), counted in the JSON."""
 
 
 def _gateway_process(bootstrap: str, agent: str, streams: int, url: Any, stop: Any) -> None:
@@ -50,6 +53,8 @@ def _gateway_process(bootstrap: str, agent: str, streams: int, url: Any, stop: A
             topic_prefix=TOPIC_PREFIX,
             sse_max_streams=streams + 10,
             sse_max_streams_per_owner=streams + 10,
+            rate_limit=None,  # one caller opens every stream: its rate is the load
+            max_connections=2 * streams + 100,  # each stream holds one, submits more
         ),
     )
 
@@ -84,10 +89,14 @@ def _rss_kb(pid: int) -> int:
     return int(psutil.Process(pid).memory_info().rss // 1024)
 
 
+Arrival = tuple[str, int, int, float]
+"""``(turn_id, seq, ts_ms, arrival ms)`` of one event on one path."""
+
+
 async def _sse(
-    http: httpx.AsyncClient, url: str, opened: asyncio.Event, arrivals: list[tuple[int, float]]
+    http: httpx.AsyncClient, url: str, opened: asyncio.Event, arrivals: list[Arrival]
 ) -> None:
-    """Read one turn's SSE stream to its end; each event's ``(ts_ms, arrival ms)``."""
+    """Read one turn's SSE stream to its end; each event's arrival."""
     async with http.stream("GET", url) as response:
         response.raise_for_status()
         opened.set()
@@ -97,15 +106,16 @@ async def _sse(
                 data = line[6:]
             elif not line and data is not None:
                 event = json.loads(data)
-                arrivals.append((int(event["ts_ms"]), time.time() * 1000))
+                at = time.time() * 1000
+                arrivals.append((event["turn_id"], event["seq"], int(event["ts_ms"]), at))
                 data = None
 
 
 async def _direct(
-    client: KafkaAgentClient, agent: str, turn_id: str, arrivals: list[tuple[int, float]]
+    client: KafkaAgentClient, agent: str, turn_id: str, arrivals: list[Arrival]
 ) -> None:
     async for event in client.stream(agent, turn_id):
-        arrivals.append((event.ts_ms, time.time() * 1000))
+        arrivals.append((event.turn_id, event.seq, event.ts_ms, time.time() * 1000))
 
 
 def _client_process(
@@ -118,7 +128,7 @@ def _client_process(
         async with KafkaAgentClient(bootstrap, prefix=prefix) as client:
             ready.set()
             ids = await asyncio.to_thread(turn_ids.get, True, 300)
-            seen: list[tuple[int, float]] = []
+            seen: list[Arrival] = []
             await asyncio.gather(*(_direct(client, agent, t, seen) for t in ids))
             arrivals.put(seen)
 
@@ -135,14 +145,34 @@ async def _warm_up(url: str, agent: str) -> None:
         await _sse(http, warm.json()["events_url"], asyncio.Event(), [])
 
 
+def added_per_turn(sse: list[Arrival], client: list[Arrival], since_ms: float) -> list[float]:
+    """Per turn, the mean of (SSE lag - client lag) over its events made at or after
+    ``since_ms`` that both paths saw."""
+    direct = {(t, seq): at for t, seq, ts, at in client if ts >= since_ms}
+    per_turn: dict[str, list[float]] = {}
+    for turn_id, seq, ts, at in sse:
+        other = direct.get((turn_id, seq))
+        if ts >= since_ms and other is not None:
+            per_turn.setdefault(turn_id, []).append(at - other)
+    return [sum(d) / len(d) for d in per_turn.values()]
+
+
 async def run_gateway(
-    bootstrap: str, *, streams: int, model_s: float | None = None, keep_topics: bool = False
+    bootstrap: str,
+    *,
+    streams: int,
+    model_s: float | None = None,
+    open_s: float | None = None,
+    keep_topics: bool = False,
 ) -> dict[str, Any]:
-    """The gateway phase (see the module docstring). The model takes ``model_s`` per call
-    (default: 2 s per 100 streams, at least 2 s), long enough for every stream to be open
-    before the turns' later events are made, also on a busy machine."""
+    """The gateway phase (see the module docstring). Streams open over ``open_s`` (default:
+    1 s per 1,500 streams); the model takes ``model_s`` per call (default: twice the
+    opening plus 10 s, at least 5 s), long enough for every stream to be open before the
+    turns' later events are made, also on a busy machine."""
+    if open_s is None:
+        open_s = streams / 1500
     if model_s is None:
-        model_s = max(2.0, streams / 50)
+        model_s = max(5.0, 2 * open_s + 10.0)
     agent = tool_turn_agent(unique("gw"), latency_s=model_s, partitions=PARTITIONS)
     await asyncio.to_thread(create_topics, bootstrap, agent.topic_specs())
     context = multiprocessing.get_context("spawn")
@@ -170,8 +200,8 @@ async def run_gateway(
     gateway.start()
     worker.start()
     follower.start()
-    via_sse: list[tuple[int, float]] = []
-    via_client: list[tuple[int, float]] = []
+    via_sse: list[Arrival] = []
+    via_client: list[Arrival] = []
     try:
         url = await asyncio.to_thread(url_queue.get, True, 120)
         await asyncio.to_thread(client_ready.wait, 120)
@@ -180,17 +210,33 @@ async def run_gateway(
         async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
             assert gateway.pid is not None
             rss_before = _rss_kb(gateway.pid)
-            submitted = await asyncio.gather(
-                *(http.post(f"{PREFIX}/{agent.name}/turns", json=QUESTION) for _ in range(streams))
-            )
-            handles = [answer.json() for answer in submitted]
-            turn_ids.put([h["turn_id"] for h in handles])
-            opened = [asyncio.Event() for _ in handles]
-            tasks = [
-                asyncio.create_task(_sse(http, h["events_url"], o, via_sse))
-                for h, o in zip(handles, opened, strict=True)
-            ]
-            await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), 120)
+            opened = [asyncio.Event() for _ in range(streams)]
+            turns: list[str] = []
+            retried: list[int] = []
+            tasks: list[asyncio.Task[None]] = []
+
+            async def open_one(i: int, start: float) -> None:
+                """Submit turn ``i`` at its time in the opening, then follow it."""
+                await asyncio.sleep(max(0.0, start + i * open_s / streams - time.monotonic()))
+                for attempt in range(SUBMIT_ATTEMPTS):
+                    try:
+                        answer = await http.post(f"{PREFIX}/{agent.name}/turns", json=QUESTION)
+                        break
+                    except httpx.TransportError:  # a kept-alive connection closed under it
+                        if attempt == SUBMIT_ATTEMPTS - 1:
+                            raise
+                        retried.append(i)
+                answer.raise_for_status()
+                handle = answer.json()
+                turns.append(handle["turn_id"])
+                tasks.append(
+                    asyncio.create_task(_sse(http, handle["events_url"], opened[i], via_sse))
+                )
+
+            start = time.monotonic()
+            await asyncio.gather(*(open_one(i, start) for i in range(streams)))
+            turn_ids.put(turns)
+            await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), 300)
             all_open_ms = time.time() * 1000
             rss_open = _rss_kb(gateway.pid)
             await asyncio.wait_for(asyncio.gather(*tasks), 300)
@@ -204,10 +250,11 @@ async def run_gateway(
         if not keep_topics:
             await asyncio.to_thread(drop_topics, bootstrap, agent_topics(agent))
 
-    def lags(arrivals: list[tuple[int, float]]) -> list[float]:
-        return [arrived - ts for ts, arrived in arrivals if ts >= all_open_ms]
+    def lags(arrivals: list[Arrival]) -> list[float]:
+        return [arrived - ts for _, _, ts, arrived in arrivals if ts >= all_open_ms]
 
     sse, direct = lags(via_sse), lags(via_client)
+    added = added_per_turn(via_sse, via_client, all_open_ms)
     p = {
         (name, q): round(percentile(values, q), 1)
         for name, values in (("sse", sse), ("client", direct))
@@ -215,16 +262,19 @@ async def run_gateway(
     }
     return {
         "streams": streams,
+        "open_s": round(open_s, 2),
         "model_latency_s": model_s,
+        "turns_paired": len(added),
+        "submit_retries": len(retried),
         "events_measured_sse": len(sse),
         "events_measured_client": len(direct),
         "sse_p50_ms": p["sse", 50],
         "sse_p99_ms": p["sse", 99],
         "client_p50_ms": p["client", 50],
         "client_p99_ms": p["client", 99],
-        "gateway_added_p50_ms": round(p["sse", 50] - p["client", 50], 1),
-        "gateway_added_p99_ms": round(p["sse", 99] - p["client", 99], 1),
-        "gateway_rss_kb_per_stream": round((rss_open - rss_before) / streams, 2),
+        "gateway_added_p50_ms": round(percentile(added, 50), 1),
+        "gateway_added_p99_ms": round(percentile(added, 99), 1),
+        "gateway_kb_per_stream": round((rss_open - rss_before) / streams, 2),
     }
 
 

@@ -129,7 +129,6 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "call_round_trip_p99_ms": sub.get("call_round_trip_p99_ms"),
         "gateway_added_p50_ms": gw.get("gateway_added_p50_ms"),
         "gateway_added_p99_ms": gw.get("gateway_added_p99_ms"),
-        "gateway_rss_kb_per_stream": gw.get("gateway_rss_kb_per_stream"),
         "gateway_kb_per_stream": gw.get("gateway_kb_per_stream"),
         "tenant_isolation_p99_ratio": fair.get("tenant_isolation_p99_ratio"),
         "loop_stall_max_ms": keyed.get("loop_stall_max_ms"),

@@ -364,7 +364,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 f"{_fmt(gw['client_p50_ms'])} / {_fmt(gw['client_p99_ms'])}",
                 "",
             ),
-            ("  gateway RSS per open stream (KB)", _fmt(gw["gateway_rss_kb_per_stream"]), ""),
+            ("  gateway RSS per open stream (KB)", _fmt(gw["gateway_kb_per_stream"]), ""),
         ]
     keyed = results.get("keyed")
     if keyed:

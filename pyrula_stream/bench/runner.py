@@ -116,7 +116,7 @@ class BenchConfig:
     soak_warmup: int = 5_000
     parked_turns: int = 50_000
     call_round_trips: int = 100
-    gateway_streams: int = 500
+    gateway_streams: int = 5000
     fairness_flood: int = 5000
     fairness_paced: int = 50
     keyed_rate: float = 2000.0

@@ -298,23 +298,30 @@ class KafkaAgentClient(SignalsClient):
         since_ms: int | None = None,
         after_seq: int | None = None,
         idle_timeout_seconds: float | None = None,
+        new_turn: bool = False,
     ) -> TurnStream:
         """``stream`` subscribed now: a missing topic or an unreachable broker raises
         here, before any event is awaited (the gateway answers those with an HTTP error
-        rather than inside an event stream). ``aclose`` it when done."""
+        rather than inside an event stream). ``aclose`` it when done. ``new_turn``: the
+        turn is not submitted yet, so only what is written from now on is read (no
+        offset lookup, no read of older records)."""
+        reader = self._event_reader(agent)
+        topic = self._topics(agent).events
+        try:
+            sub = await reader.subscribe(topic, turn_id.encode(), since_ms, new=new_turn)
+        except UnknownTopicError as exc:
+            raise self._no_topic(agent, exc) from None
+        events = self._events(sub, turn_id, after_seq, idle_timeout_seconds)
+        return TurnStream(events, lambda: reader.unsubscribe(sub))
+
+    def _event_reader(self, agent: str) -> SharedEventReader:
         if self._reader is None:
             self._reader = SharedEventReader(
                 self.bootstrap_servers,
                 kafka_config=self.kafka_config,
                 group_id=reader_group_id(self.prefix, agent),
             )
-        reader = self._reader
-        try:
-            sub = await reader.subscribe(self._topics(agent).events, turn_id.encode(), since_ms)
-        except UnknownTopicError as exc:
-            raise self._no_topic(agent, exc) from None
-        events = self._events(sub, turn_id, after_seq, idle_timeout_seconds)
-        return TurnStream(events, lambda: reader.unsubscribe(sub))
+        return self._reader
 
     async def _events(
         self,
@@ -332,13 +339,11 @@ class KafkaAgentClient(SignalsClient):
             while True:
                 try:
                     async with asyncio.timeout(idle_timeout_seconds):
-                        item = await sub.queue.get()
+                        item = await reader.get(sub)
                 except TimeoutError:
                     raise TimeoutError(
                         f"no event of turn {turn_id} for {idle_timeout_seconds}s"
                     ) from None
-                if isinstance(item, BaseException):
-                    raise item
                 if item.value is None:
                     continue
                 if codec is None:
@@ -405,14 +410,21 @@ class KafkaAgentClient(SignalsClient):
     ) -> list[Event]:
         """Submit a turn and collect its events until the terminal one.
 
-        When the client's event reader already reads the turn's events partition, the
-        turn is subscribed to before it is submitted (``SharedEventReader.follow_new``):
-        no lookup or rewind, and no wait behind the reader's poll.
+        A turn with a new id is subscribed to before it is submitted: it has no past
+        events, so there is no lookup or read of older records, and no wait behind the
+        reader's poll (``SharedEventReader.follow_new``, else ``subscribe(new=True)``).
         """
         request = new_request(agent, idempotency_key, metadata, thread_id, params)
         reader, sub = self._reader, None
-        if reader is not None and idempotency_key is None:  # a new turn id: no past events
-            sub = reader.follow_new(self._topics(agent).events, request.turn_id.encode())
+        if idempotency_key is None:  # a new turn id: no past events
+            reader = self._event_reader(agent)
+            topic, key = self._topics(agent).events, request.turn_id.encode()
+            sub = reader.follow_new(topic, key)
+            if sub is None:
+                try:
+                    sub = await reader.subscribe(topic, key, None, new=True)
+                except UnknownTopicError as exc:
+                    raise self._no_topic(agent, exc) from None
         try:
             handle = await self.submit_request(request)
         except BaseException:

@@ -32,8 +32,9 @@ from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, check_bind, p
 from pyrula_stream.access.rate_limit import RateLimit
 from pyrula_stream.access.tenant_signature import signed_tenant_headers
 from pyrula_stream.agent.definition import KafkaAgent
-from pyrula_stream.client.kafka_client import KafkaAgentClient
+from pyrula_stream.client.kafka_client import KafkaAgentClient, TurnHandle
 from pyrula_stream.errors import (
+    BrokerUnavailableError,
     ErrorCode,
     PyrulaError,
 )
@@ -48,8 +49,10 @@ from pyrula_stream.gateway.errors import (
 )
 from pyrula_stream.gateway.options import GATEWAY_TENANT_HEADER, AppOptions
 from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
+from pyrula_stream.gateway.pending import PendingStreams
 from pyrula_stream.gateway.sse import last_event_id, sse_frames
 from pyrula_stream.kafka.admin import broker_answers
+from pyrula_stream.wire.serde import TurnRequest
 
 RESERVED_METADATA_PREFIX = "pyrula."
 """Metadata keys the gateway drops from a caller's request (see ``end_user_metadata``)."""
@@ -108,6 +111,8 @@ class Gateway:
         )
         self._clients: dict[str, KafkaAgentClient] = {}
         self._ready: tuple[float, bool] = (0.0, False)
+        self._asking: asyncio.Task[bool] | None = None
+        self.pending = PendingStreams()
 
     def client(self, agent: ServedAgent) -> KafkaAgentClient:
         found = self._clients.get(agent.topic_prefix)
@@ -121,6 +126,7 @@ class Gateway:
         return found
 
     async def close(self) -> None:
+        self.pending.close()
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.close()
@@ -190,6 +196,52 @@ class Gateway:
         )
         self._ready = (time.monotonic(), answer)
         return answer
+
+    def refuse_while_down(self) -> None:
+        """``503`` at once while the gateway already knows Kafka is unreachable (``/readyz``
+        said so, or a submit found it so), instead of after the produce deadline. A stale
+        answer is asked again in the background: a later request sees the news."""
+        at, answer = self._ready
+        if answer or at == 0.0:
+            return
+        if time.monotonic() - at >= READY_CACHE_S and (self._asking is None or self._asking.done()):
+            self._asking = asyncio.create_task(self.ready(), name="pyrula-gateway-ready")
+        raise GatewayRefusal(
+            503,
+            "Kafka is not reachable (see /readyz); retry later",
+            code=ErrorCode.STORE_UNAVAILABLE,
+            headers={"Retry-After": str(self.options.retry_after_s)},
+        )
+
+    def saw_kafka(self, answers: bool) -> None:
+        """What a request to Kafka just showed (the next ``refuse_while_down`` uses it)."""
+        self._ready = (time.monotonic(), answers)
+
+    async def submit(
+        self, served: ServedAgent, turn: TurnRequest, headers: list[tuple[str, bytes]]
+    ) -> TurnHandle:
+        """Produce the turn, its stream opened first (for the events request that
+        follows: see ``PendingStreams``) unless an idempotency key may name an older turn."""
+        self.refuse_while_down()
+        client = self.client(served)
+        stream = None
+        try:
+            if turn.idempotency_key is None:
+                stream = await client.open_stream(served.name, turn.turn_id, new_turn=True)
+            handle = await client.submit_request(turn, headers=headers)
+        except BrokerUnavailableError:
+            self.saw_kafka(False)
+            if stream is not None:
+                stream.drop()
+            raise
+        except BaseException:
+            if stream is not None:
+                stream.drop()
+            raise
+        self.saw_kafka(True)
+        if stream is not None:
+            self.pending.keep(served.name, turn.turn_id, stream)
+        return handle
 
 
 def end_user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -385,7 +437,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         kafka_thread = gateway.thread_key(principal, thread_id) if thread_id else None
         turn = new_request(agent, key, metadata, kafka_thread, params)
         headers += gateway.tenant_headers(agent, turn.turn_id, principal)
-        handle = await gateway.client(served).submit_request(turn, headers=headers)
+        handle = await gateway.submit(served, turn, headers)
         gateway.owners.remember(agent, handle.turn_id, principal or NOBODY, handle.submitted_ms)
         since_ms = handle.submitted_ms - CLOCK_SKEW_MS
         urls = turn_urls(base(request), agent, handle.turn_id, thread_id, since_ms)
@@ -404,9 +456,11 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
             since_ms = seen - CLOCK_SKEW_MS
         gateway.slots.take(owner)
         try:  # subscribed before the answer starts: Kafka errors are still HTTP errors
-            stream = await gateway.client(served).open_stream(
-                agent, turn_id, since_ms=since_ms, after_seq=after
-            )
+            stream = gateway.pending.take(agent, turn_id) if after is None else None
+            if stream is None:
+                stream = await gateway.client(served).open_stream(
+                    agent, turn_id, since_ms=since_ms, after_seq=after
+                )
         except BaseException:
             gateway.slots.give_back(owner)
             raise

@@ -419,17 +419,47 @@ class PartitionFollower(TopicFollower):
             return watermarks(self._consumer, topic, partition, timeout_s=10.0)[0]
         return offset_at(self._consumer, topic, partition, since_ms, timeout_s=10.0)
 
-    def read_from(self, topic: str, partition: int, offset: int, *, assigned: bool) -> None:
-        """Read the partition from ``offset`` (re-assigning it when already read)."""
-        if assigned:
-            self._consumer.incremental_unassign([TopicPartition(topic, partition)])
-        self._consumer.incremental_assign([TopicPartition(topic, partition, offset)])
+    def end_offset(self, topic: str, partition: int) -> int:
+        """Where the next committed record of the partition will be (its last stable
+        offset under ``read_committed``)."""
+        return watermarks(self._consumer, topic, partition, timeout_s=10.0)[1]
 
-    def read_range(
-        self, topic: str, partition: int, start: int, end: int, key: bytes, *, timeout_s: float
-    ) -> list[TopicRecord]:
-        """The committed records of ``key`` in offsets ``[start, end)`` of one partition,
-        read once (``TimeoutError`` when the range is not read within ``timeout_s``)."""
+    def reassign(
+        self, added: list[tuple[str, int, int]], released: list[tuple[str, int]]
+    ) -> set[tuple[str, int]] | None:
+        """Start reading ``(topic, partition, offset)`` and stop reading ``released``
+        (called between polls, by the polling thread: the consumer serves one call at a
+        time); the partitions read now, when that changed."""
+        if released:
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in released])
+        if added:
+            self._consumer.incremental_assign([TopicPartition(t, p, o) for t, p, o in added])
+        if not added and not released:
+            return None
+        return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
+    def read_chunk(
+        self,
+        topic: str,
+        partition: int,
+        start: int | None,
+        end: int,
+        keys: frozenset[bytes],
+        *,
+        since_ms: int | None,
+        look_up: bool,
+        limit: int,
+        timeout_s: float,
+    ) -> tuple[list[TopicRecord], int]:
+        """The committed records of ``keys`` from ``start`` up to ``end``, at most
+        ``limit`` of them, and the offset the next chunk starts at (``end`` once it is
+        reached). With ``look_up`` it starts no later than the first record at or after
+        ``since_ms`` (the log start when that is ``None``)."""
+        if look_up:
+            found = self.start_offset(topic, partition, since_ms)
+            start = found if start is None else min(start, found)
+        if start is None or start >= end:
+            return [], end
         self._consumer.assign([TopicPartition(topic, partition, start)])
         out: list[TopicRecord] = []
         deadline = time.monotonic() + timeout_s
@@ -442,12 +472,15 @@ class PartitionFollower(TopicFollower):
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    return out
+                    return out, end
                 if err.retriable():
                     continue
                 raise KafkaException(err)
-            if (msg.offset() or 0) >= end:
-                return out
-            record = _topic_record(msg)
-            if record.key == key:
-                out.append(record)
+            offset = msg.offset() or 0
+            if offset >= end:
+                return out, end
+            key = msg.key()
+            if (key.encode() if isinstance(key, str) else key) in keys:
+                out.append(_topic_record(msg))
+                if len(out) >= limit:
+                    return out, offset + 1
