@@ -25,7 +25,7 @@ from urllib.parse import quote, urlencode
 
 from confluent_kafka import KafkaException
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 
 from pyrula_stream.access.api_keys import OWNER_METADATA
 from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
@@ -38,6 +38,7 @@ from pyrula_stream.errors import (
     ErrorCode,
     PyrulaError,
 )
+from pyrula_stream.gateway import openapi
 from pyrula_stream.gateway.depth import QueueDepths
 from pyrula_stream.gateway.errors import (
     GatewayRefusal,
@@ -318,7 +319,12 @@ def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None
     )
     bind_host = options.host or "127.0.0.1"
     check_bind(bind_host, access, exposes=GATEWAY_EXPOSES)  # now, not at the first request
-    api = FastAPI(title="pyrula-stream gateway", openapi_url=None, docs_url=None, redoc_url=None)
+    api = FastAPI(
+        title="pyrula-stream gateway", openapi_url="/openapi.json", docs_url=None, redoc_url=None
+    )
+    api.openapi = lambda: openapi.document(  # type: ignore[method-assign]
+        api, lambda: list(gateway.agents.values()), options.prefix
+    )
     browser = options.static_dir is not None  # a page's EventSource carries a cookie
     if options.rate_limit is not None:  # added first: inside the guard, which names the key
         api.add_middleware(RateLimit, policy=options.rate_limit)
@@ -338,8 +344,20 @@ def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None
         finally:
             await gateway.close()
 
-    app = FastAPI(title="pyrula-stream gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="pyrula-stream gateway",
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.gateway = gateway
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi_document() -> RedirectResponse:
+        """Where tools look first; the document is served, behind the guard, with the API."""
+        return RedirectResponse(f"{options.prefix.rstrip('/')}/openapi.json", status_code=307)
+
     if options.include_health:
 
         @app.get(options.health_path, include_in_schema=False)
