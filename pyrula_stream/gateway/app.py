@@ -53,6 +53,7 @@ from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
 from pyrula_stream.gateway.pending import PendingStreams
 from pyrula_stream.gateway.sse import last_event_id, sse_frames
 from pyrula_stream.kafka.admin import broker_answers
+from pyrula_stream.kafka.connection_log import is_connection_failure
 from pyrula_stream.wire.serde import TurnRequest
 
 RESERVED_METADATA_PREFIX = "pyrula."
@@ -230,12 +231,13 @@ class Gateway:
             if turn.idempotency_key is None:
                 stream = await client.open_stream(served.name, turn.turn_id, new_turn=True)
             handle = await client.submit_request(turn, headers=headers)
-        except BrokerUnavailableError:
-            self.saw_kafka(False)
-            if stream is not None:
-                stream.drop()
-            raise
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, BrokerUnavailableError) or (
+                isinstance(exc, KafkaException) and is_connection_failure(exc)
+            ):
+                # Whichever call found Kafka gone: a stream's lookup can fail before the
+                # produce, sooner than the cached "ready" of the last submit expires.
+                self.saw_kafka(False)
             if stream is not None:
                 stream.drop()
             raise

@@ -39,7 +39,7 @@ from pyrula_stream.wire.records import (
 from pyrula_stream.wire.signals import RECORD_TYPE_HEADER, SIGNAL_ID_HEADER, Signal
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMAS_DIR = Path(__file__).absolute().parent.parent / "schemas"
 """The package's ``schemas/`` (the repository's ``schemas/`` links to it)."""
 
 AVRO_RECORDS = ("turn_request", "event", "turn_result")
