@@ -6,7 +6,7 @@ result are. A producer or consumer without Avro uses their JSON form
 (``content-type: application/json``), whose JSON-valued fields are nested objects, and
 wants to know what each event type's ``data`` holds: that lives in the payload classes of
 ``wire.events``, not in the Avro schema. Both are turned into JSON Schema here (draft
-2020-12), with the control and signal bodies, so the files under ``schemas/json/`` and
+2020-12), with the control, signal and reply bodies, so the files under ``schemas/json/`` and
 ``schemas/asyncapi.yaml`` are never typed by hand. ``python -m pyrula_stream.wire.contracts``
 rewrites them; ``--check`` (run by the test suite) fails when they differ from the code.
 """
@@ -37,6 +37,7 @@ from pyrula_stream.wire.records import (
     ControlRequest,
 )
 from pyrula_stream.wire.signals import RECORD_TYPE_HEADER, SIGNAL_ID_HEADER, Signal
+from pyrula_stream.wire.subagents import CHILD_TURN_HEADER, Reply
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMAS_DIR = Path(__file__).absolute().parent.parent / "schemas"
@@ -201,6 +202,19 @@ def signal_schema() -> dict[str, Any]:
     }
 
 
+def reply_schema() -> dict[str, Any]:
+    """A called agent's outcome on its caller's ``<agent>.replies`` (workers write it)."""
+    schema = _dataclass_schema(Reply)
+    schema["properties"]["status"] = {"enum": ["completed", "failed"]}
+    return {
+        "$schema": DIALECT,
+        "$id": "reply.schema.json",
+        "title": "Reply",
+        "description": " ".join((Reply.__doc__ or "").split()),
+        **schema,
+    }
+
+
 def json_schemas() -> dict[str, dict[str, Any]]:
     """Every JSON Schema, by file name."""
     return {
@@ -209,6 +223,7 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         "turn_result.schema.json": record_schema("turn_result"),
         "control.schema.json": control_schema(),
         "signal.schema.json": signal_schema(),
+        "reply.schema.json": reply_schema(),
     }
 
 
@@ -311,6 +326,19 @@ def asyncapi() -> dict[str, Any]:
             _json("signal"),
             headers=signal_headers,
         ),
+        "reply": _message(
+            "Reply",
+            "A called agent's outcome, keyed by the caller's turn id, at its partition "
+            "(written by the called agent's workers; signals share this topic)",
+            serde.JSON_CONTENT_TYPE,
+            _json("reply"),
+            headers=_headers(
+                **{
+                    serde.CONTENT_TYPE_HEADER: {"const": serde.JSON_CONTENT_TYPE},
+                    CHILD_TURN_HEADER: {"type": "string", "description": "the called turn"},
+                }
+            ),
+        ),
         "deadLetter": _message(
             "DeadLetter",
             "A record the worker could not take: its value as it came, and why",
@@ -337,6 +365,7 @@ def asyncapi() -> dict[str, Any]:
         "events": (["event", "eventJson"], "every event of every turn, in seq order per turn"),
         "results": (["turnResult", "turnResultJson"], "one result per turn"),
         "control": (["control"], "cancel and terminate requests"),
+        "replies": (["reply", "signal"], "called agents' outcomes for this agent's turns"),
         "signals": (["signal"], "clients' signals to waiting turns"),
         "answers": (["signal"], "reviewers' answers to questions (approvals, interrupts)"),
         "dlq": (["deadLetter"], "dead letters, with the reason"),

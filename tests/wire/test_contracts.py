@@ -124,6 +124,10 @@ async def test_what_a_worker_writes_validates_against_the_schemas(
         ("turn_request.schema.json", {"params": {"order_id": "7"}}),
         ("control.schema.json", {"turn_id": "t1", "action": "cancel"}),
         ("signal.schema.json", {"name": "approved", "payload": {"by": "ann"}}),
+        (
+            "reply.schema.json",
+            {"parent_turn_id": "p", "child_turn_id": "c", "agent": "a", "status": "completed"},
+        ),
     ],
 )
 def test_the_smallest_valid_bodies(schema: str, value: dict[str, Any]) -> None:
