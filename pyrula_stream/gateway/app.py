@@ -112,7 +112,10 @@ class Gateway:
             timeout_s=options.kafka_timeout,
         )
         self._clients: dict[str, KafkaAgentClient] = {}
-        self._ready: tuple[float, bool] = (0.0, False)
+        self._probed: tuple[float, bool] = (0.0, False)
+        """``/readyz``'s own last answer: it reports what it asked Kafka, nothing else."""
+        self._seen: tuple[float, bool] = (0.0, False)
+        """The latest news of Kafka, from the probe or from a submit."""
         self._asking: asyncio.Task[bool] | None = None
         self.pending = PendingStreams()
 
@@ -186,8 +189,9 @@ class Gateway:
             )
 
     async def ready(self) -> bool:
-        """Whether Kafka answers (asked at most once a second)."""
-        at, answer = self._ready
+        """Whether Kafka answers (asked at most once a second). A submit's success is not
+        taken for an answer here: a probe right after a cut must ask."""
+        at, answer = self._probed
         if time.monotonic() - at < READY_CACHE_S:
             return answer
         answer = await asyncio.to_thread(
@@ -196,14 +200,14 @@ class Gateway:
             min(2.0, self.options.kafka_timeout),
             kafka_config=self.options.kafka_config,
         )
-        self._ready = (time.monotonic(), answer)
+        self._probed = self._seen = (time.monotonic(), answer)
         return answer
 
     def refuse_while_down(self) -> None:
         """``503`` at once while the gateway already knows Kafka is unreachable (``/readyz``
         said so, or a submit found it so), instead of after the produce deadline. A stale
         answer is asked again in the background: a later request sees the news."""
-        at, answer = self._ready
+        at, answer = self._seen
         if answer or at == 0.0:
             return
         if time.monotonic() - at >= READY_CACHE_S and (self._asking is None or self._asking.done()):
@@ -217,7 +221,7 @@ class Gateway:
 
     def saw_kafka(self, answers: bool) -> None:
         """What a request to Kafka just showed (the next ``refuse_while_down`` uses it)."""
-        self._ready = (time.monotonic(), answers)
+        self._seen = (time.monotonic(), answers)
 
     async def submit(
         self, served: ServedAgent, turn: TurnRequest, headers: list[tuple[str, bytes]]

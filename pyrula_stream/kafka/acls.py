@@ -8,6 +8,7 @@ applying twice is safe.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +16,10 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported, not in __all__
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
+    AdminClient,
     ResourcePatternType,
     ResourceType,
 )
@@ -325,3 +328,33 @@ def apply_acls(
             "could not create ACLs (the admin principal needs ALTER on the cluster):\n  "
             + "\n  ".join(failed)
         )
+    _wait_until_in_force(admin, [_binding(r) for r in rules], timeout_s)
+
+
+def _wait_until_in_force(admin: AdminClient, bindings: list[AclBinding], timeout_s: float) -> None:
+    """Return once the broker lists every binding. Creating an ACL commits it to the
+    metadata log; the broker's authorizer applies it a moment later, and a client that
+    acts at once (a script: ``acls --apply`` then ``tenants set``) would be refused."""
+    # None matches any name, principal and host (the filter's documented wildcard).
+    every = AclBindingFilter(
+        ResourceType.ANY,
+        None,  # type: ignore[arg-type]
+        ResourcePatternType.ANY,
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    wanted = set(bindings)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listed = set(admin.describe_acls(every, request_timeout=timeout_s).result())
+        missing = wanted - listed
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise ConfigurationError(
+                f"{len(missing)} ACLs were created but the broker does not list them after "
+                f"{timeout_s:.0f} s, e.g. {next(iter(missing))}"
+            )
+        time.sleep(0.1)
