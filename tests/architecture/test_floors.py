@@ -33,6 +33,7 @@ FLOORS: dict[str, int] = {
     "kafka.local": 3,
     "llm": 3,
     "observability": 3,
+    "objects": 3,
     # 4 declarations, and the Kafka stores of the state they declare
     "tools": 4,
     "agent": 4,
