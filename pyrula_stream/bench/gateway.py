@@ -2,10 +2,11 @@
 open Server-Sent-Events stream.
 
 One gateway process (``create_app`` under uvicorn, as ``pyrula-stream gateway`` serves it)
-and one worker process run on this machine; this process submits ``streams`` turns through
-the gateway, spread over ``open_s`` seconds, and follows each over SSE as soon as it is
-submitted (one HTTP connection per turn, as browsers do), while a third process follows
-the same turns with ``KafkaAgentClient.stream`` (its one shared reader), at the same time.
+and one worker process run on this machine; reader processes (one per 1,250 streams, at
+most four: ``sse_readers.py``) submit ``streams`` turns through the gateway, spread over
+``open_s`` seconds, and follow each over SSE as soon as it is submitted (one HTTP
+connection per turn, as browsers do), while another process follows the same turns with
+``KafkaAgentClient.stream`` (its one shared reader), at the same time.
 A turn is the one-tool workload with a model that takes ``model_s`` per call, longer than
 the opening, so every stream is open before the turns' later events are written.
 
@@ -26,18 +27,18 @@ import json
 import multiprocessing
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from pyrula_stream.bench.harness import agent_topics, create_topics, drop_topics, unique
+from pyrula_stream.bench.sse_readers import Arrival, read_sse, reader_count, reader_process
 from pyrula_stream.bench.stats import percentile
 from pyrula_stream.bench.workload import QUESTION, tool_turn_agent
 from pyrula_stream.client.kafka_client import KafkaAgentClient
 
 PREFIX = "/agents"
 PARTITIONS = 6
-SUBMIT_ATTEMPTS = 3
-"""A submit whose connection fails is sent again (as a client would), counted in the JSON."""
 
 
 def _gateway_process(bootstrap: str, agent: str, streams: int, url: Any, stop: Any) -> None:
@@ -89,28 +90,6 @@ def _rss_kb(pid: int) -> int:
     return int(psutil.Process(pid).memory_info().rss // 1024)
 
 
-Arrival = tuple[str, int, int, float]
-"""``(turn_id, seq, ts_ms, arrival ms)`` of one event on one path."""
-
-
-async def _sse(
-    http: httpx.AsyncClient, url: str, opened: asyncio.Event, arrivals: list[Arrival]
-) -> None:
-    """Read one turn's SSE stream to its end; each event's arrival."""
-    async with http.stream("GET", url) as response:
-        response.raise_for_status()
-        opened.set()
-        data = None
-        async for line in response.aiter_lines():
-            if line.startswith("data: "):
-                data = line[6:]
-            elif not line and data is not None:
-                event = json.loads(data)
-                at = time.time() * 1000
-                arrivals.append((event["turn_id"], event["seq"], int(event["ts_ms"]), at))
-                data = None
-
-
 async def _direct(
     client: KafkaAgentClient, agent: str, turn_id: str, arrivals: list[Arrival]
 ) -> None:
@@ -142,7 +121,7 @@ async def _warm_up(url: str, agent: str) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
         warm = await http.post(f"{PREFIX}/{agent}/turns", json=QUESTION)
         warm.raise_for_status()
-        await _sse(http, warm.json()["events_url"], asyncio.Event(), [])
+        await read_sse(url, urlsplit(warm.json()["events_url"]).path, asyncio.Event(), [])
 
 
 def added_per_turn(sse: list[Arrival], client: list[Arrival], since_ms: float) -> list[float]:
@@ -202,48 +181,46 @@ async def run_gateway(
     follower.start()
     via_sse: list[Arrival] = []
     via_client: list[Arrival] = []
+    retried = 0
+    readers: list[Any] = []
     try:
         url = await asyncio.to_thread(url_queue.get, True, 120)
         await asyncio.to_thread(client_ready.wait, 120)
         await _warm_up(url, agent.name)
-        limits = httpx.Limits(max_connections=streams + 20, max_keepalive_connections=streams)
-        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-            assert gateway.pid is not None
-            rss_before = _rss_kb(gateway.pid)
-            opened = [asyncio.Event() for _ in range(streams)]
-            turns: list[str] = []
-            retried: list[int] = []
-            tasks: list[asyncio.Task[None]] = []
-
-            async def open_one(i: int, start: float) -> None:
-                """Submit turn ``i`` at its time in the opening, then follow it."""
-                await asyncio.sleep(max(0.0, start + i * open_s / streams - time.monotonic()))
-                for attempt in range(SUBMIT_ATTEMPTS):
-                    try:
-                        answer = await http.post(f"{PREFIX}/{agent.name}/turns", json=QUESTION)
-                        break
-                    except httpx.TransportError:  # a kept-alive connection closed under it
-                        if attempt == SUBMIT_ATTEMPTS - 1:
-                            raise
-                        retried.append(i)
-                answer.raise_for_status()
-                handle = answer.json()
-                turns.append(handle["turn_id"])
-                tasks.append(
-                    asyncio.create_task(_sse(http, handle["events_url"], opened[i], via_sse))
-                )
-
-            start = time.monotonic()
-            await asyncio.gather(*(open_one(i, start) for i in range(streams)))
-            turn_ids.put(turns)
-            await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), 300)
-            all_open_ms = time.time() * 1000
-            rss_open = _rss_kb(gateway.pid)
-            await asyncio.wait_for(asyncio.gather(*tasks), 300)
-            via_client = await asyncio.to_thread(client_arrivals.get, True, 300)
+        assert gateway.pid is not None
+        rss_before = _rss_kb(gateway.pid)
+        count = reader_count(streams)
+        start = time.time() + 1.0  # every reader spawned and imported by then
+        slots = [start + i * open_s / streams for i in range(streams)]
+        out = context.Queue()
+        for r in range(count):
+            proc = context.Process(
+                target=reader_process,
+                args=(url, f"{PREFIX}/{agent.name}/turns", QUESTION, slots[r::count], out),
+                name=f"bench-gateway-sse-{r}",
+                daemon=True,
+            )
+            proc.start()
+            readers.append(proc)
+        turns: list[str] = []
+        opened_at: list[float] = []
+        while len(opened_at) < count:
+            kind, ids, at = await asyncio.to_thread(out.get, True, 600)
+            assert kind == "open", kind
+            turns += ids
+            opened_at.append(at)
+        all_open_ms = max(opened_at)
+        rss_open = _rss_kb(gateway.pid)
+        turn_ids.put(turns)
+        for _ in range(count):
+            kind, arrivals, retries = await asyncio.to_thread(out.get, True, 600)
+            assert kind == "done", kind
+            via_sse += arrivals
+            retried += retries
+        via_client = await asyncio.to_thread(client_arrivals.get, True, 300)
     finally:
         stop.set()
-        for proc in (gateway, worker, follower):
+        for proc in (gateway, worker, follower, *readers):
             await asyncio.to_thread(proc.join, 30)
             if proc.is_alive():
                 proc.kill()
@@ -265,7 +242,8 @@ async def run_gateway(
         "open_s": round(open_s, 2),
         "model_latency_s": model_s,
         "turns_paired": len(added),
-        "submit_retries": len(retried),
+        "sse_reader_processes": reader_count(streams),
+        "submit_retries": retried,
         "events_measured_sse": len(sse),
         "events_measured_client": len(direct),
         "sse_p50_ms": p["sse", 50],
