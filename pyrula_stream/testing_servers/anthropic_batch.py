@@ -32,7 +32,7 @@ from pyrula_stream.testing_servers._http import (
     sse_response,
 )
 from pyrula_stream.testing_servers.answers import CallError, Prompt, Responder, ScriptedResponder
-from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult
+from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult, call_digest
 from pyrula_stream.testing_servers.wire import anthropic_error, anthropic_message, anthropic_stream
 
 MODEL = "claude-sonnet-4-6"
@@ -101,7 +101,8 @@ class AnthropicBatchServer(RoutedServer):
         with self._lock:
             self.live_calls += 1
         if self._log is not None:
-            self._log.append({"via": "live", "provider": "anthropic", "ts": time.time()})
+            record = {"via": "live", "provider": "anthropic", "digest": call_digest(body)}
+            self._log.append({**record, "ts": time.time(), "pid": os.getpid()})
         prompt = Prompt("anthropic", body)
         reply = self.responder(prompt)
         if isinstance(reply, CallError):

@@ -37,7 +37,7 @@ from pyrula_stream.testing_servers._http import (
     sse_response,
 )
 from pyrula_stream.testing_servers.answers import CallError, Prompt, Responder, ScriptedResponder
-from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult, Ending
+from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult, Ending, call_digest
 from pyrula_stream.testing_servers.wire import openai_completion, openai_error, openai_stream
 
 MODEL = "gpt-5.4-mini"
@@ -101,7 +101,8 @@ class OpenAIBatchServer(RoutedServer):
         with self._lock:
             self.live_calls += 1
         if self._log is not None:
-            self._log.append({"via": "live", "provider": "openai", "ts": time.time()})
+            record = {"via": "live", "provider": "openai", "digest": call_digest(body)}
+            self._log.append({**record, "ts": time.time(), "pid": os.getpid()})
         prompt = Prompt("openai", body)
         reply = self.responder(prompt)
         if isinstance(reply, CallError):
