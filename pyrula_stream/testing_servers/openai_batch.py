@@ -129,7 +129,7 @@ class OpenAIBatchServer(RoutedServer):
         return obj
 
     def _upload(self, request: Request) -> Response:
-        content_type = request.headers.get("content-type", "")
+        content_type = request.content_type
         if not content_type.startswith("multipart/form-data"):
             return _error(400, "files are uploaded as multipart/form-data")
         head = f"Content-Type: {content_type}\r\n\r\n".encode()
