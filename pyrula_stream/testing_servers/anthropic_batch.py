@@ -80,6 +80,7 @@ class AnthropicBatchServer(RoutedServer):
         )
         self.live_calls = 0
         self._lock = threading.Lock()
+        self._render_lock = threading.Lock()  # one rendering of a batch's results
         self.route("POST", r"/v1/messages", self._messages)
         self.route("POST", _BATCHES, self._create)
         self.route("GET", _BATCHES, self._list)
@@ -182,11 +183,12 @@ class AnthropicBatchServer(RoutedServer):
             return _not_found(request)
         if not batch.ended:
             return _error(400, f"message batch {batch.id} has not ended; results are not ready")
-        if "results" not in batch.meta:
-            lines = [self._result_line(batch, i) for i in range(len(batch.calls))]
-            batch.meta["results"] = "".join(
-                json.dumps(x, separators=(",", ":")) + "\n" for x in lines
-            ).encode()
+        with self._render_lock:
+            if "results" not in batch.meta:
+                lines = [self._result_line(batch, i) for i in range(len(batch.calls))]
+                batch.meta["results"] = "".join(
+                    json.dumps(x, separators=(",", ":")) + "\n" for x in lines
+                ).encode()
         return Response(200, batch.meta["results"], content_type="application/binary")
 
     # -- rendering -----------------------------------------------------------------------

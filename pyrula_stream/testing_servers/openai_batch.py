@@ -78,6 +78,7 @@ class OpenAIBatchServer(RoutedServer):
         self.live_calls = 0
         self._files: dict[str, tuple[dict[str, Any], bytes]] = {}
         self._lock = threading.Lock()
+        self._render_lock = threading.Lock()  # one set of result files per batch
         self.route("POST", _V1 + r"/chat/completions", self._chat)
         self.route("POST", _V1 + r"/files", self._upload)
         self.route("GET", _V1 + r"/files/(?P<id>[\w-]+)", self._file)
@@ -248,8 +249,9 @@ class OpenAIBatchServer(RoutedServer):
 
     def _batch_object(self, batch: Batch, *, fresh: bool = False) -> dict[str, Any]:
         meta = batch.meta
-        if batch.ended and "output_file_id" not in meta:
-            meta["output_file_id"], meta["error_file_id"] = self._result_files(batch)
+        with self._render_lock:
+            if batch.ended and "output_file_id" not in meta:
+                meta["output_file_id"], meta["error_file_id"] = self._result_files(batch)
         status = self._status(batch, fresh=fresh)
         ended = int(batch.ended_at) if batch.ended_at is not None else None
         errors = meta.get("errors")
