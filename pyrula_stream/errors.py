@@ -17,6 +17,7 @@ choose between a retry and the dead-letter topic.
     ├── TopicDriftError                existing topics differ from their spec
     ├── BrokerUnavailableError         no local broker could be started or reached
     ├── SchemaRegistryUnavailableError the Schema Registry did not answer
+    ├── ObjectStoreUnavailable         an object store (S3, a folder) failed or did not answer
     ├── ThreadDeleteFailed             client.delete_thread: the delete failed or timed out
     ├── MalformedRecordError           a record that cannot be decoded (goes to the DLQ)
     ├── WaitTimeout                    a wait for a signal or an answer reached its deadline
@@ -175,6 +176,14 @@ class BrokerUnavailableError(PyrulaError):
 
 class SchemaRegistryUnavailableError(PyrulaError):
     """The Schema Registry at ``schema.registry.url`` could not be reached (names it)."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+    retriable = True
+
+
+class ObjectStoreUnavailable(PyrulaError):
+    """The object store that holds values by reference failed or did not answer (the
+    message names the store and bucket, never a credential)."""
 
     code = ErrorCode.STORE_UNAVAILABLE
     retriable = True
