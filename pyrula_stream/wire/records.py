@@ -18,6 +18,7 @@ from pyrula_stream.errors import ErrorCode, PayloadTooLarge
 from pyrula_stream.redaction import REDACTED, is_credential_header
 from pyrula_stream.wire import caps, guard, serde
 from pyrula_stream.wire.fitting import ORIGINAL_PREFIX, fit_letter
+from pyrula_stream.wire.payload_refs import StoredValue
 
 
 @dataclass(slots=True)
@@ -36,6 +37,9 @@ class OutRecord:
     deferred: Callable[[], bytes] | None = None
     """Builds ``value`` when the record is sent (``materialize``): most journal entries
     are replaced or cancelled within their commit, and then never encoded."""
+    objects: tuple[StoredValue, ...] = ()
+    """Values this record carries by reference: the committer puts them in their object
+    store before the transaction that sends the record commits (only if it is sent)."""
 
     @property
     def is_tombstone(self) -> bool:
