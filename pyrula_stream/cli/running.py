@@ -13,6 +13,7 @@ from pyrula_stream.cli.common import (
     Commands,
     access_from,
     add_access_arguments,
+    add_object_store_argument,
     bootstrap_from,
     kafka_config_from,
     load_agent,
@@ -24,6 +25,7 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.runtime.event_loop import EVENT_LOOPS
 from pyrula_stream.runtime.options import SHUTDOWN_GRACE_S
+from pyrula_stream.wire.payload_refs import DEFAULT_THRESHOLD
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -58,6 +60,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         kafka_config=kafka_config_from(args),
         serialization=args.serialization,
         tenant_key=load_tenant_key(args.tenant_key_file) if args.tenant_key_file else None,
+        object_store=args.object_store or None,
+        offload_threshold_bytes=args.offload_threshold_bytes,
     )
     run_worker(
         agents[0] if len(agents) == 1 else agents,
@@ -207,6 +211,14 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         default=None,
         help="trust a turn's tenant only when signed with the key in FILE (docs/tenants.md)",
+    )
+    add_object_store_argument(w)
+    w.add_argument(
+        "--offload-threshold-bytes",
+        type=int,
+        default=DEFAULT_THRESHOLD,
+        help="values whose JSON is past this go to --object-store by reference "
+        f"(default {DEFAULT_THRESHOLD})",
     )
     w.set_defaults(func=cmd_worker)
 

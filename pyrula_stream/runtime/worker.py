@@ -420,6 +420,7 @@ class KafkaWorker(RunsInBackground):
             ),
             max_delivery_attempts=self.options.max_delivery_attempts,
             max_pending_records=self.options.max_pending_records,
+            payloads=self._scheduler.payloads,
         )
         session = self._session = await open_session(
             self.agent,
