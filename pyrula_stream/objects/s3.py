@@ -136,6 +136,11 @@ class S3ObjectStore:
     # --- the ObjectStore protocol ------------------------------------------------------
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
+        """One request for a small object; a big one is first looked up (one HEAD), and
+        not sent again when its content address already holds as many bytes: a rerun
+        after a crash, or the same value in the request and the result, uploads once."""
+        if len(data) >= self.multipart_threshold and self._size(key) == len(data):
+            return
         if len(data) < self.multipart_threshold:
             self._call(
                 "put",
@@ -153,13 +158,17 @@ class S3ObjectStore:
         return b"".join(self.iter_chunks(key))
 
     def exists(self, key: str) -> bool:
+        return self._size(key) is not None
+
+    def _size(self, key: str) -> int | None:
+        """The object's length, ``None`` when there is none."""
         try:
-            self._call(
+            head = self._call(
                 "head", key, self._client.head_object, Bucket=self.bucket, Key=self._key(key)
             )
         except KeyError:
-            return False
-        return True
+            return None
+        return int(head["ContentLength"])
 
     def delete(self, key: str) -> None:
         self._call(
