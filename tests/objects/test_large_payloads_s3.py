@@ -4,11 +4,14 @@ back whole by the gateway (Server-Sent Events and status) and by the Python clie
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from typing import Any
 
+import boto3
 import httpx
+from botocore.config import Config
 
 from pyrula_stream import (
     AgentContext,
@@ -98,3 +101,49 @@ async def test_a_large_turn_on_s3_reads_back_whole_through_gateway_and_client(
     sizes = sorted(info.size for info in store.list())
     assert sizes[-1] == DOCUMENT + 2  # the document as its JSON string, uploaded in parts
     assert LOG + 2 in sizes
+
+
+async def test_a_producer_of_another_language_writes_the_object_and_the_reference(
+    kafka_bootstrap_servers: str, s3_server: LocalS3
+) -> None:
+    """docs/object-stores.md's rule, followed with a bare S3 client (as a Go or Java
+    producer would): the JSON's SHA-256, the key <prefix><sha[:2]>/<sha>, then the request
+    with the reference. The producer needs no store of ours; the worker reads it."""
+    prefix = f"foreign-{uuid.uuid4().hex[:8]}/"
+    value = json.dumps("Z" * 600_000).encode()
+    sha = hashlib.sha256(value).hexdigest()
+    raw = boto3.client(
+        "s3",
+        endpoint_url=s3_server.endpoint_url,
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    raw.put_object(
+        Bucket=S3_TEST_BUCKET,
+        Key=f"{prefix}{sha[:2]}/{sha}",
+        Body=value,
+        ContentType="application/json",
+    )
+    ref = {
+        "$pyrula_ref": {
+            "store": "s3",
+            "key": f"{sha[:2]}/{sha}",
+            "size": len(value),
+            "sha256": sha,
+            "content_type": "application/json",
+        }
+    }
+
+    @kafka_agent(name=unique_name("foreign"), llm=FakeLLM(None), partitions=1)
+    async def agent(ctx: AgentContext, document: str) -> int:
+        return len(document)
+
+    url = s3_server.store_url(S3_TEST_BUCKET, prefix)
+    async with (
+        running_worker(agent, kafka_bootstrap_servers, WorkerOptions(object_store=url)),
+        KafkaAgentClient(kafka_bootstrap_servers) as bare,  # a producer: no store of ours
+        KafkaAgentClient(kafka_bootstrap_servers, object_store=url) as reader,
+    ):
+        handle = await bare.submit(agent.name, document=ref)
+        events = [e async for e in reader.stream(agent.name, handle.turn_id)]
+    assert events[-1].type == "run:complete", events[-1].data
+    assert events[-1].data["result"] == 600_000
