@@ -4,6 +4,7 @@ back whole; the records carry small references."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.objects import LocalObjectStore
-from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 from pyrula_stream.wire.payload_refs import REF_MARK
 
 DOCUMENT = 20_000_000
@@ -84,3 +85,54 @@ async def test_a_turn_far_past_a_record_completes_and_reads_back_whole(
     assert (
         json.loads(store.get(next(i.key for i in store.list() if i.size == LOG + 2))) == "L" * LOG
     )
+
+
+async def test_a_worker_that_takes_over_reads_the_recorded_value_back(
+    kafka_bootstrap_servers: str, store: LocalObjectStore
+) -> None:
+    """The first worker journals a 5 MB tool result by reference and stops mid-turn; the
+    next one replays it from the store (the tool does not run again, and the model call
+    after it sees the same conversation, else the replay would fail its fingerprint)."""
+    big_runs: list[int] = []
+    gate_runs: list[int] = []
+
+    @tool
+    async def read_log(ctx: ToolContext) -> str:
+        """Read a log file."""
+        big_runs.append(1)
+        return "L" * LOG
+
+    @tool
+    async def wait_gate(ctx: ToolContext) -> str:
+        """Hangs on the first worker."""
+        gate_runs.append(1)
+        if len(gate_runs) == 1:
+            await asyncio.sleep(3600)
+        return "through"
+
+    script = [reply_tool_call("read_log"), reply_tool_call("wait_gate"), "done"]
+
+    @kafka_agent(
+        name=unique_name("takeover"),
+        llm=FakeLLM(script),
+        tools=[read_log, wait_gate],
+        partitions=1,
+        limits=AgentLimits(max_tool_result_bytes=None),
+    )
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "go"}])
+
+    options = WorkerOptions(object_store=store, shutdown_grace=0.2)
+    async with KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client:
+        async with running_worker(agent, kafka_bootstrap_servers, options):
+            handle = await client.submit(agent.name)
+            await wait_for(lambda: len(gate_runs) == 1, 30, "the gate tool started")
+        async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+            events = [e async for e in client.stream(agent.name, handle.turn_id)]
+            resolved = worker.metrics.registry.get_sample_value(
+                "pyrula_payload_refs_resolved_total", {"agent": agent.name}
+            )
+    assert events[-1].type == "run:complete", events[-1].data
+    assert events[-1].data["result"] == "done"
+    assert big_runs == [1] and len(gate_runs) == 2
+    assert (resolved or 0) >= 1
