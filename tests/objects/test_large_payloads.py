@@ -136,3 +136,32 @@ async def test_a_worker_that_takes_over_reads_the_recorded_value_back(
     assert events[-1].data["result"] == "done"
     assert big_runs == [1] and len(gate_runs) == 2
     assert (resolved or 0) >= 1
+
+
+async def test_a_value_past_the_agents_max_payload_bytes_fails_the_turn_naming_it(
+    kafka_bootstrap_servers: str, store: LocalObjectStore
+) -> None:
+    @tool
+    async def read_log(ctx: ToolContext) -> str:
+        """Read a log file."""
+        return "L" * 600_000
+
+    @kafka_agent(
+        name=unique_name("limit"),
+        llm=FakeLLM([reply_tool_call("read_log"), "read it"]),
+        tools=[read_log],
+        partitions=1,
+        limits=AgentLimits(max_tool_result_bytes=None, max_payload_bytes=500_000),
+    )
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "read"}])
+
+    async with (
+        running_worker(agent, kafka_bootstrap_servers, WorkerOptions(object_store=store)),
+        KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client,
+    ):
+        events = await client.run(agent.name, timeout=60)
+    assert events[-1].type == "run:error"
+    assert events[-1].data["code"] == "stream_too_large"
+    assert "max_payload_bytes=500000" in events[-1].data["message"]
+    assert list(store.list()) == []
