@@ -225,6 +225,7 @@ class KafkaAgentClient(SignalsClient):
             turn_id,
             kafka_config=self.kafka_config,
             group_id=reader_group_id(self.prefix, agent),
+            payloads=self.payloads,
         )
         check_from_step(original, from_step)
         request = TurnRequest(

@@ -20,8 +20,12 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
-from pyrula_stream.llm import FakeLLM, reply_tool_call
-from pyrula_stream.objects import LocalObjectStore
+from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call
+from pyrula_stream.llm.base import ModelResponse, ToolDefinition
+from pyrula_stream.llm.fake import count_model_calls
+from pyrula_stream.objects import LocalObjectStore, PayloadStores
+from pyrula_stream.runtime.replay import replay_turn
+from pyrula_stream.state.history import load_recording
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 from pyrula_stream.wire.payload_refs import REF_MARK
 
@@ -38,16 +42,28 @@ def store(tmp_path: Path) -> LocalObjectStore:
 async def test_a_turn_far_past_a_record_completes_and_reads_back_whole(
     kafka_bootstrap_servers: str, store: LocalObjectStore
 ) -> None:
-    @tool
+    """A 20 MB request, a 5 MB tool result, a 2 MB result: read back whole by the client
+    (stream and result), replayed offline from its history, and branched after the tool
+    (whose recorded result the branch reads from the store instead of running it)."""
+    log_reads: list[int] = []
+
+    @tool(read_only=True)
     async def read_log(ctx: ToolContext, name: str) -> str:
         """Read a log file."""
+        log_reads.append(1)
         return "L" * LOG
+
+    def respond(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        if count_model_calls(messages):
+            return reply_text("read it")
+        return reply_tool_call("read_log", name="app.log")
 
     @kafka_agent(
         name=unique_name("large"),
-        llm=FakeLLM([reply_tool_call("read_log", name="app.log"), "read it"]),
+        llm=FakeLLM(respond),
         tools=[read_log],
         partitions=1,
+        keep_history=True,
         limits=AgentLimits(max_tool_result_bytes=None),
     )
     async def agent(ctx: AgentContext, document: str) -> dict[str, Any]:
@@ -55,17 +71,33 @@ async def test_a_turn_far_past_a_record_completes_and_reads_back_whole(
         return {"document": len(document), "answer": answer, "summary": "S" * RESULT}
 
     options = WorkerOptions(object_store=store)
+    expected = {"document": DOCUMENT, "answer": "read it", "summary": "S" * RESULT}
     async with (
         running_worker(agent, kafka_bootstrap_servers, options),
         KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client,
     ):
         events = await client.run(agent.name, document="D" * DOCUMENT, timeout=120)
-    assert events[-1].type == "run:complete", events[-1].data
-    result = events[-1].data["result"]
-    assert result == {"document": DOCUMENT, "answer": "read it", "summary": "S" * RESULT}
+        assert events[-1].type == "run:complete", events[-1].data
+        turn_id = events[-1].turn_id
+        branch = await client.branch(agent.name, turn_id, from_step=3)
+        branched = [e async for e in client.stream(agent.name, branch.turn_id)]
+    assert events[-1].data["result"] == expected
     assert events[0].data["params"]["document"] == "D" * DOCUMENT
     [tool_result] = [e for e in events if e.type == "tool:result"]
     assert tool_result.data["output"] == "L" * LOG
+    assert branched[-1].type == "run:complete", branched[-1].data
+    assert branched[-1].data["result"] == expected
+    assert log_reads == [1]  # the branch took the recorded 5 MB result
+
+    recording = await asyncio.to_thread(
+        load_recording,
+        kafka_bootstrap_servers,
+        agent.topics.history,
+        turn_id,
+        payloads=PayloadStores([store]),
+    )
+    report = await replay_turn(agent, recording)
+    assert report.clean, report.message
 
     # Every record is small, and the ones that held the big values carry references.
     for topic in (
@@ -73,18 +105,18 @@ async def test_a_turn_far_past_a_record_completes_and_reads_back_whole(
         agent.topics.results,
         agent.topics.journal,
         agent.topics.turns,
+        agent.topics.history,
     ):
         for _, value, _ in read_topic(kafka_bootstrap_servers, topic):
             assert len(value or b"") < 300_000, topic
-    [(_, stored_result, _)] = read_topic(kafka_bootstrap_servers, agent.topics.results)
-    assert REF_MARK in (stored_result or b"")
+    for _, stored_result, _ in read_topic(kafka_bootstrap_servers, agent.topics.results):
+        assert REF_MARK in (stored_result or b"")
     sizes = sorted(info.size for info in store.list())
     assert sizes[-1] == DOCUMENT + 2  # the document, as its JSON string
     assert LOG + 2 in sizes
     assert any(size > RESULT for size in sizes)
-    assert (
-        json.loads(store.get(next(i.key for i in store.list() if i.size == LOG + 2))) == "L" * LOG
-    )
+    key = next(i.key for i in store.list() if i.size == LOG + 2)
+    assert json.loads(store.get(key)) == "L" * LOG
 
 
 async def test_a_worker_that_takes_over_reads_the_recorded_value_back(
