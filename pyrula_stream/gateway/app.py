@@ -127,6 +127,7 @@ class Gateway:
                 prefix=agent.topic_prefix,
                 timeout=self.options.kafka_timeout,
                 kafka_config=self.options.kafka_config,
+                object_store=self.options.object_store,
             )
         return found
 

@@ -48,6 +48,8 @@ class AppOptions:
     connections when served by ``pyrula-stream gateway`` (default 1024; past it, ``503``).
     ``rate_limit`` holds each caller (key, or address without keys) to its rate on the
     routes under ``prefix`` (``429`` past it; ``None``: no limit).
+    ``object_store`` (a store or its setting; ``None``: ``PYRULA_OBJECT_STORE``) is where
+    values stored by reference are: the SSE stream reads them back (docs/large-payloads.md).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -75,6 +77,7 @@ class AppOptions:
     max_connections: int | None = None
     rate_limit: RatePolicy | None = GATEWAY_RATE
     tenant_key: bytes | None = field(default=None, repr=False)
+    object_store: Any = field(default=None, repr=False)  # may hold a store's credentials
 
     def __post_init__(self) -> None:
         if not self.prefix.startswith("/") or (self.prefix != "/" and self.prefix.endswith("/")):
