@@ -121,6 +121,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         agents=tuple(args.agent) if args.agent else None,
         history_s=args.history_minutes * 60,
         kafka_config=kafka_config_from(args),
+        object_store=args.object_store or None,
     )
     access = access_from(args)
     options = UIOptions(
@@ -239,6 +240,7 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         "--agent", action="append", default=None, help="repeatable; default: every agent found"
     )
     u.add_argument("--port", type=int, default=8088)
+    add_object_store_argument(u)
     u.add_argument("--host", default="127.0.0.1", help="bind address")
     u.add_argument(
         "--allow-actions", action="store_true", help="allow cancel/terminate from the page"

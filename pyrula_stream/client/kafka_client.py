@@ -49,6 +49,7 @@ from pyrula_stream.kafka.local.bootstrap import find_bootstrap
 from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.objects.resolver import PayloadStores, has_refs
 from pyrula_stream.objects.store import ObjectStore
+from pyrula_stream.objects.sweep import object_prefix
 from pyrula_stream.objects.urls import store_from_environment
 from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.state.threads import THREAD_DELETE, ThreadHandle, decode_thread
@@ -224,6 +225,7 @@ class KafkaAgentClient(SignalsClient):
             turn_id,
             kafka_config=self.kafka_config,
             group_id=reader_group_id(self.prefix, agent),
+            payloads=self.payloads,
         )
         check_from_step(original, from_step)
         request = TurnRequest(
@@ -278,7 +280,8 @@ class KafkaAgentClient(SignalsClient):
         if self._offload is None:
             return request
         what = f"the parameters of turn {request.turn_id}"
-        params, stored = await asyncio.to_thread(self._offload.apply, request.params, what)
+        offload = replace(self._offload, prefix=object_prefix(self.prefix, request.agent))
+        params, stored = await asyncio.to_thread(offload.apply, request.params, what)
         if not stored:
             return request
         await asyncio.to_thread(self.payloads.put, stored)

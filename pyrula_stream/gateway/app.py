@@ -480,7 +480,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
     @api.post("/{agent}/uploads", status_code=201)
     async def upload(agent: str, request: Request) -> JSONResponse:
         """One document streamed into the object store; its reference, to pass as a
-        parameter's value (docs/large-payloads.md)."""
+        parameter's value (docs/object-stores.md)."""
         gateway.agent(agent)
         if gateway.store is None:
             raise GatewayRefusal(

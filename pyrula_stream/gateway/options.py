@@ -50,12 +50,13 @@ class AppOptions:
     connections when served by ``pyrula-stream gateway`` (default 1024; past it, ``503``).
     ``rate_limit`` holds each caller (key, or address without keys) to its rate on the
     routes under ``prefix`` (``429`` past it; ``None``: no limit).
-    ``object_store`` (an ``ObjectStore`` or its setting, ``s3://bucket/prefix`` or
-    ``file:///dir``) takes large inputs: ``POST <prefix>/<agent>/uploads`` streams one
-    into it and answers its reference, and a turn's JSON body may then reach
-    ``max_upload_bytes`` (its large parameters are stored by reference before the request
-    is produced). ``upload_limits`` gives a key (by principal) another limit than
-    ``max_upload_bytes``; past it, ``413`` (docs/large-payloads.md).
+    ``object_store`` (a store or its setting; ``None``: ``PYRULA_OBJECT_STORE``) is where
+    values stored by reference are: the SSE stream reads them back (docs/large-payloads.md).
+    It also takes large inputs: ``POST <prefix>/<agent>/uploads`` streams one into it and
+    answers its reference, and a turn's JSON body may then reach ``max_upload_bytes`` (its
+    large parameters are stored by reference before the request is produced).
+    ``upload_limits`` gives a key (by principal) another limit than ``max_upload_bytes``;
+    past it, ``413`` (docs/object-stores.md).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -83,7 +84,7 @@ class AppOptions:
     max_connections: int | None = None
     rate_limit: RatePolicy | None = GATEWAY_RATE
     tenant_key: bytes | None = field(default=None, repr=False)
-    object_store: Any = field(default=None, repr=False)
+    object_store: Any = field(default=None, repr=False)  # may hold a store's credentials
     max_upload_bytes: int = MAX_UPLOAD_BYTES
     upload_limits: Mapping[str, int] | None = None
 

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.objects.local import LocalObjectStore
+from pyrula_stream.objects.resolver import PayloadStores
 from pyrula_stream.objects.store import ObjectStore
 
 OBJECT_STORE_ENV = "PYRULA_OBJECT_STORE"
@@ -27,6 +28,15 @@ def store_from_environment(setting: str | ObjectStore | None) -> ObjectStore | N
     if setting is None:
         setting = os.environ.get(OBJECT_STORE_ENV) or None
     return None if setting is None else open_store(setting)
+
+
+def default_payloads(payloads: PayloadStores | None) -> PayloadStores:
+    """``payloads``, else a resolver of ``PYRULA_OBJECT_STORE``'s store (empty without
+    one: a reference then raises ``PayloadUnresolved`` naming its store)."""
+    if payloads is not None:
+        return payloads
+    store = store_from_environment(None)
+    return PayloadStores([store] if store is not None else [])
 
 
 def open_store(setting: str | ObjectStore) -> ObjectStore:

@@ -72,6 +72,7 @@ class HistoryCloser:
                 ts_ms=closing.now_ms,
                 max_bytes=turn.max_record_bytes,
                 thread=turn.thread,
+                offload=turn.offload,
             )
         )
 

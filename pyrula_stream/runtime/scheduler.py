@@ -25,6 +25,7 @@ from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.turn import TurnRuntime, TurnTopics
 from pyrula_stream.errors import ErrorCode, TurnCancelled, TurnFailure
 from pyrula_stream.objects.resolver import PayloadStores
+from pyrula_stream.objects.sweep import object_prefix
 from pyrula_stream.objects.urls import store_from_environment
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.observability.tracing import TraceCarrier
@@ -110,6 +111,7 @@ class TurnScheduler:
                 store.name,
                 agent.limits.offload_threshold_bytes or options.offload_threshold_bytes,
                 agent.limits.max_payload_bytes,
+                object_prefix(agent.prefix, agent.name),
             )
             if store is not None
             else None

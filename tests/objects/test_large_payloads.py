@@ -4,6 +4,7 @@ back whole; the records carry small references."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,13 @@ from pyrula_stream import (
     kafka_agent,
     tool,
 )
-from pyrula_stream.llm import FakeLLM, reply_tool_call
-from pyrula_stream.objects import LocalObjectStore
-from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call
+from pyrula_stream.llm.base import ModelResponse, ToolDefinition
+from pyrula_stream.llm.fake import count_model_calls
+from pyrula_stream.objects import LocalObjectStore, PayloadStores
+from pyrula_stream.runtime.replay import replay_turn
+from pyrula_stream.state.history import load_recording
+from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
 from pyrula_stream.wire.payload_refs import REF_MARK
 
 DOCUMENT = 20_000_000
@@ -37,16 +42,28 @@ def store(tmp_path: Path) -> LocalObjectStore:
 async def test_a_turn_far_past_a_record_completes_and_reads_back_whole(
     kafka_bootstrap_servers: str, store: LocalObjectStore
 ) -> None:
-    @tool
+    """A 20 MB request, a 5 MB tool result, a 2 MB result: read back whole by the client
+    (stream and result), replayed offline from its history, and branched after the tool
+    (whose recorded result the branch reads from the store instead of running it)."""
+    log_reads: list[int] = []
+
+    @tool(read_only=True)
     async def read_log(ctx: ToolContext, name: str) -> str:
         """Read a log file."""
+        log_reads.append(1)
         return "L" * LOG
+
+    def respond(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        if count_model_calls(messages):
+            return reply_text("read it")
+        return reply_tool_call("read_log", name="app.log")
 
     @kafka_agent(
         name=unique_name("large"),
-        llm=FakeLLM([reply_tool_call("read_log", name="app.log"), "read it"]),
+        llm=FakeLLM(respond),
         tools=[read_log],
         partitions=1,
+        keep_history=True,
         limits=AgentLimits(max_tool_result_bytes=None),
     )
     async def agent(ctx: AgentContext, document: str) -> dict[str, Any]:
@@ -54,17 +71,33 @@ async def test_a_turn_far_past_a_record_completes_and_reads_back_whole(
         return {"document": len(document), "answer": answer, "summary": "S" * RESULT}
 
     options = WorkerOptions(object_store=store)
+    expected = {"document": DOCUMENT, "answer": "read it", "summary": "S" * RESULT}
     async with (
         running_worker(agent, kafka_bootstrap_servers, options),
         KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client,
     ):
         events = await client.run(agent.name, document="D" * DOCUMENT, timeout=120)
-    assert events[-1].type == "run:complete", events[-1].data
-    result = events[-1].data["result"]
-    assert result == {"document": DOCUMENT, "answer": "read it", "summary": "S" * RESULT}
+        assert events[-1].type == "run:complete", events[-1].data
+        turn_id = events[-1].turn_id
+        branch = await client.branch(agent.name, turn_id, from_step=3)
+        branched = [e async for e in client.stream(agent.name, branch.turn_id)]
+    assert events[-1].data["result"] == expected
     assert events[0].data["params"]["document"] == "D" * DOCUMENT
     [tool_result] = [e for e in events if e.type == "tool:result"]
     assert tool_result.data["output"] == "L" * LOG
+    assert branched[-1].type == "run:complete", branched[-1].data
+    assert branched[-1].data["result"] == expected
+    assert log_reads == [1]  # the branch took the recorded 5 MB result
+
+    recording = await asyncio.to_thread(
+        load_recording,
+        kafka_bootstrap_servers,
+        agent.topics.history,
+        turn_id,
+        payloads=PayloadStores([store]),
+    )
+    report = await replay_turn(agent, recording)
+    assert report.clean, report.message
 
     # Every record is small, and the ones that held the big values carry references.
     for topic in (
@@ -72,15 +105,95 @@ async def test_a_turn_far_past_a_record_completes_and_reads_back_whole(
         agent.topics.results,
         agent.topics.journal,
         agent.topics.turns,
+        agent.topics.history,
     ):
         for _, value, _ in read_topic(kafka_bootstrap_servers, topic):
             assert len(value or b"") < 300_000, topic
-    [(_, stored_result, _)] = read_topic(kafka_bootstrap_servers, agent.topics.results)
-    assert REF_MARK in (stored_result or b"")
+    for _, stored_result, _ in read_topic(kafka_bootstrap_servers, agent.topics.results):
+        assert REF_MARK in (stored_result or b"")
     sizes = sorted(info.size for info in store.list())
     assert sizes[-1] == DOCUMENT + 2  # the document, as its JSON string
     assert LOG + 2 in sizes
     assert any(size > RESULT for size in sizes)
-    assert (
-        json.loads(store.get(next(i.key for i in store.list() if i.size == LOG + 2))) == "L" * LOG
+    key = next(i.key for i in store.list() if i.size == LOG + 2)
+    assert json.loads(store.get(key)) == "L" * LOG
+
+
+async def test_a_worker_that_takes_over_reads_the_recorded_value_back(
+    kafka_bootstrap_servers: str, store: LocalObjectStore
+) -> None:
+    """The first worker journals a 5 MB tool result by reference and stops mid-turn; the
+    next one replays it from the store (the tool does not run again, and the model call
+    after it sees the same conversation, else the replay would fail its fingerprint)."""
+    big_runs: list[int] = []
+    gate_runs: list[int] = []
+
+    @tool
+    async def read_log(ctx: ToolContext) -> str:
+        """Read a log file."""
+        big_runs.append(1)
+        return "L" * LOG
+
+    @tool
+    async def wait_gate(ctx: ToolContext) -> str:
+        """Hangs on the first worker."""
+        gate_runs.append(1)
+        if len(gate_runs) == 1:
+            await asyncio.sleep(3600)
+        return "through"
+
+    script = [reply_tool_call("read_log"), reply_tool_call("wait_gate"), "done"]
+
+    @kafka_agent(
+        name=unique_name("takeover"),
+        llm=FakeLLM(script),
+        tools=[read_log, wait_gate],
+        partitions=1,
+        limits=AgentLimits(max_tool_result_bytes=None),
     )
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "go"}])
+
+    options = WorkerOptions(object_store=store, shutdown_grace=0.2)
+    async with KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client:
+        async with running_worker(agent, kafka_bootstrap_servers, options):
+            handle = await client.submit(agent.name)
+            await wait_for(lambda: len(gate_runs) == 1, 30, "the gate tool started")
+        async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+            events = [e async for e in client.stream(agent.name, handle.turn_id)]
+            resolved = worker.metrics.registry.get_sample_value(
+                "pyrula_payload_refs_resolved_total", {"agent": agent.name}
+            )
+    assert events[-1].type == "run:complete", events[-1].data
+    assert events[-1].data["result"] == "done"
+    assert big_runs == [1] and len(gate_runs) == 2
+    assert (resolved or 0) >= 1
+
+
+async def test_a_value_past_the_agents_max_payload_bytes_fails_the_turn_naming_it(
+    kafka_bootstrap_servers: str, store: LocalObjectStore
+) -> None:
+    @tool
+    async def read_log(ctx: ToolContext) -> str:
+        """Read a log file."""
+        return "L" * 600_000
+
+    @kafka_agent(
+        name=unique_name("limit"),
+        llm=FakeLLM([reply_tool_call("read_log"), "read it"]),
+        tools=[read_log],
+        partitions=1,
+        limits=AgentLimits(max_tool_result_bytes=None, max_payload_bytes=500_000),
+    )
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "read"}])
+
+    async with (
+        running_worker(agent, kafka_bootstrap_servers, WorkerOptions(object_store=store)),
+        KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client,
+    ):
+        events = await client.run(agent.name, timeout=60)
+    assert events[-1].type == "run:error"
+    assert events[-1].data["code"] == "stream_too_large"
+    assert "max_payload_bytes=500000" in events[-1].data["message"]
+    assert list(store.list()) == []
