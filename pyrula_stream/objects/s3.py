@@ -136,11 +136,9 @@ class S3ObjectStore:
     # --- the ObjectStore protocol ------------------------------------------------------
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
-        """One request for a small object; a big one is first looked up (one HEAD), and
-        not sent again when its content address already holds as many bytes: a rerun
-        after a crash, or the same value in the request and the result, uploads once."""
-        if len(data) >= self.multipart_threshold and self._size(key) == len(data):
-            return
+        """One request for a small object, parts for a big one. Always sent, even when the
+        key holds these bytes already: the write renews the object's modification time,
+        which the sweeper reads as "written again, keep it" (objects/sweep.py)."""
         if len(data) < self.multipart_threshold:
             self._call(
                 "put",

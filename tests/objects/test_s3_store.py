@@ -80,21 +80,6 @@ def test_a_big_object_goes_up_in_parts_and_comes_back_in_pieces(
     assert store.get("ff/big") == data
 
 
-def test_a_big_object_already_there_is_not_uploaded_again(store: S3ObjectStore) -> None:
-    uploads: list[str] = []
-    for call in ("PutObject", "CreateMultipartUpload"):
-        store._client.meta.events.register(
-            f"before-call.s3.{call}", lambda model, **_: uploads.append(model.name)
-        )
-    big = b"b" * (9 * MiB)
-    store.put("gg/big", big, "application/json")
-    store.put("gg/big", big, "application/json")  # the same content address: skipped
-    store.put("gg/small", b"s", "application/json")
-    store.put("gg/small", b"s", "application/json")  # small: one request, no lookup
-    assert uploads == ["CreateMultipartUpload", "PutObject", "PutObject"]
-    assert store.get("gg/big") == big
-
-
 def test_a_missing_bucket_is_a_configuration_error_naming_it(s3_server: LocalS3) -> None:
     gone = store_from_url(s3_server.store_url("no-such-bucket"))
     with pytest.raises(ConfigurationError, match="s3://no-such-bucket/"):
