@@ -52,7 +52,7 @@ from pyrula_stream.gateway.options import GATEWAY_TENANT_HEADER, AppOptions
 from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
 from pyrula_stream.gateway.pending import PendingStreams
 from pyrula_stream.gateway.sse import last_event_id, sse_frames
-from pyrula_stream.gateway.uploads import check_references, receive_upload
+from pyrula_stream.gateway.uploads import check_references, receive_upload, upload_space
 from pyrula_stream.kafka.admin import broker_answers
 from pyrula_stream.kafka.connection_log import is_connection_failure
 from pyrula_stream.objects.resolver import has_refs
@@ -443,7 +443,8 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise invalid("thread_id", "must be a non-empty string")
         params = body
-        await check_references(params, gateway.store, principal)
+        space = upload_space(served.topic_prefix, agent, principal)
+        await check_references(params, gateway.store, space, principal)
         if served.validate is not None and not has_refs(params):  # the worker checks those
             from pyrula_stream.tools.schema import InvalidToolArguments
 
@@ -481,7 +482,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
     async def upload(agent: str, request: Request) -> JSONResponse:
         """One document streamed into the object store; its reference, to pass as a
         parameter's value (docs/object-stores.md)."""
-        gateway.agent(agent)
+        served = gateway.agent(agent)
         if gateway.store is None:
             raise GatewayRefusal(
                 404,
@@ -490,7 +491,8 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
             )
         principal = principal_of(request.scope)
         limit = options.upload_limit(principal)
-        ref = await receive_upload(request, gateway.store, limit, principal)
+        space = upload_space(served.topic_prefix, agent, principal)
+        ref = await receive_upload(request, gateway.store, space, limit, principal)
         return JSONResponse(ref.data(), status_code=201)
 
     @api.get("/{agent}/turns/{turn_id}/events")

@@ -6,9 +6,12 @@ whatever the size), refuses them with ``413`` once past the caller's limit, and 
 in the gateway's object store under their content address. The answer is the reference,
 ``{"$pyrula_ref": {...}}``, which the caller puts as a parameter's value in its turn.
 
-With API keys each principal uploads into its own space (``uploads/<principal>/``) and
-a turn may only reference what its own key uploaded: a reference is a capability, and one
-principal cannot hand the worker another's document by guessing or copying its key.
+Uploads live with the agent's other objects (``<topic prefix>.<agent>/uploads/``), so
+the agent's sweep (``pyrula-stream objects sweep``) deletes one that no turn references
+once past its grace. With API keys each principal uploads into its own space
+(``.../uploads/<principal>/``) and a turn may only reference what its own key uploaded to
+that agent: a reference is a capability, and one principal cannot hand the worker
+another's document by guessing or copying its key.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from fastapi import Request
 from pyrula_stream.errors import ErrorCode, MalformedRecordError
 from pyrula_stream.gateway.errors import GatewayRefusal
 from pyrula_stream.objects.store import ObjectStore
+from pyrula_stream.objects.sweep import object_prefix
 from pyrula_stream.wire.payload_refs import PayloadRef, refs_in
 
-UPLOADS_PREFIX = "uploads/"
+UPLOADS = "uploads/"
 SPOOL_BYTES = 1024 * 1024
 """An upload past this waits in a temporary file rather than in memory."""
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -39,9 +43,11 @@ class FileStore(Protocol):
     def put_file(self, key: str, file: IO[bytes], content_type: str) -> None: ...
 
 
-def upload_space(principal: str | None) -> str:
-    """The key prefix of ``principal``'s uploads (everyone's without keys)."""
-    return UPLOADS_PREFIX if principal is None else f"{UPLOADS_PREFIX}{principal}/"
+def upload_space(topic_prefix: str, agent: str, principal: str | None) -> str:
+    """The key prefix of ``principal``'s uploads to ``agent`` (everyone's without keys),
+    under the agent's objects, where its sweep looks."""
+    space = object_prefix(topic_prefix, agent) + UPLOADS
+    return space if principal is None else f"{space}{principal}/"
 
 
 def digest_key(digest: str, prefix: str) -> str:
@@ -65,9 +71,10 @@ def too_large(limit: int, principal: str | None) -> GatewayRefusal:
 
 
 async def receive_upload(
-    request: Request, store: ObjectStore, limit: int, principal: str | None
+    request: Request, store: ObjectStore, space: str, limit: int, principal: str | None
 ) -> PayloadRef:
-    """Stream the request's body into ``store``; its reference."""
+    """Stream the request's body into ``store`` under the key prefix ``space``; its
+    reference."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large(limit, principal)
@@ -85,17 +92,17 @@ async def receive_upload(
             else:
                 spool.write(chunk)
         if content_type.startswith("application/json"):
-            await _check_json(spool, store, principal)
+            await _check_json(spool, store, space, principal)
         sha = digest.hexdigest()
-        ref = PayloadRef(
-            store.name, digest_key(sha, upload_space(principal)), size, sha, content_type
-        )
+        ref = PayloadRef(store.name, digest_key(sha, space), size, sha, content_type)
         spool.seek(0)
         await asyncio.to_thread(_put, store, ref, spool)
     return ref
 
 
-async def _check_json(spool: IO[bytes], store: ObjectStore, principal: str | None) -> None:
+async def _check_json(
+    spool: IO[bytes], store: ObjectStore, space: str, principal: str | None
+) -> None:
     """A JSON upload is read back as JSON, references and all: the references inside it
     pass the same check as a turn's (or one key could reach another's uploads)."""
     spool.seek(0)
@@ -107,7 +114,7 @@ async def _check_json(spool: IO[bytes], store: ObjectStore, principal: str | Non
             f"the upload says application/json but is not JSON: {exc}",
             code=ErrorCode.INVALID_REQUEST,
         ) from None
-    await check_references(value, store, principal)
+    await check_references(value, store, space, principal)
 
 
 def _put(store: ObjectStore, ref: PayloadRef, file: IO[bytes]) -> None:
@@ -117,10 +124,12 @@ def _put(store: ObjectStore, ref: PayloadRef, file: IO[bytes]) -> None:
         store.put(ref.key, file.read(), ref.content_type)
 
 
-async def check_references(params: Any, store: ObjectStore | None, principal: str | None) -> None:
+async def check_references(
+    params: Any, store: ObjectStore | None, space: str, principal: str | None
+) -> None:
     """Every reference in a submitted turn names an object of this gateway's store that
-    the caller uploaded (with keys: in its own space) and that is there; ``422`` naming
-    the reference otherwise."""
+    is there and, with keys, that the caller uploaded (under ``space``, its uploads to
+    the agent); ``422`` naming the reference otherwise."""
     try:
         refs = list(refs_in(params))
     except MalformedRecordError as exc:
@@ -129,12 +138,11 @@ async def check_references(params: Any, store: ObjectStore | None, principal: st
         return
     if store is None:
         raise _bad_ref(refs[0].key, "cannot be read: this gateway has no object store")
-    space = upload_space(principal)
     for ref in refs:
         if ref.store != store.name:
             raise _bad_ref(ref.key, f"names store {ref.store!r}; this gateway has {store.name!r}")
         if principal is not None and not ref.key.startswith(space):
-            raise _bad_ref(ref.key, f"is not an upload of API key '{principal}'")
+            raise _bad_ref(ref.key, f"is not an upload of API key '{principal}' to this agent")
         if not await asyncio.to_thread(store.exists, ref.key):
             raise _bad_ref(ref.key, "names no stored object: upload it first (POST .../uploads)")
 

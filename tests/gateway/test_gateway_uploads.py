@@ -4,6 +4,7 @@ own size limit, and may reference only what it uploaded itself."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
@@ -21,6 +22,7 @@ from pyrula_stream.gateway.uploads import digest_key
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.objects.s3 import store_from_url
 from pyrula_stream.objects.s3_server import LocalS3
+from pyrula_stream.objects.sweep import live_digests, object_prefix, sweep
 from pyrula_stream.testing import running_worker, unique_name
 from pyrula_stream.wire.payload_refs import content_key
 from tests.conftest import S3_TEST_BUCKET
@@ -87,7 +89,8 @@ async def test_an_upload_becomes_a_parameter_within_each_keys_limit(
     body = ref["$pyrula_ref"]
     size = len(DOCUMENT.encode())
     assert body["store"] == "s3" and body["size"] == size
-    assert body["key"] == content_key(DOCUMENT.encode(), "uploads/web/")[0]
+    space = f"pyrula.{agent.name}/uploads/"  # with the agent's objects, which it sweeps
+    assert body["key"] == content_key(DOCUMENT.encode(), f"{space}web/")[0]
     assert body["content_type"].startswith("text/plain")
     assert store.get(body["key"]) == DOCUMENT.encode()
     schema = {"$ref": "#/components/schemas/PayloadReference", **document}
@@ -103,10 +106,22 @@ async def test_an_upload_becomes_a_parameter_within_each_keys_limit(
             f"over {OPS_LIMIT} bytes, the upload limit of API key 'ops'" in refused.json()["error"]
         )
     assert within.status_code == 201
-    assert within.json()["$pyrula_ref"]["key"].startswith("uploads/ops/")
+    assert within.json()["$pyrula_ref"]["key"].startswith(f"{space}ops/")
     for refused in (borrowed, smuggled):
         assert refused.status_code == 422, refused.text
-        assert "is not an upload of API key 'ops'" in refused.json()["error"]
+        assert "is not an upload of API key 'ops' to this agent" in refused.json()["error"]
+
+    # The agent's sweep sees its uploads: the one no turn references goes, the other stays.
+    topics = [spec.name for spec in agent.topic_specs()]
+    swept = await asyncio.to_thread(
+        sweep,
+        store,
+        object_prefix("pyrula", agent.name),
+        lambda: live_digests(kafka_bootstrap_servers, "pyrula", topics=topics)[0],
+        grace_s=0,
+    )
+    assert swept.deleted == [within.json()["$pyrula_ref"]["key"]]
+    assert store.exists(body["key"])
 
 
 async def chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
