@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager
 import pytest
 
 from pyrula_stream import KafkaAgent, KafkaAgentClient, KafkaWorker, WorkerOptions
-from pyrula_stream.objects.s3_server import LocalS3, start_local_s3
+from pyrula_stream.objects.s3_server import LocalS3, local_s3
 from pyrula_stream.testing import BOOTSTRAP_ENV, local_kafka, running_worker
 from tests.approvals_kit import HITL_OPTIONS, Refunds, Serve
 
@@ -95,15 +95,5 @@ def s3_server() -> Iterator[LocalS3]:
     bucket ``S3_TEST_BUCKET``; its credentials are put in the environment as ``AWS_*``,
     where boto3 (and so ``S3ObjectStore``, and any worker process started meanwhile)
     reads them. Started only for the tests that ask for it."""
-    server = start_local_s3(buckets=(S3_TEST_BUCKET,))
-    saved = {name: os.environ.get(name) for name in server.client_env()}
-    os.environ.update(server.client_env())
-    try:
+    with local_s3(S3_TEST_BUCKET) as server:
         yield server
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        server.stop()

@@ -18,12 +18,10 @@ written twice, say by the request and by an event, counts twice).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,8 @@ from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.context.agent_context import AgentContext
 from pyrula_stream.llm.fake import FakeLLM
 from pyrula_stream.objects.local import LocalObjectStore
+from pyrula_stream.objects.s3 import store_from_url
+from pyrula_stream.objects.s3_server import local_s3
 from pyrula_stream.objects.store import ObjectInfo, ObjectStore
 from pyrula_stream.runtime.options import WorkerOptions
 
@@ -178,28 +178,6 @@ def _per_mb(runs: Sequence[SizeRun]) -> dict[str, Any]:
     return out
 
 
-@contextlib.asynccontextmanager
-async def _s3_store() -> AsyncIterator[tuple[ObjectStore, int | None]]:
-    """A store on a local S3 server started for the phase (its credentials in this
-    process's environment for as long as it runs)."""
-    from pyrula_stream.objects.s3 import store_from_url
-    from pyrula_stream.objects.s3_server import start_local_s3
-
-    server = await asyncio.to_thread(start_local_s3, buckets=(BUCKET,))
-    saved = {k: os.environ.get(k) for k in server.client_env()}
-    os.environ.update(server.client_env())
-    try:
-        pid = server.process.pid if server.process is not None else None
-        yield store_from_url(server.store_url(BUCKET, "bench/")), pid
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        await asyncio.to_thread(server.stop)
-
-
 async def run_payloads(
     bootstrap: str,
     *,
@@ -221,8 +199,9 @@ async def run_payloads(
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
         else:
-            async with _s3_store() as (inner, pid):
-                store = CountingStore(inner)
+            with local_s3(BUCKET) as server:  # started for the phase
+                store = CountingStore(store_from_url(server.store_url(BUCKET, "bench/")))
+                pid = server.process.pid if server.process is not None else None
                 runs = await _run_sizes(
                     bootstrap, name, store, sizes, turns_per_size, pid, keep_topics
                 )

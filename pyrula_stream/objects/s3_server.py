@@ -27,6 +27,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,3 +206,22 @@ def _wait_until_answering(server: LocalS3, timeout_s: float) -> None:
         except OSError:
             time.sleep(0.1)
     raise ObjectStoreUnavailable(f"no answer at {server.endpoint_url} within {timeout_s:.0f}s")
+
+
+@contextlib.contextmanager
+def local_s3(*buckets: str) -> Iterator[LocalS3]:
+    """A server with ``buckets`` for the length of a ``with`` (tests, chaos, the bench),
+    its credentials in this process's environment as the ``AWS_*`` variables meanwhile,
+    where boto3 and any child process read them; the variables are put back after."""
+    server = start_local_s3(buckets=buckets)
+    saved = {name: os.environ.get(name) for name in server.client_env()}
+    os.environ.update(server.client_env())
+    try:
+        yield server
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        server.stop()
