@@ -109,11 +109,7 @@ class S3ObjectStore:
                 read_timeout=timeout_s,
                 retries={"max_attempts": 4, "mode": "standard"},
                 max_pool_connections=max(10, max_concurrency * 2),
-                s3={
-                    "addressing_style": "path"
-                    if path_style or (path_style is None and other)
-                    else "auto"
-                },
+                s3={"addressing_style": _addressing(path_style, other)},
                 request_checksum_calculation="when_required" if other else "when_supported",
                 response_checksum_validation="when_required" if other else "when_supported",
             )
@@ -257,6 +253,14 @@ class S3ObjectStore:
             return ()
         frozen = found.get_frozen_credentials()
         return tuple(s for s in (frozen.secret_key, frozen.token) if s)
+
+
+def _addressing(path_style: bool | None, other_endpoint: bool) -> str:
+    """boto3's addressing style: as asked, else path-style off AWS and AWS's own choice
+    on it."""
+    if path_style is None:
+        return "path" if other_endpoint else "auto"
+    return "path" if path_style else "virtual"
 
 
 def _code(exc: Exception) -> str:

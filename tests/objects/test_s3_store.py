@@ -128,6 +128,8 @@ def test_a_url_names_bucket_prefix_endpoint_and_addressing() -> None:
     store = store_from_url("s3://bkt/some/prefix?endpoint=http://127.0.0.1:1&region=eu-west-1")
     assert (store.bucket, store.prefix, store.region) == ("bkt", "some/prefix/", "eu-west-1")
     assert store._client.meta.config.s3["addressing_style"] == "path"
-    aws = store_from_url("s3://bkt/p?path_style=0")
+    aws = store_from_url("s3://bkt/p")
     assert aws._client.meta.config.s3["addressing_style"] == "auto"
+    hosted = store_from_url("s3://bkt/p?endpoint=https://s3.example&path_style=0")
+    assert hosted._client.meta.config.s3["addressing_style"] == "virtual"
     assert "secret" not in repr(store)
