@@ -511,6 +511,11 @@ class TurnRuntime:
         """The parameters the agent body is called with."""
         return self.request.params if self.params is None else self.params
 
+    async def resolved(self, value: Any) -> Any:
+        """``value`` with its payload references read back; without a store, a reference
+        raises ``PayloadUnresolved`` naming the store it needs."""
+        return await (self.payloads or PayloadStores()).resolve_async(value)
+
     async def resolve_recorded(self) -> None:
         """Read back the values the turn's request and recorded steps hold by reference
         (a resumed, restored or branched turn), before its body runs: replay and the body
