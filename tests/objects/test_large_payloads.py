@@ -221,3 +221,23 @@ async def test_a_sub_agents_large_result_reaches_its_parent_by_reference(
     assert events[-1].data["result"] == 1_200_000
     [answer] = [e for e in events if e.type == "subagent:result"]
     assert answer.data["result"] == "C" * 1_200_000
+
+
+async def test_a_worker_without_the_store_fails_the_turn_naming_store_and_key(
+    kafka_bootstrap_servers: str, store: LocalObjectStore
+) -> None:
+    @kafka_agent(name=unique_name("nostore"), llm=FakeLLM(["ok"]), partitions=1)
+    async def agent(ctx: AgentContext, document: str) -> int:
+        return len(document)
+
+    async with (
+        running_worker(agent, kafka_bootstrap_servers),
+        KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client,
+    ):
+        events = await client.run(agent.name, document="D" * 400_000, timeout=60)
+    [stored] = list(store.list())
+    assert events[-1].type == "run:error"
+    assert events[-1].data["code"] == "payload_unresolved"
+    assert "'local'" in events[-1].data["message"]
+    assert "PYRULA_OBJECT_STORE" in events[-1].data["message"]
+    assert stored.key in events[-1].data["message"]
