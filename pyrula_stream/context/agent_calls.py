@@ -289,7 +289,7 @@ class AgentCalls:
         data, _ = await turn.durable_step(
             REPLY_KIND, name, fingerprint(child_id), live, result_event, step=step
         )
-        reply = Reply.from_data(data)
+        reply = Reply.from_data(await turn.resolved(data))  # a large result: by reference
         add_child_usage(turn.spend, reply.usage or {})
         return reply
 

@@ -114,6 +114,9 @@ class TurnSteps(DurableSteps, Protocol):
     async def barrier(self) -> None:
         """Wait until every step journaled so far is committed (before an effect)."""
 
+    async def resolved(self, value: Any) -> Any:
+        """``value`` with its payload references read back (a child's large result)."""
+
 
 class CommitRoom(Protocol):
     """The commit buffer as a model call sees it."""

@@ -120,6 +120,9 @@ class _EncodeLater:
         return serde.encode_journal_entry(self.entry, self.data)
 
 
+_NO_STORES = PayloadStores()
+"""The resolver of a worker without a store: a reference raises, naming its store."""
+
 _JOURNAL_HEADERS = shared_headers(serde.CONTENT_TYPE_HEADER, serde.content_type("journal_entry"))
 """The one header list of every journal entry's record (``wire_record``'s too)."""
 _JOURNAL_HEADER_BYTES = sum(len(k) + len(v) for k, v in _JOURNAL_HEADERS)
@@ -511,13 +514,17 @@ class TurnRuntime:
         """The parameters the agent body is called with."""
         return self.request.params if self.params is None else self.params
 
+    async def resolved(self, value: Any) -> Any:
+        """``value`` with its payload references read back; without a store, a reference
+        raises ``PayloadUnresolved`` naming the store it needs."""
+        return await (self.payloads or _NO_STORES).resolve_async(value)
+
     async def resolve_recorded(self) -> None:
         """Read back the values the turn's request and recorded steps hold by reference
         (a resumed, restored or branched turn), before its body runs: replay and the body
-        then see whole values, as the live run did."""
-        payloads = self.payloads
-        if payloads is None:
-            return
+        then see whole values, as the live run did. Without a store, a reference fails the
+        turn with ``PayloadUnresolved`` naming the store it needs."""
+        payloads = self.payloads or _NO_STORES
         self.params = await payloads.resolve_async(self.request.params)
         for index, entry in list(self.journal.steps.items()):
             data = await payloads.resolve_async(entry.data)

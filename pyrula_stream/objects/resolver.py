@@ -61,7 +61,12 @@ class PayloadStores:
 
     def fetch(self, ref: PayloadRef) -> Any:
         """The value ``ref`` stands for, checked against its size and hash."""
-        store = self.store(ref.store)
+        try:
+            store = self.store(ref.store)
+        except PayloadUnresolved as exc:
+            raise PayloadUnresolved(
+                f"payload reference {ref.key}: {exc}", detail={"store": ref.store, "key": ref.key}
+            ) from None
         try:
             data = store.get(ref.key)
         except KeyError:

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.objects.local import LocalObjectStore
-from pyrula_stream.objects.resolver import PayloadStores
+from pyrula_stream.objects.resolver import PayloadStores, has_refs
 from pyrula_stream.objects.store import ObjectStore
 
 OBJECT_STORE_ENV = "PYRULA_OBJECT_STORE"
@@ -64,3 +64,9 @@ def open_store(setting: str | ObjectStore) -> ObjectStore:
     raise ConfigurationError(
         f"object store {setting!r}: unknown scheme {url.scheme!r} (file:// or s3://)"
     )
+
+
+def resolved_result(result: Any) -> Any:
+    """A decoded turn result's value with its references read back through
+    ``PYRULA_OBJECT_STORE``'s store (a pipeline's deserializer: blocking)."""
+    return default_payloads(None).resolve(result) if has_refs(result) else result

@@ -197,3 +197,47 @@ async def test_a_value_past_the_agents_max_payload_bytes_fails_the_turn_naming_i
     assert events[-1].data["code"] == "stream_too_large"
     assert "max_payload_bytes=500000" in events[-1].data["message"]
     assert list(store.list()) == []
+
+
+async def test_a_sub_agents_large_result_reaches_its_parent_by_reference(
+    kafka_bootstrap_servers: str, store: LocalObjectStore
+) -> None:
+    @kafka_agent(name=unique_name("child"), llm=FakeLLM(["ok"]), partitions=1)
+    async def child(ctx: AgentContext) -> str:
+        return "C" * 1_200_000  # past a record: the reply must carry a reference
+
+    @kafka_agent(name=unique_name("parent"), llm=FakeLLM(["ok"]), partitions=1)
+    async def parent(ctx: AgentContext) -> int:
+        return len(await ctx.call_agent(child))
+
+    options = WorkerOptions(object_store=store)
+    async with (
+        running_worker(child, kafka_bootstrap_servers, options),
+        running_worker(parent, kafka_bootstrap_servers, options),
+        KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client,
+    ):
+        events = await client.run(parent.name, timeout=60)
+    assert events[-1].type == "run:complete", events[-1].data
+    assert events[-1].data["result"] == 1_200_000
+    [answer] = [e for e in events if e.type == "subagent:result"]
+    assert answer.data["result"] == "C" * 1_200_000
+
+
+async def test_a_worker_without_the_store_fails_the_turn_naming_store_and_key(
+    kafka_bootstrap_servers: str, store: LocalObjectStore
+) -> None:
+    @kafka_agent(name=unique_name("nostore"), llm=FakeLLM(["ok"]), partitions=1)
+    async def agent(ctx: AgentContext, document: str) -> int:
+        return len(document)
+
+    async with (
+        running_worker(agent, kafka_bootstrap_servers),
+        KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client,
+    ):
+        events = await client.run(agent.name, document="D" * 400_000, timeout=60)
+    [stored] = list(store.list())
+    assert events[-1].type == "run:error"
+    assert events[-1].data["code"] == "payload_unresolved"
+    assert "'local'" in events[-1].data["message"]
+    assert "PYRULA_OBJECT_STORE" in events[-1].data["message"]
+    assert stored.key in events[-1].data["message"]

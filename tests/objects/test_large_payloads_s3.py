@@ -107,36 +107,34 @@ async def test_a_producer_of_another_language_writes_the_object_and_the_referenc
     kafka_bootstrap_servers: str, s3_server: LocalS3
 ) -> None:
     """docs/object-stores.md's rule, followed with a bare S3 client (as a Go or Java
-    producer would): the JSON's SHA-256, the key <prefix><sha[:2]>/<sha>, then the request
-    with the reference. The producer needs no store of ours; the worker reads it."""
+    producer would): the JSON's SHA-256, the key <topic prefix>.<agent>/<sha[:2]>/<sha>,
+    then the request with the reference. The producer needs no store of ours."""
+
+    @kafka_agent(name=unique_name("foreign"), llm=FakeLLM(None), partitions=1)
+    async def agent(ctx: AgentContext, document: str) -> int:
+        return len(document)
+
     prefix = f"foreign-{uuid.uuid4().hex[:8]}/"
     value = json.dumps("Z" * 600_000).encode()
     sha = hashlib.sha256(value).hexdigest()
+    key = f"pyrula.{agent.name}/{sha[:2]}/{sha}"
     raw = boto3.client(
         "s3",
         endpoint_url=s3_server.endpoint_url,
         config=Config(s3={"addressing_style": "path"}),
     )
     raw.put_object(
-        Bucket=S3_TEST_BUCKET,
-        Key=f"{prefix}{sha[:2]}/{sha}",
-        Body=value,
-        ContentType="application/json",
+        Bucket=S3_TEST_BUCKET, Key=prefix + key, Body=value, ContentType="application/json"
     )
     ref = {
         "$pyrula_ref": {
             "store": "s3",
-            "key": f"{sha[:2]}/{sha}",
+            "key": key,
             "size": len(value),
             "sha256": sha,
             "content_type": "application/json",
         }
     }
-
-    @kafka_agent(name=unique_name("foreign"), llm=FakeLLM(None), partitions=1)
-    async def agent(ctx: AgentContext, document: str) -> int:
-        return len(document)
-
     url = s3_server.store_url(S3_TEST_BUCKET, prefix)
     async with (
         running_worker(agent, kafka_bootstrap_servers, WorkerOptions(object_store=url)),

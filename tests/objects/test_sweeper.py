@@ -10,7 +10,10 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from pyrula_stream import AgentContext, AgentLimits, KafkaAgentClient, WorkerOptions, kafka_agent
+from pyrula_stream.cli import main
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.objects import LocalObjectStore
 from pyrula_stream.objects.sweep import live_digests, object_prefix, sweep
@@ -21,34 +24,19 @@ from tests.agents import large
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def _sweep_cli(bootstrap: str, prefix: str, agent: str, store: Path) -> dict[str, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyrula_stream.cli",
-        "objects",
-        "sweep",
-        agent,
-        "--bootstrap-servers",
-        bootstrap,
-        "--prefix",
-        prefix,
-        "--object-store",
-        f"file://{store}",
-        "--grace-seconds",
-        "0",
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, err.decode()
-    return dict(json.loads(out))
+async def _sweep_cli(
+    bootstrap: str, prefix: str, agent: str, store: Path, capsys: pytest.CaptureFixture[str]
+) -> dict[str, int]:
+    """``pyrula-stream objects sweep`` (its ``main``, in a thread: no interpreter start)."""
+    argv = ["objects", "sweep", agent, "--bootstrap-servers", bootstrap, "--prefix", prefix]
+    argv += ["--object-store", f"file://{store}", "--grace-seconds", "0"]
+    capsys.readouterr()
+    assert await asyncio.to_thread(main, argv) == 0
+    return dict(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
 
 
 async def test_a_crash_between_object_and_commit_leaves_an_orphan_the_sweeper_removes(
-    kafka_bootstrap_servers: str, tmp_path: Path
+    kafka_bootstrap_servers: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name, prefix = unique_name("orphan"), unique_name("lp")
     root = tmp_path / "objects"
@@ -88,7 +76,7 @@ async def test_a_crash_between_object_and_commit_leaves_an_orphan_the_sweeper_re
         orphans = [info.key for info in store.list()]
         assert orphans, "the tool result was stored before the commit"
 
-        first = await _sweep_cli(kafka_bootstrap_servers, prefix, name, root)
+        first = await _sweep_cli(kafka_bootstrap_servers, prefix, name, root, capsys)
         assert first["deleted"] == len(orphans) and first["referenced"] == 0, first
         assert list(store.list()) == []
 
