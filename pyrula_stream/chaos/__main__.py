@@ -369,6 +369,13 @@ def main(argv: list[str] | None = None) -> int:
         "object store; workers are also killed between the object write and the commit; gate "
         "dangling_refs and orphans_left (after one sweep), large_turns >= 50 (chaos/large.py)",
     )
+    p.add_argument(
+        "--large-store",
+        choices=("local", "s3"),
+        default="local",
+        help="--large: the object store, a local directory or a real S3 server on loopback "
+        "(versitygw, built by make setup)",
+    )
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
@@ -429,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         hostile_kinds=kinds,
         large=args.large,
+        large_store=args.large_store,
         log=lambda text: print(text, flush=True),
     )
     try:

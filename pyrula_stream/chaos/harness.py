@@ -77,6 +77,7 @@ from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.local.cluster import LocalCluster
+from pyrula_stream.objects.s3_server import local_s3
 from pyrula_stream.objects.urls import OBJECT_STORE_ENV
 from pyrula_stream.runtime.committer import CHAOS_KILL_ENV
 from pyrula_stream.runtime.options import WorkerOptions
@@ -90,6 +91,10 @@ GATE_KEYS = (
 )
 THREAD_GATE_KEYS = ("thread_turns_missing", "thread_turns_doubled")
 """Gated too when the run spreads its turns over threads (``--threads``)."""
+
+
+CHAOS_BUCKET = "pyrula-chaos"
+"""``--large-store s3``: the bucket on the run's own S3 server."""
 
 
 @dataclass
@@ -139,6 +144,9 @@ class ChaosConfig:
     large: bool = False
     """``--large``: large values by reference, kills between object write and commit
     (``large.py``)."""
+    large_store: str = "local"
+    """``--large-store s3``: the store is a real S3 server on loopback
+    (``objects/s3_server``), not a local directory."""
 
 
 @dataclass
@@ -272,6 +280,9 @@ class _Run:
         """Each worker's count of skipped control records once the hostile ones settled."""
         self.store_dir = run_dir / "objects"
         """``--large``: the workers' and submitter's local object store."""
+        self.store_setting = str(self.store_dir)
+        """``--large``: the store's setting every part uses (a directory, or an ``s3://``
+        URL with ``--large-store s3``)."""
         self.self_kills = 0
         """``--large``: workers that killed themselves between object write and commit."""
 
@@ -302,7 +313,7 @@ class _Run:
                         cfg.turns_per_thread,
                         cfg.tenants,
                         self.client,
-                        str(self.store_dir) if cfg.large else None,
+                        self.store_setting if cfg.large else None,
                     )
                 )
             except BaseException as exc:
@@ -412,7 +423,7 @@ class _Run:
                 self.topics,
                 self.read,
                 self.bootstrap,
-                self.store_dir,
+                self.store_setting,
                 self.self_kills,
                 f,
                 kafka_config=self.admin,
@@ -491,6 +502,10 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             )
         say(f"kafka: {bootstrap}{' (SASL_SSL, generated ACLs)' if secured else ''}")
         run = _Run(cfg, bootstrap, agent, run_dir, secured)
+        if cfg.large and cfg.large_store == "s3":  # its AWS_* reach every worker's env
+            s3 = after_check.enter_context(local_s3(CHAOS_BUCKET))
+            run.store_setting = s3.store_url(CHAOS_BUCKET, f"{agent}/")
+            say(f"object store: S3 at {s3.endpoint_url} (versitygw)")
         # A hostile run's agent has tenants (invented ones among them): their topics too.
         tenants = cfg.tenants or bool(cfg.hostile)
         specs = agent_topic_specs(agent, partitions=cfg.partitions, tenants=tenants)
@@ -531,7 +546,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     **(
                         {
                             LARGE_ENV: "1",
-                            OBJECT_STORE_ENV: str(run.store_dir),
+                            OBJECT_STORE_ENV: run.store_setting,
                             CHAOS_KILL_ENV: str(KILL_SHARE),
                         }
                         if cfg.large

@@ -1,5 +1,6 @@
 """``--large``: a share of the turns carry values far past a Kafka record, stored by
-reference in a local object store, and workers are SIGKILLed between the object write and
+reference in an object store (a local directory, or with ``--large-store s3`` a real S3
+server on loopback), and workers are SIGKILLed between the object write and
 the commit (the committer's kill point, ``PYRULA_CHAOS_KILL_AFTER_OBJECTS``).
 
 Every third turn's request carries a 300 KB parameter of its own (stored by the
@@ -25,9 +26,9 @@ from typing import Any
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.chaos.verify import Findings, Record
 from pyrula_stream.errors import MalformedRecordError, PyrulaError
-from pyrula_stream.objects.local import LocalObjectStore
 from pyrula_stream.objects.resolver import PayloadStores
 from pyrula_stream.objects.sweep import live_digests, object_prefix, sweep
+from pyrula_stream.objects.urls import open_store
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import decode_event
 from pyrula_stream.wire.payload_refs import REF_MARK, PayloadRef, refs_in
@@ -74,14 +75,14 @@ def check_large(
     topics: AgentTopics,
     read: Any,
     bootstrap: str,
-    store_dir: Path,
+    store_setting: str | Path,
     self_kills: int,
     f: Findings,
     *,
     kafka_config: Any = None,
 ) -> None:
     """Sweep once, then count dangling references, orphans and large turns."""
-    store = LocalObjectStore(store_dir)
+    store = open_store(str(store_setting))
     prefix, agent = topics.turns.split(".")[0], topics.turns.split(".")[1]
     names = [t for t in vars(topics).values() if isinstance(t, str)]
     report = sweep(
