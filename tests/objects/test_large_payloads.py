@@ -200,16 +200,18 @@ async def test_a_value_past_the_agents_max_payload_bytes_fails_the_turn_naming_i
     assert list(store.list()) == []
 
 
-async def test_a_sub_agents_large_result_reaches_its_parent_by_reference(
+async def test_a_sub_agents_large_request_and_result_travel_by_reference(
     kafka_bootstrap_servers: str, store: LocalObjectStore
 ) -> None:
+    """Both past a record: the parent's call and the child's reply carry references."""
+
     @kafka_agent(name=unique_name("child"), llm=FakeLLM(["ok"]), partitions=1)
-    async def child(ctx: AgentContext) -> str:
-        return "C" * 1_200_000  # past a record: the reply must carry a reference
+    async def child(ctx: AgentContext, doc: str) -> str:
+        return "C" * len(doc)
 
     @kafka_agent(name=unique_name("parent"), llm=FakeLLM(["ok"]), partitions=1)
     async def parent(ctx: AgentContext) -> int:
-        return len(await ctx.call_agent(child))
+        return len(await ctx.call_agent(child, doc="Q" * 1_200_000))
 
     options = WorkerOptions(object_store=store)
     async with (
