@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -199,16 +200,18 @@ async def test_a_value_past_the_agents_max_payload_bytes_fails_the_turn_naming_i
     assert list(store.list()) == []
 
 
-async def test_a_sub_agents_large_result_reaches_its_parent_by_reference(
+async def test_a_sub_agents_large_request_and_result_travel_by_reference(
     kafka_bootstrap_servers: str, store: LocalObjectStore
 ) -> None:
+    """Both past a record: the parent's call and the child's reply carry references."""
+
     @kafka_agent(name=unique_name("child"), llm=FakeLLM(["ok"]), partitions=1)
-    async def child(ctx: AgentContext) -> str:
-        return "C" * 1_200_000  # past a record: the reply must carry a reference
+    async def child(ctx: AgentContext, doc: str) -> str:
+        return "C" * len(doc)
 
     @kafka_agent(name=unique_name("parent"), llm=FakeLLM(["ok"]), partitions=1)
     async def parent(ctx: AgentContext) -> int:
-        return len(await ctx.call_agent(child))
+        return len(await ctx.call_agent(child, doc="Q" * 1_200_000))
 
     options = WorkerOptions(object_store=store)
     async with (
@@ -241,3 +244,34 @@ async def test_a_worker_without_the_store_fails_the_turn_naming_store_and_key(
     assert "'local'" in events[-1].data["message"]
     assert "PYRULA_OBJECT_STORE" in events[-1].data["message"]
     assert stored.key in events[-1].data["message"]
+
+
+async def test_a_large_memory_value_is_stored_by_reference_and_read_back(
+    kafka_bootstrap_servers: str, store: LocalObjectStore
+) -> None:
+    """Past the memory topic's 256 KiB cap (which fails the put without a store)."""
+    ns = ("tests", uuid.uuid4().hex)
+
+    @kafka_agent(name=unique_name("bigmem"), llm=FakeLLM(["x"]), partitions=1)
+    async def agent(ctx: AgentContext, write: bool) -> Any:
+        if write:
+            await ctx.memory.put(ns, "doc", {"blob": "M" * 400_000})
+        item = await ctx.memory.get(ns, "doc")
+        return None if item is None else len(item.value["blob"])
+
+    async with (
+        running_worker(agent, kafka_bootstrap_servers, WorkerOptions(object_store=store)),
+        KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client,
+    ):
+        wrote = await client.run(agent.name, write=True, timeout=60)
+        assert wrote[-1].data.get("result") == 400_000, wrote[-1].data
+        read: Any = None
+        for _ in range(30):  # eventual: the worker's view catches up with the topic
+            read = (await client.run(agent.name, write=False, timeout=60))[-1].data
+            if read.get("result") is not None:
+                break
+            await asyncio.sleep(0.5)
+    assert read["result"] == 400_000, read
+    [memory] = [r for r in read_topic(kafka_bootstrap_servers, f"{agent.prefix}.memory")
+                if r[0] and ns[-1].encode() in r[0]]  # fmt: skip
+    assert REF_MARK in (memory[1] or b"") and len(memory[1] or b"") < 10_000
