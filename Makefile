@@ -11,12 +11,12 @@ LOWEST_TESTS := tests/runtime/test_turn_end_to_end.py tests/durable/test_durabil
 	tests/wire/test_requests.py tests/wire/test_schemas.py tests/runtime/test_dead_letters.py \
 	tests/client/test_status.py tests/context/test_tool_loop.py tests/kafka/test_topics.py
 
-.PHONY: setup demo test test-fast test-lowest lint typecheck docs dist contracts image deploy-check chaos pipelines bench broker-jars browser clean
+.PHONY: setup demo test test-fast test-lowest lint typecheck docs dist contracts image deploy-check chaos pipelines bench broker-jars s3-server browser clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,bench,ui,mcp,faust]'
+	$(BIN)/python -m pip install -q -e '.[dev,bench,ui,mcp,faust,s3]'
 	touch $(STAMP)
 
 $(QUIX_STAMP): pyproject.toml
@@ -26,13 +26,18 @@ $(QUIX_STAMP): pyproject.toml
 	  'pytest-asyncio>=1.5.0' 'pytest-timeout>=2.4.0' 'hypothesis>=6.170'
 	touch $(QUIX_STAMP)
 
-setup: $(STAMP) $(QUIX_STAMP) broker-jars
+setup: $(STAMP) $(QUIX_STAMP) broker-jars s3-server
 
 # Fetch the Kafka broker's jars once (Maven Central); skipped when a cluster is given.
 broker-jars: $(STAMP)
 	@if [ -z "$$KAFKA_BOOTSTRAP_SERVERS" ]; then \
 	  $(BIN)/python -c "from pyrula_stream.kafka.local.broker import check_java, fetch_jars; check_java(); print('kafka jars:', fetch_jars())"; \
 	fi
+
+# Build the local S3 server (versitygw) once from the Go module proxy into .tools/, for the
+# tests, chaos and bench of the S3 object store (1 to 3 minutes on 2 cores; PYRULA_S3_SERVER skips it).
+s3-server: $(STAMP)
+	@$(BIN)/python -c "from pyrula_stream.objects.s3_server import server_binary; print('s3 server:', server_binary())"
 
 # The web UI's browser test drives Debian's Chromium (never a downloaded browser build).
 browser:

@@ -17,6 +17,7 @@ choose between a retry and the dead-letter topic.
     ├── TopicDriftError                existing topics differ from their spec
     ├── BrokerUnavailableError         no local broker could be started or reached
     ├── SchemaRegistryUnavailableError the Schema Registry did not answer
+    ├── ObjectStoreUnavailable         an object store (S3, a folder) failed or did not answer
     ├── ThreadDeleteFailed             client.delete_thread: the delete failed or timed out
     ├── MalformedRecordError           a record that cannot be decoded (goes to the DLQ)
     ├── WaitTimeout                    a wait for a signal or an answer reached its deadline
@@ -36,7 +37,8 @@ choose between a retry and the dead-letter topic.
         ├── Fatal                      a tool error that must not be retried
         ├── Poison                     a tool error that quarantines the turn
         ├── TurnCancelled
-        └── PayloadTooLarge
+        ├── PayloadTooLarge
+        └── PayloadUnresolved          a payload reference whose object is missing or altered
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ class ErrorCode(StrEnum):
     """A DLQ code: a signal or answer for a turn that is unknown, ended, or already
     answered that question (its sender is told why)."""
     RECORD_UNDELIVERABLE = "record_undeliverable"
+    PAYLOAD_UNRESOLVED = "payload_unresolved"
+    """A payload reference whose object is not in its store, or whose bytes differ."""
 
 
 class PyrulaError(Exception):
@@ -175,6 +179,14 @@ class BrokerUnavailableError(PyrulaError):
 
 class SchemaRegistryUnavailableError(PyrulaError):
     """The Schema Registry at ``schema.registry.url`` could not be reached (names it)."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+    retriable = True
+
+
+class ObjectStoreUnavailable(PyrulaError):
+    """The object store that holds values by reference failed or did not answer (the
+    message names the store and bucket, never a credential)."""
 
     code = ErrorCode.STORE_UNAVAILABLE
     retriable = True
@@ -433,3 +445,11 @@ class PayloadTooLarge(TurnFailure):
     """A record would exceed the broker's size limit; fails fast, never retried."""
 
     code = ErrorCode.STREAM_TOO_LARGE
+
+
+class PayloadUnresolved(TurnFailure):
+    """A payload reference (``$pyrula_ref``) that cannot be read back: its store is not
+    configured here, its object is gone, or its bytes differ from its size and hash. The
+    message names the store and the key."""
+
+    code = ErrorCode.PAYLOAD_UNRESOLVED

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 
 import pytest
 
 from pyrula_stream import KafkaAgent, KafkaAgentClient, KafkaWorker, WorkerOptions
+from pyrula_stream.objects.s3_server import LocalS3, local_s3
 from pyrula_stream.testing import BOOTSTRAP_ENV, local_kafka, running_worker
 from tests.approvals_kit import HITL_OPTIONS, Refunds, Serve
 
@@ -83,3 +84,16 @@ def serve(kafka_bootstrap_servers: str) -> Serve:
         return running_worker(agent, kafka_bootstrap_servers, options)
 
     return start
+
+
+S3_TEST_BUCKET = "pyrula-test"
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[LocalS3]:
+    """A real S3 server (versitygw over a temporary folder) for the session, with the
+    bucket ``S3_TEST_BUCKET``; its credentials are put in the environment as ``AWS_*``,
+    where boto3 (and so ``S3ObjectStore``, and any worker process started meanwhile)
+    reads them. Started only for the tests that ask for it."""
+    with local_s3(S3_TEST_BUCKET) as server:
+        yield server

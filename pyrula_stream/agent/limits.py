@@ -52,6 +52,13 @@ class AgentLimits:
     history_compactor: Any = None
     estimate_tokens: Any = None
     max_parallel_tool_calls: int = 8
+    max_payload_bytes: int | None = None
+    """The largest value (a request's parameters, a tool result, a model response, a
+    result) a turn may write, as JSON; past it the turn fails with ``PayloadTooLarge``
+    naming this limit. Values past the offload threshold go to the worker's object store
+    (docs/large-payloads.md); ``None``: no limit but the store's."""
+    offload_threshold_bytes: int | None = None
+    """This agent's offload threshold (``None``: ``WorkerOptions.offload_threshold_bytes``)."""
 
 
 @dataclass(slots=True)

@@ -44,6 +44,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     gw = results.get("gateway", {})
     fair = results.get("fairness", {})
     keyed = results.get("keyed", {})
+    payloads = results.get("payloads", {})
     cpu = results.get("cpu", {})
     long = results.get("long_turns") or {}
     base = results.get("baseline") or {}
@@ -136,6 +137,11 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "loop_stall_max_ms_between": keyed.get("loop_stall_max_ms_between"),
         "keyed_turns_per_s": keyed.get("keyed_turns_per_s"),
         "keyed_expired_keys": keyed.get("expired_keys"),
+        **{
+            f"payload_{figure}_{store}": payloads.get(store, {}).get(figure)
+            for store in ("local", "s3")
+            for figure in ("added_latency_ms_per_mb", "cpu_ms_per_mb")
+        },
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),

@@ -392,6 +392,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "",
             ),
         ]
+    out += _payload_rows(results.get("payloads"))
     tel = results.get("telemetry")
     if tel:
         what = "metrics + tracing" if tel["tracing_exported"] else "metrics (no OTel SDK)"
@@ -421,6 +422,33 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             (
                 f"{what}: overhead p50 off / on (ms)",
                 f"{_fmt(tel['overhead_p50_ms_off'])} / {_fmt(tel['overhead_p50_ms_on'])}",
+                "",
+            ),
+        ]
+    return out
+
+
+def _payload_rows(payloads: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """Per store: what one more MB stored by reference adds to a turn."""
+    out: list[tuple[str, str, str]] = []
+    for store in ("local", "s3"):
+        found = (payloads or {}).get(store)
+        if not found:
+            continue
+        sizes = ", ".join(f"{r['value_bytes'] / 1e6:g}" for r in found["runs"][1:])
+        server = found.get("server_cpu_ms_per_mb")
+        out += [
+            (
+                f"payloads by reference, {store} store ({sizes} MB values): added latency "
+                "per MB stored (ms; fit r2)",
+                f"{_fmt(found['added_latency_ms_per_mb'], 2)} ({_fmt(found['latency_fit_r2'], 3)})",
+                "",
+            ),
+            (
+                "  CPU per MB stored, client and worker (ms)"
+                + ("; the S3 server's apart" if server is not None else ""),
+                _fmt(found["cpu_ms_per_mb"], 2)
+                + (f"; {_fmt(server, 2)}" if server is not None else ""),
                 "",
             ),
         ]

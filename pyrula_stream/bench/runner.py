@@ -37,6 +37,7 @@ from pyrula_stream.bench.keyed import run_keyed
 from pyrula_stream.bench.latency import FrameworkLatency, LatencyRun
 from pyrula_stream.bench.long_turns import STEP_COUNTS, run_long_turns
 from pyrula_stream.bench.paired import median_of, over_floor, per_turn_ms, throughput_figures
+from pyrula_stream.bench.payloads import run_payloads
 from pyrula_stream.bench.restore import run_restore
 from pyrula_stream.bench.soak import run_soak
 from pyrula_stream.bench.subagents import run_subagents
@@ -58,6 +59,7 @@ PHASES = (
     "gateway",
     "fairness",
     "keyed",
+    "payloads",
     "telemetry",
 )
 """``telemetry`` runs last: it installs the OpenTelemetry SDK for the rest of the process."""
@@ -125,6 +127,9 @@ class BenchConfig:
     keyed_expiry_interval_s: float = 15.0
     """Three expiries in the load, each of ~30,000 keys: a day's TTL at 2,000 keys/s
     expires 120,000 keys per default 60 s interval; the stall per batch is what counts."""
+    payload_sizes: tuple[int, ...] = (1_000_000, 5_000_000, 20_000_000)
+    payload_turns: int = 5
+    """Turns of each value size on each store (local directory, S3), one at a time."""
     phases: tuple[str, ...] = PHASES
     profile: bool = False
     quick: bool = False
@@ -169,6 +174,8 @@ class BenchConfig:
             "keyed_seconds": 6.0,
             "keyed_ttl_s": 1.0,
             "keyed_expiry_interval_s": 2.0,
+            "payload_sizes": (1_000_000, 5_000_000),
+            "payload_turns": 1,
             "quick": True,
         }
         return cls(**{**sizes, **overrides})
@@ -569,6 +576,17 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             expiry_interval_s=config.keyed_expiry_interval_s,
             partitions=config.partitions,
         )
+    if "payloads" in config.phases:
+        progress(
+            f"payloads: {config.payload_turns} turns of each of {config.payload_sizes} bytes "
+            "and of small values, echoed back by reference, on the local store and on S3"
+        )
+        results["payloads"] = await run_payloads(
+            bootstrap,
+            sizes=config.payload_sizes,
+            turns_per_size=config.payload_turns,
+            keep_topics=config.keep_topics,
+        )
     if "telemetry" in config.phases:
         progress(
             f"telemetry: {config.turns} turns x {config.telemetry_rounds} rounds and "
@@ -614,6 +632,7 @@ def expected_minutes(config: BenchConfig) -> float:
         "subagents": 90,
         "gateway": 40,
         "fairness": 30,
+        "payloads": 60,
         "telemetry": 120,
     }
     seconds = (rounds if "throughput" in config.phases else 0) + (

@@ -8,7 +8,9 @@ also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken``,
 ``hostile_dlq_doubled``, ``forged_answers_taken``, ``invented_tenant_overshoot`` and
 ``valid_turns_stuck``; with ``--approvals`` also ``approved_not_run``, ``rejected_ran``,
 ``answers_lost`` and ``answers_doubled``; with ``--tenants`` also ``quota_overshoot``, and
-at least one deferral), else 1. ``--autoscale`` is a run of its own (``autoscale.py``):
+at least one deferral; with ``--large`` also ``dangling_refs`` and ``orphans_left``, with
+``large_turns`` at least 50 and at least one kill between object write and commit), else 1.
+``--autoscale`` is a run of its own (``autoscale.py``):
 workers scaled on lag as KEDA would, gating also ``parked_not_resumed``.
 
 With ``--hostile`` the run is ``--secured`` by default (its own SASL broker with the
@@ -36,6 +38,7 @@ from pyrula_stream.chaos.harness import (
 )
 from pyrula_stream.chaos.hostile import KINDS
 from pyrula_stream.chaos.hostile_check import HOSTILE_KEYS
+from pyrula_stream.chaos.large import LARGE_KEYS, MIN_LARGE_TURNS
 from pyrula_stream.chaos.tenants import DEFAULT_TIMEOUT_S, DEFAULT_TURNS, TENANT_KEYS
 from pyrula_stream.chaos.verify import SUBAGENT_KEYS
 from pyrula_stream.errors import PyrulaError
@@ -109,6 +112,8 @@ EXPLAIN = {
     "quota_overshoot": "tenant windows whose usage passed the quota plus its documented "
     "bound (--tenants)",
     "tenant_quota_stops": "running turns stopped at their tenant's quota (--tenants)",
+    "dangling_refs": "references whose object is missing or altered, after one sweep (--large)",
+    "orphans_left": "stored objects no live record references, after one sweep (--large)",
 }
 
 
@@ -150,6 +155,7 @@ def summary(result: ChaosResult) -> str:
         gated = gated or (key in HOSTILE_KEYS and "hostile_not_in_dlq" in c)
         gated = gated or (key in APPROVAL_KEYS and "approved_not_run" in c)
         gated = gated or (key in TENANT_KEYS and "quota_overshoot" in c)
+        gated = gated or (key in LARGE_KEYS and "dangling_refs" in c)
         mark = "FAIL" if gated and n else ("note" if n else " ok ")
         lines.append(f"[{mark}] {key:<28} {n:>5}  {text}")
         for example in result.examples.get(key, [])[:3]:
@@ -173,6 +179,13 @@ def summary(result: ChaosResult) -> str:
             f"{c.get('quota_windows')} windows, most past a cap {c.get('quota_most_past_cap')}, "
             f"bounds {c.get('quota_bounds')}"
         )
+    if "dangling_refs" in c:
+        lines.append(
+            f"large: {c.get('large_turns')} turns carried references (at least "
+            f"{MIN_LARGE_TURNS}), {c.get('kills_after_objects')} workers killed between "
+            f"object write and commit, {c.get('stored_objects')} objects kept, "
+            f"{c.get('orphans_swept')} orphans swept"
+        )
     if c.get("hostile_kinds"):
         lines.append(f"hostile records by kind: {c['hostile_kinds']}")
     if "forged_answers_sent" in c:
@@ -193,6 +206,12 @@ def summary(result: ChaosResult) -> str:
     if "quota_overshoot" in c:
         failed += [k for k in TENANT_KEYS if c.get(k, 1)]
         failed += [] if c.get("deferrals") else ["deferrals (none: the quotas never bit)"]
+    if "dangling_refs" in c:
+        failed += [k for k in LARGE_KEYS if c.get(k, 1)]
+        if c.get("large_turns", 0) < MIN_LARGE_TURNS:
+            failed.append(f"large_turns (under {MIN_LARGE_TURNS})")
+        if not c.get("kills_after_objects"):
+            failed.append("kills_after_objects (none: no kill hit the window)")
     lines.append("PASS" if result.ok else "FAIL: " + ", ".join(failed))
     return "\n".join(lines)
 
@@ -343,6 +362,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-workers", type=int, default=4, help="--autoscale: most workers")
     p.add_argument("--lag-threshold", type=int, default=5, help="--autoscale: lag per worker")
+    p.add_argument(
+        "--large",
+        action="store_true",
+        help="a share of the turns carry values past a record, stored by reference in a local "
+        "object store; workers are also killed between the object write and the commit; gate "
+        "dangling_refs and orphans_left (after one sweep), large_turns >= 50 (chaos/large.py)",
+    )
+    p.add_argument(
+        "--large-store",
+        choices=("local", "s3"),
+        default="local",
+        help="--large: the object store, a local directory or a real S3 server on loopback "
+        "(versitygw, built by make setup)",
+    )
     p.add_argument("--run-dir", default=None, help="keep the logs and files here")
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
@@ -402,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
             else 0
         ),
         hostile_kinds=kinds,
+        large=args.large,
+        large_store=args.large_store,
         log=lambda text: print(text, flush=True),
     )
     try:

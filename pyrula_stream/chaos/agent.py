@@ -31,7 +31,7 @@ import os
 from typing import Any
 
 from pyrula_stream.agent.definition import kafka_agent
-from pyrula_stream.agent.limits import AgentLimits
+from pyrula_stream.agent.limits import DEFAULT_MAX_TOOL_RESULT_BYTES, AgentLimits
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
     APPROVALS_ENV,
@@ -44,6 +44,7 @@ from pyrula_stream.chaos.effects import (
     apply_effect_once,
 )
 from pyrula_stream.chaos.hostile_caps import UNKNOWN_TENANT_LIMITS
+from pyrula_stream.chaos.large import LARGE_ENV, large_tool_result
 from pyrula_stream.chaos.model_server import MODEL, prompt_for
 from pyrula_stream.chaos.parking import park as park_turn
 from pyrula_stream.chaos.tenants import TENANTS_ENV, tenancy_options
@@ -65,6 +66,9 @@ async def record_effect(ctx: ToolContext, turn: str) -> dict[str, Any]:
         raise RuntimeError(f"record_effect needs ${EFFECTS_ENV} and an idempotency key")
     await asyncio.to_thread(apply_effect_once, path, key, turn)
     # The same answer whether it applied now or was deduped: the result is deterministic.
+    report = large_tool_result(turn) if os.environ.get(LARGE_ENV) == "1" else None
+    if report is not None:  # --large: stored by reference
+        return {"turn": turn, "key": key, "recorded": True, "report": report}
     return {"turn": turn, "key": key, "recorded": True}
 
 
@@ -114,13 +118,22 @@ async def chaos_child(ctx: AgentContext, parent: str, i: int) -> dict[str, Any]:
     name=AGENT_NAME,
     llm=chaos_llm(),
     tools=[record_effect],
-    limits=AgentLimits(max_llm_calls=4, max_tool_calls=2),
+    limits=AgentLimits(
+        max_llm_calls=4,
+        max_tool_calls=2,
+        # --large: the whole tool result in its event and the model's input, by reference
+        max_tool_result_bytes=None
+        if os.environ.get(LARGE_ENV) == "1"
+        else DEFAULT_MAX_TOOL_RESULT_BYTES,
+    ),
     partitions=int(os.environ.get(PARTITIONS_ENV, "6")),
     timeout=300.0,
     human_in_the_loop=os.environ.get(APPROVALS_ENV) == "1" or HOSTILE,
     **_tenancy(),
 )
-async def chaos(ctx: AgentContext, n: int, ask: bool = False, park: str = "") -> dict[str, Any]:
+async def chaos(
+    ctx: AgentContext, n: int, ask: bool = False, park: str = "", blob: str = ""
+) -> dict[str, Any]:
     if ask and HOSTILE:  # a hostile record's turn: parks on a question only a reviewer answers
         gated = await gated_effect(ctx, turn=ctx.turn_id)
         return {"turn": ctx.turn_id, "asked": gated}
@@ -138,6 +151,8 @@ async def chaos(ctx: AgentContext, n: int, ask: bool = False, park: str = "") ->
     if park:
         parked = await park_turn(ctx, park)
         return {"turn": ctx.turn_id, "n": n, "answer": answer, "parked": parked}
+    if blob:  # --large: a large request comes back in a large result
+        return {"turn": ctx.turn_id, "n": n, "answer": answer, "blob": blob}
     if os.environ.get(SUBAGENTS_ENV) != "1":
         return {"turn": ctx.turn_id, "n": n, "answer": answer}
     first = await ctx.call_agent(chaos_child, parent=ctx.turn_id, i=0)

@@ -46,6 +46,14 @@ from pyrula_stream.chaos.effects import (
 from pyrula_stream.chaos.hostile import Context, HostileSender
 from pyrula_stream.chaos.hostile_record import KINDS as HOSTILE_KINDS
 from pyrula_stream.chaos.hostile_settle import settle_hostile
+from pyrula_stream.chaos.large import (
+    KILL_SHARE,
+    LARGE_ENV,
+    LARGE_KEYS,
+    MIN_LARGE_TURNS,
+    check_large,
+    large_params,
+)
 from pyrula_stream.chaos.monitor import EventMonitor, replies_watch
 from pyrula_stream.chaos.monkey import KillRecord, Monkey, kill_plan
 from pyrula_stream.chaos.processes import AGENT_SPEC, CHILD_SPEC, ModelServer, Worker, child_env
@@ -69,6 +77,9 @@ from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.local.cluster import LocalCluster
+from pyrula_stream.objects.s3_server import local_s3
+from pyrula_stream.objects.urls import OBJECT_STORE_ENV
+from pyrula_stream.runtime.committer import CHAOS_KILL_ENV
 from pyrula_stream.runtime.options import WorkerOptions
 
 GATE_KEYS = (
@@ -80,6 +91,10 @@ GATE_KEYS = (
 )
 THREAD_GATE_KEYS = ("thread_turns_missing", "thread_turns_doubled")
 """Gated too when the run spreads its turns over threads (``--threads``)."""
+
+
+CHAOS_BUCKET = "pyrula-chaos"
+"""``--large-store s3``: the bucket on the run's own S3 server."""
 
 
 @dataclass
@@ -126,6 +141,12 @@ class ChaosConfig:
     secured: bool = False
     """``--secured``: the harness's own SASL_SSL broker with the generated ACLs; workers,
     submitter and forged answers each connect as their role (``secured.py``)."""
+    large: bool = False
+    """``--large``: large values by reference, kills between object write and commit
+    (``large.py``)."""
+    large_store: str = "local"
+    """``--large-store s3``: the store is a real S3 server on loopback
+    (``objects/s3_server``), not a local directory."""
 
 
 @dataclass
@@ -148,6 +169,12 @@ class ChaosResult:
             gated += TENANT_KEYS
         if "parked_not_resumed" in self.counts:
             gated += AUTOSCALE_KEYS
+        if "dangling_refs" in self.counts:
+            gated += LARGE_KEYS
+            if self.counts.get("large_turns", 0) < MIN_LARGE_TURNS:
+                return False
+            if self.counts.get("kills_after_objects", 0) < 1:
+                return False
         # A tenants run proves something only if the quotas really deferred turns.
         tenants_ok = "quota_overshoot" not in self.counts or self.counts.get("deferrals", 0) >= 1
         subagents_ok = all(self.counts.get(k, 0) == 0 for k in verify.SUBAGENT_KEYS)
@@ -173,6 +200,7 @@ async def submit_all(
     per_thread: int = 0,
     tenants: bool = False,
     kafka_config: Mapping[str, Any] | None = None,
+    object_store: str | None = None,
 ) -> None:
     """Submit ``turns`` turns with ``KafkaAgentClient`` at ``rate`` per second; with
     ``per_thread``, round-robin over ``turns / per_thread`` threads (in ``threads``); with
@@ -183,7 +211,11 @@ async def submit_all(
     """
     count = max(1, -(-turns // per_thread)) if per_thread else 0
     async with KafkaAgentClient(
-        bootstrap, prefix=DEFAULT_PREFIX, timeout=120.0, kafka_config=kafka_config
+        bootstrap,
+        prefix=DEFAULT_PREFIX,
+        timeout=120.0,
+        kafka_config=kafka_config,
+        object_store=object_store,
     ) as client:
         start = time.monotonic()
         for i in range(turns):
@@ -192,7 +224,10 @@ async def submit_all(
                 await asyncio.sleep(delay)
             thread_id = f"thread-{i % count}" if count else None
             metadata = {"tenant": tenant_for(i)} if tenants else None
-            handle = await client.submit(agent, n=i, thread_id=thread_id, metadata=metadata)
+            extra = large_params(i) if object_store is not None else {}
+            handle = await client.submit(
+                agent, n=i, thread_id=thread_id, metadata=metadata, **extra
+            )
             if thread_id is not None and threads is not None:
                 threads.setdefault(thread_id, []).append(handle.turn_id)
             submitted.append(handle.turn_id)
@@ -243,6 +278,13 @@ class _Run:
         self.killer: AnswerKiller | None = None
         self.control_skips: dict[str, int] = {}
         """Each worker's count of skipped control records once the hostile ones settled."""
+        self.store_dir = run_dir / "objects"
+        """``--large``: the workers' and submitter's local object store."""
+        self.store_setting = str(self.store_dir)
+        """``--large``: the store's setting every part uses (a directory, or an ``s3://``
+        URL with ``--large-store s3``)."""
+        self.self_kills = 0
+        """``--large``: workers that killed themselves between object write and commit."""
 
     def finished(self, monitor: EventMonitor) -> bool:
         return len(self.submitted) == self.cfg.turns and set(self.submitted) <= monitor.finished
@@ -271,6 +313,7 @@ class _Run:
                         cfg.turns_per_thread,
                         cfg.tenants,
                         self.client,
+                        self.store_setting if cfg.large else None,
                     )
                 )
             except BaseException as exc:
@@ -331,6 +374,12 @@ class _Run:
             for w in workers:
                 if not w.alive():
                     code = w.proc.returncode if w.proc is not None else None
+                    if self.cfg.large and code == -9:  # its own kill point: not a crash
+                        self.self_kills += 1
+                        self.say(f"  t={at:6.1f}s {w.worker_id} killed itself after objects")
+                        w.kill()
+                        w.start()
+                        continue
                     self.crashes.append(f"t={at:.1f}s {w.worker_id} pid {w.pid} exited {code}")
                     self.say(
                         f"  t={at:6.1f}s {w.worker_id} EXITED on its own ({code}); "
@@ -369,6 +418,16 @@ class _Run:
         verify.check_effects(ids, str(self.effects), view, f)
         dlq = self.read(self.topics.dlq)
         f.counts["dead_letters"] = len(dlq)
+        if self.cfg.large:
+            check_large(
+                self.topics,
+                self.read,
+                self.bootstrap,
+                self.store_setting,
+                self.self_kills,
+                f,
+                kafka_config=self.admin,
+            )
         if self.hostile is not None:
             logs = sorted(self.run_dir.glob("worker-*.log"))
             hostile_check.check_hostile(self.hostile.sent, dlq, events, journal, logs, f)
@@ -443,6 +502,10 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             )
         say(f"kafka: {bootstrap}{' (SASL_SSL, generated ACLs)' if secured else ''}")
         run = _Run(cfg, bootstrap, agent, run_dir, secured)
+        if cfg.large and cfg.large_store == "s3":  # its AWS_* reach every worker's env
+            s3 = after_check.enter_context(local_s3(CHAOS_BUCKET))
+            run.store_setting = s3.store_url(CHAOS_BUCKET, f"{agent}/")
+            say(f"object store: S3 at {s3.endpoint_url} (versitygw)")
         # A hostile run's agent has tenants (invented ones among them): their topics too.
         tenants = cfg.tenants or bool(cfg.hostile)
         specs = agent_topic_specs(agent, partitions=cfg.partitions, tenants=tenants)
@@ -480,6 +543,15 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                     TENANTS_ENV: "1" if cfg.tenants else "0",
                     HOSTILE_ENV: "1" if cfg.hostile else "0",
                     GATED_EFFECTS_ENV: str(run_dir / "gated-effects.jsonl"),
+                    **(
+                        {
+                            LARGE_ENV: "1",
+                            OBJECT_STORE_ENV: run.store_setting,
+                            CHAOS_KILL_ENV: str(KILL_SHARE),
+                        }
+                        if cfg.large
+                        else {}
+                    ),
                 }
             )
             worker_args = ["--group-protocol", cfg.group_protocol]

@@ -202,3 +202,14 @@ def warn_if_open(host: str, access: HTTPAccess) -> None:
             file=sys.stderr,
             flush=True,
         )
+
+
+def add_object_store_argument(parser: argparse.ArgumentParser) -> None:
+    """``--object-store URL``: where values too big for a record are (docs/large-payloads.md)."""
+    parser.add_argument(
+        "--object-store",
+        default=None,
+        metavar="URL",
+        help="file:///DIR (or a directory) or s3://BUCKET/PREFIX: large values go there by "
+        "reference, and references are read back from it (docs/large-payloads.md)",
+    )

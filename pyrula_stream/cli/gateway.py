@@ -11,6 +11,7 @@ from pyrula_stream.cli.common import (
     Commands,
     access_from,
     add_access_arguments,
+    add_object_store_argument,
     bootstrap_from,
     kafka_config_from,
     load_agent,
@@ -18,6 +19,7 @@ from pyrula_stream.cli.common import (
     warn_if_open,
 )
 from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.gateway.options import MAX_UPLOAD_BYTES
 
 API_KEYS_ENV = "PYRULA_API_KEYS"
 """``name=key`` lines (or ``name=key,name=key``) when ``--api-keys`` is not given."""
@@ -65,6 +67,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         static_dir=args.static,
         tenants=tenant_mapping(args.tenant),
         tenant_key=load_tenant_key(args.tenant_key_file) if args.tenant_key_file else None,
+        object_store=args.object_store or None,
+        max_upload_bytes=args.max_upload_bytes,
+        upload_limits=upload_limits(args.upload_limit),
     )
     app = create_app(agents=agents, options=options)
     warn_if_open(args.host, access)
@@ -86,6 +91,19 @@ def tenant_mapping(pairs: list[str]) -> dict[str, str]:
             raise ConfigurationError(f"--tenant: principal {principal.strip()!r} named twice")
         mapping[principal.strip()] = tenant.strip()
     return mapping
+
+
+def upload_limits(pairs: list[str]) -> dict[str, int]:
+    """``--upload-limit NAME=BYTES`` pairs: one key's own upload limit."""
+    limits: dict[str, int] = {}
+    for pair in pairs:
+        name, sep, size = pair.partition("=")
+        if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
+            raise ConfigurationError(f"--upload-limit {pair!r}: expected NAME=BYTES (BYTES >= 1)")
+        if name.strip() in limits:
+            raise ConfigurationError(f"--upload-limit: key {name.strip()!r} named twice")
+        limits[name.strip()] = int(size)
+    return limits
 
 
 def register(sub: Commands[argparse.ArgumentParser]) -> None:
@@ -146,6 +164,21 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         default=None,
         help="sign each turn's tenant with the workers' tenant key in FILE",
+    )
+    add_object_store_argument(g)
+    g.add_argument(
+        "--max-upload-bytes",
+        type=int,
+        default=MAX_UPLOAD_BYTES,
+        help="the most one upload (POST <prefix>/<agent>/uploads), or one turn's body with "
+        f"--object-store, may hold (default {MAX_UPLOAD_BYTES}); past it, 413",
+    )
+    g.add_argument(
+        "--upload-limit",
+        action="append",
+        default=[],
+        metavar="NAME=BYTES",
+        help="the API key NAME's own upload limit instead of --max-upload-bytes; repeatable",
     )
     add_access_arguments(g)
     g.set_defaults(func=cmd_gateway)

@@ -13,6 +13,7 @@ from pyrula_stream.cli.common import (
     Commands,
     access_from,
     add_access_arguments,
+    add_object_store_argument,
     bootstrap_from,
     kafka_config_from,
     load_agent,
@@ -24,6 +25,7 @@ from pyrula_stream.errors import (
 )
 from pyrula_stream.runtime.event_loop import EVENT_LOOPS
 from pyrula_stream.runtime.options import SHUTDOWN_GRACE_S
+from pyrula_stream.wire.payload_refs import DEFAULT_THRESHOLD
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -58,6 +60,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         kafka_config=kafka_config_from(args),
         serialization=args.serialization,
         tenant_key=load_tenant_key(args.tenant_key_file) if args.tenant_key_file else None,
+        object_store=args.object_store or None,
+        offload_threshold_bytes=args.offload_threshold_bytes,
     )
     run_worker(
         agents[0] if len(agents) == 1 else agents,
@@ -117,6 +121,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         agents=tuple(args.agent) if args.agent else None,
         history_s=args.history_minutes * 60,
         kafka_config=kafka_config_from(args),
+        object_store=args.object_store or None,
     )
     access = access_from(args)
     options = UIOptions(
@@ -208,6 +213,14 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         default=None,
         help="trust a turn's tenant only when signed with the key in FILE (docs/tenants.md)",
     )
+    add_object_store_argument(w)
+    w.add_argument(
+        "--offload-threshold-bytes",
+        type=int,
+        default=DEFAULT_THRESHOLD,
+        help="values whose JSON is past this go to --object-store by reference "
+        f"(default {DEFAULT_THRESHOLD})",
+    )
     w.set_defaults(func=cmd_worker)
 
     m = sub.add_parser("mcp", help="Model Context Protocol")
@@ -227,6 +240,7 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         "--agent", action="append", default=None, help="repeatable; default: every agent found"
     )
     u.add_argument("--port", type=int, default=8088)
+    add_object_store_argument(u)
     u.add_argument("--host", default="127.0.0.1", help="bind address")
     u.add_argument(
         "--allow-actions", action="store_true", help="allow cancel/terminate from the page"

@@ -47,10 +47,15 @@ from pyrula_stream.kafka.consumers import read_key_partition, reader_group_id
 from pyrula_stream.kafka.io import PartitionReader, RecordProducer
 from pyrula_stream.kafka.local.bootstrap import find_bootstrap
 from pyrula_stream.kafka.turn_lookup import TurnLookup
+from pyrula_stream.objects.resolver import PayloadStores, has_refs
+from pyrula_stream.objects.store import ObjectStore
+from pyrula_stream.objects.sweep import object_prefix
+from pyrula_stream.objects.urls import store_from_environment
 from pyrula_stream.observability.tracing import carrier_headers, send_span
 from pyrula_stream.state.threads import THREAD_DELETE, ThreadHandle, decode_thread
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import Event, EventType, decode_event
+from pyrula_stream.wire.payload_refs import DEFAULT_THRESHOLD, Offload
 from pyrula_stream.wire.records import ControlRequest
 from pyrula_stream.wire.serde import TurnRequest
 
@@ -102,6 +107,11 @@ class KafkaAgentClient(SignalsClient):
     ``serialization="schema_registry"`` submits turn requests in the Confluent wire format
     through the registry at ``schema.registry.url`` in those settings; events in either
     framing are read whenever a registry is set.
+    ``object_store`` (a store, or its setting ``file:///dir`` / ``s3://bucket/prefix``;
+    without it ``PYRULA_OBJECT_STORE``): parameters whose JSON is past
+    ``offload_threshold_bytes`` are put there and the request carries references; the
+    references in events are read back from it (docs/large-payloads.md). A reference
+    this client cannot read raises ``PayloadUnresolved`` naming its store and key.
     """
 
     def __init__(
@@ -112,6 +122,8 @@ class KafkaAgentClient(SignalsClient):
         timeout: float = 30.0,
         kafka_config: Mapping[str, Any] | None = None,
         serialization: Literal["avro", "schema_registry"] = "avro",
+        object_store: ObjectStore | str | None = None,
+        offload_threshold_bytes: int = DEFAULT_THRESHOLD,
     ) -> None:
         if bootstrap_servers is not None and not bootstrap_servers:
             raise ConfigurationError("bootstrap_servers is empty")
@@ -127,6 +139,10 @@ class KafkaAgentClient(SignalsClient):
         self._producer: RecordProducer | None = None
         self._reader: SharedEventReader | None = None
         self._submitted: OrderedDict[tuple[str, str], str] = OrderedDict()
+        store = store_from_environment(object_store)
+        self.payloads = PayloadStores([store] if store is not None else [])
+        """The one resolver of references this client reads (empty: no store)."""
+        self._offload = Offload(store.name, offload_threshold_bytes) if store is not None else None
 
     async def __aenter__(self) -> KafkaAgentClient:
         return self
@@ -209,6 +225,7 @@ class KafkaAgentClient(SignalsClient):
             turn_id,
             kafka_config=self.kafka_config,
             group_id=reader_group_id(self.prefix, agent),
+            payloads=self.payloads,
         )
         check_from_step(original, from_step)
         request = TurnRequest(
@@ -231,6 +248,7 @@ class KafkaAgentClient(SignalsClient):
         (``wire/caps.py``) raises ``OverCapError`` and nothing is sent."""
         topic = self._topics(request.agent).turns
         codec = self._writer_codec()
+        request = await self._offloaded(request)
         value, ctype = await asyncio.to_thread(codec.encode, "turn_request", request, topic)
         with send_span(topic, request.turn_id) as trace:
             sent: list[tuple[str, str | bytes | None]] = [
@@ -255,6 +273,23 @@ class KafkaAgentClient(SignalsClient):
             delivered.offset,
             request.submitted_ms,
         )
+
+    async def _offloaded(self, request: TurnRequest) -> TurnRequest:
+        """``request`` with parameters past the threshold stored by reference (put before
+        the request is produced: a worker never reads a reference to nothing)."""
+        if self._offload is None:
+            return request
+        what = f"the parameters of turn {request.turn_id}"
+        offload = replace(self._offload, prefix=object_prefix(self.prefix, request.agent))
+        params, stored = await asyncio.to_thread(offload.apply, request.params, what)
+        if not stored:
+            return request
+        await asyncio.to_thread(self.payloads.put, stored)
+        return replace(request, params=params)
+
+    async def resolve(self, value: Any) -> Any:
+        """``value`` (an event's data, a result) with its payload references read back."""
+        return await self.payloads.resolve_async(value)
 
     async def stream(
         self,
@@ -353,6 +388,8 @@ class KafkaAgentClient(SignalsClient):
                 if event.seq < next_seq:  # a repeat (at-least-once, a shared re-read)
                     continue
                 next_seq = event.seq + 1
+                if has_refs(event.data):
+                    event = replace(event, data=await self.payloads.resolve_async(event.data))
                 yield event
                 if event.is_terminal:
                     return

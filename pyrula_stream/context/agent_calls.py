@@ -38,6 +38,7 @@ from pyrula_stream.errors import (
 from pyrula_stream.wire.events import SubagentResult, SubagentStart
 from pyrula_stream.wire.fingerprint import fingerprint
 from pyrula_stream.wire.lineage import Lineage
+from pyrula_stream.wire.payload_refs import StoredValue
 from pyrula_stream.wire.serde import TurnRequest
 from pyrula_stream.wire.subagents import (
     CALL_KIND,
@@ -196,10 +197,14 @@ class AgentCalls:
             if turn.branch is not None:  # a branch never starts a child turn
                 return []
             lineage = self._child_lineage(call_key, depth, max_depth)
+            sent: dict[str, Any] = params
+            stored: list[StoredValue] = []
+            if turn.offload is not None:  # a large parameter: by reference
+                sent, stored = turn.offload.apply(params, f"the parameters of child {child_id}")
             request = TurnRequest(
                 turn_id=child_id,
                 agent=name,
-                params=params,
+                params=sent,
                 metadata={
                     "parent_turn_id": turn.turn_id,
                     "parent_agent": lineage.parent_agent,
@@ -208,7 +213,9 @@ class AgentCalls:
                 submitted_ms=int(time.time() * 1000),
                 lineage=lineage,
             )
-            return [call_record(request, f"{prefix}.{name}.turns", self._max_record_bytes)]
+            record = call_record(request, f"{prefix}.{name}.turns", self._max_record_bytes)
+            record.objects = tuple(stored)
+            return [record]
 
         data, _ = await turn.durable_step(
             CALL_KIND,
@@ -289,7 +296,7 @@ class AgentCalls:
         data, _ = await turn.durable_step(
             REPLY_KIND, name, fingerprint(child_id), live, result_event, step=step
         )
-        reply = Reply.from_data(data)
+        reply = Reply.from_data(await turn.resolved(data))  # a large result: by reference
         add_child_usage(turn.spend, reply.usage or {})
         return reply
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pyrula_stream.errors import UserError
@@ -26,6 +27,7 @@ from pyrula_stream.state.memory import (
     encode_item,
 )
 from pyrula_stream.wire.fingerprint import fingerprint
+from pyrula_stream.wire.payload_refs import StoredValue
 from pyrula_stream.wire.records import OutRecord
 
 if TYPE_CHECKING:
@@ -78,7 +80,8 @@ class AgentMemory:
         if not isinstance(value, dict):
             raise UserError(f"memory value for key {key!r} must be a JSON object (a dict)")
         item = MemoryItem(namespace, key, value, source, written_by_run_id or self._turn.turn_id, 0)
-        encode_item(item, self._max_value_bytes)  # fails fast, naming key and limit
+        if self._record_for is None or self._turn.offload is None:  # else: by reference
+            encode_item(item, self._max_value_bytes)  # fails fast, naming key and limit
         await self._write("put", namespace, key, item)
 
     async def delete(self, namespace: tuple[str, ...], key: str) -> None:
@@ -152,8 +155,10 @@ class AgentMemory:
     async def _read(
         self, name: str, query: Sequence[Any], live: Callable[[], Any]
     ) -> dict[str, Any]:
+        """The read's recorded data, large values read back (the store holds a value past
+        the offload threshold by reference)."""
         data, _ = await self._turn.durable_step("memory", name, fingerprint(query), live)
-        return data
+        return dict(await self._turn.resolved(data))
 
     async def _write(
         self, name: str, namespace: tuple[str, ...], key: str, item: MemoryItem | None
@@ -183,7 +188,13 @@ class AgentMemory:
             if self._record_for is None:
                 return []
             written = None if data["item"] is None else MemoryItem.from_json(data["item"])
-            return [self._record_for(namespace, key, written)]
+            stored: list[StoredValue] = []
+            if written is not None and turn.offload is not None:  # a large value: by reference
+                value, stored = turn.offload.apply(written.value, f"{what} of {key!r}")
+                written = replace(written, value=value)
+            record = self._record_for(namespace, key, written)
+            record.objects = tuple(stored)
+            return [record]
 
         query = [list(namespace), key, None if item is None else item.to_json()]
         data, _ = await turn.durable_step("memory", name, fingerprint(query), live, effects=records)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pyrula_stream.observability.telemetry import TurnTelemetry
     from pyrula_stream.state.threads import ThreadHandle
     from pyrula_stream.wire.events import Payload
+    from pyrula_stream.wire.payload_refs import Offload
     from pyrula_stream.wire.records import OutRecord
     from pyrula_stream.wire.serde import TurnRequest
 
@@ -58,6 +59,14 @@ class DurableSteps(Protocol):
         effects: Callable[[StepData], Sequence[OutRecord]] | None = None,
     ) -> tuple[StepData, bool]:
         """``(data, replayed)``: the recorded data, or ``live``'s, journaled once."""
+
+    @property
+    def offload(self) -> Offload | None:
+        """Where values past the threshold go by reference (``None``: no object store)."""
+
+    async def resolved(self, value: Any) -> Any:
+        """``value`` with its payload references read back (a child's large result, a
+        large memory value)."""
 
 
 class TurnSteps(DurableSteps, Protocol):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pyrula_stream.agent.limits import Spend
@@ -28,6 +28,7 @@ from pyrula_stream.agent.tenants import TenantMeter
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.steps import StepData
 from pyrula_stream.errors import ErrorCode, PyrulaError, TurnCancelled
+from pyrula_stream.objects.resolver import PayloadStores
 from pyrula_stream.observability.telemetry import TurnTelemetry
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import (
@@ -39,6 +40,7 @@ from pyrula_stream.wire.events import (
     TurnEvents,
 )
 from pyrula_stream.wire.journal_keys import IDEMPOTENCY_PREFIX, PROGRESS, TERMINAL, journal_key
+from pyrula_stream.wire.payload_refs import Offload, StoredValue
 from pyrula_stream.wire.records import (
     OutRecord,
     result_records,
@@ -118,6 +120,9 @@ class _EncodeLater:
         return serde.encode_journal_entry(self.entry, self.data)
 
 
+_NO_STORES = PayloadStores()
+"""The resolver of a worker without a store: a reference raises, naming its store."""
+
 _JOURNAL_HEADERS = shared_headers(serde.CONTENT_TYPE_HEADER, serde.content_type("journal_entry"))
 """The one header list of every journal entry's record (``wire_record``'s too)."""
 _JOURNAL_HEADER_BYTES = sum(len(k) + len(v) for k, v in _JOURNAL_HEADERS)
@@ -160,6 +165,14 @@ class TurnRuntime:
     version: str | None = None
     branch: Branch | None = None
     telemetry: TurnTelemetry = field(default_factory=TurnTelemetry)
+    offload: Offload | None = None
+    """Values past its threshold leave their records for the object store (``None``: no
+    store, a record past ``max_record_bytes`` fails with ``PayloadTooLarge``)."""
+    payloads: PayloadStores | None = None
+    """What resolves the references in the turn's request and recorded steps."""
+    params: dict[str, Any] | None = None
+    """The request's parameters with their references resolved (what the body gets);
+    ``request`` keeps the references, so records that copy it stay small."""
     resumed: bool = False
     parked: Park | None = None
     children: dict[str, str] = field(default_factory=dict)
@@ -194,6 +207,7 @@ class TurnRuntime:
             max_record_bytes=self.max_record_bytes,
             trace=self.telemetry.event_trace,
             codec=self.codec,
+            offload=self.offload,
         )
         self.committed_seq = self.journal.next_seq
         self.steps_at_start = len(self.journal.steps)
@@ -252,6 +266,12 @@ class TurnRuntime:
         if entry is None:
             return tombstone(self.topics.journal, key, self.topics.partition, unsent_key=unsent_key)
         data = serde.json_bytes(entry.data)  # now: the step's dict may change later
+        stored: tuple[StoredValue, ...] = ()
+        offload = self.offload
+        if offload is not None and len(data) > offload.threshold:
+            what = f"journal entry {key} ({entry.kind} {entry.name!r})"
+            smaller, values = offload.apply(entry.data, what, data)
+            data, stored = serde.json_bytes(smaller), tuple(values)
         # Avro adds at most 10 bytes per field to its strings' UTF-8 (at most 4 per char).
         texts = len(entry.turn_id) + len(entry.kind) + len(entry.name) + len(entry.input_hash)
         bound = len(key) + _JOURNAL_HEADER_BYTES + 4 * texts + len(data) + 80
@@ -265,6 +285,7 @@ class TurnRuntime:
                 max_bytes=self.max_record_bytes,
             )
             record.compacted = True
+            record.objects = stored
             return record
         # Encoded only if sent: most entries are replaced or cancelled in their commit.
         return OutRecord(
@@ -275,6 +296,7 @@ class TurnRuntime:
             self.topics.partition,
             True,
             deferred=_EncodeLater(entry, data),
+            objects=stored,
         )
 
     def progress_record(self) -> OutRecord:
@@ -484,7 +506,30 @@ class TurnRuntime:
             result,
             fmt=routing.format,
             max_bytes=self.max_record_bytes,
+            offload=self.offload,
         )
+
+    @property
+    def body_params(self) -> dict[str, Any]:
+        """The parameters the agent body is called with."""
+        return self.request.params if self.params is None else self.params
+
+    async def resolved(self, value: Any) -> Any:
+        """``value`` with its payload references read back; without a store, a reference
+        raises ``PayloadUnresolved`` naming the store it needs."""
+        return await (self.payloads or _NO_STORES).resolve_async(value)
+
+    async def resolve_recorded(self) -> None:
+        """Read back the values the turn's request and recorded steps hold by reference
+        (a resumed, restored or branched turn), before its body runs: replay and the body
+        then see whole values, as the live run did. Without a store, a reference fails the
+        turn with ``PayloadUnresolved`` naming the store it needs."""
+        payloads = self.payloads or _NO_STORES
+        self.params = await payloads.resolve_async(self.request.params)
+        for index, entry in list(self.journal.steps.items()):
+            data = await payloads.resolve_async(entry.data)
+            if data is not entry.data:
+                self.journal.steps[index] = replace(entry, data=data)
 
     def close(self, terminal: Terminal) -> Closing:
         """The turn's terminal entry, with what every closer adds to the transaction."""

@@ -52,8 +52,11 @@ from pyrula_stream.gateway.options import GATEWAY_TENANT_HEADER, AppOptions
 from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
 from pyrula_stream.gateway.pending import PendingStreams
 from pyrula_stream.gateway.sse import last_event_id, sse_frames
+from pyrula_stream.gateway.uploads import check_references, receive_upload, upload_space
 from pyrula_stream.kafka.admin import broker_answers
 from pyrula_stream.kafka.connection_log import is_connection_failure
+from pyrula_stream.objects.resolver import has_refs
+from pyrula_stream.objects.urls import store_from_environment
 from pyrula_stream.wire.serde import TurnRequest
 
 RESERVED_METADATA_PREFIX = "pyrula."
@@ -111,6 +114,8 @@ class Gateway:
             kafka_config=options.kafka_config,
             timeout_s=options.kafka_timeout,
         )
+        self.store = store_from_environment(options.object_store)
+        """Where uploads and large parameters go, and references are read from."""
         self._clients: dict[str, KafkaAgentClient] = {}
         self._probed: tuple[float, bool] = (0.0, False)
         """``/readyz``'s own last answer: it reports what it asked Kafka, nothing else."""
@@ -127,6 +132,7 @@ class Gateway:
                 prefix=agent.topic_prefix,
                 timeout=self.options.kafka_timeout,
                 kafka_config=self.options.kafka_config,
+                object_store=self.store,
             )
         return found
 
@@ -426,7 +432,10 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
     async def submit(agent: str, request: Request) -> JSONResponse:
         served = gateway.agent(agent)
         principal = principal_of(request.scope)
-        body = await json_body(request, options.max_body_bytes)
+        limit = options.max_body_bytes
+        if gateway.store is not None:  # large parameters go to the store by reference
+            limit = max(limit, options.upload_limit(principal))
+        body = await json_body(request, limit)
         metadata = body.pop("metadata", None) or {}
         thread_id = body.pop("thread_id", None)
         if not isinstance(metadata, dict):
@@ -434,7 +443,9 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
             raise invalid("thread_id", "must be a non-empty string")
         params = body
-        if served.validate is not None:
+        space = upload_space(served.topic_prefix, agent, principal)
+        await check_references(params, gateway.store, space, principal)
+        if served.validate is not None and not has_refs(params):  # the worker checks those
             from pyrula_stream.tools.schema import InvalidToolArguments
 
             try:
@@ -466,6 +477,23 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         since_ms = handle.submitted_ms - CLOCK_SKEW_MS
         urls = turn_urls(base(request), agent, handle.turn_id, thread_id, since_ms)
         return JSONResponse({"turn_id": handle.turn_id, **urls}, status_code=202)
+
+    @api.post("/{agent}/uploads", status_code=201)
+    async def upload(agent: str, request: Request) -> JSONResponse:
+        """One document streamed into the object store; its reference, to pass as a
+        parameter's value (docs/object-stores.md)."""
+        served = gateway.agent(agent)
+        if gateway.store is None:
+            raise GatewayRefusal(
+                404,
+                "uploads need an object store: start the gateway with --object-store",
+                code=ErrorCode.INVALID_REQUEST,
+            )
+        principal = principal_of(request.scope)
+        limit = options.upload_limit(principal)
+        space = upload_space(served.topic_prefix, agent, principal)
+        ref = await receive_upload(request, gateway.store, space, limit, principal)
+        return JSONResponse(ref.data(), status_code=201)
 
     @api.get("/{agent}/turns/{turn_id}/events")
     async def events(agent: str, turn_id: str, request: Request) -> Response:

@@ -86,6 +86,21 @@ class ThreadDeleted(BaseModel):
     deleted_turns: int
 
 
+class StoredObject(BaseModel):
+    store: str = Field(description="the object store that holds it: s3, local")
+    key: str = Field(description="its key: <prefix><sha256[:2]>/<sha256>")
+    size: int = Field(description="its length in bytes")
+    sha256: str = Field(description="the hex sha256 of its bytes")
+    content_type: str = Field(description="application/json: its bytes are JSON")
+
+
+class PayloadReference(BaseModel):
+    """A value held in the object store: pass this object as a parameter's value, and
+    the worker reads the value in its place (schemas/json: the $pyrula_ref shape)."""
+
+    pyrula_ref: StoredObject = Field(alias="$pyrula_ref")
+
+
 MODELS: tuple[Any, ...] = (
     ErrorBody,
     TurnAccepted,
@@ -94,6 +109,7 @@ MODELS: tuple[Any, ...] = (
     ControlBody,
     ThreadTurns,
     ThreadDeleted,
+    PayloadReference,
     TurnStatus,
 )
 
@@ -102,7 +118,7 @@ _ERRORS = {
     "401": "no or a wrong API key",
     "403": "the key may not do this, or the turn is another caller's",
     "404": "no such agent, turn or thread",
-    "413": "the body is over the size limit",
+    "413": "the body or upload is over the size limit (the key's, for an upload)",
     "422": "invalid parameters (each field named in errors)",
     "429": "over a rate or stream limit (Retry-After says when to try again)",
     "503": "Kafka is not reachable (Retry-After says when to try again)",
@@ -111,6 +127,7 @@ _ERRORS = {
 _ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("get", "/"): ("200", "AgentList"),
     ("post", "/{agent}/turns"): ("202", "TurnAccepted"),
+    ("post", "/{agent}/uploads"): ("201", "PayloadReference"),
     ("get", "/{agent}/turns/{turn_id}/events"): ("200", None),
     ("get", "/{agent}/turns/{turn_id}"): ("200", "TurnStatus"),
     ("post", "/{agent}/turns/{turn_id}/cancel"): ("202", "ControlAccepted"),
@@ -221,6 +238,13 @@ def _describe(
                 "description": "the same key submits the turn once",
             },
         ]
+    elif (method, path) == ("post", "/{agent}/uploads"):
+        operation["requestBody"] = {
+            "required": True,
+            "description": "the document's bytes, streamed; Content-Type is kept with it "
+            "(application/json: read back as JSON, text/*: as text, else as bytes)",
+            "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+        }
     elif method == "post" and path.endswith(("/cancel", "/terminate")):
         schema = {"$ref": REF.format(model="ControlBody")}
         operation["requestBody"] = {

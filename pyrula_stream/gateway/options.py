@@ -21,6 +21,8 @@ GATEWAY_TENANT_HEADER = "pyrula-gateway-tenant"
 """The request header the gateway sets to the caller's tenant (an agent behind the gateway
 reads it with ``tenant="header:pyrula-gateway-tenant"``)."""
 MAX_BODY_BYTES = 1024 * 1024
+MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+"""Each key's default limit on one upload, and on a turn's JSON body with a store."""
 
 
 GATEWAY_RATE = RatePolicy(per_second=50.0, burst=100)
@@ -48,6 +50,13 @@ class AppOptions:
     connections when served by ``pyrula-stream gateway`` (default 1024; past it, ``503``).
     ``rate_limit`` holds each caller (key, or address without keys) to its rate on the
     routes under ``prefix`` (``429`` past it; ``None``: no limit).
+    ``object_store`` (a store or its setting; ``None``: ``PYRULA_OBJECT_STORE``) is where
+    values stored by reference are: the SSE stream reads them back (docs/large-payloads.md).
+    It also takes large inputs: ``POST <prefix>/<agent>/uploads`` streams one into it and
+    answers its reference, and a turn's JSON body may then reach ``max_upload_bytes`` (its
+    large parameters are stored by reference before the request is produced).
+    ``upload_limits`` gives a key (by principal) another limit than ``max_upload_bytes``;
+    past it, ``413`` (docs/object-stores.md).
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -75,6 +84,14 @@ class AppOptions:
     max_connections: int | None = None
     rate_limit: RatePolicy | None = GATEWAY_RATE
     tenant_key: bytes | None = field(default=None, repr=False)
+    object_store: Any = field(default=None, repr=False)  # may hold a store's credentials
+    max_upload_bytes: int = MAX_UPLOAD_BYTES
+    upload_limits: Mapping[str, int] | None = None
+
+    def upload_limit(self, principal: str | None) -> int:
+        """The most one upload (or, with a store, one turn's body) of ``principal`` holds."""
+        limits = self.upload_limits or {}
+        return limits.get(principal, self.max_upload_bytes) if principal else self.max_upload_bytes
 
     def __post_init__(self) -> None:
         if not self.prefix.startswith("/") or (self.prefix != "/" and self.prefix.endswith("/")):
@@ -94,3 +111,9 @@ class AppOptions:
                 raise ConfigurationError(f"tenants[{principal!r}] must be non-empty text")
         if self.max_body_bytes < 1:
             raise ConfigurationError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+        for name, limit in {
+            "max_upload_bytes": self.max_upload_bytes,
+            **{f"upload_limits[{k!r}]": v for k, v in (self.upload_limits or {}).items()},
+        }.items():
+            if not isinstance(limit, int) or limit < 1:
+                raise ConfigurationError(f"{name} must be a number of bytes >= 1, got {limit!r}")

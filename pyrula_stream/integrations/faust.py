@@ -10,6 +10,7 @@ the record is the same turn and our worker runs it once.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -18,6 +19,7 @@ import faust
 from faust.serializers.codecs import Codec
 
 from pyrula_stream.client.kafka_client import turn_id_for
+from pyrula_stream.objects.urls import resolved_result
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.serde import TurnRequest, TurnResult
 
@@ -31,7 +33,10 @@ class TurnResultCodec(Codec):
         return serde.encode("turn_result", obj)
 
     def _loads(self, s: bytes) -> TurnResult:
-        return serde.decode_turn_result_value(s)
+        """The result, its values stored by reference read back (``PYRULA_OBJECT_STORE``)."""
+        result = serde.decode_turn_result_value(s)
+        value = resolved_result(result.result)
+        return result if value is result.result else dataclasses.replace(result, result=value)
 
 
 class TurnRequestCodec(Codec):

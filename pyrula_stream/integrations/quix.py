@@ -20,6 +20,7 @@ from quixstreams import message_context
 from quixstreams.models.serializers import Deserializer, SerializationContext, Serializer
 
 from pyrula_stream.client.kafka_client import turn_id_for
+from pyrula_stream.objects.urls import resolved_result
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.serde import TurnRequest
 
@@ -56,4 +57,6 @@ class TurnResultDeserializer(Deserializer):
     """Deserializes a results record into a dict of its fields."""
 
     def __call__(self, value: bytes, ctx: SerializationContext) -> dict[str, Any]:
-        return dataclasses.asdict(serde.decode_turn_result_value(value))
+        fields = dataclasses.asdict(serde.decode_turn_result_value(value))
+        fields["result"] = resolved_result(fields["result"])  # by reference: read back
+        return fields

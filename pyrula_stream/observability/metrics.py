@@ -229,6 +229,25 @@ class WorkerMetrics:
         self.restored_records = LoopCounter(
             "pyrula_restored_records", "Journal records read by restores.", ["agent"], registry=r
         )
+        self.objects_stored = LoopCounter(
+            "pyrula_objects_stored_bytes",
+            "Bytes of values put in the object store by reference (large payloads), "
+            "before the transactions that reference them.",
+            ["agent"],
+            registry=r,
+        )
+        self.refs_resolved = LoopCounter(
+            "pyrula_payload_refs_resolved",
+            "Payload references read back from the object store (restore, replay, branch).",
+            ["agent"],
+            registry=r,
+        )
+        self.objects_swept = LoopCounter(
+            "pyrula_objects_swept",
+            "Objects the sweeper deleted: referenced by no live record, older than the grace.",
+            ["agent"],
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "pyrula_consumer_lag",
             "Turn requests not yet committed, per assigned partition of the turns topic.",
@@ -369,6 +388,15 @@ class WorkerMetrics:
 
     def aborted(self) -> None:
         self.aborts.labels(self.agent).inc()
+
+    def stored_objects(self, size: int) -> None:
+        self._child(self.objects_stored).inc(size)
+
+    def resolved_refs(self, count: int) -> None:
+        self._child(self.refs_resolved).inc(count)
+
+    def swept_objects(self, count: int) -> None:
+        self._child(self.objects_swept).inc(count)
 
     def was_fenced(self) -> None:
         self.fenced.labels(self.agent).inc()

@@ -29,7 +29,9 @@ def close_replies(closing: Closing) -> None:
     turn, terminal = closing.turn, closing.terminal
     closing.keys += [reply_key(turn.turn_id, child) for child in sorted(turn.journal.replies)]
     if turn.request.lineage is not None:
-        closing.others.append(reply_record(turn.request, terminal, turn.spend.as_dict()))
+        closing.others.append(
+            reply_record(turn.request, terminal, turn.spend.as_dict(), turn.offload)
+        )
     if isinstance(terminal, RunError) and terminal.code == ErrorCode.CANCELLED:
         now = int(time.time() * 1000)
         reason = f"parent {turn.turn_id}: {terminal.message}"
@@ -72,6 +74,7 @@ class HistoryCloser:
                 ts_ms=closing.now_ms,
                 max_bytes=turn.max_record_bytes,
                 thread=turn.thread,
+                offload=turn.offload,
             )
         )
 

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import random
+import signal
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -37,6 +40,7 @@ from pyrula_stream.kafka.transactions import (
     TransactionAborted,
     describe_failures,
 )
+from pyrula_stream.objects.resolver import PayloadStores
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.wire.records import OutRecord, latest_only
 
@@ -93,6 +97,21 @@ class CommitStats:
 ABORT_RETRY_S = 0.1
 """After an abort, how soon records that someone waits for are committed again."""
 
+OBJECT_STORE_BACKOFF_S = 1.0
+"""After an object store refused a put, how long before the aborted turns commit again."""
+
+CHAOS_KILL_ENV = "PYRULA_CHAOS_KILL_AFTER_OBJECTS"
+"""A share (0..1) of commits that store objects after which the worker SIGKILLs itself,
+before the transaction: the chaos harness's kill point between the object write and the
+commit (``make chaos ARGS=--large``). Unset in any real deployment."""
+
+
+def _chaos_kill_share() -> float:
+    try:
+        return max(0.0, min(1.0, float(os.environ.get(CHAOS_KILL_ENV, "0") or 0)))
+    except ValueError:
+        return 0.0
+
 
 class GroupCommitter:
     """Buffers turn records and commits them in batches, one batch in flight at a time.
@@ -115,8 +134,12 @@ class GroupCommitter:
         dead_letter: Callable[[OutRecord, str], OutRecord | None] | None = None,
         max_delivery_attempts: int = 5,
         max_pending_records: int = 0,
+        payloads: PayloadStores | None = None,
     ) -> None:
         self._write = write
+        self._payloads = payloads
+        """Where values records carry by reference are put before their commit."""
+        self._kill_share = _chaos_kill_share()
         self._max_pending = max_pending_records
         """0: unbounded."""
         self._room_waiters: deque[asyncio.Future[None]] = deque()
@@ -350,6 +373,7 @@ class GroupCommitter:
         started = time.monotonic()
         observed = self._telemetry.commit((t.telemetry for t in batch.turns.values()), records)
         try:
+            await self._store_objects(records)
             await self._write(records, changed)
         except TransactionAborted as aborted:
             self.stats.aborts += 1
@@ -416,6 +440,27 @@ class GroupCommitter:
             if not fut.done():
                 fut.set_result(None)
         return True
+
+    async def _store_objects(self, records: list[OutRecord]) -> None:
+        """Put the values ``records`` carry by reference in their store, off the event
+        loop, before the transaction that sends the references: a crash in between leaves
+        an orphan (the sweeper's), never a record that points at nothing. A store that
+        refuses aborts the batch: its turns rerun from the journal, after a pause."""
+        stored = [v for r in records for v in r.objects]
+        if not stored:
+            return
+        if self._payloads is None:
+            raise RuntimeError("records carry payload references but no object store is set")
+        try:
+            size = await asyncio.to_thread(self._payloads.put, stored)
+        except Exception as exc:
+            log.error("object store refused %d value(s): %s", len(stored), exc)
+            self._backoff_s = max(self._backoff_s, OBJECT_STORE_BACKOFF_S)
+            raise TransactionAborted(f"object store: {exc}") from exc
+        self._telemetry.metrics.stored_objects(size)
+        if self._kill_share and random.random() < self._kill_share:
+            log.warning("%s: killing this worker between object write and commit", CHAOS_KILL_ENV)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # -- records the broker refuses ---------------------------------------------------------
 

@@ -118,7 +118,7 @@ class TurnExecutor:
             body, ctx, loop = await self._start_body(runtime)
             try:
                 async with Deadline(self.agent.timeout):
-                    result = await body(ctx, **runtime.request.params)
+                    result = await body(ctx, **runtime.body_params)
             except Exception as exc:
                 if runtime.refusal is not None and exc is not runtime.refusal:
                     raise runtime.refusal from exc
@@ -178,6 +178,7 @@ class TurnExecutor:
             runtime.branch.prefill(runtime.journal)
             if runtime.thread is None and original is not None:  # its thread, as it was
                 runtime.thread = original.thread_handle()
+        await runtime.resolve_recorded()  # values stored by reference, before any replay
         meter = runtime.meter
         data, _ = await runtime.durable_step(
             "start",

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pyrula_stream.access.tenant_signature import check_tenant_key
 from pyrula_stream.kafka.config import KafkaSettings, check_serialization, resolve
 from pyrula_stream.wire.guard import DecodeLimits
+from pyrula_stream.wire.payload_refs import DEFAULT_THRESHOLD
 
 SHUTDOWN_GRACE_S = 25.0
 """Default seconds a stopping worker gives its running turns. Kubernetes kills a pod 30 s
@@ -98,6 +99,14 @@ class WorkerOptions:
     ``tenant_key`` (at least 32 bytes) makes the worker trust a turn's tenant only when
     the request carries its signature under that key (``access/tenant_signature.py``);
     any other tenant runs as the shared ``"unknown"`` one (docs/tenants.md).
+    ``object_store`` (an ``ObjectStore``, or its setting: ``file:///dir``, a directory,
+    ``s3://bucket/prefix``; without it ``PYRULA_OBJECT_STORE``, as the command line's
+    ``--object-store``) turns on payloads by
+    reference: a value whose JSON is past ``offload_threshold_bytes`` (256 KiB; an
+    agent's ``AgentLimits.offload_threshold_bytes`` wins) is put there before the commit
+    that references it, and references in requests and the journal are read back from
+    it. Without one, a record past ``max_record_bytes`` fails with ``PayloadTooLarge``
+    (docs/large-payloads.md).
     """
 
     max_concurrent_turns: int = 50
@@ -132,6 +141,8 @@ class WorkerOptions:
     max_delivery_attempts: int = 5
     max_pending_records: int = 1000
     tenant_key: bytes | None = field(default=None, repr=False)
+    object_store: Any = field(default=None, repr=False)  # may hold a store's credentials
+    offload_threshold_bytes: int = DEFAULT_THRESHOLD
 
     def __post_init__(self) -> None:
         if self.tenant_key is not None:

@@ -26,6 +26,8 @@ from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.turn import TurnRuntime, TurnTopics
 from pyrula_stream.errors import ConfigurationError, ErrorCode, ReplayInputChanged
 from pyrula_stream.llm.fake import FakeLLM
+from pyrula_stream.objects.resolver import PayloadStores
+from pyrula_stream.objects.urls import default_payloads
 from pyrula_stream.runtime.closing import OFFLINE_CLOSERS
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.options import WorkerOptions
@@ -40,6 +42,9 @@ if TYPE_CHECKING:
 
 REPLAY_EVENTS = "replay.events"
 REPLAY_JOURNAL = "replay.journal"
+OFFLINE_RECORD_BYTES = 1 << 62
+"""An offline replay's records never reach a broker: no size limit refuses them (a turn
+whose values travelled by reference replays with them whole)."""
 
 
 @dataclass
@@ -121,8 +126,12 @@ async def _no_topics(topic: str) -> bool:
     return False
 
 
-async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayReport:
-    """Run ``agent``'s current code against ``recording`` and report the first difference."""
+async def replay_turn(
+    agent: KafkaAgent, recording: TurnRecording, payloads: PayloadStores | None = None
+) -> ReplayReport:
+    """Run ``agent``'s current code against ``recording`` and report the first difference.
+    Values the recording holds by reference are read through ``payloads`` (default:
+    ``PYRULA_OBJECT_STORE``'s store)."""
     turn_id = recording.turn_id
     journal = RecordedJournal(turn_id, steps={s.step: s for s in recording.steps})
     output = MemoryOutput()
@@ -133,6 +142,8 @@ async def replay_turn(agent: KafkaAgent, recording: TurnRecording) -> ReplayRepo
         journal=journal,
         closers=OFFLINE_CLOSERS,
         thread=recording.thread_handle(),
+        payloads=default_payloads(payloads),
+        max_record_bytes=OFFLINE_RECORD_BYTES,
     )
     async with httpx.AsyncClient() as http:
         executor = TurnExecutor(

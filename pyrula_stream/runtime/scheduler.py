@@ -24,6 +24,9 @@ from pyrula_stream.agent.tenants import DEFAULT_TENANT, TenantLimits
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.turn import TurnRuntime, TurnTopics
 from pyrula_stream.errors import ErrorCode, TurnCancelled, TurnFailure
+from pyrula_stream.objects.resolver import PayloadStores
+from pyrula_stream.objects.sweep import object_prefix
+from pyrula_stream.objects.urls import store_from_environment
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.observability.tracing import TraceCarrier
 from pyrula_stream.runtime.closing import turn_closers
@@ -37,6 +40,7 @@ from pyrula_stream.runtime.quotas import TenantQuotas
 from pyrula_stream.runtime.versions import known_versions, missing_version
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import RunError
+from pyrula_stream.wire.payload_refs import Offload
 from pyrula_stream.wire.records import ControlRequest
 from pyrula_stream.wire.serde import TurnRequest
 
@@ -95,6 +99,23 @@ class TurnScheduler:
         self._cancels: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._undeliverable: dict[str, str] = {}
         """Turns being ended because their records keep failing delivery, with why."""
+        store = store_from_environment(options.object_store)
+        self.payloads = (
+            PayloadStores([store], on_resolved=lambda n, _: telemetry.metrics.resolved_refs(n))
+            if store is not None
+            else None
+        )
+        """The object store that values past the offload threshold go to (``None``: none)."""
+        self._offload = (
+            Offload(
+                store.name,
+                agent.limits.offload_threshold_bytes or options.offload_threshold_bytes,
+                agent.limits.max_payload_bytes,
+                object_prefix(agent.prefix, agent.name),
+            )
+            if store is not None
+            else None
+        )
         self.parked = ParkedTurns(
             parts,
             self.admit,
@@ -220,6 +241,8 @@ class TurnScheduler:
             max_event_payload_bytes=limits.max_event_payload_bytes,
             telemetry=self._telemetry.for_turn(request, partition, offset, journal.steps, trace),
             codec=self._writer_codec(),
+            offload=self._offload,
+            payloads=self.payloads,
         )
         ps = self._parts.get(partition)
         if request.thread_id is not None and ps is not None:

@@ -37,6 +37,7 @@ from pyrula_stream.kafka.stores.memory import KafkaMemory
 from pyrula_stream.kafka.transactions import Offsets, ProducerFenced, writer_record_room
 from pyrula_stream.llm.base import LLMClient
 from pyrula_stream.mcp.pool import MCPPool
+from pyrula_stream.objects.resolver import PayloadStores
 from pyrula_stream.observability import logs
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.runtime.background import RunsInBackground
@@ -420,6 +421,7 @@ class KafkaWorker(RunsInBackground):
             ),
             max_delivery_attempts=self.options.max_delivery_attempts,
             max_pending_records=self.options.max_pending_records,
+            payloads=self._scheduler.payloads,
         )
         session = self._session = await open_session(
             self.agent,
@@ -485,6 +487,7 @@ class KafkaWorker(RunsInBackground):
                     turn_id,
                     kafka_config=self.options.kafka_config,
                     group_id=reader_group_id(self.agent.prefix, self.agent.name),
+                    payloads=self._scheduler.payloads or PayloadStores(),
                 )
             )
         except TurnNotRecorded:

@@ -22,8 +22,11 @@ from pyrula_stream.errors import (
     PayloadTooLarge,
     TurnNotRecorded,
 )
+from pyrula_stream.objects.resolver import PayloadStores
+from pyrula_stream.objects.urls import default_payloads
 from pyrula_stream.state.threads import ThreadHandle, ThreadTurn
 from pyrula_stream.wire import serde
+from pyrula_stream.wire.payload_refs import Offload, StoredValue
 from pyrula_stream.wire.records import OutRecord, wire_record
 from pyrula_stream.wire.serde import JournalEntry, TurnRequest
 
@@ -134,10 +137,12 @@ def history_record(
     ts_ms: int,
     max_bytes: int,
     thread: ThreadHandle | None = None,
+    offload: Offload | None = None,
 ) -> OutRecord:
     """The turn's history record. Steps that do not fit in one record are left out (and
     the record says so) rather than failing a turn that has already finished. A thread
-    turn keeps the earlier turns its model saw, so a replay or branch sees them too."""
+    turn keeps the earlier turns its model saw, so a replay or branch sees them too.
+    With ``offload`` (an object store), values past its threshold are kept by reference."""
     data: dict[str, Any] = {
         "request": asdict(request),
         "steps": [_step_json(s) for s in sorted(steps, key=lambda s: s.step)],
@@ -147,14 +152,20 @@ def history_record(
         data["thread"] = [t.to_json() for t in seen_turns(thread)]
 
     def record() -> OutRecord:
-        value = TurnHistory(request.turn_id, request.agent, version or "", ts_ms, data)
-        return wire_record(
+        kept: Any = data
+        stored: list[StoredValue] = []
+        if offload is not None:
+            kept, stored = offload.apply(data, f"the history of turn {request.turn_id}")
+        value = TurnHistory(request.turn_id, request.agent, version or "", ts_ms, kept)
+        out = wire_record(
             topic,
             request.turn_id.encode(),
             serde.encode("turn_history", value),
             "turn_history",
             max_bytes=max_bytes,
         )
+        out.objects = tuple(stored)
+        return out
 
     try:
         return record()
@@ -172,10 +183,14 @@ def seen_turns(thread: ThreadHandle) -> tuple[ThreadTurn, ...]:
     return thread.turns[start:]
 
 
-def decode_history(payload: bytes, headers: Mapping[str, str]) -> TurnRecording:
-    """A ``<agent>.history`` record as a recording (without events)."""
+def decode_history(
+    payload: bytes, headers: Mapping[str, str], payloads: PayloadStores | None = None
+) -> TurnRecording:
+    """A ``<agent>.history`` record as a recording (without events); the values it holds
+    by reference are read back through ``payloads`` (default: ``PYRULA_OBJECT_STORE``'s
+    store; without one, a reference raises ``PayloadUnresolved`` naming its store)."""
     body = serde.decode_record("turn_history", payload, headers)
-    data = body["data"]
+    data = default_payloads(payloads).resolve(body["data"])
     if data.get("steps_omitted"):
         raise MalformedRecordError(
             f"turn {body['turn_id']} was recorded without its steps: {data['steps_omitted']}"
@@ -200,6 +215,7 @@ def load_recording(
     *,
     kafka_config: Mapping[str, Any] | None = None,
     group_id: str | None = None,
+    payloads: PayloadStores | None = None,
 ) -> TurnRecording:
     """One finished turn from ``<agent>.history`` (blocking: run it in a thread)."""
     from pyrula_stream.kafka.consumers import read_key
@@ -220,7 +236,7 @@ def load_recording(
         )
     last = records[-1]
     assert last.value is not None  # read_key leaves tombstones out
-    return decode_history(last.value, last.headers)
+    return decode_history(last.value, last.headers, payloads)
 
 
 def export_turn(
@@ -231,14 +247,22 @@ def export_turn(
     turn_id: str,
     kafka_config: Mapping[str, Any] | None = None,
     group_id: str | None = None,
+    payloads: PayloadStores | None = None,
 ) -> TurnRecording:
     """One finished turn from ``<agent>.history``, with its events from ``<agent>.events``
-    (``group_id``: the readers' group, ``<prefix>.<agent>.readers`` for the ACLs)."""
+    (``group_id``: the readers' group, ``<prefix>.<agent>.readers`` for the ACLs); values
+    stored by reference are read back, so the file holds them whole."""
     from pyrula_stream.kafka.consumers import read_key
     from pyrula_stream.wire.events import decode_event
 
+    payloads = default_payloads(payloads)
     recording = load_recording(
-        bootstrap_servers, history_topic, turn_id, kafka_config=kafka_config, group_id=group_id
+        bootstrap_servers,
+        history_topic,
+        turn_id,
+        kafka_config=kafka_config,
+        group_id=group_id,
+        payloads=payloads,
     )
     records = read_key(
         bootstrap_servers,
@@ -250,7 +274,13 @@ def export_turn(
     )
     events = [decode_event(r.value, r.headers) for r in records if r.value is not None]
     recording.events = [
-        {"type": e.type, "seq": e.seq, "ts_ms": e.ts_ms, "attempt": e.attempt, "data": e.data}
+        {
+            "type": e.type,
+            "seq": e.seq,
+            "ts_ms": e.ts_ms,
+            "attempt": e.attempt,
+            "data": payloads.resolve(e.data),
+        }
         for e in sorted(events, key=lambda e: e.seq)
     ]
     return recording

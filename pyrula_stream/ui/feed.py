@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyrula_stream.agent.definition import AgentTopics
@@ -24,8 +24,10 @@ from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.config import registry_config, resolve
 from pyrula_stream.kafka.consumers import read_key
 from pyrula_stream.kafka.io import TopicFollower, TopicRecord
+from pyrula_stream.objects.resolver import PayloadStores, has_refs
+from pyrula_stream.objects.urls import store_from_environment
 from pyrula_stream.ui.model import TurnView, UIState, turn_from_events
-from pyrula_stream.wire.events import decode_event
+from pyrula_stream.wire.events import Event, decode_event
 from pyrula_stream.wire.serde import ValueCodec
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,9 @@ class FeedOptions:
     history_s: float = 3600.0
     kafka_config: Mapping[str, Any] | None = None
     """The user's client settings (security, ``client.id``); None: ``PYRULA_KAFKA_CONFIG``."""
+    object_store: Any = field(default=None, repr=False)
+    """Where values stored by reference are (a store or its setting; None:
+    ``PYRULA_OBJECT_STORE``): a turn's view reads them back."""
 
     def __post_init__(self) -> None:
         # Resolved once, as WorkerOptions does: a repr then hides the secrets.
@@ -71,6 +76,9 @@ class EventFeed:
             self._codec = reader_codec(options.kafka_config)
         for agent in options.agents or ():
             state.add_agent(agent)
+        store = store_from_environment(options.object_store)
+        self.payloads = PayloadStores([store] if store is not None else [])
+        """Reads back the values a turn's events hold by reference (``load_turn``)."""
 
     @property
     def stopping(self) -> bool:
@@ -207,10 +215,19 @@ class EventFeed:
 
     async def load_turn(self, agent: str, turn_id: str) -> TurnView | None:
         """Read one turn's events by id from its partition (a turn the feed does not hold,
-        or holds only partly); None when the events topic has none."""
+        holds only partly, or holds with values stored by reference, read back here);
+        None when the events topic has none."""
+        events = await asyncio.to_thread(self._read_turn, agent, turn_id)
+        turn = turn_from_events(agent, turn_id, events)
+        if turn is not None:
+            self.state.replace(turn)
+            await self._notify()
+        return turn
+
+    def _read_turn(self, agent: str, turn_id: str) -> list[Event]:
+        """The turn's events with their references resolved (blocking)."""
         topic = AgentTopics.for_agent(agent, self.options.prefix).events
-        records = await asyncio.to_thread(
-            read_key,
+        records = read_key(
             self.options.bootstrap_servers,
             topic,
             turn_id,
@@ -221,11 +238,11 @@ class EventFeed:
         for record in records:
             assert record.value is not None  # read_key leaves tombstones out
             try:
-                events.append(decode_event(record.value, record.headers, self._codec))
+                event = decode_event(record.value, record.headers, self._codec)
             except MalformedRecordError:
                 self.undecodable += 1
-        turn = turn_from_events(agent, turn_id, events)
-        if turn is not None:
-            self.state.replace(turn)
-            await self._notify()
-        return turn
+                continue
+            if has_refs(event.data):
+                event = replace(event, data=self.payloads.resolve(event.data))
+            events.append(event)
+        return events

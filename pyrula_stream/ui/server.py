@@ -44,6 +44,7 @@ from pyrula_stream.access.rate_limit import RateLimit, RatePolicy
 from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.client.redrive import DeadLetters
 from pyrula_stream.errors import PyrulaError
+from pyrula_stream.objects.resolver import has_refs
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
 from pyrula_stream.ui.model import UIState
 from pyrula_stream.ui.questions import QuestionBoard
@@ -189,7 +190,7 @@ class UIApp:
     async def turn(self, request: Request) -> Response:
         agent, turn_id = request.path_params["agent"], request.path_params["turn_id"]
         turn = self.state.find(agent, turn_id)
-        if turn is None or turn.partial:
+        if turn is None or turn.partial or has_refs(turn.detail()):
             try:
                 turn = await self.feed.load_turn(agent, turn_id) or turn
             except Exception as exc:  # the topic may be missing: say so, keep serving

@@ -26,7 +26,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from pyrula_stream._version import __version__
-from pyrula_stream.wire import events, serde
+from pyrula_stream.wire import events, payload_refs, serde
 from pyrula_stream.wire.fitting import ORIGINAL_PREFIX, TRIMMED_HEADER
 from pyrula_stream.wire.records import (
     CONTROL_ACTIONS,
@@ -80,6 +80,12 @@ _EXTRA_KEYS: Mapping[type, Mapping[str, dict[str, Any]]] = {
 """The keys a spread field puts in ``data`` (all optional)."""
 
 
+_BY_REFERENCE = (
+    "; any value inside it (or the whole of it) may be a payload reference "
+    "(payload_ref.schema.json) that stands for a value stored outside the record"
+)
+
+
 def _json_value(record: str, name: str) -> dict[str, Any] | None:
     """A JSON-valued field's schema in the JSON form (``None``: not one)."""
     if name in serde._JSON_FIELDS.get(record, ()):
@@ -113,6 +119,8 @@ def record_schema(record: str) -> dict[str, Any]:
             schema["description"] = f["doc"]
         if record == "turn_request" and f["name"] == "params":
             schema["description"] = "The agent function's keyword arguments."
+        if f["name"] in ("params", "data", "result"):
+            schema["description"] = schema.get("description", "").rstrip(".") + _BY_REFERENCE
         properties[f["name"]] = schema
         if "default" not in f and f["name"] not in optional:
             required.append(f["name"])
@@ -215,9 +223,45 @@ def reply_schema() -> dict[str, Any]:
     }
 
 
+def payload_ref_schema() -> dict[str, Any]:
+    """A value stored outside its record (``wire.payload_refs``): where it is and how to
+    check it. A reader fetches ``key`` from the object store named ``store``, checks its
+    size and SHA-256, and reads it as ``content_type`` (JSON: the value itself)."""
+    body = {
+        "type": "object",
+        "properties": {
+            "store": {"type": "string", "description": "the object store's name (local, s3)"},
+            "key": {"type": "string", "description": "the object's key in that store"},
+            "size": {"type": "integer", "minimum": 0, "description": "the object's bytes"},
+            "sha256": {
+                "type": "string",
+                "pattern": "^[0-9a-f]{64}$",
+                "description": "the hex SHA-256 of the object's bytes",
+            },
+            "content_type": {
+                "type": "string",
+                "default": "application/json",
+                "description": "application/json: the bytes are the value's JSON",
+            },
+        },
+        "required": ["store", "key", "size", "sha256"],
+    }
+    return {
+        "$schema": DIALECT,
+        "$id": "payload_ref.schema.json",
+        "title": "PayloadRef",
+        "description": " ".join((payload_ref_schema.__doc__ or "").split()),
+        "type": "object",
+        "properties": {payload_refs.REF_FIELD: body},
+        "required": [payload_refs.REF_FIELD],
+        "additionalProperties": False,
+    }
+
+
 def json_schemas() -> dict[str, dict[str, Any]]:
     """Every JSON Schema, by file name."""
     return {
+        "payload_ref.schema.json": payload_ref_schema(),
         "turn_request.schema.json": record_schema("turn_request"),
         "event.schema.json": event_schema(),
         "turn_result.schema.json": record_schema("turn_result"),

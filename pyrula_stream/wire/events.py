@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Protocol
 from pyrula_stream.errors import ErrorCode, PyrulaError
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.avro_writer import avro_string, event_value
+from pyrula_stream.wire.payload_refs import Offload
 from pyrula_stream.wire.records import OutRecord, shared_headers, wire_record
 from pyrula_stream.wire.text import truncate_utf8
 
@@ -451,6 +452,8 @@ class TurnEvents:
     codec: serde.ValueCodec = serde.SCHEMALESS
     """How Avro event values are framed (a registry's codec for ``serialization=
     "schema_registry"``); JSON events (``event_format="json"``) are never registry-framed."""
+    offload: Offload | None = None
+    """Event data past its threshold is stored by reference (``None``: no object store)."""
     _trace_of: Mapping[str, str] | None = None
     _trace_headers: list[tuple[str, bytes]] = field(default_factory=list)
     """``_trace_of`` encoded as headers: the same context for most of a turn's events."""
@@ -493,15 +496,26 @@ class TurnEvents:
 
     def _encode(self, payload: Payload) -> list[OutRecord]:
         data = {**payload.data(), **self.common} if self.common else payload.data()
+        raw: bytes | None = None
+        stored: tuple[Any, ...] = ()
+        if self.offload is not None:
+            raw = serde.json_bytes(data)
+            if len(raw) > self.offload.threshold:
+                data, values = self.offload.apply(data, f"the data of a {payload.type} event", raw)
+                raw, stored = serde.json_bytes(data), tuple(values)
         seq, ts_ms = self.next_seq, int(time.time() * 1000)
         self.next_seq = seq + 1
         plain = self._plain
         if plain is None:
             plain = self._plain = self._plain_topic()
         if plain:  # the usual case, every step: one topic, schemaless Avro
-            records = [self._plain_record(plain, payload, seq, ts_ms, serde.json_bytes(data))]
+            if raw is None:
+                raw = serde.json_bytes(data)
+            records = [self._plain_record(plain, payload, seq, ts_ms, raw)]
         else:
             records = self._routed(payload, seq, ts_ms, data)
+        if stored:
+            records[0].objects = stored
         trace = self.trace() if self.trace is not None else None
         if trace:
             if trace is not self._trace_of:

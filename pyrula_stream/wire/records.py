@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import NoReturn
 
@@ -18,6 +18,7 @@ from pyrula_stream.errors import ErrorCode, PayloadTooLarge
 from pyrula_stream.redaction import REDACTED, is_credential_header
 from pyrula_stream.wire import caps, guard, serde
 from pyrula_stream.wire.fitting import ORIGINAL_PREFIX, fit_letter
+from pyrula_stream.wire.payload_refs import Offload, StoredValue
 
 
 @dataclass(slots=True)
@@ -36,6 +37,9 @@ class OutRecord:
     deferred: Callable[[], bytes] | None = None
     """Builds ``value`` when the record is sent (``materialize``): most journal entries
     are replaced or cancelled within their commit, and then never encoded."""
+    objects: tuple[StoredValue, ...] = ()
+    """Values this record carries by reference: the committer puts them in their object
+    store before the transaction that sends the record commits (only if it is sent)."""
 
     @property
     def is_tombstone(self) -> bool:
@@ -139,8 +143,10 @@ def wire_record(
     if max_bytes is not None and _size(key, value, ctype, headers) > max_bytes:
         raise PayloadTooLarge(
             f"a record for {topic} would be {rec.size} bytes, over the {max_bytes}-byte "
-            "limit (max_record_bytes / the broker's message.max.bytes); shrink the tool "
-            "result or raise both limits"
+            "limit (max_record_bytes / the broker's message.max.bytes); give the worker "
+            "an object store (PYRULA_OBJECT_STORE, --object-store or "
+            "WorkerOptions(object_store=...)) so large values travel by reference "
+            "(docs/large-payloads.md), or shrink the value"
         )
     return rec
 
@@ -207,18 +213,28 @@ def result_records(
     *,
     fmt: serde.WireFormat = "avro",
     max_bytes: int | None = None,
+    offload: Offload | None = None,
 ) -> list[OutRecord]:
     """A turn's result for each topic: keyed as its request was, the request's
-    correlation id and reply headers echoed as headers."""
+    correlation id and reply headers echoed as headers; a result past ``offload``'s
+    threshold is stored by reference."""
     headers = [(name, value.encode()) for name, value in request.reply_headers]
     if request.correlation_id is not None:
         headers.append((serde.CORRELATION_HEADER, request.correlation_id.encode()))
+    stored: list[StoredValue] = []
+    if offload is not None and result.result is not None:
+        smaller, stored = offload.apply(result.result, f"the result of turn {result.turn_id}")
+        if stored:
+            result = replace(result, result=smaller)
     value = serde.encode("turn_result", result, fmt)
     key = request.result_key.encode()
-    return [
+    records = [
         wire_record(t, key, value, "turn_result", max_bytes=max_bytes, fmt=fmt, headers=headers)
         for t in topics
     ]
+    if stored and records:
+        records[0].objects = tuple(stored)
+    return records
 
 
 _REDACTED = REDACTED.encode()

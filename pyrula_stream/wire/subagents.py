@@ -33,6 +33,7 @@ from pyrula_stream.wire import caps, guard, serde
 from pyrula_stream.wire.events import RunComplete, Terminal
 from pyrula_stream.wire.journal_keys import PARK, REPLY_CURSOR_KEY, park_key, reply_key
 from pyrula_stream.wire.lineage import Lineage
+from pyrula_stream.wire.payload_refs import Offload, StoredValue
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord, wire_record
 from pyrula_stream.wire.serde import JournalEntry, TurnRequest
 
@@ -110,14 +111,22 @@ class Reply:
         )
 
 
-def reply_record(request: TurnRequest, terminal: Terminal, usage: dict[str, Any]) -> OutRecord:
-    """The child's outcome for its parent, at the parent's partition, keyed by its turn."""
+def reply_record(
+    request: TurnRequest,
+    terminal: Terminal,
+    usage: dict[str, Any],
+    offload: Offload | None = None,
+) -> OutRecord:
+    """The child's outcome for its parent, at the parent's partition, keyed by its turn; a
+    result past ``offload``'s threshold goes by reference."""
     lineage = request.lineage
     assert lineage is not None
+    stored: list[StoredValue] = []
     if isinstance(terminal, RunComplete):
-        reply = Reply(
-            lineage.parent_turn_id, request.turn_id, request.agent, "completed", terminal.result
-        )
+        result = terminal.result
+        if offload is not None:
+            result, stored = offload.apply(result, f"the result of turn {request.turn_id}")
+        reply = Reply(lineage.parent_turn_id, request.turn_id, request.agent, "completed", result)
     else:
         reply = Reply(
             lineage.parent_turn_id,
@@ -134,6 +143,7 @@ def reply_record(request: TurnRequest, terminal: Terminal, usage: dict[str, Any]
         json.dumps(reply.data(), separators=(",", ":"), default=str).encode(),
         [JSON_CONTENT_TYPE, (CHILD_TURN_HEADER, request.turn_id.encode())],
         partition=lineage.parent_partition,
+        objects=tuple(stored),
     )
 
 

@@ -231,6 +231,12 @@ def _local_registry() -> Any:
     return LocalRegistry(URL, process, "/tmp/registry.log")
 
 
+def _local_s3() -> Any:
+    from pyrula_stream.objects.s3_server import LocalS3
+
+    return LocalS3("http://127.0.0.1:9", "/tmp/pyrula-s3-none", f"key{MARK}", MARK, False)
+
+
 BUILDERS: dict[str, Callable[[], Any]] = {
     "pyrula_stream.tools.mcp_servers.MCPServer": lambda: _servers(),
     "pyrula_stream.agent.definition.KafkaAgent": _agent,
@@ -259,6 +265,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
         0, 0, TurnRequest("t-1", "triage", {}), headers={"authorization": f"Bearer {MARK}"}
     ),
     "pyrula_stream.kafka.once.RawRecord": lambda: _raw_record(),
+    "pyrula_stream.objects.s3_server.LocalS3": _local_s3,
 }
 
 

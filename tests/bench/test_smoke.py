@@ -79,6 +79,10 @@ SIGNED_KEYS = (
     "rss_kb_per_parked_turn",
     "tracemalloc_kb_per_parked_turn",
     "telemetry_cpu_cost_fraction",
+    "payload_added_latency_ms_per_mb_local",
+    "payload_added_latency_ms_per_mb_s3",
+    "payload_cpu_ms_per_mb_local",
+    "payload_cpu_ms_per_mb_s3",
 )
 """Differences of two measured figures: on a tiny run either side can be the larger."""
 
@@ -146,10 +150,15 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         "subagents",
         "gateway",
         "keyed",
+        "payloads",
         "machine",
         "baseline",
         "targets",
     } <= set(results)
+    for store in ("local", "s3"):  # each size stored by reference: request and result
+        runs = results["payloads"][store]["runs"]
+        assert [r["value_bytes"] for r in runs] == [1_000, 1_000_000, 5_000_000]
+        assert runs[0]["mb_put_per_turn"] == 0 < runs[1]["mb_put_per_turn"]
     assert [s["steps"] for s in results["journal"]["sizes"]] == [1, 5, 20]
     assert len(results["throughput"]["framework_runs"]) == len(results["throughput"]["floor_runs"])
     assert [(r["processes"], r["steps_per_turn"]) for r in results["cpu"]["runs"]] == [
