@@ -59,6 +59,7 @@ FLOORS: dict[str, int] = {
     "integrations": 9,
     "bench": 9,
     "chaos": 9,
+    "testing_servers": 9,
 }
 
 

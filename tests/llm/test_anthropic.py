@@ -18,7 +18,7 @@ from pyrula_stream.errors import (
     LLMRateLimited,
 )
 from pyrula_stream.llm import AnthropicLLM, ToolDefinition, Usage
-from tests.llm.servers.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
+from pyrula_stream.testing_servers.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
 from tests.llm.servers.fixtures import SECRET_KEY, assert_secret_free, collect
 
 LOOKUP = ToolDefinition(
@@ -249,8 +249,8 @@ async def test_tool_input_cut_by_max_tokens_is_dropped_but_broken_json_is_an_err
     llm: AnthropicLLM,
     anthropic_server: AnthropicWireServer,
 ) -> None:
-    from tests.llm.servers._http import sse_reply
-    from tests.llm.servers.anthropic_server import message_frames
+    from pyrula_stream.testing_servers._http import sse_reply
+    from pyrula_stream.testing_servers.anthropic_server import message_frames
 
     def broken_tool(stop_reason: str) -> list[bytes]:
         frames = message_frames(

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tests.llm.servers._http import Reply, WireServer, json_reply, sse_frame, sse_reply
+from pyrula_stream.testing_servers._http import Reply, WireServer, json_reply, sse_frame, sse_reply
 
 MODEL = "claude-sonnet-4-6"
 
