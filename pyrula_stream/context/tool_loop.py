@@ -7,6 +7,7 @@ replayed turn rebuilds the same conversation without calling the model or the to
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
@@ -321,7 +322,12 @@ class ToolLoop:
                 data = recorded
             else:
                 request = ModelRequest(
-                    messages, definitions, system, output_format=self.output_format, tokens=tokens
+                    messages,
+                    definitions,
+                    system,
+                    output_format=self.output_format,
+                    tokens=tokens,
+                    cache_key=conversation_cache_key(turn),
                 )
                 data = await self._live_call(index, request, live_response)
                 records = _LiveCallRecords(self, index, live_response)  # made only now
@@ -521,6 +527,16 @@ class ToolLoop:
             return ToolResultBlock(call.id, call.name, text, False)
         text = f"sub-agent '{reply.agent}' failed ({reply.code}): {reply.message}"
         return ToolResultBlock(call.id, call.name, text, True)
+
+
+def conversation_cache_key(turn: ModelSteps) -> str:
+    """The prompt cache key of the turn's conversation: its agent and thread (the turn,
+    without one), hashed so no id reaches the provider, and stable across the turn's
+    steps and the thread's turns."""
+    thread = turn.thread
+    conversation = f"thread:{thread.thread_id}" if thread is not None else f"turn:{turn.turn_id}"
+    digest = hashlib.sha256(f"{turn.agent}\0{conversation}".encode()).hexdigest()
+    return f"pyrula-{digest[:32]}"
 
 
 def _same_as_recorded(response: ModelResponse, recorded: dict[str, Any]) -> bool:

@@ -121,4 +121,7 @@ def test_usage_as_dict_is_its_model_dump() -> None:
         input_tokens=1, output_tokens=2, cache_creation_input_tokens=3, cache_read_input_tokens=4
     )
     assert usage.as_dict() == usage.model_dump()
-    assert list(usage.as_dict()) == list(Usage.model_fields)
+    assert list(usage.as_dict()) == list(Usage.model_fields)[:4]
+    hour = usage.model_copy(update={"cache_creation_1h_input_tokens": 3})
+    assert hour.as_dict() == hour.model_dump()
+    assert list(hour.as_dict()) == list(Usage.model_fields)
