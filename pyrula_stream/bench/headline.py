@@ -44,6 +44,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     gw = results.get("gateway", {})
     fair = results.get("fairness", {})
     keyed = results.get("keyed", {})
+    cost = results.get("cost") or {}
     cpu = results.get("cpu", {})
     long = results.get("long_turns") or {}
     base = results.get("baseline") or {}
@@ -136,6 +137,8 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         "loop_stall_max_ms_between": keyed.get("loop_stall_max_ms_between"),
         "keyed_turns_per_s": keyed.get("keyed_turns_per_s"),
         "keyed_expired_keys": keyed.get("expired_keys"),
+        "cache_cost_fraction": cost.get("cache_cost_fraction"),
+        "cache_cost_fraction_after_compaction": cost.get("cache_cost_fraction_after_compaction"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),

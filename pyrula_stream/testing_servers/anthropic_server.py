@@ -24,7 +24,11 @@ from pyrula_stream.testing_servers._http import (
     sse_frame,
     sse_reply,
 )
-from pyrula_stream.testing_servers.prompt_cache import AnthropicPromptCache, CacheRefused
+from pyrula_stream.testing_servers.prompt_cache import (
+    AnthropicPromptCache,
+    CacheRefused,
+    CacheUsage,
+)
 
 MODEL = "claude-sonnet-4-6"
 
@@ -150,6 +154,8 @@ class AnthropicWireServer(WireServer):
     def __init__(self, *, prompt_cache: bool = False) -> None:
         super().__init__()
         self.cache = AnthropicPromptCache() if prompt_cache else None
+        self.bills: list[CacheUsage] = []
+        """The input usage of each request billed with the prompt cache on, in order."""
 
     def reply_stream(self, blocks: list[Block], **kwargs: Any) -> None:
         """A complete streamed message (see ``message_frames`` for the keywords); with the
@@ -162,6 +168,7 @@ class AnthropicWireServer(WireServer):
         def billed(request: RecordedRequest) -> Reply:
             try:
                 usage = cache.usage(request.body)
+                self.bills.append(usage)
             except CacheRefused as exc:
                 body = error_body("invalid_request_error", str(exc))
                 return json_reply(400, body, _request_id())
