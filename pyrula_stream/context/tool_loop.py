@@ -270,6 +270,7 @@ class ToolLoop:
                 system,
                 [t.definition() for t in offered],
                 tokens,
+                conversation_cache_key(self.turn),
             )
         if added is not None:
             added += new_input

@@ -343,37 +343,46 @@ def min_cacheable_tokens(model: str) -> int:
     return 1024
 
 
-def stable_messages(messages: list[dict[str, Any]]) -> list[int]:
-    """The indices of the conversation's last two stable messages, latest last.
+def message_breakpoints(messages: list[dict[str, Any]]) -> list[int]:
+    """The messages worth a breakpoint, least wanted first: the stable message before the
+    previous user turn, the latest stable message, and the last message.
 
-    The latest stable message is the one before the newest user turn (a person's message
-    or a tool-result turn): everything up to it is sent again, unchanged, on the next
-    step. The one before the previous user turn is where the last step put its own
-    breakpoint, so marking it too reads that write even when the step in between added
-    more than the 20 blocks the provider looks back over.
+    A user turn is a person's message or a tool-result turn. The latest stable message is
+    the one before the newest user turn: the conversation up to it is what the last step
+    sent, so the write it made is read there. The last message (the newest user turn)
+    is sent again on the next step too (the model's answer goes after it), so marking it
+    writes the new turn once instead of billing it as uncached input now and writing it
+    on the next step (in the cost phase's 20-step turn, a bill 15% lower). The stable
+    message before the previous user turn, marked when a slot is left, is where an
+    earlier step wrote; it still reads that write when a step in between added more than
+    the 20 blocks the provider looks back over (many parallel tool calls).
     """
     users = [i for i, m in enumerate(messages) if m.get("role") == "user" and i > 0]
-    return [i - 1 for i in users[-2:] if messages[i - 1].get("content")]
+    wanted = [i - 1 for i in users[-2:]]
+    if messages:
+        wanted.append(len(messages) - 1)
+    return [i for i in dict.fromkeys(wanted) if messages[i].get("content")]
 
 
 def mark_breakpoints(
     params: dict[str, Any], request: ModelRequest, control: dict[str, str]
 ) -> None:
-    """Put ``cache_control`` on the last tool, the system prompt and the two latest stable
-    messages (at most four), each only if the prefix it ends is at least
-    ``min_cacheable_tokens`` long (estimated with ``llm.tokens``, which leans high)."""
+    """Put ``cache_control`` on the last tool, the system prompt and the messages of
+    ``message_breakpoints`` (the most wanted ones while slots last: four in all), each
+    only if the prefix it ends is at least ``min_cacheable_tokens`` long (estimated with
+    ``llm.tokens``, which leans high)."""
     minimum = min_cacheable_tokens(str(params["model"]))
     tools, system, messages = request.tools, request.system, request.messages
     if tools and estimate_tokens([], None, tools) >= minimum:
         params["tools"][-1]["cache_control"] = control
     if system and estimate_tokens([], system, tools) >= minimum:
         params["system"] = [{"type": "text", "text": system, "cache_control": control}]
-    stable = stable_messages(messages)
-    if not stable:
+    wanted = message_breakpoints(messages)
+    if not wanted:
         return
     total = request_tokens(request)
     marked = sum(1 for key in ("tools", "system") if _marked(params.get(key)))
-    for index in stable[-(MAX_BREAKPOINTS - marked) :]:
+    for index in wanted[-(MAX_BREAKPOINTS - marked) :]:
         if total - estimate_tokens(messages[index + 1 :]) < minimum:
             continue
         wire = params["messages"][index]

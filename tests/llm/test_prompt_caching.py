@@ -10,8 +10,18 @@ from typing import Any
 
 import pytest
 
+from pyrula_stream import (
+    AgentContext,
+    AgentLimits,
+    KafkaAgentClient,
+    ToolContext,
+    kafka_agent,
+    tool,
+)
+from pyrula_stream.context.compaction import SUMMARY_REQUEST, summary_messages
 from pyrula_stream.llm import AnthropicLLM, ModelRequest, OpenAILLM, ToolDefinition, Usage
 from pyrula_stream.llm.pricing import DEFAULT_PRICES, cost_usd, input_cost_usd
+from pyrula_stream.testing import running_worker, unique_name
 from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer, ToolUse
 from pyrula_stream.testing_servers.openai_server import OpenAIWireServer
 from tests.llm.servers.fixtures import OPENAI_SECRET_KEY, SECRET_KEY
@@ -91,29 +101,38 @@ async def _steps(
     return usages
 
 
-async def test_breakpoints_on_tools_system_and_stable_messages_then_reads(
+async def test_breakpoints_on_tools_system_and_messages_then_reads(
     server: AnthropicWireServer,
 ) -> None:
     usages = await _steps(_anthropic(server), server, 4)
     bodies = [r.body for r in server.requests]
-    ephemeral = {"type": "ephemeral"}
-    assert _marks(bodies[0]) == [("tools", 1, ephemeral), ("system", 0, ephemeral)]
-    # Step 2: the assistant message before the newest tool-result turn.
-    assert _marks(bodies[1])[2:] == [("message", 1, ephemeral)]
-    # Steps 3 and 4: the last two stable messages, four breakpoints in all.
-    assert _marks(bodies[2])[2:] == [("message", 1, ephemeral), ("message", 3, ephemeral)]
-    assert _marks(bodies[3])[2:] == [("message", 3, ephemeral), ("message", 5, ephemeral)]
+    mark = {"type": "ephemeral"}
+    tools_and_system = [("tools", 1, mark), ("system", 0, mark)]
+    assert _marks(bodies[0]) == [*tools_and_system, ("message", 0, mark)]
+    # Then the latest stable message (before the newest tool-result turn) and the last.
+    assert _marks(bodies[1]) == [*tools_and_system, ("message", 1, mark), ("message", 2, mark)]
+    assert _marks(bodies[3])[2:] == [("message", 5, mark), ("message", 6, mark)]
     assert all(len(_marks(b)) <= 4 for b in bodies)
     assert usages[0].cache_read_input_tokens == 0 and usages[0].cache_creation_input_tokens > 0
     for before, after in itertools.pairwise(usages):
         # Everything the last step sent up to its last breakpoint is read from the cache.
         read = before.cache_read_input_tokens + before.cache_creation_input_tokens
         assert after.cache_read_input_tokens == read
-        assert after.input_tokens < after.cache_read_input_tokens / 5
+        assert after.input_tokens == 0  # all of it up to the last message, marked
     price = DEFAULT_PRICES[MODEL]
     uncached = [Usage(input_tokens=u.prompt_tokens) for u in usages]
     cached_cost = sum(input_cost_usd(u, price) for u in usages)
     assert cached_cost < 0.6 * sum(input_cost_usd(u, price) for u in uncached)
+
+
+async def test_the_previous_stable_message_takes_a_slot_left_free(
+    server: AnthropicWireServer,
+) -> None:
+    """With the tools below the minimum, the fourth breakpoint goes to the message before
+    the previous tool-result turn, where an earlier step wrote."""
+    await _steps(_anthropic(server), server, 3, tools=[REFUND])
+    marks = [(part, index) for part, index, _ in _marks(server.requests[-1].body)]
+    assert marks == [("system", 0), ("message", 1), ("message", 3), ("message", 4)]
 
 
 async def test_no_breakpoints_below_the_models_minimum(server: AnthropicWireServer) -> None:
@@ -123,7 +142,7 @@ async def test_no_breakpoints_below_the_models_minimum(server: AnthropicWireServ
     assert all(u.cache_read_input_tokens == u.cache_creation_input_tokens == 0 for u in usages)
     # ~1,400 tokens: past Sonnet 4.5's minimum (1,024), short of Sonnet 4.6's (2,048).
     await _steps(_anthropic(server), server, 1, tools=[REFUND])
-    assert [m[0] for m in _marks(server.requests[-1].body)] == ["system"]
+    assert [m[0] for m in _marks(server.requests[-1].body)] == ["system", "message"]
     sonnet_4_6 = AnthropicLLM("claude-sonnet-4-6", api_key=SECRET_KEY, base_url=server.base_url)
     await _steps(sonnet_4_6, server, 1, tools=[REFUND])
     assert _marks(server.requests[-1].body) == []
@@ -208,3 +227,65 @@ async def test_openai_gets_the_conversations_prompt_cache_key() -> None:
     assert other.cache_read_input_tokens == unkeyed.cache_read_input_tokens == 0
     price = DEFAULT_PRICES["gpt-5.4-mini"]
     assert input_cost_usd(second, price) < 0.3 * input_cost_usd(first, price)
+
+
+@tool(read_only=True)
+async def shipment(ctx: ToolContext, order_id: str) -> str:
+    """The parcel's scans."""
+    return f"order {order_id} scanned at a hub. " * 500  # ~4,000 tokens
+
+
+async def test_compaction_reads_the_cached_conversation_and_keeps_the_summary_prefix(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, server: AnthropicWireServer
+) -> None:
+    """A turn past the threshold compacts with a summary call that reads the conversation
+    from the cache and is billed to the turn; the next compaction keeps the first summary
+    as it was, so the prefix up to it is still read from the cache."""
+    llm = _anthropic(server)
+    limits = AgentLimits(context_window=12_000, compaction_fraction=0.3)  # 3,600 tokens
+
+    @kafka_agent(
+        name=unique_name("cache-compact"), llm=llm, tools=[shipment], partitions=1, limits=limits
+    )
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}], system=SYSTEM)
+
+    server.reply_stream([ToolUse("toolu_1", "shipment", {"order_id": "7"})], stop_reason="tool_use")
+    server.reply_text("Order 7 is on its way.")
+    server.reply_text("They asked where order 7 is: on its way.")  # the first summary
+    server.reply_stream([ToolUse("toolu_2", "shipment", {"order_id": "8"})], stop_reason="tool_use")
+    server.reply_text("Order 8 is on its way too.")
+    server.reply_text("Then order 8: on its way too.")  # the second summary
+    server.reply_text("Both arrive on Thursday.")
+    try:
+        async with running_worker(agent, kafka_bootstrap_servers):
+            for question in ("Where is order 7?", "And order 8?", "When do they arrive?"):
+                events = await client.run(agent.name, question=question, thread_id="t", timeout=60)
+                assert events[-1].type == "run:complete", events[-1].data
+                if question == "And order 8?":
+                    assert events[-1].data["usage"]["llm_calls"] == 3  # the summary's too
+    finally:
+        await llm.aclose()
+    bodies, bills = [r.body for r in server.requests], server.bills
+    assert len(bodies) == 7
+    summary = bodies[2]
+    assert _text(summary["messages"][-1]["content"]) == SUMMARY_REQUEST
+    assert summary["system"] == bodies[1]["system"] and summary["tools"] == bodies[1]["tools"]
+    # Everything the turn's last step had written is read by the summary call.
+    assert bills[2].cache_read_input_tokens == (
+        bills[1].cache_read_input_tokens + bills[1].cache_creation_input_tokens
+    )
+    # After the compaction the system prompt's prefix is still read from the cache.
+    assert bills[3].cache_read_input_tokens > 0
+    # The second compaction keeps the first summary verbatim and reads past it.
+    first, second = summary_messages("They asked where order 7 is: on its way."), bodies[6]
+    plain = [{"role": m["role"], "content": _text(m["content"])} for m in second["messages"]]
+    assert plain[:4] == [*first, *summary_messages("Then order 8: on its way too.")]
+    assert bills[6].cache_read_input_tokens > bills[3].cache_read_input_tokens
+
+
+def _text(content: Any) -> Any:
+    """A message's content without its cache marker (a marked string became a block)."""
+    if isinstance(content, list) and len(content) == 1 and content[0].get("type") == "text":
+        return content[0]["text"]
+    return content
