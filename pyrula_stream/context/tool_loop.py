@@ -568,6 +568,7 @@ class _LiveCallRecords:
             return []
         loop, turn, response = self.loop, self.loop.turn, self.response[0]
         bill(turn.spend, response, loop.limits, loop.llm.model)
+        turn.telemetry.tenant_prompt(response.usage)  # the tenant's cached fraction
         return [
             LlmComplete(
                 call=self.index,

@@ -289,3 +289,43 @@ def _text(content: Any) -> Any:
     if isinstance(content, list) and len(content) == 1 and content[0].get("type") == "text":
         return content[0]["text"]
     return content
+
+
+async def test_metrics_give_the_cached_fraction_per_agent_and_tenant(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, server: AnthropicWireServer
+) -> None:
+    llm = _anthropic(server)
+
+    @kafka_agent(
+        name=unique_name("cache-metrics"),
+        llm=llm,
+        tools=[shipment],
+        partitions=1,
+        tenant=lambda request: request.metadata.get("tenant"),
+        unknown_tenants="own",
+    )
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}], system=SYSTEM)
+
+    server.reply_stream([ToolUse("toolu_1", "shipment", {"order_id": "7"})], stop_reason="tool_use")
+    server.reply_text("Order 7 is on its way.")
+    try:
+        async with running_worker(agent, kafka_bootstrap_servers) as worker:
+            events = await client.run(
+                agent.name, question="Where is order 7?", metadata={"tenant": "acme"}, timeout=60
+            )
+            sample = worker.metrics.registry.get_sample_value
+            labels = {"agent": agent.name}
+            tenant = {**labels, "tenant": "acme"}
+            figures = (
+                sample("pyrula_prompt_cached_fraction", labels),
+                sample("pyrula_tenant_prompt_cached_fraction", tenant),
+                sample("pyrula_tenant_prompt_tokens_total", {**tenant, "kind": "cache_read"}),
+            )
+    finally:
+        await llm.aclose()
+    usage = events[-1].data["usage"]
+    read = usage["cache_read_input_tokens"]
+    prompt = read + usage["input_tokens"] + usage["cache_creation_input_tokens"]
+    assert read > 0
+    assert figures == (pytest.approx(read / prompt), pytest.approx(read / prompt), read)
