@@ -329,3 +329,28 @@ async def test_metrics_give_the_cached_fraction_per_agent_and_tenant(
     prompt = read + usage["input_tokens"] + usage["cache_creation_input_tokens"]
     assert read > 0
     assert figures == (pytest.approx(read / prompt), pytest.approx(read / prompt), read)
+
+
+async def test_a_threads_turns_share_one_prompt_cache_key_on_openai(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    with OpenAIWireServer(prompt_cache=True) as server:
+        llm = OpenAILLM("gpt-5.4-mini", api_key=OPENAI_SECRET_KEY, base_url=server.base_url)
+
+        @kafka_agent(name=unique_name("cache-key"), llm=llm, partitions=1)
+        async def agent(ctx: AgentContext, question: str) -> str:
+            return await ctx.llm.run([{"role": "user", "content": question}], system=SYSTEM)
+
+        try:
+            async with running_worker(agent, kafka_bootstrap_servers):
+                for thread in ("t", "t", "u", None):
+                    server.reply_text("On its way.")
+                    events = await client.run(
+                        agent.name, question="Where is order 7?", thread_id=thread, timeout=60
+                    )
+                    assert events[-1].type == "run:complete"
+        finally:
+            await llm.aclose()
+    keys = [r.body["prompt_cache_key"] for r in server.requests]
+    assert keys[0] == keys[1] and len(set(keys)) == 3
+    assert all(k.startswith("pyrula-") and agent.name not in k for k in keys)
