@@ -25,12 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyrula_stream.agent.limits import AgentLimits, bill
-from pyrula_stream.durable.steps import StepData, TurnSteps
+from pyrula_stream.agent.limits import AgentLimits, Spend, bill
+from pyrula_stream.durable.steps import ModelSteps, StepData
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.llm.base import LLMClient, ModelRequest, ModelResponse, ToolDefinition, Usage
 from pyrula_stream.llm.tokens import RunningEstimate, estimate_tokens
 from pyrula_stream.wire.fingerprint import fingerprint
+from pyrula_stream.wire.records import OutRecord
 
 SUMMARY_REQUEST = (
     "Summarize the conversation so far for your own later use: every fact, name, number, "
@@ -140,7 +141,7 @@ def _kept(
 
 
 async def compacted_history(
-    turn: TurnSteps,
+    turn: ModelSteps,
     limits: AgentLimits,
     llm: LLMClient,
     history: Messages,
@@ -161,6 +162,8 @@ async def compacted_history(
     kept = _kept(limits, history, system, tools)
 
     async def live() -> StepData:
+        if turn.meter is not None and limits.history_compactor is None:
+            turn.meter.before_model_call()  # the tenant's caps, as for any model call
         prompt = _Prompt(system, tools, cache_key)
         summary, response = await _summarize(limits, llm, history, kept, prompt)
         data: StepData = {"messages": history[:kept] + summary}
@@ -169,9 +172,28 @@ async def compacted_history(
             data["model"] = response.model
         return data
 
-    data, _ = await turn.durable_step("compact", "history", fingerprint(history), live)
+    def tenant_usage(data: StepData) -> list[OutRecord]:
+        """The summary call's tokens and cost on the tenant's quotas, with the step."""
+        meter = turn.meter
+        if meter is None or "usage" not in data:
+            return []
+        call = Spend()
+        bill(call, _billed(data), limits, llm.model)
+        return meter.model_used(COMPACTION_CALL, call.billed_tokens, call.cost_usd)
+
+    data, _ = await turn.durable_step(
+        "compact", "history", fingerprint(history), live, effects=tenant_usage
+    )
     if "usage" in data:
-        billed = ModelResponse(usage=Usage(**data["usage"]), model=data.get("model") or "")
-        bill(turn.spend, billed, limits, llm.model)
+        bill(turn.spend, _billed(data), limits, llm.model)
     turn.thread_base = list(data["messages"])
     return turn.thread_base
+
+
+COMPACTION_CALL = "-compact"
+"""The summary call on the tenant's usage records (``llm-compact``; a turn compacts once)."""
+
+
+def _billed(data: StepData) -> ModelResponse:
+    """The summary call's response as billing needs it (its usage and model)."""
+    return ModelResponse(usage=Usage(**data["usage"]), model=data.get("model") or "")

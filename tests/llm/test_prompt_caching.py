@@ -5,6 +5,7 @@ TTL), OpenAI's ``prompt_cache_key``, and what the cached tokens cost."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from pyrula_stream import (
 from pyrula_stream.context.compaction import SUMMARY_REQUEST, summary_messages
 from pyrula_stream.llm import AnthropicLLM, ModelRequest, OpenAILLM, ToolDefinition, Usage
 from pyrula_stream.llm.pricing import DEFAULT_PRICES, cost_usd, input_cost_usd
-from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.testing import read_topic, running_worker, unique_name
 from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer, ToolUse
 from pyrula_stream.testing_servers.openai_server import OpenAIWireServer
 from tests.llm.servers.fixtures import OPENAI_SECRET_KEY, SECRET_KEY
@@ -245,7 +246,13 @@ async def test_compaction_reads_the_cached_conversation_and_keeps_the_summary_pr
     limits = AgentLimits(context_window=12_000, compaction_fraction=0.3)  # 3,600 tokens
 
     @kafka_agent(
-        name=unique_name("cache-compact"), llm=llm, tools=[shipment], partitions=1, limits=limits
+        name=unique_name("cache-compact"),
+        llm=llm,
+        tools=[shipment],
+        partitions=1,
+        limits=limits,
+        tenant=lambda request: request.metadata.get("tenant"),
+        unknown_tenants="own",
     )
     async def agent(ctx: AgentContext, question: str) -> str:
         return await ctx.llm.run([{"role": "user", "content": question}], system=SYSTEM)
@@ -257,17 +264,34 @@ async def test_compaction_reads_the_cached_conversation_and_keeps_the_summary_pr
     server.reply_text("Order 8 is on its way too.")
     server.reply_text("Then order 8: on its way too.")  # the second summary
     server.reply_text("Both arrive on Thursday.")
+    turns: list[str] = []
+    usages: list[dict[str, Any]] = []
     try:
         async with running_worker(agent, kafka_bootstrap_servers):
             for question in ("Where is order 7?", "And order 8?", "When do they arrive?"):
-                events = await client.run(agent.name, question=question, thread_id="t", timeout=60)
+                events = await client.run(
+                    agent.name,
+                    question=question,
+                    thread_id="t",
+                    metadata={"tenant": "acme"},
+                    timeout=60,
+                )
                 assert events[-1].type == "run:complete", events[-1].data
-                if question == "And order 8?":
-                    assert events[-1].data["usage"]["llm_calls"] == 3  # the summary's too
+                turns.append(events[-1].turn_id)
+                usages.append(events[-1].data["usage"])
     finally:
         await llm.aclose()
+    assert usages[1]["llm_calls"] == 3  # the summary call is billed to the turn too
+    compacting = turns[1]
     bodies, bills = [r.body for r in server.requests], server.bills
     assert len(bodies) == 7
+    # The summary call counts on the tenant's quotas too.
+    usage = {
+        key.decode().rsplit("/", 1)[-1]: json.loads(value)
+        for key, value, _ in read_topic(kafka_bootstrap_servers, agent.topics.tenant_usage)
+        if key is not None and value is not None and f"/{compacting}/" in key.decode()
+    }
+    assert usage["llm-compact"]["tokens"] > 0 and usage["llm-compact"]["cost_usd"] > 0
     summary = bodies[2]
     assert _text(summary["messages"][-1]["content"]) == SUMMARY_REQUEST
     assert summary["system"] == bodies[1]["system"] and summary["tools"] == bodies[1]["tools"]
