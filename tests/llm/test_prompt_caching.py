@@ -20,7 +20,9 @@ from pyrula_stream import (
     tool,
 )
 from pyrula_stream.context.compaction import SUMMARY_REQUEST, summary_messages
+from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.llm import AnthropicLLM, ModelRequest, OpenAILLM, ToolDefinition, Usage
+from pyrula_stream.llm.anthropic import min_cacheable_tokens
 from pyrula_stream.llm.pricing import DEFAULT_PRICES, cost_usd, input_cost_usd
 from pyrula_stream.testing import read_topic, running_worker, unique_name
 from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer, ToolUse
@@ -179,6 +181,30 @@ async def test_one_hour_ttl_is_marked_priced_at_twice_input_and_outlives_five_mi
     assert five[0].cache_read_input_tokens == 0  # the hour has run out
     assert expired[0].cache_read_input_tokens == 0
     assert expired[0].cache_creation_input_tokens == five[0].cache_creation_input_tokens
+
+
+@pytest.mark.parametrize(
+    ("model", "tokens"),
+    [
+        ("claude-opus-4-6", 4096),
+        ("claude-opus-4-5-20251101", 4096),
+        ("claude-haiku-4-5", 4096),
+        ("claude-sonnet-4-6", 2048),
+        ("claude-3-5-haiku-20241022", 2048),
+        ("claude-sonnet-4-5-20250929", 1024),
+        ("claude-opus-4-1", 1024),
+        ("claude-opus-4-20250514", 1024),
+        ("claude-3-7-sonnet-latest", 1024),
+        ("some-proxy-model", 1024),
+    ],
+)
+def test_minimum_cacheable_length_by_model_family(model: str, tokens: int) -> None:
+    assert min_cacheable_tokens(model) == tokens
+
+
+def test_a_ttl_other_than_five_minutes_or_an_hour_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="cache_ttl must be one of"):
+        AnthropicLLM(MODEL, cache_ttl="2h")
 
 
 def test_cache_reads_and_writes_are_priced_by_kind() -> None:
