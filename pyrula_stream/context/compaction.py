@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyrula_stream.agent.limits import AgentLimits, Spend, bill
@@ -113,6 +113,9 @@ async def _summarize(
             cache_key=prompt.cache_key,
         )
         response = await llm.complete_request(request)
+        if not response.text.strip():  # it called a tool instead: ask again, without tools
+            again = await llm.complete_request(replace(request, tools=[]))
+            response = again.model_copy(update={"usage": response.usage + again.usage})
         return summary_messages(response.text), response
     out = compactor(list(history[start:]))
     if inspect.isawaitable(out):

@@ -334,6 +334,36 @@ async def test_compaction_reads_the_cached_conversation_and_keeps_the_summary_pr
     assert bills[6].cache_read_input_tokens > bills[3].cache_read_input_tokens
 
 
+async def test_a_summary_call_answered_with_a_tool_call_is_asked_again_without_tools(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient, server: AnthropicWireServer
+) -> None:
+    llm = _anthropic(server)
+    limits = AgentLimits(context_window=12_000, compaction_fraction=0.3)
+
+    @kafka_agent(
+        name=unique_name("cache-retry"), llm=llm, tools=[shipment], partitions=1, limits=limits
+    )
+    async def agent(ctx: AgentContext, question: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": question}], system=SYSTEM)
+
+    server.reply_stream([ToolUse("toolu_1", "shipment", {"order_id": "7"})], stop_reason="tool_use")
+    server.reply_text("Order 7 is on its way.")
+    server.reply_stream([ToolUse("toolu_2", "shipment", {"order_id": "7"})], stop_reason="tool_use")
+    server.reply_text("They asked where order 7 is.")  # the summary, asked again
+    server.reply_text("It arrives on Thursday.")
+    try:
+        async with running_worker(agent, kafka_bootstrap_servers):
+            await client.run(agent.name, question="Where is order 7?", thread_id="t", timeout=60)
+            events = await client.run(agent.name, question="When?", thread_id="t", timeout=60)
+    finally:
+        await llm.aclose()
+    assert events[-1].data["result"] == "It arrives on Thursday."
+    assert events[-1].data["usage"]["llm_calls"] == 2  # both summary calls bill as one
+    again, answered = server.requests[3].body, server.requests[4].body
+    assert "tools" not in again
+    assert _text(answered["messages"][0]["content"]).endswith("They asked where order 7 is.")
+
+
 def _text(content: Any) -> Any:
     """A message's content without its cache marker (a marked string became a block)."""
     if isinstance(content, list) and len(content) == 1 and content[0].get("type") == "text":
