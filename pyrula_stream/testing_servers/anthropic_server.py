@@ -16,18 +16,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pyrula_stream.testing_servers._http import (
+from pyrula_stream.testing_servers.prompt_cache import (
+    AnthropicPromptCache,
+    CacheRefused,
+    CacheUsage,
+)
+from pyrula_stream.testing_servers.scripted_http import (
     RecordedRequest,
     Reply,
     WireServer,
     json_reply,
     sse_frame,
     sse_reply,
-)
-from pyrula_stream.testing_servers.prompt_cache import (
-    AnthropicPromptCache,
-    CacheRefused,
-    CacheUsage,
 )
 
 MODEL = "claude-sonnet-4-6"

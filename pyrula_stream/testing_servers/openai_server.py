@@ -18,7 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pyrula_stream.testing_servers._http import (
+from pyrula_stream.testing_servers.prompt_cache import OpenAIPromptCache
+from pyrula_stream.testing_servers.scripted_http import (
     RecordedRequest,
     Reply,
     WireServer,
@@ -26,7 +27,6 @@ from pyrula_stream.testing_servers._http import (
     sse_frame,
     sse_reply,
 )
-from pyrula_stream.testing_servers.prompt_cache import OpenAIPromptCache
 
 MODEL = "gpt-5.4-mini"
 

@@ -223,8 +223,8 @@ async def test_tool_input_cut_by_max_tokens_is_dropped_but_broken_json_is_an_err
     llm: AnthropicLLM,
     anthropic_server: AnthropicWireServer,
 ) -> None:
-    from pyrula_stream.testing_servers._http import sse_reply
     from pyrula_stream.testing_servers.anthropic_server import message_frames
+    from pyrula_stream.testing_servers.scripted_http import sse_reply
 
     def broken_tool(stop_reason: str) -> list[bytes]:
         frames = message_frames(

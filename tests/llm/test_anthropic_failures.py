@@ -183,8 +183,8 @@ async def test_llm_call_timeout_bounds_a_silent_provider(
 ) -> None:
     from dataclasses import replace
 
-    from pyrula_stream.testing_servers._http import sse_reply
     from pyrula_stream.testing_servers.anthropic_server import message_frames
+    from pyrula_stream.testing_servers.scripted_http import sse_reply
 
     llm = AnthropicLLM(
         MODEL,
