@@ -278,10 +278,13 @@ class RequestClient(LLMClient):
         system: str | None = None,
         tool_choice: dict[str, Any] | None = None,
         output_format: OutputFormat | None = None,
+        cache_key: str | None = None,
     ) -> AsyncIterator[StreamItem]:
         """``stream_request`` of the request these arguments make."""
         return self.stream_request(
-            ModelRequest(messages, tools or [], system, tool_choice, output_format)
+            ModelRequest(
+                messages, tools or [], system, tool_choice, output_format, cache_key=cache_key
+            )
         )
 
     @abstractmethod
