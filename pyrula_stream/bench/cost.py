@@ -232,8 +232,11 @@ def _rounded(figures: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, 6) if isinstance(v, float) else v for k, v in figures.items()}
 
 
-async def run_cost(bootstrap: str, *, keep_topics: bool = False) -> dict[str, Any]:
-    """Every measurement of the cost phase, merged into one dict."""
+async def run_cost(
+    bootstrap: str, *, quick: bool = False, keep_topics: bool = False
+) -> dict[str, Any]:
+    """Every measurement of the cost phase, merged into one dict. ``quick`` is for the
+    measurements that shrink in a quick run (caching's 20-step turn does not)."""
     results: dict[str, Any] = {}
     results.update(await measure_caching(bootstrap, keep_topics=keep_topics))
     return results

@@ -576,7 +576,9 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             "cost: a 20-step turn with a 2,000-token system prompt on the local Anthropic "
             "server, prompt caching on and off; then the same after a history compaction"
         )
-        results["cost"] = await run_cost(bootstrap, keep_topics=config.keep_topics)
+        results["cost"] = await run_cost(
+            bootstrap, quick=config.quick, keep_topics=config.keep_topics
+        )
         cost = results["cost"]
         progress(
             f"cost: cache_cost_fraction {cost['cache_cost_fraction']}, "
