@@ -172,7 +172,8 @@ class OpenAIPromptCache(_Clocked):
 
     def usage(self, body: dict[str, Any]) -> tuple[int, int]:
         """``(prompt_tokens, cached_tokens)`` of one Chat Completions request."""
-        text = _compact({"tools": body.get("tools") or [], "messages": body.get("messages")})
+        # Tools first: OpenAI renders them ahead of the messages, so they are in the prefix.
+        text = _compact(body.get("tools") or []) + _compact(body.get("messages") or [])
         prompt_tokens = text_tokens(text)
         key = (str(body.get("model", "")), str(body.get("prompt_cache_key") or ""))
         now = self.now()
