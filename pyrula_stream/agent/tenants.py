@@ -191,8 +191,9 @@ class TenantMeter(Protocol):
         or cost cap is reached."""
         ...
 
-    def model_used(self, call: int, tokens: int, cost_usd: float) -> list[OutRecord]:
-        """The usage record of model call ``call``, to commit with its journal step."""
+    def model_used(self, call: int | str, tokens: int, cost_usd: float) -> list[OutRecord]:
+        """The usage record of model call ``call`` (its index, or a name such as
+        compaction's), to commit with its journal step."""
         ...
 
 

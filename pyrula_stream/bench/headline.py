@@ -45,6 +45,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
     fair = results.get("fairness", {})
     keyed = results.get("keyed", {})
     payloads = results.get("payloads", {})
+    cost = results.get("cost") or {}
     cpu = results.get("cpu", {})
     long = results.get("long_turns") or {}
     base = results.get("baseline") or {}
@@ -142,6 +143,8 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
             for store in ("local", "s3")
             for figure in ("added_latency_ms_per_mb", "cpu_ms_per_mb")
         },
+        "cache_cost_fraction": cost.get("cache_cost_fraction"),
+        "cache_cost_fraction_after_compaction": cost.get("cache_cost_fraction_after_compaction"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),

@@ -393,6 +393,27 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
             ),
         ]
     out += _payload_rows(results.get("payloads"))
+    cost = results.get("cost") or {}
+    if "cache_cost_fraction" in cost:
+        cached, uncached = cost["cache_cached"], cost["cache_uncached"]
+        out += [
+            (
+                f"{cost['cache_steps']}-step turn, {cost['cache_system_tokens']:,}-token system "
+                "prompt: billed input cost, prompt caching / none",
+                _fmt(cost["cache_cost_fraction"], 3),
+                "<= 0.35",
+            ),
+            (
+                "  input cost with caching / without ($)",
+                f"{cached['input_cost_usd']:.4f} / {uncached['input_cost_usd']:.4f}",
+                "",
+            ),
+            (
+                "  the same for a turn that compacts its thread's history first",
+                _fmt(cost["cache_cost_fraction_after_compaction"], 3),
+                "<= 0.45",
+            ),
+        ]
     tel = results.get("telemetry")
     if tel:
         what = "metrics + tracing" if tel["tracing_exported"] else "metrics (no OTel SDK)"

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyrula_stream.bench.baseline import baseline_tree, run_baseline_framework
 from pyrula_stream.bench.concurrency import run_concurrency
+from pyrula_stream.bench.cost import run_cost
 from pyrula_stream.bench.cpu import STEPS, broker_pid, measure_processes, run_cpu
 from pyrula_stream.bench.fairness import run_fairness
 from pyrula_stream.bench.floor import FloorLatency, FloorLatencySession, run_floor_process
@@ -60,6 +61,7 @@ PHASES = (
     "fairness",
     "keyed",
     "payloads",
+    "cost",
     "telemetry",
 )
 """``telemetry`` runs last: it installs the OpenTelemetry SDK for the rest of the process."""
@@ -587,6 +589,19 @@ async def run_all(config: BenchConfig, bootstrap: str, broker: str) -> dict[str,
             turns_per_size=config.payload_turns,
             keep_topics=config.keep_topics,
         )
+    if "cost" in config.phases:
+        progress(
+            "cost: a 20-step turn with a 2,000-token system prompt on the local Anthropic "
+            "server, prompt caching on and off; then the same after a history compaction"
+        )
+        results["cost"] = await run_cost(
+            bootstrap, quick=config.quick, keep_topics=config.keep_topics
+        )
+        cost = results["cost"]
+        progress(
+            f"cost: cache_cost_fraction {cost['cache_cost_fraction']}, "
+            f"cache_cost_fraction_after_compaction {cost['cache_cost_fraction_after_compaction']}"
+        )
     if "telemetry" in config.phases:
         progress(
             f"telemetry: {config.turns} turns x {config.telemetry_rounds} rounds and "
@@ -633,6 +648,7 @@ def expected_minutes(config: BenchConfig) -> float:
         "gateway": 40,
         "fairness": 30,
         "payloads": 60,
+        "cost": 60,
         "telemetry": 120,
     }
     seconds = (rounds if "throughput" in config.phases else 0) + (

@@ -309,7 +309,23 @@ ISSUE_27 = (
 """Issue 27's rows that issue 47 did not tighten (its ratio_all_cores, step growth,
 in-flight and overhead rows are issue 47's now, with stricter bounds)."""
 
-TARGETS = ISSUE_47 + ISSUE_27
+ISSUE_49 = (
+    Target(
+        "a 20-step turn's billed input cost, the runtime's prompt caching / none "
+        "(`cache_cost_fraction`)",
+        (_p("cache_cost_fraction", "le", 0.35),),
+        49,
+    ),
+    Target(
+        "the same, the turn compacting its thread's history first "
+        "(`cache_cost_fraction_after_compaction`)",
+        (_p("cache_cost_fraction_after_compaction", "le", 0.45),),
+        49,
+    ),
+)
+"""Issue 49's cost rows (the cost phase)."""
+
+TARGETS = ISSUE_47 + ISSUE_27 + ISSUE_49
 
 
 def target_rows(

@@ -7,6 +7,7 @@ replayed turn rebuilds the same conversation without calling the model or the to
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
@@ -269,6 +270,7 @@ class ToolLoop:
                 system,
                 [t.definition() for t in offered],
                 tokens,
+                conversation_cache_key(self.turn),
             )
         if added is not None:
             added += new_input
@@ -321,7 +323,12 @@ class ToolLoop:
                 data = recorded
             else:
                 request = ModelRequest(
-                    messages, definitions, system, output_format=self.output_format, tokens=tokens
+                    messages,
+                    definitions,
+                    system,
+                    output_format=self.output_format,
+                    tokens=tokens,
+                    cache_key=conversation_cache_key(turn),
                 )
                 data = await self._live_call(index, request, live_response)
                 records = _LiveCallRecords(self, index, live_response)  # made only now
@@ -523,6 +530,16 @@ class ToolLoop:
         return ToolResultBlock(call.id, call.name, text, True)
 
 
+def conversation_cache_key(turn: ModelSteps) -> str:
+    """The prompt cache key of the turn's conversation: its agent and thread (the turn,
+    without one), hashed so no id reaches the provider, and stable across the turn's
+    steps and the thread's turns."""
+    thread = turn.thread
+    conversation = f"thread:{thread.thread_id}" if thread is not None else f"turn:{turn.turn_id}"
+    digest = hashlib.sha256(f"{turn.agent}\0{conversation}".encode()).hexdigest()
+    return f"pyrula-{digest[:32]}"
+
+
 def _same_as_recorded(response: ModelResponse, recorded: dict[str, Any]) -> bool:
     """Whether ``response`` holds the values its JSON (``recorded``) gives back, so the
     live turn may go on with it as it is. Only a tool call's input can hold others (a
@@ -551,6 +568,7 @@ class _LiveCallRecords:
             return []
         loop, turn, response = self.loop, self.loop.turn, self.response[0]
         bill(turn.spend, response, loop.limits, loop.llm.model)
+        turn.telemetry.tenant_prompt(response.usage)  # the tenant's cached fraction
         return [
             LlmComplete(
                 call=self.index,

@@ -9,6 +9,7 @@ normal end to the SDK.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from pyrula_stream.llm.base import (
     ToolUseBlock,
     Usage,
 )
+from pyrula_stream.llm.tokens import estimate_tokens, request_tokens
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -79,6 +81,7 @@ class _MessageState:
                 output_tokens=u.output_tokens,
                 cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
                 cache_read_input_tokens=u.cache_read_input_tokens or 0,
+                cache_creation_1h_input_tokens=_written_for_an_hour(u),
             )
         elif event.type == "content_block_start":
             cb = event.content_block
@@ -141,9 +144,10 @@ class AnthropicLLM(SDKAdapter):
     """Anthropic Messages API adapter.
 
     Takes the settings every adapter takes (see ``SDKAdapter``) and two of its own:
-    ``prompt_caching`` marks the system prompt and the tool definitions as cache
-    breakpoints (``cache_ttl`` "5m" or "1h"). ``llm_call_timeout`` is the per-request
-    timeout in seconds. ``backoff_base_s`` and ``max_retry_wait_s`` tune our retries.
+    ``prompt_caching`` (on by default) places the request's cache breakpoints (see
+    ``mark_breakpoints``), each written for ``cache_ttl`` ("5m" or "1h").
+    ``llm_call_timeout`` is the per-request timeout in seconds. ``backoff_base_s`` and
+    ``max_retry_wait_s`` tune our retries.
     ``structured_output=False`` keeps an ``output_type``'s schema out of
     ``output_config`` (for models without structured outputs).
     The API key is never part of ``repr``, ``describe`` or any raised message.
@@ -200,20 +204,14 @@ class AnthropicLLM(SDKAdapter):
         }
         system, tools = request.system, request.tools
         if system:
-            if self.prompt_caching:
-                block = {"type": "text", "text": system, "cache_control": self._cache_control()}
-                params["system"] = [block]
-            else:
-                params["system"] = system
+            params["system"] = system
         if tools:
-            wire_tools: list[dict[str, Any]] = [
+            params["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": t.input_schema}
                 for t in tools
             ]
-            if self.prompt_caching:
-                # One breakpoint after the last tool caches every definition before it.
-                wire_tools[-1]["cache_control"] = self._cache_control()
-            params["tools"] = wire_tools
+        if self.prompt_caching:
+            mark_breakpoints(params, request, self._cache_control())
         if request.tool_choice:
             params["tool_choice"] = request.tool_choice
         if request.output_format is not None:
@@ -321,6 +319,12 @@ class AnthropicLLM(SDKAdapter):
         return None
 
 
+def _written_for_an_hour(usage: Any) -> int:
+    """The part of a message's cache writes made with the 1-hour TTL (priced higher)."""
+    creation = getattr(usage, "cache_creation", None)
+    return int(getattr(creation, "ephemeral_1h_input_tokens", 0) or 0)
+
+
 def _status_kind(status: int, message: str) -> FailureKind:
     if status == 429:
         return "rate_limited"
@@ -342,3 +346,88 @@ def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
         if not (isinstance(b, dict) and b.get("type") == "text" and not b.get("text"))
     ]
     return {"role": message["role"], "content": blocks}
+
+
+# -- prompt caching ----------------------------------------------------------------------
+
+MAX_BREAKPOINTS = 4
+"""The API refuses a request with more ``cache_control`` blocks."""
+
+_FAMILY = re.compile(r"claude-(opus|sonnet|haiku)-(\d+)(?:-(\d{1,2}))?(?=-|$)")
+
+
+def min_cacheable_tokens(model: str) -> int:
+    """The shortest prefix the provider caches for ``model``: a breakpoint before it
+    would only waste one of the four.
+
+    From Anthropic's prompt caching page: Opus 4.5 and later and Haiku 4.5 4,096 tokens;
+    Sonnet 4.6 2,048; Haiku 3 and 3.5 2,048; every other model (Sonnet 4 and 4.5, Opus 4
+    and 4.1, ...) 1,024. An unknown model gets 1,024, the lowest: a breakpoint that is too
+    early costs nothing but its slot.
+    """
+    if "haiku" in model and re.search(r"claude-3(-5)?-haiku", model):
+        return 2048
+    match = _FAMILY.search(model)
+    if match is None:
+        return 1024
+    family, major, minor = match.group(1), int(match.group(2)), int(match.group(3) or 0)
+    version = (major, minor)
+    if family in ("opus", "haiku") and version >= (4, 5):
+        return 4096
+    if family == "sonnet" and version >= (4, 6):
+        return 2048
+    return 1024
+
+
+def message_breakpoints(messages: list[dict[str, Any]]) -> list[int]:
+    """The messages worth a breakpoint, least wanted first: the stable message before the
+    previous user turn, the latest stable message, and the last message.
+
+    A user turn is a person's message or a tool-result turn. The latest stable message is
+    the one before the newest user turn: the conversation up to it is what the last step
+    sent, so the write it made is read there. The last message (the newest user turn)
+    is sent again on the next step too (the model's answer goes after it), so marking it
+    writes the new turn once instead of billing it as uncached input now and writing it
+    on the next step (in the cost phase's 20-step turn, a bill 15% lower). The stable
+    message before the previous user turn, marked when a slot is left, is where an
+    earlier step wrote; it still reads that write when a step in between added more than
+    the 20 blocks the provider looks back over (many parallel tool calls).
+    """
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user" and i > 0]
+    wanted = [i - 1 for i in users[-2:]]
+    if messages:
+        wanted.append(len(messages) - 1)
+    return [i for i in dict.fromkeys(wanted) if messages[i].get("content")]
+
+
+def mark_breakpoints(
+    params: dict[str, Any], request: ModelRequest, control: dict[str, str]
+) -> None:
+    """Put ``cache_control`` on the last tool, the system prompt and the messages of
+    ``message_breakpoints`` (the most wanted ones while slots last: four in all), each
+    only if the prefix it ends is at least ``min_cacheable_tokens`` long (estimated with
+    ``llm.tokens``, which leans high)."""
+    minimum = min_cacheable_tokens(str(params["model"]))
+    tools, system, messages = request.tools, request.system, request.messages
+    if tools and estimate_tokens([], None, tools) >= minimum:
+        params["tools"][-1]["cache_control"] = control
+    if system and estimate_tokens([], system, tools) >= minimum:
+        params["system"] = [{"type": "text", "text": system, "cache_control": control}]
+    wanted = message_breakpoints(messages)
+    if not wanted:
+        return
+    total = request_tokens(request)
+    marked = sum(1 for key in ("tools", "system") if _marked(params.get(key)))
+    for index in wanted[-(MAX_BREAKPOINTS - marked) :]:
+        if total - estimate_tokens(messages[index + 1 :]) < minimum:
+            continue
+        wire = params["messages"][index]
+        content = wire["content"]
+        if isinstance(content, str):
+            wire["content"] = content = [{"type": "text", "text": content}]
+        if content:
+            content[-1] = {**content[-1], "cache_control": control}
+
+
+def _marked(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and "cache_control" in value[-1]

@@ -78,20 +78,32 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = Field(default=0, exclude_if=lambda v: v == 0)
+    """Of ``cache_creation_input_tokens``, those written with the 1-hour TTL (Anthropic
+    bills them at 2x input instead of 1.25x); left out of the journal when 0, so other
+    journals keep their bytes."""
 
     @property
     def billed_tokens(self) -> int:
         """Tokens that count toward ``max_total_tokens``: cache reads are excluded."""
         return self.input_tokens + self.output_tokens + self.cache_creation_input_tokens
 
+    @property
+    def prompt_tokens(self) -> int:
+        """Every input token of the call: uncached, written to and read from the cache."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
     def as_dict(self) -> dict[str, int]:
         """``model_dump()``'s dict, built directly: every model call's event carries it."""
-        return {
+        usage = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
         }
+        if self.cache_creation_1h_input_tokens:
+            usage["cache_creation_1h_input_tokens"] = self.cache_creation_1h_input_tokens
+        return usage
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -100,6 +112,8 @@ class Usage(BaseModel):
             cache_creation_input_tokens=self.cache_creation_input_tokens
             + other.cache_creation_input_tokens,
             cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_1h_input_tokens=self.cache_creation_1h_input_tokens
+            + other.cache_creation_1h_input_tokens,
         )
 
 
@@ -160,6 +174,10 @@ class ModelRequest:
     tokens: Any = field(default=None, compare=False, repr=False)
     """The tool loop's ``RunningEstimate`` of its growing conversation, if any: what the
     rate limiter's estimate counts with, so a long turn's request is not counted again."""
+    cache_key: str | None = None
+    """A stable name of the conversation (the tool loop's: its agent and thread), for
+    providers that route requests to a prompt cache by key (OpenAI's
+    ``prompt_cache_key``)."""
 
     def keywords(self) -> dict[str, Any]:
         """The optional fields that are set, as ``stream`` keywords."""
@@ -260,10 +278,13 @@ class RequestClient(LLMClient):
         system: str | None = None,
         tool_choice: dict[str, Any] | None = None,
         output_format: OutputFormat | None = None,
+        cache_key: str | None = None,
     ) -> AsyncIterator[StreamItem]:
         """``stream_request`` of the request these arguments make."""
         return self.stream_request(
-            ModelRequest(messages, tools or [], system, tool_choice, output_format)
+            ModelRequest(
+                messages, tools or [], system, tool_choice, output_format, cache_key=cache_key
+            )
         )
 
     @abstractmethod

@@ -52,6 +52,8 @@ class OpenAILLM(SDKAdapter):
 
     Beside the settings every adapter takes (see ``SDKAdapter``) it takes the sampling
     keywords ``top_p``, ``seed`` and ``parallel_tool_calls``, sent only when set.
+    ``prompt_caching`` (on by default) sends the request's ``cache_key`` as
+    ``prompt_cache_key``, so the steps of one conversation reach the same prompt cache.
     ``max_tokens`` is sent as ``max_completion_tokens``. ``llm_call_timeout`` is the
     per-request timeout in seconds.
     ``structured_output=False`` keeps an ``output_type``'s schema out of
@@ -65,6 +67,7 @@ class OpenAILLM(SDKAdapter):
     top_p: float | None = None
     seed: int | None = None
     parallel_tool_calls: bool | None = None
+    prompt_caching: bool = True
 
     def __post_init__(self, api_key: str | None) -> None:
         _import_sdk()
@@ -101,6 +104,8 @@ class OpenAILLM(SDKAdapter):
             "stream_options": {"include_usage": True},
             "max_completion_tokens": self.max_tokens,
         }
+        if self.prompt_caching and request.cache_key:
+            params["prompt_cache_key"] = request.cache_key
         optional = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
         params.update({k: v for k, v in optional.items() if v is not None})
         tool_choice = request.tool_choice

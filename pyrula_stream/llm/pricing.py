@@ -4,9 +4,11 @@ Prices change; the table says when it was read (``PRICES_AS_OF``) and callers ca
 their own mapping (``AgentLimits.prices``) which is consulted first. A model in neither
 is "unpriced" (``price_of`` returns ``None``) and the caller decides what that means.
 
-Anthropic cache writes are priced at the 5-minute rate; a 1-hour cache (``cache_ttl="1h"``)
-costs more per written token, so pass your own price for such models if it matters.
-OpenAI does not bill cache writes separately, so its ``cache_write`` equals ``input``.
+Anthropic bills a cache write at 1.25x input with the 5-minute TTL and 2x with the
+1-hour one (``cache_ttl="1h"``), and a cache read at 0.1x; the usage says which writes
+were for an hour (``Usage.cache_creation_1h_input_tokens``). OpenAI does not bill cache
+writes separately (its ``cache_write`` equals ``input``) and bills cached input at each
+model's cached price.
 A call through a provider's batch API costs ``batch_price`` (``batch_cost_usd``): the
 table's live prices times the provider's ``BATCH_PRICE_FACTOR``.
 """
@@ -33,14 +35,23 @@ class ModelPrice:
     output: float
     cache_write: float
     cache_read: float
+    cache_write_1h: float | None = None
+    """A write with the 1-hour TTL; ``None``: the same as ``cache_write``."""
 
 
 FREE = ModelPrice(0.0, 0.0, 0.0, 0.0)
 
 
 def _anthropic(input_: float, output: float) -> ModelPrice:
-    """Anthropic's published ratios: 5-minute cache writes 1.25x input, reads 0.1x."""
-    return ModelPrice(input_, output, cache_write=input_ * 1.25, cache_read=input_ * 0.1)
+    """Anthropic's published ratios: cache writes 1.25x input (5 minutes) or 2x (1 hour),
+    reads 0.1x."""
+    return ModelPrice(
+        input_,
+        output,
+        cache_write=input_ * 1.25,
+        cache_read=input_ * 0.1,
+        cache_write_1h=input_ * 2.0,
+    )
 
 
 def _openai(input_: float, cached: float, output: float) -> ModelPrice:
@@ -105,12 +116,16 @@ def cost_usd(usage: Usage, price: ModelPrice) -> float:
     """What ``usage`` cost at ``price``.
 
     ``usage.input_tokens`` excludes cache reads and writes (Anthropic's convention, which
-    the OpenAI adapter follows), so each kind is priced exactly once.
+    the OpenAI adapter follows), so each kind is priced exactly once; the writes made for
+    an hour are priced at ``cache_write_1h``.
     """
+    hour = min(usage.cache_creation_1h_input_tokens, usage.cache_creation_input_tokens)
+    hour_price = price.cache_write if price.cache_write_1h is None else price.cache_write_1h
     return (
         usage.input_tokens * price.input
         + usage.output_tokens * price.output
-        + usage.cache_creation_input_tokens * price.cache_write
+        + (usage.cache_creation_input_tokens - hour) * price.cache_write
+        + hour * hour_price
         + usage.cache_read_input_tokens * price.cache_read
     ) / _PER_MILLION
 
@@ -129,9 +144,16 @@ def batch_price(price: ModelPrice, provider: str) -> ModelPrice:
         price.output * factor,
         price.cache_write * factor,
         price.cache_read * factor,
+        None if price.cache_write_1h is None else price.cache_write_1h * factor,
     )
 
 
 def batch_cost_usd(usage: Usage, price: ModelPrice, provider: str) -> float:
     """What ``usage`` cost when the call went through ``provider``'s batch API."""
     return cost_usd(usage, batch_price(price, provider))
+
+
+def input_cost_usd(usage: Usage, price: ModelPrice) -> float:
+    """What ``usage``'s input cost: ``cost_usd`` without the output tokens (the bill that
+    prompt caching changes)."""
+    return cost_usd(usage.model_copy(update={"output_tokens": 0}), price)

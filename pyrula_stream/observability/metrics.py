@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
-from pyrula_stream.llm.base import ModelResponse
+from pyrula_stream.llm.base import ModelResponse, Usage
 from pyrula_stream.observability.series import LoopCounter, LoopGauge, LoopHistogram
 from pyrula_stream.wire.records import OutRecord
 
@@ -35,7 +35,7 @@ MAX_TENANT_LABELS = 20
 a tenant id taken from outside input cannot blow up the series count."""
 OTHER_TENANT = "other"
 
-TenantMetric = Literal["turns", "tokens", "deferred"]
+TenantMetric = Literal["turns", "tokens", "deferred", "prompt"]
 TENANT_METRICS: dict[TenantMetric, tuple[str, str, tuple[str, ...]]] = {
     "turns": (
         "pyrula_tenant_turns",
@@ -51,6 +51,12 @@ TENANT_METRICS: dict[TenantMetric, tuple[str, str, tuple[str, ...]]] = {
         "pyrula_tenant_deferred",
         "Turns deferred because their tenant was over a quota, by tenant and limit.",
         ("reason",),
+    ),
+    "prompt": (
+        "pyrula_tenant_prompt_tokens",
+        "Prompt tokens of live model calls by tenant and kind (uncached, cache_read, "
+        "cache_write): cache_read over their sum is the tenant's cached fraction.",
+        ("kind",),
     ),
 }
 """The per-tenant counters (name, help, labels after ``agent`` and ``tenant``)."""
@@ -145,6 +151,22 @@ class WorkerMetrics:
             ["agent", "provider", "model"],
             registry=r,
         )
+        self.prompt_cached_fraction = LoopGauge(
+            "pyrula_prompt_cached_fraction",
+            "Of the prompt tokens of this worker's live model calls, the fraction read from "
+            "the provider's prompt cache.",
+            ["agent"],
+            registry=r,
+        )
+        self.tenant_prompt_cached_fraction = LoopGauge(
+            "pyrula_tenant_prompt_cached_fraction",
+            "The same by tenant (the first 20 tenants seen, then 'other').",
+            ["agent", "tenant"],
+            registry=r,
+        )
+        self._prompt_totals: dict[str | None, list[int]] = {}
+        """Cache-read and all prompt tokens so far: the agent's (``None``) and by tenant
+        label."""
         self.tenant_metrics = {
             kind: LoopCounter(name, doc, ["agent", "tenant", *labels], registry=r)
             for kind, (name, doc, labels) in TENANT_METRICS.items()
@@ -316,6 +338,29 @@ class WorkerMetrics:
             metric = self.tenant_metrics[kind]
             self._child(metric, self.tenant_label(tenant), *labels).inc(amount)
 
+    def tenant_prompt(self, tenant: str, usage: Usage) -> None:
+        """A live model call's prompt tokens by kind, and the tenant's cached fraction."""
+        label = self.tenant_label(tenant)
+        metric = self.tenant_metrics["prompt"]
+        kinds = (
+            ("uncached", usage.input_tokens),
+            ("cache_read", usage.cache_read_input_tokens),
+            ("cache_write", usage.cache_creation_input_tokens),
+        )
+        for kind, amount in kinds:
+            if amount:
+                self._child(metric, label, kind).inc(amount)
+        fraction = self._cached_fraction(label, usage)
+        if fraction is not None:
+            self._child(self.tenant_prompt_cached_fraction, label).set(fraction)
+
+    def _cached_fraction(self, key: str | None, usage: Usage) -> float | None:
+        """The cached fraction of ``key``'s prompt tokens so far, ``usage`` added."""
+        totals = self._prompt_totals.setdefault(key, [0, 0])
+        totals[0] += usage.cache_read_input_tokens
+        totals[1] += usage.prompt_tokens
+        return totals[0] / totals[1] if totals[1] else None
+
     # -- steps ----------------------------------------------------------------------------
 
     def model_call(
@@ -345,6 +390,9 @@ class WorkerMetrics:
             children.cache_creation.inc(usage.cache_creation_input_tokens)
         if cost_usd:
             children.cost.inc(cost_usd)
+        fraction = self._cached_fraction(None, usage)
+        if fraction is not None:
+            children.cached_fraction.set(fraction)
 
     def _for_model(self, provider: str, model: str) -> _ModelChildren:
         """Every child a model call touches, looked up once per provider and model."""
@@ -358,6 +406,7 @@ class WorkerMetrics:
             self._child(tokens, provider, model, "cache_read"),
             self._child(tokens, provider, model, "cache_creation"),
             self._child(self.model_cost, provider, model),
+            self._child(self.prompt_cached_fraction),
         )
 
     def tool_call(self, tool: str, status: str, seconds: float) -> None:
@@ -442,6 +491,7 @@ class _ModelChildren:
     cache_read: Any
     cache_creation: Any
     cost: Any
+    cached_fraction: Any
 
 
 def _header(record: OutRecord, name: str) -> str | None:

@@ -45,7 +45,7 @@ from opentelemetry.trace import (
 )
 
 from pyrula_stream.errors import ConfigurationError
-from pyrula_stream.llm.base import LLMClient
+from pyrula_stream.llm.base import LLMClient, Usage
 from pyrula_stream.observability import logs
 from pyrula_stream.observability.metrics import TenantMetric, WorkerMetrics
 from pyrula_stream.observability.steps import ModelCallObserver, StepTotals, ToolCallObserver
@@ -280,6 +280,11 @@ class TurnTelemetry:
     def tenant_used(self, tokens: int) -> None:
         """A live model call's tokens, counted against the tenant's quota."""
         self._tenant_count("tokens", amount=tokens)
+
+    def tenant_prompt(self, usage: Usage) -> None:
+        """A live model call's prompt tokens by kind, for the tenant's cached fraction."""
+        if self.metrics is not None and self.tenant is not None:
+            self.metrics.tenant_prompt(self.tenant, usage)
 
     def deferred(self, reason: str) -> None:
         """The turn was deferred: its tenant reached ``reason`` (a limit's name)."""

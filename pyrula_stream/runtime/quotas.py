@@ -385,7 +385,7 @@ class TurnMeter:
                 detail={"reason": "tenant_quota", "limit": reached.reason, "tenant": self.tenant},
             )
 
-    def model_used(self, call: int, tokens: int, cost_usd: float) -> list[OutRecord]:
+    def model_used(self, call: int | str, tokens: int, cost_usd: float) -> list[OutRecord]:
         record = self.quotas.usage_record(
             self.tenant, self.turn_id, f"llm{call}", tokens=tokens, cost_usd=cost_usd
         )

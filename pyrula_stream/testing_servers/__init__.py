@@ -8,6 +8,10 @@ and log every submitted call. In-process: ``with OpenAIBatchServer() as server: 
 as a process of its own (the provider outlives the workers a chaos run kills):
 ``python -m pyrula_stream.testing_servers openai --log calls.jsonl``, whose first line
 on stdout is ``PORT <n>``.
+
+The scripted servers (``anthropic_server``, ``openai_server``) replay the answers a test
+scripts and, with ``prompt_cache=True``, keep each provider's prompt cache by its rules,
+so the tests and the bench's cost phase see the usage a real bill would show.
 """
 
 from __future__ import annotations

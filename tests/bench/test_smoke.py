@@ -151,6 +151,7 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
         "gateway",
         "keyed",
         "payloads",
+        "cost",
         "machine",
         "baseline",
         "targets",
@@ -178,7 +179,8 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     # Two transactions per input (warm-up included) against one for the read-only floor.
     assert lat["floor_two_commit_transactions"] == 2 * lat["floor_transactions"]
     assert Path(results["plot"]).stat().st_size > 0
-    assert len(results["targets"]) == 17  # issue 47's ten rows, issue 27's seven others
+    # issue 47's ten rows, issue 27's seven others, issue 49's two
+    assert len(results["targets"]) == 19
     tp = results["throughput"]
     assert [r["turns"] for r in tp["floor_runs"]] == [tp["floor_turns"]] * len(tp["floor_runs"])
     assert len(tp["ratio_per_pair"]) == len(tp["framework_runs"])

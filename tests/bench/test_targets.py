@@ -128,6 +128,20 @@ def test_issue_47s_targets_are_all_there_and_a_missing_figure_is_never_met() -> 
     assert all(r["met"] is None and r["why"] == "not measured" for r in rows.values())
 
 
+def test_issue_49s_cache_targets_are_judged_on_the_cost_phases_figures() -> None:
+    figures = {"cache_cost_fraction": 0.21, "cache_cost_fraction_after_compaction": 0.5}
+    rows = {
+        p["key"]: (p["target"], r["met"])
+        for r in target_rows(figures, None)
+        if r["issue"] == 49
+        for p in r["parts"]
+    }
+    assert rows == {
+        "cache_cost_fraction": ("<= 0.35", True),
+        "cache_cost_fraction_after_compaction": ("<= 0.45", False),
+    }
+
+
 def test_the_ratio_targets_are_judged_only_against_a_floor_that_held_still() -> None:
     figures = {"ratio": 0.3, "ratio_all_cores": 0.2}
     stable = _rows({**figures, "floor_unstable": False}, None)

@@ -4,8 +4,8 @@ shell in turn.
 
 A local broker (``pyrula-stream broker start`` against a temporary
 ``PYRULA_STREAM_CACHE``) stands in for the cluster, and a local server speaking OpenAI's
-wire format (``tests/llm/servers``, reached through ``OPENAI_BASE_URL``) for the key. The
-install step is not run (no package index here): the test checks it names the ``openai``
+wire format (``pyrula_stream/testing_servers``, reached through ``OPENAI_BASE_URL``) for the
+key. The install step is not run (no package index here): the test checks it names the ``openai``
 extra, which this venv has. The worker, which the pages run in a second shell, runs in
 the background; the next command starts once the agent's topics exist, as a person waits
 for the worker to start. A turn the model refuses must fail with a readable
@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from pyrula_stream.kafka.local.broker import fetch_jars
-from tests.llm.servers.openai_server import OpenAIWireServer
+from pyrula_stream.testing_servers.openai_server import OpenAIWireServer
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]
 

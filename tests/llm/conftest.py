@@ -1,5 +1,5 @@
 """The model tests' provider servers: each fixture starts a local server that speaks the
-provider's wire format (``tests/llm/servers/``), and an adapter on its official SDK
+provider's wire format (``pyrula_stream/testing_servers/``), and an adapter on its official SDK
 pointed at it. Function-scoped: every test gets a fresh server and its own queue."""
 
 from tests.llm.servers.fixtures import (

@@ -18,7 +18,7 @@ from pyrula_stream.errors import (
     LLMRateLimited,
 )
 from pyrula_stream.llm import AnthropicLLM, ToolDefinition, Usage
-from tests.llm.servers.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
+from pyrula_stream.testing_servers.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
 from tests.llm.servers.fixtures import SECRET_KEY, assert_secret_free, collect
 
 LOOKUP = ToolDefinition(
@@ -55,10 +55,11 @@ async def test_text_streams_deltas_then_one_response(
     assert response.tool_calls == []
 
 
-async def test_request_body_carries_cached_system_and_tools(
+async def test_request_body_carries_system_and_tools(
     llm: AnthropicLLM,
     anthropic_server: AnthropicWireServer,
 ) -> None:
+    """A prompt this short is below the model's cacheable minimum: no breakpoints."""
     anthropic_server.reply_text("ok")
     await collect(llm, HELLO, tools=[LOOKUP, REFUND], system="Be brief.")
     request = anthropic_server.last_request
@@ -68,7 +69,7 @@ async def test_request_body_carries_cached_system_and_tools(
         "max_tokens": 1024,
         "stream": True,
         "messages": [{"role": "user", "content": "hello"}],
-        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "system": "Be brief.",
         "tools": [
             {
                 "name": "lookup",
@@ -79,36 +80,9 @@ async def test_request_body_carries_cached_system_and_tools(
                 "name": "refund",
                 "description": "Refund an order.",
                 "input_schema": REFUND.input_schema,
-                "cache_control": {"type": "ephemeral"},
             },
         ],
     }
-
-
-async def test_prompt_caching_off_sends_plain_system_and_one_hour_ttl_is_marked(
-    anthropic_server: AnthropicWireServer,
-) -> None:
-    plain = AnthropicLLM(
-        MODEL, api_key=SECRET_KEY, base_url=anthropic_server.base_url, prompt_caching=False
-    )
-    hour = AnthropicLLM(
-        MODEL, api_key=SECRET_KEY, base_url=anthropic_server.base_url, cache_ttl="1h"
-    )
-    anthropic_server.reply_text("a")
-    anthropic_server.reply_text("b")
-    try:
-        await collect(plain, HELLO, tools=[LOOKUP], system="S")
-        await collect(hour, HELLO, tools=[LOOKUP], system="S")
-    finally:
-        await plain.aclose()
-        await hour.aclose()
-    first, second = (r.body for r in anthropic_server.requests)
-    assert first["system"] == "S" and "cache_control" not in first["tools"][0]
-    marker = {"type": "ephemeral", "ttl": "1h"}
-    assert second["system"][0]["cache_control"] == marker
-    assert second["tools"][0]["cache_control"] == marker
-    with pytest.raises(ConfigurationError):
-        AnthropicLLM(MODEL, cache_ttl="2h")
 
 
 async def test_tool_call_round_trip(
@@ -249,8 +223,8 @@ async def test_tool_input_cut_by_max_tokens_is_dropped_but_broken_json_is_an_err
     llm: AnthropicLLM,
     anthropic_server: AnthropicWireServer,
 ) -> None:
-    from tests.llm.servers._http import sse_reply
-    from tests.llm.servers.anthropic_server import message_frames
+    from pyrula_stream.testing_servers.anthropic_server import message_frames
+    from pyrula_stream.testing_servers.scripted_http import sse_reply
 
     def broken_tool(stop_reason: str) -> list[bytes]:
         frames = message_frames(

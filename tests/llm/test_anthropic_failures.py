@@ -18,7 +18,7 @@ from pyrula_stream.errors import (
     ProviderStreamTruncated,
 )
 from pyrula_stream.llm import AnthropicLLM, TextDelta, ToolDefinition
-from tests.llm.servers.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
+from pyrula_stream.testing_servers.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
 from tests.llm.servers.fixtures import SECRET_KEY, collect
 
 LOOKUP = ToolDefinition(
@@ -183,8 +183,8 @@ async def test_llm_call_timeout_bounds_a_silent_provider(
 ) -> None:
     from dataclasses import replace
 
-    from tests.llm.servers._http import sse_reply
-    from tests.llm.servers.anthropic_server import message_frames
+    from pyrula_stream.testing_servers.anthropic_server import message_frames
+    from pyrula_stream.testing_servers.scripted_http import sse_reply
 
     llm = AnthropicLLM(
         MODEL,

@@ -22,10 +22,10 @@ from pyrula_stream import (
 from pyrula_stream.errors import ConfigurationError, LLMError, LLMProviderUnavailable
 from pyrula_stream.llm import AnthropicLLM, FallbackLLM, OpenAILLM
 from pyrula_stream.testing import running_worker, unique_name, wait_for
-from tests.llm.servers.anthropic_server import MODEL as ANTHROPIC_MODEL
-from tests.llm.servers.anthropic_server import AnthropicWireServer, ToolUse
+from pyrula_stream.testing_servers.anthropic_server import MODEL as ANTHROPIC_MODEL
+from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer, ToolUse
+from pyrula_stream.testing_servers.openai_server import OpenAIWireServer
 from tests.llm.servers.fixtures import collect
-from tests.llm.servers.openai_server import OpenAIWireServer
 
 HELLO = [{"role": "user", "content": "hello"}]
 

@@ -13,9 +13,9 @@ from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_age
 from pyrula_stream.llm import AnthropicLLM, FallbackLLM, LiteLLM, ToolDefinition
 from pyrula_stream.llm.pricing import DEFAULT_PRICES
 from pyrula_stream.testing import running_worker, unique_name
-from tests.llm.servers.anthropic_server import AnthropicWireServer
+from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer
+from pyrula_stream.testing_servers.openai_server import Call, OpenAIWireServer
 from tests.llm.servers.fixtures import OPENAI_SECRET_KEY, collect
-from tests.llm.servers.openai_server import Call, OpenAIWireServer
 
 HELLO = [{"role": "user", "content": "hello"}]
 LOOKUP = ToolDefinition(

@@ -29,9 +29,9 @@ from pyrula_stream.errors import (
 from pyrula_stream.llm import LiteLLM, TextDelta, ToolDefinition, Usage
 from pyrula_stream.llm.pricing import DEFAULT_PRICES, cost_usd
 from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.testing_servers.openai_server import MODEL, Call, OpenAIWireServer
 from tests.llm.servers.fixtures import OPENAI_SECRET_KEY as SECRET
 from tests.llm.servers.fixtures import assert_secret_free, collect
-from tests.llm.servers.openai_server import MODEL, Call, OpenAIWireServer
 
 LOOKUP = ToolDefinition(
     name="lookup",

@@ -15,10 +15,10 @@ from pyrula_stream import (
 )
 from pyrula_stream.llm import FakeLLM, LLMClient, reply_tool_call
 from pyrula_stream.testing import read_topic, running_worker, unique_name
+from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer, Text, ToolUse
+from pyrula_stream.testing_servers.openai_server import Call, OpenAIWireServer
 from pyrula_stream.wire.serde import decode_journal_entry
 from tests.llm.servers import fixtures
-from tests.llm.servers.anthropic_server import AnthropicWireServer, Text, ToolUse
-from tests.llm.servers.openai_server import Call, OpenAIWireServer
 
 
 @tool(read_only=True)

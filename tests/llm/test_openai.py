@@ -18,10 +18,15 @@ from pyrula_stream.errors import (
     LLMProviderUnavailable,
 )
 from pyrula_stream.llm import OpenAILLM, ToolDefinition, Usage
-from tests.llm.servers._http import sse_reply
+from pyrula_stream.testing_servers.openai_server import (
+    MODEL,
+    Call,
+    OpenAIWireServer,
+    completion_frames,
+)
+from pyrula_stream.testing_servers.scripted_http import sse_reply
 from tests.llm.servers.fixtures import OPENAI_SECRET_KEY as SECRET
 from tests.llm.servers.fixtures import assert_secret_free, collect
-from tests.llm.servers.openai_server import MODEL, Call, OpenAIWireServer, completion_frames
 
 LOOKUP = ToolDefinition(
     name="lookup",

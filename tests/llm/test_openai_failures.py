@@ -17,10 +17,15 @@ from pyrula_stream.errors import (
     ProviderStreamTruncated,
 )
 from pyrula_stream.llm import OpenAILLM, TextDelta, ToolDefinition
-from tests.llm.servers._http import sse_frame, sse_reply
+from pyrula_stream.testing_servers.openai_server import (
+    MODEL,
+    Call,
+    OpenAIWireServer,
+    completion_frames,
+)
+from pyrula_stream.testing_servers.scripted_http import sse_frame, sse_reply
 from tests.llm.servers.fixtures import OPENAI_SECRET_KEY as SECRET
 from tests.llm.servers.fixtures import collect
-from tests.llm.servers.openai_server import MODEL, Call, OpenAIWireServer, completion_frames
 
 LOOKUP = ToolDefinition(
     name="lookup",

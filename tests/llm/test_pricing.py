@@ -123,7 +123,10 @@ def test_usage_as_dict_is_its_model_dump() -> None:
         input_tokens=1, output_tokens=2, cache_creation_input_tokens=3, cache_read_input_tokens=4
     )
     assert usage.as_dict() == usage.model_dump()
-    assert list(usage.as_dict()) == list(Usage.model_fields)
+    assert list(usage.as_dict()) == list(Usage.model_fields)[:4]
+    hour = usage.model_copy(update={"cache_creation_1h_input_tokens": 3})
+    assert hour.as_dict() == hour.model_dump()
+    assert list(hour.as_dict()) == list(Usage.model_fields)
 
 
 def test_batch_price_is_half_on_every_kind_of_token() -> None:
@@ -136,8 +139,9 @@ def test_batch_price_is_half_on_every_kind_of_token() -> None:
     for model, provider in (("claude-sonnet-4-6", "anthropic"), ("gpt-5.4-mini", "openai")):
         price = price_of(model)
         assert price is not None
+        hour = None if price.cache_write_1h is None else price.cache_write_1h / 2
         assert batch_price(price, provider) == ModelPrice(
-            price.input / 2, price.output / 2, price.cache_write / 2, price.cache_read / 2
+            price.input / 2, price.output / 2, price.cache_write / 2, price.cache_read / 2, hour
         )
         assert batch_cost_usd(usage, price, provider) == pytest.approx(cost_usd(usage, price) / 2)
     unknown = ModelPrice(1.0, 2.0, 1.0, 0.5)

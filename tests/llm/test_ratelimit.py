@@ -10,7 +10,7 @@ import pytest
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.llm import AnthropicLLM, LLMRate
 from pyrula_stream.llm.ratelimit import RateLimiter
-from tests.llm.servers.anthropic_server import MODEL, AnthropicWireServer, Text
+from pyrula_stream.testing_servers.anthropic_server import MODEL, AnthropicWireServer, Text
 from tests.llm.servers.fixtures import SECRET_KEY
 
 

@@ -16,9 +16,9 @@ from pyrula_stream.llm import LLMClient, OpenAILLM
 from pyrula_stream.runtime.replay import replay_turn
 from pyrula_stream.state.history import load_recording
 from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer, Text, ToolUse
+from pyrula_stream.testing_servers.openai_server import MODEL, OpenAIWireServer
 from tests.llm.servers import fixtures
-from tests.llm.servers.anthropic_server import AnthropicWireServer, Text, ToolUse
-from tests.llm.servers.openai_server import MODEL, OpenAIWireServer
 
 
 class Triage(BaseModel):

@@ -29,8 +29,8 @@ from pyrula_stream.llm.fake import count_model_calls
 from pyrula_stream.mcp.pool import MCPPool
 from pyrula_stream.mcp.tools import MCPTool, MCPToolListing
 from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer, Text, ToolUse
 from tests.llm.servers import fixtures
-from tests.llm.servers.anthropic_server import AnthropicWireServer, Text, ToolUse
 from tests.mcp_servers.processes import OrderServer, stdio_declaration
 
 anthropic_server = fixtures.anthropic_server

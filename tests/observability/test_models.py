@@ -24,8 +24,8 @@ from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.llm import LLMClient
 from pyrula_stream.observability.telemetry import STEPS_ENV, StepMode
 from pyrula_stream.testing import running_worker, unique_name
+from pyrula_stream.testing_servers.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
 from tests.llm.servers import fixtures
-from tests.llm.servers.anthropic_server import MODEL, AnthropicWireServer, Text, ToolUse
 from tests.observability.test_metrics import scrape_until, value
 
 anthropic_server = fixtures.anthropic_server

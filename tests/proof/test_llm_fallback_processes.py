@@ -12,10 +12,10 @@ from pathlib import Path
 from pyrula_stream import KafkaAgentClient
 from pyrula_stream.chaos.processes import Managed, child_env
 from pyrula_stream.testing import agent_topics_ready, unique_name, wait_for
-from tests.llm.servers.anthropic_server import MODEL as ANTHROPIC_MODEL
-from tests.llm.servers.anthropic_server import AnthropicWireServer, ToolUse
-from tests.llm.servers.openai_server import MODEL as OPENAI_MODEL
-from tests.llm.servers.openai_server import OpenAIWireServer
+from pyrula_stream.testing_servers.anthropic_server import MODEL as ANTHROPIC_MODEL
+from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer, ToolUse
+from pyrula_stream.testing_servers.openai_server import MODEL as OPENAI_MODEL
+from pyrula_stream.testing_servers.openai_server import OpenAIWireServer
 
 TRIES = 2  # tests/agents/failover.py: max_retries=1 on the primary
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from pyrula_stream.llm import AnthropicLLM, LLMClient, ModelResponse, OpenAILLM, TextDelta
-from tests.llm.servers.anthropic_server import MODEL as ANTHROPIC_MODEL
-from tests.llm.servers.anthropic_server import AnthropicWireServer
-from tests.llm.servers.openai_server import MODEL as OPENAI_MODEL
-from tests.llm.servers.openai_server import OpenAIWireServer
+from pyrula_stream.testing_servers.anthropic_server import MODEL as ANTHROPIC_MODEL
+from pyrula_stream.testing_servers.anthropic_server import AnthropicWireServer
+from pyrula_stream.testing_servers.openai_server import MODEL as OPENAI_MODEL
+from pyrula_stream.testing_servers.openai_server import OpenAIWireServer
 
 SECRET_KEY = "sk-ant-wire-SECRET-0123456789abcdef"
 """An Anthropic API key that must never show up in anything the adapters raise or print."""

@@ -4,6 +4,10 @@ Streams follow the published event sequence: ``message_start``, ``ping``, then p
 content block ``content_block_start`` / ``content_block_delta`` (``text_delta`` or
 ``input_json_delta``) / ``content_block_stop``, then ``message_delta`` (stop reason and
 cumulative usage) and ``message_stop``. Errors use ``{"type": "error", "error": {...}}``.
+
+Built with ``prompt_cache=True``, the server keeps Anthropic's prompt cache
+(``AnthropicPromptCache``) and each streamed reply reports the input, cache write and
+cache read tokens of the request it answers; ``cache.advance(seconds)`` lets TTLs run out.
 """
 
 from __future__ import annotations
@@ -12,7 +16,19 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tests.llm.servers._http import Reply, WireServer, json_reply, sse_frame, sse_reply
+from pyrula_stream.testing_servers.prompt_cache import (
+    AnthropicPromptCache,
+    CacheRefused,
+    CacheUsage,
+)
+from pyrula_stream.testing_servers.scripted_http import (
+    RecordedRequest,
+    Reply,
+    WireServer,
+    json_reply,
+    sse_frame,
+    sse_reply,
+)
 
 MODEL = "claude-sonnet-4-6"
 
@@ -51,15 +67,22 @@ def message_frames(
     output_tokens: int = 7,
     cache_creation_input_tokens: int = 0,
     cache_read_input_tokens: int = 0,
+    cache_creation_1h_input_tokens: int = 0,
     message_id: str = "msg_wire_1",
 ) -> list[bytes]:
     """The full SSE event sequence of one message, in wire order."""
-    start_usage = {
+    start_usage: dict[str, Any] = {
         "input_tokens": input_tokens,
         "output_tokens": 1,
         "cache_creation_input_tokens": cache_creation_input_tokens,
         "cache_read_input_tokens": cache_read_input_tokens,
     }
+    if cache_creation_input_tokens:
+        start_usage["cache_creation"] = {
+            "ephemeral_5m_input_tokens": cache_creation_input_tokens
+            - cache_creation_1h_input_tokens,
+            "ephemeral_1h_input_tokens": cache_creation_1h_input_tokens,
+        }
     frames = [
         sse_frame(
             {
@@ -128,9 +151,40 @@ def error_body(error_type: str, message: str) -> dict[str, Any]:
 class AnthropicWireServer(WireServer):
     """Scripted Anthropic endpoint; the ``reply_*`` helpers queue common behaviours."""
 
+    def __init__(self, *, prompt_cache: bool = False) -> None:
+        super().__init__()
+        self.cache = AnthropicPromptCache() if prompt_cache else None
+        self.bills: list[CacheUsage] = []
+        """The input usage of each request billed with the prompt cache on, in order."""
+
     def reply_stream(self, blocks: list[Block], **kwargs: Any) -> None:
-        """A complete streamed message (see ``message_frames`` for the keywords)."""
-        self.enqueue(sse_reply(message_frames(blocks, **kwargs), headers=_request_id()))
+        """A complete streamed message (see ``message_frames`` for the keywords); with the
+        prompt cache on, its input usage is the request's."""
+        cache = self.cache
+        if cache is None:
+            self.enqueue(sse_reply(message_frames(blocks, **kwargs), headers=_request_id()))
+            return
+
+        def billed(request: RecordedRequest) -> Reply:
+            try:
+                usage = cache.usage(request.body)
+                self.bills.append(usage)
+            except CacheRefused as exc:
+                body = error_body("invalid_request_error", str(exc))
+                return json_reply(400, body, _request_id())
+            frames = message_frames(
+                blocks,
+                **{
+                    **kwargs,
+                    "input_tokens": usage.input_tokens,
+                    "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                    "cache_read_input_tokens": usage.cache_read_input_tokens,
+                    "cache_creation_1h_input_tokens": usage.cache_creation_1h_input_tokens,
+                },
+            )
+            return sse_reply(frames, headers=_request_id())
+
+        self.enqueue(billed)
 
     def reply_text(self, text: str, **kwargs: Any) -> None:
         self.reply_stream([Text(text)], **kwargs)

@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -84,6 +85,10 @@ def sse_frame(data: Any, event: str | None = None) -> bytes:
 
 NO_SCRIPT_STATUS = 418
 
+Scripted = Reply | Callable[[RecordedRequest], Reply]
+"""A queued reply, or a function making it from the request it answers (the prompt
+caches' usage depends on the request)."""
+
 
 class WireServer:
     """A loopback HTTP server that answers from a queue of ``Reply`` objects.
@@ -94,7 +99,7 @@ class WireServer:
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
-        self._replies: deque[Reply] = deque()
+        self._replies: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
@@ -122,7 +127,7 @@ class WireServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def enqueue(self, *replies: Reply) -> None:
+    def enqueue(self, *replies: Scripted) -> None:
         """Queue replies, answered in order, one per request."""
         with self._lock:
             self._replies.extend(replies)
@@ -140,9 +145,10 @@ class WireServer:
     def _next(self, request: RecordedRequest) -> Reply:
         with self._lock:
             self.requests.append(request)
-            if self._replies:
-                return self._replies.popleft()
-        return self.no_script_reply()
+            if not self._replies:
+                return self.no_script_reply()
+            scripted = self._replies.popleft()
+            return scripted if isinstance(scripted, Reply) else scripted(request)
 
     def no_script_reply(self) -> Reply:
         return json_reply(NO_SCRIPT_STATUS, {"error": {"message": "wire server: no reply left"}})

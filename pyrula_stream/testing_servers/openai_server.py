@@ -6,6 +6,10 @@ first chunk with the role, content deltas, tool call deltas (``index``, then ``i
 ``finish_reason``, a usage chunk with empty ``choices`` when
 ``stream_options.include_usage`` is set, and the literal ``data: [DONE]``.
 Errors use ``{"error": {"message", "type", "param", "code"}}``.
+
+Built with ``prompt_cache=True``, the server keeps OpenAI's automatic prompt cache
+(``OpenAIPromptCache``, by model and ``prompt_cache_key``) and each streamed reply reports
+the prompt and cached tokens of the request it answers.
 """
 
 from __future__ import annotations
@@ -14,7 +18,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tests.llm.servers._http import Reply, WireServer, json_reply, sse_frame, sse_reply
+from pyrula_stream.testing_servers.prompt_cache import OpenAIPromptCache
+from pyrula_stream.testing_servers.scripted_http import (
+    RecordedRequest,
+    Reply,
+    WireServer,
+    json_reply,
+    sse_frame,
+    sse_reply,
+)
 
 MODEL = "gpt-5.4-mini"
 
@@ -104,9 +116,26 @@ def error_body(message: str, error_type: str, code: str | None = None) -> dict[s
 class OpenAIWireServer(WireServer):
     """Scripted Chat Completions endpoint; the ``reply_*`` helpers queue common behaviours."""
 
+    def __init__(self, *, prompt_cache: bool = False) -> None:
+        super().__init__()
+        self.cache = OpenAIPromptCache() if prompt_cache else None
+
     def reply_stream(self, text: str = "", calls: list[Call] | None = None, **kwargs: Any) -> None:
-        """A complete stream (see ``completion_frames`` for the keywords)."""
-        self.enqueue(sse_reply(completion_frames(text, calls, **kwargs), headers=_request_id()))
+        """A complete stream (see ``completion_frames`` for the keywords); with the prompt
+        cache on, its prompt usage is the request's."""
+        cache = self.cache
+        if cache is None:
+            self.enqueue(sse_reply(completion_frames(text, calls, **kwargs), headers=_request_id()))
+            return
+
+        def billed(request: RecordedRequest) -> Reply:
+            prompt, cached = cache.usage(request.body)
+            frames = completion_frames(
+                text, calls, **{**kwargs, "prompt_tokens": prompt, "cached_tokens": cached}
+            )
+            return sse_reply(frames, headers=_request_id())
+
+        self.enqueue(billed)
 
     def reply_text(self, text: str, **kwargs: Any) -> None:
         self.reply_stream(text, **kwargs)
