@@ -24,7 +24,8 @@ class RecordedRequest:
 
     method: str
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str] = field(repr=False)
+    """As sent: the client's API key among them, so not in ``repr``."""
     raw_body: bytes
 
     @property

@@ -76,6 +76,8 @@ NOT_CONFIG = {
     "pyrula_stream.chaos.verify.JournalView",
     # A partition's crash count; its ``options`` are the poison retry policy (two numbers).
     "pyrula_stream.runtime.poison.CrashGuard",
+    # A local model server's scripted response: its headers are the reply's content type.
+    "pyrula_stream.testing_servers.scripted_http.Reply",
 }
 BUILT_IN_A_TURN = {
     # Only the worker builds it: checked from inside a real turn, below.
@@ -231,6 +233,12 @@ def _local_registry() -> Any:
     return LocalRegistry(URL, process, "/tmp/registry.log")
 
 
+def _recorded_request() -> Any:
+    from pyrula_stream.testing_servers.scripted_http import RecordedRequest
+
+    return RecordedRequest("POST", "/v1/messages", {"x-api-key": MARK}, b"{}")
+
+
 def _local_s3() -> Any:
     from pyrula_stream.objects.s3_server import LocalS3
 
@@ -266,6 +274,7 @@ BUILDERS: dict[str, Callable[[], Any]] = {
     ),
     "pyrula_stream.kafka.once.RawRecord": lambda: _raw_record(),
     "pyrula_stream.objects.s3_server.LocalS3": _local_s3,
+    "pyrula_stream.testing_servers.scripted_http.RecordedRequest": _recorded_request,
 }
 
 
