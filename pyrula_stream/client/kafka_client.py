@@ -52,7 +52,12 @@ from pyrula_stream.objects.store import ObjectStore
 from pyrula_stream.objects.sweep import object_prefix
 from pyrula_stream.objects.urls import store_from_environment
 from pyrula_stream.observability.tracing import carrier_headers, send_span
-from pyrula_stream.state.threads import THREAD_DELETE, ThreadHandle, decode_thread
+from pyrula_stream.state.threads import (
+    THREAD_DELETE,
+    ThreadHandle,
+    decode_thread,
+    resolved_thread,
+)
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import Event, EventType, decode_event
 from pyrula_stream.wire.payload_refs import DEFAULT_THRESHOLD, Offload
@@ -507,7 +512,8 @@ class KafkaAgentClient(SignalsClient):
             client_id="pyrula-thread",
             kafka_config=self.kafka_config,
         )
-        return decode_thread(thread_id, [(r.key, r.value) for r in records])
+        handle = decode_thread(thread_id, [(r.key, r.value) for r in records])
+        return await resolved_thread(handle, self.payloads.resolve_async)
 
     async def delete_thread(
         self,

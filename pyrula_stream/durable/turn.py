@@ -30,6 +30,7 @@ from pyrula_stream.durable.steps import StepData
 from pyrula_stream.errors import ErrorCode, PyrulaError, TurnCancelled
 from pyrula_stream.objects.resolver import PayloadStores
 from pyrula_stream.observability.telemetry import TurnTelemetry
+from pyrula_stream.state.threads import resolved_thread
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import (
     EventRouting,
@@ -526,6 +527,8 @@ class TurnRuntime:
         turn with ``PayloadUnresolved`` naming the store it needs."""
         payloads = self.payloads or _NO_STORES
         self.params = await payloads.resolve_async(self.request.params)
+        if self.thread is not None and self.payloads is not None:  # what the model sees again
+            self.thread = await resolved_thread(self.thread, payloads.resolve_async)
         for index, entry in list(self.journal.steps.items()):
             data = await payloads.resolve_async(entry.data)
             if data is not entry.data:

@@ -142,9 +142,11 @@ def sweep(
     grace_s: float = DEFAULT_GRACE_S,
     dry_run: bool = False,
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    on_deleted: Callable[[int], None] | None = None,
 ) -> SweepReport:
     """Delete the objects under ``key_prefix`` that ``live()`` (read after the listing)
-    does not name and that are older than ``grace_s``."""
+    does not name and that are older than ``grace_s``; ``on_deleted`` hears how many
+    (``WorkerMetrics.swept_objects``: ``pyrula_objects_swept_total``)."""
     report = SweepReport()
     listed: list[ObjectInfo] = list(store.list(key_prefix))
     report.listed = len(listed)
@@ -159,6 +161,8 @@ def sweep(
             if not dry_run:
                 store.delete(info.key)
             report.deleted.append(info.key)
+    if on_deleted is not None and report.deleted and not dry_run:
+        on_deleted(len(report.deleted))
     return report
 
 

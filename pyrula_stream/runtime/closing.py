@@ -15,9 +15,10 @@ from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.durable.turn import Closing, TurnCloser
 from pyrula_stream.errors import ErrorCode
 from pyrula_stream.state.history import history_record
-from pyrula_stream.state.threads import closing_writes, thread_records
+from pyrula_stream.state.threads import closing_writes, offloaded_writes, thread_records
 from pyrula_stream.wire.events import RunError
 from pyrula_stream.wire.journal_keys import park_key, reply_key, signal_key
+from pyrula_stream.wire.payload_refs import StoredValue
 from pyrula_stream.wire.records import ControlRequest
 from pyrula_stream.wire.subagents import reply_record
 
@@ -104,9 +105,15 @@ class ThreadCloser:
             max_turns=self.max_turns,
             base=turn.thread_base,
         )
-        closing.state += thread_records(
+        stored: list[StoredValue] = []
+        if turn.offload is not None:  # a large tool result among the messages: by reference
+            writes, stored = offloaded_writes(writes, turn.offload)
+        records = thread_records(
             self.topic, turn.partition, writes, max_bytes=turn.max_record_bytes
         )
+        if stored:
+            records[0].objects = tuple(stored)
+        closing.state += records
         turn.thread_writes = writes
 
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyrula_stream.errors import MalformedRecordError, PayloadTooLarge
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.wire import guard
+from pyrula_stream.wire.payload_refs import Offload, StoredValue
 from pyrula_stream.wire.records import JSON_CONTENT_TYPE, OutRecord
 from pyrula_stream.wire.serde import TurnRequest
 
@@ -253,6 +254,36 @@ def closing_writes(
     elif max_turns > 0:  # keep the newest max_turns turns, this one included
         writes += [(turn_key(tid, t.n), None) for t in handle.turns if t.n <= turn.n - max_turns]
     return writes
+
+
+def offloaded_writes(
+    writes: list[tuple[str, bytes | None]], offload: Offload
+) -> tuple[list[tuple[str, bytes | None]], list[StoredValue]]:
+    """``writes`` with each value past the offload threshold holding its big parts (a
+    large tool result among a turn's messages) by reference, and the values to store."""
+    out: list[tuple[str, bytes | None]] = []
+    stored: list[StoredValue] = []
+    for key, value in writes:
+        if value is not None and len(value) > offload.threshold:
+            smaller, values = offload.apply(json.loads(value), f"thread record {key!r}", value)
+            value, stored = json.dumps(smaller).encode(), stored + values
+        out.append((key, value))
+    return out, stored
+
+
+async def resolved_thread(
+    handle: ThreadHandle, resolve: Callable[[Any], Awaitable[Any]]
+) -> ThreadHandle:
+    """``handle`` with the values its turns hold by reference read back (``resolve``: a
+    resolver's ``resolve_async``); the same handle when there are none."""
+    turns = []
+    changed = False
+    for turn in handle.turns:
+        raw = turn.to_json()
+        whole = await resolve(raw)
+        changed = changed or whole is not raw
+        turns.append(ThreadTurn.from_json(whole) if whole is not raw else turn)
+    return replace(handle, turns=tuple(turns)) if changed else handle
 
 
 def thread_records(

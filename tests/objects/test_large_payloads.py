@@ -275,3 +275,45 @@ async def test_a_large_memory_value_is_stored_by_reference_and_read_back(
     [memory] = [r for r in read_topic(kafka_bootstrap_servers, f"{agent.prefix}.memory")
                 if r[0] and ns[-1].encode() in r[0]]  # fmt: skip
     assert REF_MARK in (memory[1] or b"") and len(memory[1] or b"") < 10_000
+
+
+async def test_a_thread_keeps_a_large_tool_result_by_reference(
+    kafka_bootstrap_servers: str, store: LocalObjectStore
+) -> None:
+    """The next turn of the thread sends the model the whole earlier tool result, and
+    ``get_thread`` shows it whole; the thread record is past a record without a store."""
+
+    @tool(read_only=True)
+    async def read_log(ctx: ToolContext) -> str:
+        """Read a log file."""
+        return "L" * 1_200_000
+
+    def respond(messages: list[dict[str, Any]], tools: list[ToolDefinition]) -> ModelResponse:
+        seen = sum(len(str(m.get("content", ""))) for m in messages)
+        if messages[-1].get("content") == "again":
+            return reply_text(f"saw {seen >= 1_200_000}")
+        return reply_text("read it") if count_model_calls(messages) else reply_tool_call("read_log")
+
+    @kafka_agent(
+        name=unique_name("bigthread"),
+        llm=FakeLLM(respond),
+        tools=[read_log],
+        partitions=1,
+        limits=AgentLimits(max_tool_result_bytes=None),
+    )
+    async def agent(ctx: AgentContext, text: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": text}])
+
+    async with (
+        running_worker(agent, kafka_bootstrap_servers, WorkerOptions(object_store=store)),
+        KafkaAgentClient(kafka_bootstrap_servers, object_store=store) as client,
+    ):
+        first = await client.run(agent.name, thread_id="t1", text="read", timeout=60)
+        second = await client.run(agent.name, thread_id="t1", text="again", timeout=60)
+        thread = await client.get_thread(agent.name, "t1")
+    assert first[-1].type == "run:complete", first[-1].data
+    assert second[-1].data["result"] == "saw True", second[-1].data
+    contents = [str(m.get("content")) for t in thread.turns for m in t.messages]
+    assert any("L" * 1_200_000 in c for c in contents)
+    for _, value, _ in read_topic(kafka_bootstrap_servers, agent.topics.threads):
+        assert len(value or b"") < 300_000

@@ -94,3 +94,12 @@ def test_the_sweeper_keeps_young_and_referenced_objects_and_runs_twice(
     assert (report.listed, report.referenced, report.young) == (3, 1, 1)
     assert sweep(store, "p/", lambda: {"old-live"}, grace_s=3600).deleted == []
     assert sorted(i.key for i in store.list()) == ["p/xx/old-live", "p/xx/young-orphan"]
+
+
+def test_a_sweep_reports_what_it_deleted_to_the_metric(store: LocalObjectStore) -> None:
+    from pyrula_stream.observability.metrics import WorkerMetrics
+
+    store.put("p/xx/orphan", b"1", "application/json")
+    metrics = WorkerMetrics("a", journal_topic="j", dlq_topic="d")
+    sweep(store, "p/", set, grace_s=0, now_ms=lambda: 1 << 62, on_deleted=metrics.swept_objects)
+    assert metrics.registry.get_sample_value("pyrula_objects_swept_total", {"agent": "a"}) == 1
