@@ -43,6 +43,7 @@ from pyrula_stream.llm.base import (
     TextDelta,
     ToolUseBlock,
 )
+from pyrula_stream.llm.pricing import BATCH_PRICE_FACTOR
 from pyrula_stream.llm.tokens import RunningEstimate
 from pyrula_stream.tools.contract import InvalidToolArguments, ToolCallable, check_bindable
 from pyrula_stream.wire.events import LlmComplete, LlmDelta
@@ -52,6 +53,7 @@ from pyrula_stream.wire.subagents import TurnParked
 
 if TYPE_CHECKING:
     from pyrula_stream.context.agent_calls import AgentCalls
+    from pyrula_stream.context.batch_calls import BatchCalls
     from pyrula_stream.mcp.discovery import MCPToolbox
 
 PROVIDER_FAILURES = (ProviderStreamTruncated, LLMProviderUnavailable, LLMRateLimited, LLMError)
@@ -78,6 +80,7 @@ class ToolLoop:
     __slots__ = (
         "_last_run",
         "agent_calls",
+        "batch",
         "last_answer",
         "limits",
         "llm",
@@ -109,6 +112,8 @@ class ToolLoop:
         self.tool_calls = tool_calls
         self.agent_calls: AgentCalls | None = None
         """Set by the executor: how a sub-agent offered as a tool is called."""
+        self.batch: BatchCalls | None = None
+        """Set by the executor for an agent with a batch lane: calls that may wait."""
         self.output_instructions = output_instructions
         self.output_format = output_format
         """The output schema for providers that take it natively (then not in the prompt)."""
@@ -323,7 +328,15 @@ class ToolLoop:
                 request = ModelRequest(
                     messages, definitions, system, output_format=self.output_format, tokens=tokens
                 )
-                data = await self._live_call(index, request, live_response)
+                batched = None
+                if self.batch is not None and self.batch.applies():
+                    batched = self.batch.call(index, step, input_hash, request, self._checks)
+                    if batched is not None and "response" in batched:
+                        live_response.append(ModelResponse.model_validate(batched["response"]))
+                if batched is None:
+                    data = await self._live_call(index, request, live_response)
+                else:
+                    data = batched
                 records = _LiveCallRecords(self, index, live_response)  # made only now
                 turn.record_step(
                     step, "llm", "llm", input_hash, data, records.events, records.usage
@@ -338,8 +351,25 @@ class ToolLoop:
             failure = {cls.__name__: cls for cls in PROVIDER_FAILURES}[data["error"]["type"]]
             raise failure(data["error"]["message"])
         if replayed:
-            bill(turn.spend, response, self.limits, self.llm.model)
+            bill(turn.spend, response, self.limits, self.llm.model, _price_factor(data))
         return response
+
+    def _checks(self, request: ModelRequest) -> None:
+        """What a live call checks before it goes out, for a call queued on the batch lane
+        instead: the wall time, the turn's budget and its tenant's quotas."""
+        turn = self.turn
+        check_wall_time(self.limits, turn.started_ms)
+        check_model_budget(
+            self.limits,
+            turn.spend,
+            self.llm.model,
+            request.messages,
+            request.system,
+            request.tools,
+            request.tokens,
+        )
+        if turn.meter is not None:
+            turn.meter.before_model_call()
 
     async def _live_call(
         self, index: int, request: ModelRequest, parsed: list[ModelResponse]
@@ -550,7 +580,10 @@ class _LiveCallRecords:
         if "error" in data:
             return []
         loop, turn, response = self.loop, self.loop.turn, self.response[0]
-        bill(turn.spend, response, loop.limits, loop.llm.model)
+        factor = _price_factor(data)
+        bill(turn.spend, response, loop.limits, loop.llm.model, factor)
+        if factor != 1.0:
+            _saved(loop, response, factor)
         return [
             LlmComplete(
                 call=self.index,
@@ -562,6 +595,7 @@ class _LiveCallRecords:
                 stop_reason=response.stop_reason,
                 usage=response.usage.as_dict(),
                 total=turn.spend.as_dict(),
+                batch=data.get("batch"),
             )
         ]
 
@@ -570,9 +604,24 @@ class _LiveCallRecords:
         if turn.meter is None or "error" in data:
             return []
         call = Spend()
-        bill(call, self.response[0], loop.limits, loop.llm.model)
+        bill(call, self.response[0], loop.limits, loop.llm.model, _price_factor(data))
         turn.telemetry.tenant_used(call.billed_tokens)
         return turn.meter.model_used(self.index, call.billed_tokens, call.cost_usd)
+
+
+def _price_factor(data: StepData) -> float:
+    """What a model call's step is billed at: the batch price when it went by batch."""
+    return BATCH_PRICE_FACTOR if "batch" in data else 1.0
+
+
+def _saved(loop: ToolLoop, response: ModelResponse, factor: float) -> None:
+    """Count what a batch call saved against its live price (priced models only)."""
+    metrics = loop.turn.telemetry.metrics
+    if metrics is None:
+        return
+    live = Spend()
+    bill(live, response, loop.limits, loop.llm.model)
+    metrics.batch.saved(live.cost_usd * (1.0 - factor))
 
 
 def _append(
