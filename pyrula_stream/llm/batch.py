@@ -8,16 +8,64 @@ JSONL file uploaded with ``client.files`` and a ``client.batches`` job; Anthropi
 lane's own id for it, journaled *before* the submit) so a worker that took over after a
 crash between the submit and the journaling of the provider's batch id can find the batch
 instead of submitting its calls twice (``find``).
+
+Custom ids carry the tag: ``<tag>-<rest>`` (``custom_id_for``), because Anthropic's
+batches have no metadata and their calls' ids are the only thing a lookup can read back.
+A tag is 1-40 characters of ``[A-Za-z0-9_]`` (no ``-``, so ``tag_of`` is exact); a custom
+id 1-64 characters of ``[A-Za-z0-9_-]`` (Anthropic's rule, applied to every provider so
+a lane works the same on each). ``check_calls`` enforces both before anything is sent.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from pyrula_stream.errors import ConfigurationError, LLMProviderUnavailable
 from pyrula_stream.llm.base import ModelRequest, ModelResponse
+
+TAG_PATTERN = re.compile(r"[A-Za-z0-9_]{1,40}")
+CUSTOM_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def custom_id_for(tag: str, suffix: str | int) -> str:
+    """The custom id of one call of the batch ``tag``: ``<tag>-<suffix>``."""
+    return f"{tag}-{suffix}"
+
+
+def tag_of(custom_id: str) -> str:
+    """The tag a custom id made by ``custom_id_for`` carries."""
+    return custom_id.partition("-")[0]
+
+
+def check_calls(calls: Sequence[BatchCall], tag: str, max_calls: int) -> None:
+    """Refuse a batch the provider would refuse, or ``find`` could not find again."""
+    if not TAG_PATTERN.fullmatch(tag):
+        raise ConfigurationError(f"batch tag {tag!r} is not 1-40 characters of [A-Za-z0-9_]")
+    if not calls:
+        raise ConfigurationError(f"batch {tag!r} has no calls")
+    if len(calls) > max_calls:
+        raise ConfigurationError(f"batch {tag!r} has {len(calls)} calls; at most {max_calls}")
+    seen: set[str] = set()
+    for call in calls:
+        cid = call.custom_id
+        if not CUSTOM_ID_PATTERN.fullmatch(cid) or tag_of(cid) != tag or cid == tag:
+            raise ConfigurationError(
+                f"custom_id {cid!r} of batch {tag!r} is not '{tag}-<suffix>' "
+                "(1-64 characters of [A-Za-z0-9_-])"
+            )
+        if cid in seen:
+            raise ConfigurationError(f"custom_id {cid!r} appears twice in batch {tag!r}")
+        seen.add(cid)
+
+
+class BatchLookupPending(LLMProviderUnavailable):
+    """``find`` cannot answer yet: a batch that may carry the tag is still running and
+    the provider shows its calls only once it ends (Anthropic). Ask again later; never
+    submit again on this answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +92,27 @@ class BatchState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class BatchStatus:
+    """A batch as the provider reports it; ``failed`` counts every call without a
+    response (errored, expired or cancelled), as far as the provider has counted."""
+
     batch_id: str
     state: BatchState
     total: int = 0
     succeeded: int = 0
     failed: int = 0
     error: str | None = None
+
+
+class OutcomeKind(StrEnum):
+    """What became of one call of a batch."""
+
+    SUCCEEDED = "succeeded"
+    ERRORED = "errored"
+    """The provider ran the call and it failed (or the batch has no result for it)."""
+    EXPIRED = "expired"
+    """The batch's window passed before the call ran: it did not run, and is not billed."""
+    CANCELLED = "cancelled"
+    """The batch was cancelled before the call ran: it did not run, and is not billed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +123,7 @@ class BatchOutcome:
     response: ModelResponse | None = None
     error: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    kind: OutcomeKind = OutcomeKind.SUCCEEDED
 
 
 @runtime_checkable
@@ -81,12 +145,20 @@ class BatchClient(Protocol):
         ...
 
     async def submit(self, calls: Sequence[BatchCall], *, tag: str) -> str:
-        """Submit the calls as one batch labelled ``tag``; the provider's batch id."""
+        """Submit the calls as one batch labelled ``tag``; the provider's batch id.
+
+        Every call's ``custom_id`` must be ``custom_id_for(tag, ...)`` (``check_calls``).
+        """
         ...
 
-    async def find(self, tag: str) -> str | None:
+    async def find(self, tag: str, *, submitted_at: float | None = None) -> str | None:
         """The provider's id of a batch submitted with ``tag``, or ``None`` when none was
-        (the lookup after a crash between ``submit`` and journaling its answer)."""
+        (the lookup after a crash between ``submit`` and journaling its answer).
+
+        ``submitted_at`` (epoch seconds, journaled before the submit) narrows the search
+        to batches created near it; without it the client's most recent batches are
+        searched. Raises ``BatchLookupPending`` when it cannot tell yet.
+        """
         ...
 
     async def status(self, batch_id: str) -> BatchStatus: ...

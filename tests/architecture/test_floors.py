@@ -53,6 +53,7 @@ FLOORS: dict[str, int] = {
     "": 9,
     "_moved": 9,
     "testing": 9,
+    "testing_servers": 9,
     "cli": 9,
     "ui": 9,
     "gateway": 9,

@@ -1,0 +1,175 @@
+"""The HTTP part every local provider server shares: a loopback server in a daemon
+thread, routes by method and path pattern, JSON and SSE replies, and the call log.
+
+Every connection is closed after one reply, so no state leaks between requests through
+keep-alive and a killed client leaves nothing half-read behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    raw: bytes
+    match: re.Match[str]
+
+    def json(self) -> Any:
+        return json.loads(self.raw or b"null")
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+    frames: tuple[bytes, ...] | None = None
+    """Set for a stream: each frame is written and flushed on its own."""
+
+
+def json_response(status: int, payload: Any) -> Response:
+    return Response(status, json.dumps(payload, separators=(",", ":")).encode())
+
+
+def sse_response(frames: list[bytes]) -> Response:
+    return Response(200, content_type="text/event-stream", frames=tuple(frames))
+
+
+Handler = Callable[[Request], Response]
+
+
+class CallLog:
+    """Append-only JSON lines (one ``os.write`` per line, O_APPEND), safe across
+    threads and processes: the outside witness of every call a server was sent."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._lock = threading.Lock()
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+class RoutedServer:
+    """A loopback HTTP server answering from a route table; subclasses add routes."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._httpd.request_queue_size = 256
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        host = self._httpd.server_address[0]
+        return f"http://{host!s}:{self.port}"
+
+    def route(self, method: str, pattern: str, handler: Handler) -> None:
+        """Answer ``method`` on paths matching ``pattern`` (anchored at both ends)."""
+        self._routes.append((method, re.compile(pattern + r"/?"), handler))
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve on this thread until ``stop`` (the command-line entry point)."""
+        self._httpd.serve_forever(poll_interval=0.2)
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def not_found(self, method: str, path: str) -> Response:
+        return json_response(404, {"error": {"message": f"no route {method} {path}"}})
+
+    def dispatch(self, method: str, target: str, headers: dict[str, str], raw: bytes) -> Response:
+        parts = urlsplit(target)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        for route_method, pattern, handler in self._routes:
+            match = pattern.fullmatch(parts.path)
+            if route_method == method and match:
+                return handler(Request(method, parts.path, query, headers, raw, match))
+        return self.not_found(method, parts.path)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._serve()
+
+            def do_POST(self) -> None:
+                self._serve()
+
+            def do_DELETE(self) -> None:
+                self._serve()
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                try:
+                    reply = server.dispatch(self.command, self.path, headers, raw)
+                except Exception as exc:  # a server bug must reach the test as a 500
+                    reply = json_response(500, {"error": {"message": repr(exc)}})
+                self.close_connection = True
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self._write(reply)
+
+            def _write(self, reply: Response) -> None:
+                self.send_response(reply.status)
+                self.send_header("content-type", reply.content_type)
+                self.send_header("connection", "close")
+                if reply.frames is None:
+                    self.send_header("content-length", str(len(reply.body)))
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                    return
+                self.send_header("cache-control", "no-cache")
+                self.end_headers()
+                for frame in reply.frames:
+                    self.wfile.write(frame)
+                    self.wfile.flush()
+
+        return _Handler
