@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pyrula_stream.llm.base import ModelResponse
-from pyrula_stream.llm.batch import BatchCall, BatchOutcome, BatchState, BatchStatus
+from pyrula_stream.llm.batch import (
+    BatchCall,
+    BatchOutcome,
+    BatchState,
+    BatchStatus,
+    OutcomeKind,
+    check_calls,
+)
 from pyrula_stream.llm.fake import FakeLLM
 
 
@@ -66,8 +73,7 @@ class FakeBatch:
         return self._max_calls
 
     async def submit(self, calls: Sequence[BatchCall], *, tag: str) -> str:
-        if not calls or len(calls) > self._max_calls:
-            raise ValueError(f"a batch holds 1 to {self._max_calls} calls, got {len(calls)}")
+        check_calls(calls, tag, self._max_calls)
         batch_id = f"fbatch_{next(self._ids)}"
         self._batches[batch_id] = _Batch(tag, list(calls), time.monotonic())
         self.submitted += [c.custom_id for c in calls]
@@ -76,7 +82,7 @@ class FakeBatch:
             raise ConnectionError("the connection dropped after the batch was created")
         return batch_id
 
-    async def find(self, tag: str) -> str | None:
+    async def find(self, tag: str, *, submitted_at: float | None = None) -> str | None:
         for batch_id, batch in self._batches.items():
             if batch.tag == tag:
                 return batch_id
@@ -97,7 +103,9 @@ class FakeBatch:
         async for item in self.llm.stream_request(call.request):
             if isinstance(item, ModelResponse):
                 final = item
-        return BatchOutcome(call.custom_id, final, None if final else "no response")
+        if final is None:
+            return BatchOutcome(call.custom_id, None, "no response", kind=OutcomeKind.ERRORED)
+        return BatchOutcome(call.custom_id, final)
 
     async def results(self, batch_id: str) -> list[BatchOutcome]:
         return list(self._batches[batch_id].outcomes)

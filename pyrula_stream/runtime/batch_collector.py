@@ -42,7 +42,13 @@ from pyrula_stream.observability.batch_metrics import BatchMetrics
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.parking import ParkedTurns
 from pyrula_stream.runtime.partition import PartitionState
-from pyrula_stream.wire.batches import BatchRecord, new_tag, result_record
+from pyrula_stream.wire.batches import (
+    BatchRecord,
+    call_id,
+    new_tag,
+    provider_id,
+    result_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +262,8 @@ class BatchCollector:
             return
         client = self.lane.client
         lane.next_poll[record.tag] = time.monotonic() + self.lane.poll_interval_s  # on failure
-        batch_id = await client.find(record.tag) if look else None
+        submitted_at = record.created_ms / 1000 if record.created_ms else None
+        batch_id = await client.find(record.tag, submitted_at=submitted_at) if look else None
         if batch_id is not None:
             self.metrics.batch("found")
         else:
@@ -284,7 +291,8 @@ class BatchCollector:
             batch = (journal.park or {}).get("batch") if journal is not None else None
             if not isinstance(batch, dict) or batch.get("custom_id") != custom_id:
                 continue
-            out.append(BatchCall(custom_id, request_from_data(batch["request"])))
+            request = request_from_data(batch["request"])
+            out.append(BatchCall(provider_id(record.tag, custom_id), request))
         return out
 
     # -- polling and applying -------------------------------------------------------------
@@ -317,7 +325,7 @@ class BatchCollector:
         ps = self._parts.get(p)
         if ps is None:
             return
-        by_id = {o.custom_id: o for o in outcomes}
+        by_id = {call_id(o.custom_id): o for o in outcomes}
         records = [record.tombstone(self._journal, p)]
         applied: list[tuple[str, str, dict[str, Any]]] = []
         dropped = 0
@@ -354,8 +362,9 @@ def _outcome_data(
     data: dict[str, Any] = {"batch_id": record.batch_id, "tag": record.tag}
     if outcome is not None and outcome.response is not None:
         data["response"] = outcome.response.model_dump(mode="json")
-    elif outcome is not None and outcome.error:
-        data["error"] = outcome.error
+    elif outcome is not None:
+        data["kind"] = str(outcome.kind)
+        data["error"] = outcome.error or f"the call {outcome.kind} in batch {state}"
     else:
         data["error"] = f"batch {state}" + (f": {error}" if error else ": no result for the call")
     return data

@@ -36,8 +36,22 @@ def custom_id_for(turn_id: str, step: int, input_hash: str) -> str:
 
 
 def new_tag() -> str:
-    """A batch's own id, journaled before it is submitted (and given to the provider)."""
-    return f"pyrula-{uuid.uuid4().hex}"
+    """A batch's own id, journaled before it is submitted: 21 characters of
+    ``[a-z0-9]``, so ``<tag>-<custom id>`` (what the provider is given, ``provider_id``)
+    fits the providers' 64."""
+    return "p" + uuid.uuid4().hex[:20]
+
+
+def provider_id(tag: str, custom_id: str) -> str:
+    """The id a call carries at the provider: its batch's tag, then its own custom id
+    (the tag rides in every id: Anthropic's batches keep nothing else a lookup can read,
+    and a call sent in two batches shows its custom id twice in the provider's log)."""
+    return f"{tag}-{custom_id}"
+
+
+def call_id(provider_custom_id: str) -> str:
+    """The lane's custom id in the id ``provider_id`` made."""
+    return provider_custom_id.partition("-")[2]
 
 
 def is_batch_key(key: str) -> bool:

@@ -28,6 +28,7 @@ from pyrula_stream.llm.pricing import ModelPrice
 from pyrula_stream.runtime.replay import replay_turn
 from pyrula_stream.state.history import load_recording
 from pyrula_stream.testing import running_worker, unique_name, wait_for
+from pyrula_stream.wire.batches import call_id
 
 OPTIONS = WorkerOptions(shutdown_grace=0.2)
 MODEL = "fake-batch-model"
@@ -91,8 +92,9 @@ async def test_a_turn_on_the_lane_parks_resumes_and_pays_the_batch_price_once(
     assert len(waiting) == 2
     assert [e.data["call"] for e in completes] == [0, 1]
     assert all(e.data["batch"]["batch_id"] for e in completes)
-    assert sorted(Counter(batch.submitted).values()) == [1, 1]
-    assert {e.data["batch"]["custom_id"] for e in completes} == set(batch.submitted)
+    calls = [call_id(c) for c in batch.submitted]
+    assert sorted(Counter(calls).values()) == [1, 1]
+    assert {e.data["batch"]["custom_id"] for e in completes} == set(calls)
     # Priced at half the live price, in the turn's total and its result.
     expected = sum(live_cost(e.data["usage"]) for e in completes) * 0.5
     assert expected > 0
@@ -113,7 +115,7 @@ async def test_a_takeover_between_the_batch_tag_and_its_id_finds_the_batch(
         events = await events_of(client, agent.name, handle.turn_id)
     assert events[-1].type == "run:complete", [(e.type, e.data) for e in events]
     assert len(batch.submitted) == 2
-    assert sorted(Counter(batch.submitted).values()) == [1, 1], batch.submitted
+    assert sorted(Counter(map(call_id, batch.submitted)).values()) == [1, 1], batch.submitted
 
 
 async def test_a_turn_waiting_in_a_batch_is_cancelled_and_its_batch_with_it(
