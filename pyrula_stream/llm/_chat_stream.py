@@ -41,16 +41,7 @@ class CompletionState:
         """Fold one chunk in (an SDK object of the Chat Completions chunk shape); return
         the text it adds, if any."""
         self.model = chunk.model or self.model
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            details = getattr(usage, "prompt_tokens_details", None)
-            cached = (getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
-            # prompt_tokens includes cached tokens; ours excludes them (Anthropic's convention).
-            self.usage = Usage(
-                input_tokens=max((usage.prompt_tokens or 0) - cached, 0),
-                output_tokens=usage.completion_tokens or 0,
-                cache_read_input_tokens=cached,
-            )
+        self._apply_usage(getattr(chunk, "usage", None))
         added: list[str] = []
         for choice in chunk.choices:
             if choice.index != 0:
@@ -76,6 +67,39 @@ class CompletionState:
         self.text.append(piece)
         self.size += len(piece.encode())
         return piece
+
+    def apply_completion(self, completion: Any) -> None:
+        """Fold in a whole (not streamed) ``chat.completion`` object, as a batch returns
+        it: the same fields a stream's chunks carry, in one message."""
+        self.model = completion.model or self.model
+        self._apply_usage(getattr(completion, "usage", None))
+        for choice in completion.choices:
+            if choice.index != 0:
+                continue
+            message = choice.message
+            piece = "".join(p for p in (message.content, getattr(message, "refusal", None)) if p)
+            if piece:
+                self.text.append(piece)
+                self.size += len(piece.encode())
+            for index, tc in enumerate(message.tool_calls or []):
+                function = getattr(tc, "function", None)
+                if function is None:  # a custom (non-function) tool call: not ours
+                    continue
+                self.calls[index] = _Call(tc.id or "", function.name or "", [function.arguments])
+                self.size += len((function.arguments or "").encode())
+            self.finish_reason = choice.finish_reason or self.finish_reason
+
+    def _apply_usage(self, usage: Any) -> None:
+        if usage is None:
+            return
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = (getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
+        # prompt_tokens includes cached tokens; ours excludes them (Anthropic's convention).
+        self.usage = Usage(
+            input_tokens=max((usage.prompt_tokens or 0) - cached, 0),
+            output_tokens=usage.completion_tokens or 0,
+            cache_read_input_tokens=cached,
+        )
 
 
 def completion_response(

@@ -8,6 +8,7 @@ normal end to the SDK.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from pyrula_stream.llm.base import (
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
-    from anthropic.types import RawMessageDeltaEvent, RawMessageStreamEvent
+    from anthropic.types import Message, RawMessageDeltaEvent, RawMessageStreamEvent
 
 CACHE_TTLS = ("5m", "1h")
 
@@ -100,6 +101,26 @@ class _MessageState:
         elif event.type == "message_stop":
             self.stopped = True
         return None
+
+    def apply_message(self, message: Message) -> None:
+        """Fold in a whole (not streamed) message, as a batch returns it: the same
+        content, stop reason and usage the stream's events carry."""
+        self.model = message.model or self.model
+        u = message.usage
+        self.usage = Usage(
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
+            cache_read_input_tokens=u.cache_read_input_tokens or 0,
+        )
+        for index, cb in enumerate(message.content):
+            if cb.type == "text":
+                self._add(self.blocks.setdefault(index, _Block("text")), cb.text)
+            elif cb.type == "tool_use":
+                block = self.blocks[index] = _Block("tool_use", id=cb.id, name=cb.name)
+                self._add(block, json.dumps(cb.input))
+        self.stop_reason = message.stop_reason or self.stop_reason
+        self.stopped = True
 
     def _add(self, block: _Block, piece: str) -> str:
         block.parts.append(piece)
@@ -208,6 +229,21 @@ class AnthropicLLM(SDKAdapter):
             # accept or refuse it for this model.
             params["extra_body"] = {"temperature": self.temperature}
         return params
+
+    def batch_params(self, request: ModelRequest) -> dict[str, Any]:
+        """The ``params`` of the same call inside a message batch: ``build_request`` with
+        what it sends through ``extra_body`` folded in (a batch takes one JSON object)."""
+        params = self.build_request(request)
+        params.update(params.pop("extra_body", None) or {})
+        return params
+
+    def response_of_message(self, message: Message) -> ModelResponse:
+        """The ``ModelResponse`` of a whole message (a batch's result), built as a
+        streamed call's is."""
+        state = _MessageState(self.model)
+        state.apply_message(message)
+        self._check_buffer(state.size)
+        return self._response(state)
 
     # -- one attempt -------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from pyrula_stream.llm._openai_convert import (
     to_openai_tools,
 )
 from pyrula_stream.llm._retry import FailureKind, ProviderFailure, parse_retry_after
-from pyrula_stream.llm.base import ModelRequest, StreamItem, TextDelta
+from pyrula_stream.llm.base import ModelRequest, ModelResponse, StreamItem, TextDelta
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -116,6 +116,21 @@ class OpenAILLM(SDKAdapter):
         if request.output_format is not None:
             params["response_format"] = to_openai_response_format(request.output_format)
         return params
+
+    def batch_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The body of the same call inside a batch: ``build_request`` without streaming,
+        which a batched call cannot do."""
+        body = self.build_request(request)
+        del body["stream"], body["stream_options"]
+        return body
+
+    def response_of_completion(self, completion: Any, request: ModelRequest) -> ModelResponse:
+        """The ``ModelResponse`` of a whole ``chat.completion`` (a batch's result), built
+        as a streamed call's is."""
+        state = CompletionState(self.model)
+        state.apply_completion(completion)
+        self._check_buffer(state.size)
+        return completion_response(self, state, request)
 
     async def _attempt(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         params = self.build_request(request)

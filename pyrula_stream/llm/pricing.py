@@ -115,3 +115,25 @@ def cost_usd(usage: Usage, price: ModelPrice) -> float:
         + usage.cache_creation_input_tokens * price.cache_write
         + usage.cache_read_input_tokens * price.cache_read
     ) / _PER_MILLION
+
+
+BATCH_PRICE_FACTOR: dict[str, float] = {"openai": 0.5, "anthropic": 0.5}
+"""What a provider's batch API charges per token, as a fraction of its live price: half,
+on every kind of token (input, output, cache writes and reads), for both providers."""
+
+
+def batch_price(price: ModelPrice, provider: str) -> ModelPrice:
+    """``price`` as the provider's batch API bills it; unchanged for a provider without a
+    known batch discount."""
+    factor = BATCH_PRICE_FACTOR.get(provider, 1.0)
+    return ModelPrice(
+        price.input * factor,
+        price.output * factor,
+        price.cache_write * factor,
+        price.cache_read * factor,
+    )
+
+
+def batch_cost_usd(usage: Usage, price: ModelPrice, provider: str) -> float:
+    """What ``usage`` cost when the call went through ``provider``'s batch API."""
+    return cost_usd(usage, batch_price(price, provider))

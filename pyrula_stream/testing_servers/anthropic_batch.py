@@ -137,6 +137,8 @@ class AnthropicBatchServer(RoutedServer):
                 return _error(400, f"{where}.params.stream: a batched request cannot stream")
             seen.add(cid)
             calls.append((cid, params))
+        if self.book.take_refusal():
+            return _error(400, "the local server was told to refuse this batch")
         batch = self.book.accept(calls, {})
         return json_response(200, self._batch_object(batch))
 

@@ -74,7 +74,8 @@ class Batch:
 class BatchBook:
     """Every batch a server accepted, and the knobs a test turns.
 
-    ``delay_s``: seconds from acceptance to the end. ``fail_ids``: custom ids answered
+    ``delay_s``: seconds from acceptance to the end. ``refuse_next``: refuse the next n
+    batches as a whole. ``fail_ids``: custom ids answered
     with an error. ``expire_every``: every n-th accepted batch expires at its due time,
     half its calls answered. ``fail_every``: every n-th batched call is answered with an
     error. ``cancel_delay_s``: how long a cancelled batch stays "cancelling".
@@ -97,6 +98,8 @@ class BatchBook:
         self.expire_every = 0
         self.fail_every = 0
         self.fail_ids: set[str] = set()
+        self.refuse_next = 0
+        """How many of the next batches to refuse as a whole (see ``take_refusal``)."""
         self.submitted: list[tuple[str, str]] = []
         """(batch id, custom id) of every call ever accepted, in order."""
         self._id_prefix = id_prefix
@@ -146,6 +149,14 @@ class BatchBook:
         with self._lock:
             self._batches[batch.id] = batch
         return batch
+
+    def take_refusal(self) -> bool:
+        """Whether to refuse the batch being submitted (counts ``refuse_next`` down)."""
+        with self._lock:
+            if self.refuse_next > 0:
+                self.refuse_next -= 1
+                return True
+            return False
 
     def get(self, batch_id: str) -> Batch | None:
         with self._lock:

@@ -190,6 +190,8 @@ class OpenAIBatchServer(RoutedServer):
             "metadata": metadata or None,
         }
         calls, problem = _parse_input(found[1])
+        if problem is None and self.book.take_refusal():
+            problem = (0, "the local server was told to refuse this batch")
         if problem is not None:
             line, message = problem
             meta["errors"] = [{"code": "invalid_request", "message": message, "line": line}]

@@ -12,6 +12,8 @@ from pyrula_stream.llm.pricing import (
     FREE,
     PRICES_AS_OF,
     ModelPrice,
+    batch_cost_usd,
+    batch_price,
     canonical_model_id,
     cost_usd,
     price_of,
@@ -122,3 +124,21 @@ def test_usage_as_dict_is_its_model_dump() -> None:
     )
     assert usage.as_dict() == usage.model_dump()
     assert list(usage.as_dict()) == list(Usage.model_fields)
+
+
+def test_batch_price_is_half_on_every_kind_of_token() -> None:
+    usage = Usage(
+        input_tokens=1_000_000,
+        output_tokens=1_000_000,
+        cache_creation_input_tokens=1_000_000,
+        cache_read_input_tokens=1_000_000,
+    )
+    for model, provider in (("claude-sonnet-4-6", "anthropic"), ("gpt-5.4-mini", "openai")):
+        price = price_of(model)
+        assert price is not None
+        assert batch_price(price, provider) == ModelPrice(
+            price.input / 2, price.output / 2, price.cache_write / 2, price.cache_read / 2
+        )
+        assert batch_cost_usd(usage, price, provider) == pytest.approx(cost_usd(usage, price) / 2)
+    unknown = ModelPrice(1.0, 2.0, 1.0, 0.5)
+    assert batch_price(unknown, "litellm") == unknown  # no known discount: the live price
