@@ -23,12 +23,22 @@ from pyrula_stream.agent.batch import BatchLane
 from pyrula_stream.durable.steps import ModelSteps, StepData
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.llm.base import ModelRequest, OutputFormat, ToolDefinition
+from pyrula_stream.llm.pricing import BATCH_PRICE_FACTOR
 from pyrula_stream.wire.batches import custom_id_for
 from pyrula_stream.wire.events import Status
 from pyrula_stream.wire.subagents import TurnParked
 
+DEFAULT_BATCH_FACTOR = 0.5
+"""The batch price of a provider ``BATCH_PRICE_FACTOR`` does not list (``FakeBatch``, a
+client of your own): the half price both providers' batch APIs charge."""
+
 WAITING_FOR_BATCH = "waiting for batch"
 """The status text a turn emits when it parks for its batch (the event stream shows it)."""
+
+
+def batch_factor(provider: Any) -> float:
+    """A batch call's price as a fraction of the same call live, by its provider."""
+    return BATCH_PRICE_FACTOR.get(str(provider), DEFAULT_BATCH_FACTOR)
 
 
 def request_data(request: ModelRequest) -> dict[str, Any]:
@@ -97,7 +107,11 @@ class BatchCalls:
         why: str | None = None
         if outcome is not None:
             if isinstance(outcome.get("response"), dict):
-                batch = {"custom_id": custom_id, "batch_id": outcome.get("batch_id")}
+                batch = {
+                    "custom_id": custom_id,
+                    "batch_id": outcome.get("batch_id"),
+                    "provider": lane.client.provider,
+                }
                 return {"call": index, "response": outcome["response"], "batch": batch}
             why = str(outcome.get("error") or "the batch returned no result")
         elif queued is not None and now_ms >= int(queued.get("deadline_ms") or 0):

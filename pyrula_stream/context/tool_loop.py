@@ -23,6 +23,7 @@ from pyrula_stream.agent.limits import (
     check_wall_time,
 )
 from pyrula_stream.context.approvals import Question, QuestionPending, ask
+from pyrula_stream.context.batch_calls import batch_factor
 from pyrula_stream.context.compaction import compacted_history
 from pyrula_stream.context.tool_calls import MAX_UNKNOWN_NAME, ToolCall, ToolCalls
 from pyrula_stream.durable.journal import model_call_fingerprint, tools_fingerprint
@@ -43,7 +44,6 @@ from pyrula_stream.llm.base import (
     TextDelta,
     ToolUseBlock,
 )
-from pyrula_stream.llm.pricing import BATCH_PRICE_FACTOR
 from pyrula_stream.llm.tokens import RunningEstimate
 from pyrula_stream.tools.contract import InvalidToolArguments, ToolCallable, check_bindable
 from pyrula_stream.wire.events import LlmComplete, LlmDelta
@@ -610,8 +610,10 @@ class _LiveCallRecords:
 
 
 def _price_factor(data: StepData) -> float:
-    """What a model call's step is billed at: the batch price when it went by batch."""
-    return BATCH_PRICE_FACTOR if "batch" in data else 1.0
+    """What a model call's step is billed at: its provider's batch price when it went by
+    batch (``batch_factor``)."""
+    batch = data.get("batch")
+    return batch_factor(batch.get("provider")) if isinstance(batch, dict) else 1.0
 
 
 def _saved(loop: ToolLoop, response: ModelResponse, factor: float) -> None:

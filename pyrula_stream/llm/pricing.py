@@ -22,10 +22,6 @@ PRICES_AS_OF = "2026-11-01"
 
 _PER_MILLION = 1_000_000.0
 
-BATCH_PRICE_FACTOR = 0.5
-"""What a call through a provider's batch API costs relative to the same call live: both
-OpenAI's Batch API and Anthropic's Message Batches bill every token kind at 50%."""
-
 
 @dataclass(frozen=True, slots=True)
 class ModelPrice:
