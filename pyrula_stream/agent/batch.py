@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pyrula_stream.errors import AgentRegistrationError
@@ -130,11 +131,35 @@ def request_deadline_ms(metadata: Mapping[str, Any]) -> int | None:
         return None
 
 
-def lane_metadata(deferrable: bool | None, deadline_ms: int | None) -> dict[str, Any]:
+Deadline = datetime | float | int | str
+"""A request's deadline: a ``datetime`` (naive: UTC), epoch seconds, or ISO 8601 text."""
+
+
+def deadline_ms_of(deadline: Deadline) -> int:
+    """``deadline`` as epoch milliseconds; ``ValueError`` naming what was wrong."""
+    if isinstance(deadline, bool):
+        raise ValueError(f"a deadline is a datetime, epoch seconds or ISO 8601, not {deadline!r}")
+    if isinstance(deadline, int | float):
+        return int(float(deadline) * 1000)
+    if isinstance(deadline, str):
+        try:
+            deadline = datetime.fromisoformat(deadline)
+        except ValueError:
+            why = f"deadline {deadline!r} is not ISO 8601 (2026-12-24T18:00:00Z)"
+            raise ValueError(why) from None
+    if isinstance(deadline, datetime):
+        when = deadline if deadline.tzinfo is not None else deadline.replace(tzinfo=UTC)
+        return int(when.timestamp() * 1000)
+    raise ValueError(f"a deadline is a datetime, epoch seconds or ISO 8601, not {deadline!r}")
+
+
+def lane_metadata(deferrable: bool | None, deadline: Deadline | None) -> dict[str, Any]:
     """What a submit adds to a request's metadata for ``deferrable`` and ``deadline``."""
     out: dict[str, Any] = {}
     if deferrable is not None:
-        out[REQUEST_DEFERRABLE] = bool(deferrable)
-    if deadline_ms is not None:
-        out[REQUEST_DEADLINE_MS] = int(deadline_ms)
+        if not isinstance(deferrable, bool):
+            raise ValueError(f"deferrable is true or false, not {deferrable!r}")
+        out[REQUEST_DEFERRABLE] = deferrable
+    if deadline is not None:
+        out[REQUEST_DEADLINE_MS] = deadline_ms_of(deadline)
     return out

@@ -135,6 +135,8 @@ def check_batches(
     f.counts["batch_calls_submitted"] = sum(submitted.values())
     results: Counter[tuple[str, str]] = Counter()
     steps_of: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    calls_of: dict[str, tuple[str, int]] = {}
+    """Each queued call's turn and index, from the park records that queued it."""
     opened: dict[str, int] = {}
     intervals: list[tuple[int, int]] = []
     batches = 0
@@ -159,6 +161,9 @@ def check_batches(
         elif suffix.isdigit() and entry.kind == "llm" and isinstance(entry.data.get("batch"), dict):
             cid = str(entry.data["batch"].get("custom_id"))
             steps_of[cid].add((turn, int(entry.data.get("call", -1))))
+        elif suffix == "park" and isinstance(entry.data.get("batch"), dict):
+            queued = entry.data["batch"]
+            calls_of[str(queued.get("custom_id"))] = (turn, int(queued.get("call", -1)))
     end = int(time.time() * 1000)
     intervals += [(start, end) for start in opened.values()]
     for (turn, cid), n in results.items():
@@ -173,17 +178,12 @@ def check_batches(
         1 for k in kills if any(a <= k.wall_ts * 1000 <= b for a, b in intervals)
     )
     _check_costs(wanted, events, f)
-    submitted_at: dict[str, float] = {}
+    out: list[dict[str, Any]] = []
     for c in provider_log:
-        if c.get("via") == "batch":
-            submitted_at.setdefault(call_id(str(c["custom_id"])), float(c["ts"]))
-    return [
-        {"turn": turn, "call": call, "ts": ts}
-        for c in provider_log
-        if c.get("via") == "batch"
-        for turn, call in steps_of.get(call_id(str(c["custom_id"])), ())
-        for ts in (float(c["ts"]),)
-    ]
+        queued = calls_of.get(call_id(str(c.get("custom_id")))) if c.get("via") == "batch" else None
+        if queued is not None:
+            out.append({"turn": queued[0], "call": queued[1], "ts": float(c["ts"])})
+    return out
 
 
 def _check_costs(wanted: set[str], events: list[Record], f: Findings) -> None:

@@ -128,6 +128,7 @@ class BatchCalls:
             client = lane.client
             queued = {
                 "custom_id": custom_id,
+                "call": index,
                 "provider": client.provider,
                 "model": client.model,
                 "request": request_data(request),

@@ -10,6 +10,8 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import httpx
+
 from pyrula_stream import (
     AgentContext,
     Event,
@@ -22,6 +24,7 @@ from pyrula_stream import (
 from pyrula_stream.agent.batch import BatchLane
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.agent.limits import AgentLimits
+from pyrula_stream.gateway import AppOptions, create_app
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.llm.fake_batch import FakeBatch
 from pyrula_stream.llm.pricing import ModelPrice
@@ -157,3 +160,29 @@ async def test_a_lane_turn_replays_and_branches_from_its_journaled_batch_calls(
         events = await events_of(client, agent.name, branched.turn_id)
     assert events[-1].type == "run:complete", [(e.type, e.data) for e in events]
     assert len(batch.submitted) == 3  # the original's two calls and the branch's new one
+
+
+async def test_the_gateway_keeps_a_streamed_turn_live_unless_its_body_defers_it(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    batch = FakeBatch(model())
+    agent = lane_agent(batch)
+    app = create_app(agents=[agent], options=AppOptions(bootstrap_servers=kafka_bootstrap_servers))
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        running_worker(agent, kafka_bootstrap_servers, OPTIONS),
+        httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http,
+    ):
+        url = f"/agents/{agent.name}/turns"
+        live = await http.post(url, json={"question": "Where is order 42?"})
+        deferred = await http.post(url, json={"question": "Where is 42?", "deferrable": True})
+        bad = await http.post(url, json={"question": "?", "deadline": "next tuesday"})
+        assert live.status_code == deferred.status_code == 202, (live.text, deferred.text)
+        live_events = await events_of(client, agent.name, live.json()["turn_id"])
+        deferred_events = await events_of(client, agent.name, deferred.json()["turn_id"])
+    assert bad.status_code == 422 and "next tuesday" in bad.text, bad.text
+    for events in (live_events, deferred_events):
+        assert events[-1].type == "run:complete", [(e.type, e.data) for e in events]
+    assert not [e for e in live_events if e.type == "llm:complete" and e.data.get("batch")]
+    assert all(e.data.get("batch") for e in deferred_events if e.type == "llm:complete")
+    assert len(batch.submitted) == 2  # the deferred turn's two calls only
