@@ -86,8 +86,14 @@ async def test_a_turn_on_the_lane_parks_resumes_and_pays_the_batch_price_once(
         handle = await client.submit(agent.name, question="Where is order 42?")
         events = await events_of(client, agent.name, handle.turn_id)
         assert worker.batches is not None and worker.batches.open_batches == 0
+        metrics = worker.metrics.exposition().decode()
     assert events[-1].type == "run:complete", [(e.type, e.data) for e in events]
     assert events[-1].data["result"] == "order 42 shipped"
+    # The lane's series: two one-call batches, two calls resumed, dollars saved.
+    assert f'pyrula_batch_size_calls_count{{agent="{agent.name}"}} 2.0' in metrics
+    assert f'pyrula_batch_calls_total{{agent="{agent.name}",event="resumed"}} 2.0' in metrics
+    saved = [ln for ln in metrics.splitlines() if ln.startswith("pyrula_batch_savings_usd_total")]
+    assert saved and float(saved[0].split()[-1]) > 0, saved
     # Each of the two model calls waited for its batch (the stream says so), went by
     # batch once, and its llm:complete says so.
     waiting = [e for e in events if e.type == "status" and e.data.get("waiting") == "batch"]
@@ -186,3 +192,20 @@ async def test_the_gateway_keeps_a_streamed_turn_live_unless_its_body_defers_it(
     assert not [e for e in live_events if e.type == "llm:complete" and e.data.get("batch")]
     assert all(e.data.get("batch") for e in deferred_events if e.type == "llm:complete")
     assert len(batch.submitted) == 2  # the deferred turn's two calls only
+
+
+async def test_an_expired_batch_sends_its_calls_live_and_counts_them(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    batch = FakeBatch(model(), expire=True)
+    agent = lane_agent(batch)  # on_failure="live", the default
+    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS) as worker:
+        handle = await client.submit(agent.name, question="Where is order 42?")
+        events = await events_of(client, agent.name, handle.turn_id)
+        metrics = worker.metrics.exposition().decode()
+    assert events[-1].type == "run:complete", [(e.type, e.data) for e in events]
+    completes = [e for e in events if e.type == "llm:complete"]
+    assert len(completes) == 2 and not any(e.data.get("batch") for e in completes)
+    assert len(batch.submitted) == 2  # each call tried once by batch, then live
+    assert f'pyrula_batch_calls_total{{agent="{agent.name}",event="failed"}} 2.0' in metrics
+    assert any("sent live" in str(e.data.get("text")) for e in events if e.type == "status")
