@@ -9,6 +9,7 @@ the chaos run uses the provider servers in ``tests/llm/servers/`` instead.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ class FakeBatch:
         max_calls: int = 10_000,
         expire: bool = False,
         fail_after_submit: int = 0,
+        submit_delay_s: float = 0.0,
     ) -> None:
         self.llm = llm
         self.delay_s = delay_s
@@ -55,6 +57,8 @@ class FakeBatch:
         self.fail_after_submit = fail_after_submit
         """The next this many submits create their batch, then raise (as if the worker
         died before it could journal the batch's id)."""
+        self.submit_delay_s = submit_delay_s
+        """How long a submit takes before the batch exists (a slow upload)."""
         self.submitted: list[str] = []
         self.cancelled: list[str] = []
         self._batches: dict[str, _Batch] = {}
@@ -74,6 +78,8 @@ class FakeBatch:
 
     async def submit(self, calls: Sequence[BatchCall], *, tag: str) -> str:
         check_calls(calls, tag, self._max_calls)
+        if self.submit_delay_s:
+            await asyncio.sleep(self.submit_delay_s)
         batch_id = f"fbatch_{next(self._ids)}"
         self._batches[batch_id] = _Batch(tag, list(calls), time.monotonic())
         self.submitted += [c.custom_id for c in calls]

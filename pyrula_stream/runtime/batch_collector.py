@@ -75,6 +75,9 @@ class _Lane:
     """Custom ids a journaled batch holds."""
     next_poll: dict[str, float] = field(default_factory=dict)
     """Per batch tag, when to ask its status next (monotonic)."""
+    resolving: set[str] = field(default_factory=set)
+    """Tags being submitted or looked up now: never two at once (a lookup that ran while
+    the submit was still on its way would not find it, and submit it again)."""
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """What runs for the partition now, by what it works on (a tag, a group)."""
 
@@ -184,7 +187,7 @@ class BatchCollector:
                 if calls and (full or old):
                     self._start(p, lane, f"submit:{group[0]}/{group[1]}", self._flush(p, group))
             for tag, record in list(ps.journal.batches.items()):
-                if now < lane.next_poll.get(tag, now):
+                if now < lane.next_poll.get(tag, now) or tag in lane.resolving:
                     continue
                 if record.batch_id is None:
                     self._start(p, lane, f"submit:{tag}", self._resolve(p, record, look=True))
@@ -258,10 +261,20 @@ class BatchCollector:
         """Give a journaled batch its provider id: found by its tag (``look``: after a
         takeover or a failed try, it may have been submitted), else submitted now."""
         lane, ps = self._lanes.get(p), self._parts.get(p)
-        if lane is None or ps is None:
+        if lane is None or ps is None or record.tag in lane.resolving:
             return
+        lane.resolving.add(record.tag)
+        try:
+            await self._submit(p, lane, ps, record, look=look)
+        finally:
+            lane.resolving.discard(record.tag)
+            if record.tag in ps.journal.batches:  # a failed try: again after the interval
+                lane.next_poll[record.tag] = time.monotonic() + self.lane.poll_interval_s
+
+    async def _submit(
+        self, p: int, lane: _Lane, ps: PartitionState, record: BatchRecord, *, look: bool
+    ) -> None:
         client = self.lane.client
-        lane.next_poll[record.tag] = time.monotonic() + self.lane.poll_interval_s  # on failure
         submitted_at = record.created_ms / 1000 if record.created_ms else None
         batch_id = await client.find(record.tag, submitted_at=submitted_at) if look else None
         if batch_id is not None:

@@ -116,8 +116,9 @@ async def test_a_takeover_between_the_batch_tag_and_its_id_finds_the_batch(
 ) -> None:
     # The provider creates the batch but the answer never reaches the collector (as if
     # the worker died after the submit, before journaling the batch's id): the next try
-    # looks the tag up instead of submitting the calls again.
-    batch = FakeBatch(model(), fail_after_submit=1)
+    # looks the tag up instead of submitting the calls again. A submit slower than the
+    # poll interval is not looked up (and submitted again) while it is on its way.
+    batch = FakeBatch(model(), fail_after_submit=1, submit_delay_s=0.6)
     agent = lane_agent(batch)
     async with running_worker(agent, kafka_bootstrap_servers, OPTIONS):
         handle = await client.submit(agent.name, question="Where is order 42?")
