@@ -16,7 +16,10 @@ batch).
   end, with batches that end ``BATCH_DELAY_S`` after their submit (the real providers
   take minutes to hours: this is the lane's own overhead, not a provider's window);
 - ``batch_calls_by_batch`` / ``batch_calls_live``: where the lane run's calls went (all by
-  batch, none live, or the lane did not carry the backlog).
+  batch, none live, or the lane did not carry the backlog), and
+  ``batch_calls_submitted_twice`` (0: the provider's log never saw a call twice).
+
+The phase's ``cost.py`` calls ``measure_batch`` with ``QUICK_TURNS`` or ``FULL_TURNS``.
 """
 
 from __future__ import annotations
@@ -43,8 +46,11 @@ from pyrula_stream.testing import wait_for
 from pyrula_stream.testing_servers.answers import Answer, Prompt, ToolCall
 from pyrula_stream.testing_servers.openai_batch import MODEL, OpenAIBatchServer
 from pyrula_stream.tools.contract import ToolContext, tool
+from pyrula_stream.wire.batches import call_id
 from pyrula_stream.wire.events import EventType, decode_event
 
+FULL_TURNS = 2000
+QUICK_TURNS = 200
 STEPS = 3
 """Model calls per turn: two asking for a tool, then the answer."""
 PARTITIONS = 4
@@ -137,6 +143,9 @@ async def _drain(bootstrap: str, turns: int, *, lane: bool, keep_topics: bool) -
         "usd_per_1000_turns": cost * 1000 / turns,
         "drain_s": round(drain_s, 2),
         "calls_by_batch": sum(1 for c in calls if c.get("via") == "batch"),
+        "calls_by_batch_once": len(
+            {call_id(str(c["custom_id"])) for c in calls if c.get("via") == "batch"}
+        ),
         "calls_live": sum(1 for c in calls if c.get("via") == "live"),
         "batches": len({c.get("batch_id") for c in calls if c.get("via") == "batch"}),
     }
@@ -160,5 +169,6 @@ async def measure_batch(bootstrap: str, *, turns: int, keep_topics: bool = False
         "batch_batches": batched["batches"],
         "batch_calls_by_batch": batched["calls_by_batch"],
         "batch_calls_live": batched["calls_live"],
+        "batch_calls_submitted_twice": batched["calls_by_batch"] - batched["calls_by_batch_once"],
         "batch_measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
