@@ -120,7 +120,10 @@ async def _drain(bootstrap: str, turns: int, *, lane: bool, keep_topics: bool) -
                 try:
                     requests = turn_requests(agent.name, turns, {"n": 1})
                     started = await asyncio.to_thread(submitter.send_all, topics.turns, requests)
-                    await wait_for(lambda: reader.reached(turns), DRAIN_TIMEOUT_S, "the drain")
+                    try:
+                        await wait_for(lambda: reader.reached(turns), DRAIN_TIMEOUT_S, "drain")
+                    except RuntimeError as exc:
+                        raise RuntimeError(f"{exc}: {await _errors(bootstrap, agent)}") from None
                     drain_s = reader.last_done - started
                 finally:
                     submitter.close()
@@ -149,6 +152,18 @@ async def _drain(bootstrap: str, turns: int, *, lane: bool, keep_topics: bool) -
         "calls_live": sum(1 for c in calls if c.get("via") == "live"),
         "batches": len({c.get("batch_id") for c in calls if c.get("via") == "batch"}),
     }
+
+
+async def _errors(bootstrap: str, agent: KafkaAgent) -> list[str]:
+    """The first few ``run:error`` events of the agent (why the bench stopped)."""
+    records = await asyncio.to_thread(read_records, bootstrap, agent.topics.events, PARTITIONS)
+    found: list[str] = []
+    for _, _, value, headers in records:
+        if value is not None and len(found) < 3:
+            event = decode_event(value, headers)
+            if event.type == EventType.RUN_ERROR:
+                found.append(f"{event.data.get('code')}: {event.data.get('message')}")
+    return found
 
 
 async def measure_batch(bootstrap: str, *, turns: int, keep_topics: bool = False) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from pyrula_stream.agent.batch import BatchLane
+from pyrula_stream.agent.batch import REQUEST_DEFERRABLE, BatchLane
+from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.durable.steps import ModelSteps, StepData
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.llm.base import ModelRequest, OutputFormat, ToolDefinition
@@ -83,10 +84,12 @@ class BatchCalls:
     def applies(self) -> bool:
         """Whether this turn's next model call goes on the lane (asked per call: a backlog
         may drain while a turn runs)."""
-        journal = self.turn.journal
+        journal, metadata = self.turn.journal, self.turn.request.metadata
         if journal.park is not None and isinstance(journal.park.get("batch"), dict):
             return True  # it waited in a batch: its call goes on where it stopped
-        return self.lane.waits(self.turn.request.metadata, self._backlog())
+        if person_waits(journal) and metadata.get(REQUEST_DEFERRABLE) is not True:
+            return False  # someone answered it a question: they wait for what follows
+        return self.lane.waits(metadata, self._backlog())
 
     def call(
         self,
@@ -138,6 +141,15 @@ class BatchCalls:
             turn.telemetry.batch_queued()
         turn.emit(Status(WAITING_FOR_BATCH, waiting="batch", custom_id=custom_id))
         raise TurnParked(wake_at_ms=int(queued["deadline_ms"]), batch=queued)
+
+
+def person_waits(journal: TurnJournal) -> bool:
+    """Whether a person took part in the turn: it asked a question (an approval, an
+    interrupt) or took an answer. Such a turn's calls stay live unless its request
+    says ``deferrable``."""
+    if journal.park is not None and journal.park.get("question"):
+        return True
+    return any(signal.get("answer") for signal in journal.signals.values())
 
 
 def _queued(park: dict[str, Any] | None, custom_id: str) -> dict[str, Any] | None:

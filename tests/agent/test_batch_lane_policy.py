@@ -14,6 +14,8 @@ from pyrula_stream.agent.batch import (
     deadline_ms_of,
     lane_metadata,
 )
+from pyrula_stream.context.batch_calls import person_waits
+from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.errors import AgentRegistrationError
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.llm.fake_batch import FakeBatch
@@ -74,3 +76,12 @@ def test_a_lane_refuses_what_it_cannot_do() -> None:
     with pytest.raises(AgentRegistrationError, match="'live' or 'fail'"):
         lane(on_failure="retry")
     assert lane(max_batch=5).batch_size == 5
+
+
+def test_a_turn_a_person_answered_stays_live() -> None:
+    assert not person_waits(TurnJournal("t"))
+    asked = TurnJournal("t", park={"question": {"key": "refund"}, "request": {}})
+    answered = TurnJournal("t", signals={"s1": {"name": "refund", "answer": True}})
+    signalled = TurnJournal("t", signals={"s1": {"name": "go", "answer": False}})
+    assert person_waits(asked) and person_waits(answered)
+    assert not person_waits(signalled)
