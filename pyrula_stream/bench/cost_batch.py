@@ -109,7 +109,7 @@ async def _drain(bootstrap: str, turns: int, *, lane: bool, keep_topics: bool) -
     their calls went."""
     log = Path(tempfile.mkdtemp(prefix="pyrula-bench-cost-")) / "calls.jsonl"
     with OpenAIBatchServer(three_steps, delay_s=BATCH_DELAY_S, log=log) as server:
-        llm = OpenAILLM(MODEL, base_url=server.base_url, api_key="bench")
+        llm = OpenAILLM(MODEL, base_url=server.base_url, api_key="bench", llm_call_timeout=120)
         agent = backlog_agent(unique_name("backlog"), llm, lane=lane)
         topics = agent.topics
         options = WorkerOptions(max_concurrent_turns=500)
