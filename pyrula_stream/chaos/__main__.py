@@ -210,7 +210,8 @@ def summary(result: ChaosResult) -> str:
             f"batch lane: {c.get('batches')} batches, {c.get('batch_calls_submitted')} calls "
             f"submitted, {c.get('batch_steps_journaled')} model steps journaled, "
             f"{c.get('model_calls_by_batch')} llm:complete by batch, "
-            f"{c.get('kills_during_batches')} kills while a batch was open"
+            f"{c.get('kills_during_batches')} kills while a batch was open "
+            f"{c.get('kills_by_batch_phase')}"
         )
     lines.append("PASS" if result.ok else "FAIL: " + ", ".join(failed))
     return "\n".join(lines)

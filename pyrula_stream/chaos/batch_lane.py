@@ -18,7 +18,9 @@ Checks (``check_batches``), all from the outside:
 - ``cost_counted_twice``: a model call with more than one ``llm:complete`` event, or a
   turn whose result counts more model calls than it has;
 - ``kills_during_batches`` (at least ``MIN_KILLS_DURING_BATCHES``): kills that landed
-  while a batch was journaled and its outcomes not yet.
+  while a batch was journaled and its outcomes not yet; ``kills_by_batch_phase`` says how
+  many landed while some batch was being submitted (journaled, no provider id yet),
+  polled, or had its turns resuming (its outcomes journaled in the last 2 s).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ BATCH_KEYS = (
     "cost_counted_twice",
 )
 MIN_KILLS_DURING_BATCHES = 4
+RESUME_WINDOW_MS = 2000
+"""A kill this soon after a batch's outcomes were journaled lands while its turns resume."""
 TOOL_NAME = "record_effect"
 
 
@@ -138,15 +142,28 @@ def check_batches(
     calls_of: dict[str, tuple[str, int]] = {}
     """Each queued call's turn and index, from the park records that queued it."""
     opened: dict[str, int] = {}
+    submitted_ms: dict[str, int] = {}
     intervals: list[tuple[int, int]] = []
+    phases: list[tuple[str, int, int]] = []
+    """(phase, from, to) of every batch: journaled and not yet submitted, submitted and
+    polled, its outcomes just applied (``RESUME_WINDOW_MS`` after)."""
     batches = 0
     for rec in sorted(journal, key=lambda r: (r.partition, r.offset)):
         if is_batch_key(rec.key):
             if rec.value is not None and rec.key not in opened:
                 opened[rec.key] = rec.ts_ms
                 batches += 1
+            elif rec.value is not None and rec.key not in submitted_ms:
+                submitted_ms[rec.key] = rec.ts_ms
             elif rec.value is None and rec.key in opened:
-                intervals.append((opened.pop(rec.key), rec.ts_ms))
+                start = opened.pop(rec.key)
+                sent = submitted_ms.pop(rec.key, start)
+                intervals.append((start, rec.ts_ms))
+                phases += [
+                    ("submitting", start, sent),
+                    ("polling", sent, rec.ts_ms),
+                    ("resuming", rec.ts_ms, rec.ts_ms + RESUME_WINDOW_MS),
+                ]
             continue
         if rec.value is None:
             continue
@@ -177,6 +194,12 @@ def check_batches(
     f.counts["kills_during_batches"] = sum(
         1 for k in kills if any(a <= k.wall_ts * 1000 <= b for a, b in intervals)
     )
+    f.counts["kills_by_batch_phase"] = {
+        phase: sum(
+            1 for k in kills if any(p == phase and a <= k.wall_ts * 1000 < b for p, a, b in phases)
+        )
+        for phase in ("submitting", "polling", "resuming")
+    }
     _check_costs(wanted, events, f)
     out: list[dict[str, Any]] = []
     for c in provider_log:
