@@ -7,6 +7,8 @@ is "unpriced" (``price_of`` returns ``None``) and the caller decides what that m
 Anthropic cache writes are priced at the 5-minute rate; a 1-hour cache (``cache_ttl="1h"``)
 costs more per written token, so pass your own price for such models if it matters.
 OpenAI does not bill cache writes separately, so its ``cache_write`` equals ``input``.
+A call through a provider's batch API costs ``batch_price`` (``batch_cost_usd``): the
+table's live prices times the provider's ``BATCH_PRICE_FACTOR``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from pyrula_stream.testing_servers._http import (
     sse_response,
 )
 from pyrula_stream.testing_servers.answers import CallError, Prompt, Responder, ScriptedResponder
-from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult
+from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult, call_digest
 from pyrula_stream.testing_servers.wire import anthropic_error, anthropic_message, anthropic_stream
 
 MODEL = "claude-sonnet-4-6"
@@ -80,6 +80,7 @@ class AnthropicBatchServer(RoutedServer):
         )
         self.live_calls = 0
         self._lock = threading.Lock()
+        self._render_lock = threading.Lock()  # one rendering of a batch's results
         self.route("POST", r"/v1/messages", self._messages)
         self.route("POST", _BATCHES, self._create)
         self.route("GET", _BATCHES, self._list)
@@ -101,7 +102,8 @@ class AnthropicBatchServer(RoutedServer):
         with self._lock:
             self.live_calls += 1
         if self._log is not None:
-            self._log.append({"via": "live", "provider": "anthropic", "ts": time.time()})
+            record = {"via": "live", "provider": "anthropic", "digest": call_digest(body)}
+            self._log.append({**record, "ts": time.time(), "pid": os.getpid()})
         prompt = Prompt("anthropic", body)
         reply = self.responder(prompt)
         if isinstance(reply, CallError):
@@ -181,11 +183,12 @@ class AnthropicBatchServer(RoutedServer):
             return _not_found(request)
         if not batch.ended:
             return _error(400, f"message batch {batch.id} has not ended; results are not ready")
-        if "results" not in batch.meta:
-            lines = [self._result_line(batch, i) for i in range(len(batch.calls))]
-            batch.meta["results"] = "".join(
-                json.dumps(x, separators=(",", ":")) + "\n" for x in lines
-            ).encode()
+        with self._render_lock:
+            if "results" not in batch.meta:
+                lines = [self._result_line(batch, i) for i in range(len(batch.calls))]
+                batch.meta["results"] = "".join(
+                    json.dumps(x, separators=(",", ":")) + "\n" for x in lines
+                ).encode()
         return Response(200, batch.meta["results"], content_type="application/binary")
 
     # -- rendering -----------------------------------------------------------------------

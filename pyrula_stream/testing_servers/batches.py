@@ -1,16 +1,19 @@
 """The life of a batch at a local provider, the same for every wire format.
 
 A batch is accepted with its calls (each logged at once, before the reply: the outside
-witness of how many times a call was submitted), runs for ``delay_s`` seconds, then ends
-``completed`` with every call answered by the responder, or ``expired`` (the first
-``answered`` calls answered, the rest not run), or ``cancelled`` (asked to stop: the calls
-not yet answered never run). A batch advances when someone looks at it, so a test that
-sets ``delay_s`` sees exactly the states it asks for, and a batch survives the clients
-that submitted it: it lives as long as the server process.
+witness of how many times a call was submitted, by custom id and by ``call_digest``),
+runs for ``delay_s`` seconds, then ends ``completed`` with every call answered by the
+responder, or ``expired`` (the first ``answered`` calls answered, the rest not run), or
+``cancelled`` (asked to stop: the calls not yet answered never run). A batch advances
+when someone looks at it, so a test that sets ``delay_s`` sees exactly the states it asks
+for, and a batch survives the clients that submitted it: it lives as long as the server
+process.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 import time
@@ -22,6 +25,14 @@ from typing import Any
 
 from pyrula_stream.testing_servers._http import CallLog
 from pyrula_stream.testing_servers.answers import Answer, CallError, Prompt, Responder
+
+
+def call_digest(body: dict[str, Any]) -> str:
+    """A short hash of a call's request body: the same call sent again (under another
+    custom id, in another batch, or live: streaming is left out) has the same digest."""
+    call = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    canonical = json.dumps(call, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:20]
 
 
 class Ending(StrEnum):
@@ -125,7 +136,7 @@ class BatchBook:
         with self._lock:
             if self.expire_every and (len(self._batches) + 1) % self.expire_every == 0:
                 batch.expire_answering = len(calls) // 2
-            for cid, _ in calls:
+            for cid, body in calls:
                 self.submitted.append((batch_id, cid))
                 if self._log is not None:
                     self._log.append(
@@ -134,6 +145,7 @@ class BatchBook:
                             "provider": self.provider,
                             "batch_id": batch_id,
                             "custom_id": cid,
+                            "digest": call_digest(body),
                             "ts": now,
                             "pid": os.getpid(),
                         }

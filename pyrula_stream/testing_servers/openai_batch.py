@@ -37,7 +37,7 @@ from pyrula_stream.testing_servers._http import (
     sse_response,
 )
 from pyrula_stream.testing_servers.answers import CallError, Prompt, Responder, ScriptedResponder
-from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult, Ending
+from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult, Ending, call_digest
 from pyrula_stream.testing_servers.wire import openai_completion, openai_error, openai_stream
 
 MODEL = "gpt-5.4-mini"
@@ -78,6 +78,7 @@ class OpenAIBatchServer(RoutedServer):
         self.live_calls = 0
         self._files: dict[str, tuple[dict[str, Any], bytes]] = {}
         self._lock = threading.Lock()
+        self._render_lock = threading.Lock()  # one set of result files per batch
         self.route("POST", _V1 + r"/chat/completions", self._chat)
         self.route("POST", _V1 + r"/files", self._upload)
         self.route("GET", _V1 + r"/files/(?P<id>[\w-]+)", self._file)
@@ -101,7 +102,8 @@ class OpenAIBatchServer(RoutedServer):
         with self._lock:
             self.live_calls += 1
         if self._log is not None:
-            self._log.append({"via": "live", "provider": "openai", "ts": time.time()})
+            record = {"via": "live", "provider": "openai", "digest": call_digest(body)}
+            self._log.append({**record, "ts": time.time(), "pid": os.getpid()})
         prompt = Prompt("openai", body)
         reply = self.responder(prompt)
         if isinstance(reply, CallError):
@@ -128,7 +130,7 @@ class OpenAIBatchServer(RoutedServer):
         return obj
 
     def _upload(self, request: Request) -> Response:
-        content_type = request.headers.get("content-type", "")
+        content_type = request.content_type
         if not content_type.startswith("multipart/form-data"):
             return _error(400, "files are uploaded as multipart/form-data")
         head = f"Content-Type: {content_type}\r\n\r\n".encode()
@@ -247,8 +249,9 @@ class OpenAIBatchServer(RoutedServer):
 
     def _batch_object(self, batch: Batch, *, fresh: bool = False) -> dict[str, Any]:
         meta = batch.meta
-        if batch.ended and "output_file_id" not in meta:
-            meta["output_file_id"], meta["error_file_id"] = self._result_files(batch)
+        with self._render_lock:
+            if batch.ended and "output_file_id" not in meta:
+                meta["output_file_id"], meta["error_file_id"] = self._result_files(batch)
         status = self._status(batch, fresh=fresh)
         ended = int(batch.ended_at) if batch.ended_at is not None else None
         errors = meta.get("errors")
