@@ -211,7 +211,8 @@ def summary(result: ChaosResult) -> str:
             f"submitted, {c.get('batch_steps_journaled')} model steps journaled, "
             f"{c.get('model_calls_by_batch')} llm:complete by batch, "
             f"{c.get('kills_during_batches')} kills while a batch was open "
-            f"{c.get('kills_by_batch_phase')}"
+            f"{c.get('kills_by_batch_phase')}, {c.get('kills_after_batch_tag')} of them right "
+            "after a batch was journaled"
         )
     lines.append("PASS" if result.ok else "FAIL: " + ", ".join(failed))
     return "\n".join(lines)

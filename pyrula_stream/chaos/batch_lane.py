@@ -17,6 +17,10 @@ Checks (``check_batches``), all from the outside:
   response journaled as more than one model step;
 - ``cost_counted_twice``: a model call with more than one ``llm:complete`` event, or a
   turn whose result counts more model calls than it has;
+Besides the monkey's kills, ``BatchKiller`` SIGKILLs a partition's owner right after one
+of its batches is journaled (``TAG_KILLS`` times): the window where a crash could submit
+the calls twice.
+
 - ``kills_during_batches`` (at least ``MIN_KILLS_DURING_BATCHES``): kills that landed
   while a batch was journaled and its outcomes not yet; ``kills_by_batch_phase`` says how
   many landed while some batch was being submitted (journaled, no provider id yet),
@@ -26,18 +30,24 @@ Checks (``check_batches``), all from the outside:
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.chaos.model_server import MODEL, TURN_PATTERN, answer_for
-from pyrula_stream.chaos.monkey import KillRecord
+from pyrula_stream.chaos.monkey import KillRecord, Monkey
 from pyrula_stream.chaos.processes import Managed, child_env
 from pyrula_stream.chaos.verify import Findings, Record, readable_events
+from pyrula_stream.kafka.admin import DEFAULT_PREFIX, group_assignment
+from pyrula_stream.kafka.io import PartitionReader
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.batches import BATCH_RESULT_KIND, call_id, is_batch_key
 from pyrula_stream.wire.events import EventType
@@ -55,6 +65,8 @@ BATCH_KEYS = (
     "cost_counted_twice",
 )
 MIN_KILLS_DURING_BATCHES = 4
+TAG_KILLS = 3
+"""Kills aimed at the window between a batch's journaling and its provider id's."""
 RESUME_WINDOW_MS = 2000
 """A kill this soon after a batch's outcomes were journaled lands while its turns resume."""
 TOOL_NAME = "record_effect"
@@ -194,6 +206,7 @@ def check_batches(
     f.counts["kills_during_batches"] = sum(
         1 for k in kills if any(a <= k.wall_ts * 1000 <= b for a, b in intervals)
     )
+    f.counts["kills_after_batch_tag"] = sum(1 for k in kills if k.kind == "after_batch_tag")
     f.counts["kills_by_batch_phase"] = {
         phase: sum(
             1 for k in kills if any(p == phase and a <= k.wall_ts * 1000 < b for p, a, b in phases)
@@ -237,3 +250,77 @@ def _check_costs(wanted: set[str], events: list[Record], f: Findings) -> None:
                 example=f"{turn}: result counts {counted[turn]} calls, made {len(calls)}",
             )
     f.counts["model_calls_by_batch"] = batched
+
+
+class BatchKiller(threading.Thread):
+    """Kills the owner of a partition right after one of its batches is journaled, before
+    its provider id is: the window where a crash could submit the batch's calls twice.
+
+    Random kills rarely land in it (a submit takes milliseconds), so this thread follows
+    the journal (read_committed) and, for the first record of a ``batch/<tag>`` key (the
+    one written before the submit), SIGKILLs the worker that owns its partition (a random
+    live one when the owner is unknown) and restarts it: at most ``kills`` times,
+    ``min_gap_s`` apart so the group settles between them.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        agent: str,
+        partitions: int,
+        monkey: Monkey,
+        rng: random.Random,
+        all_done: Callable[[], bool],
+        *,
+        kills: int = TAG_KILLS,
+        min_gap_s: float = 5.0,
+    ) -> None:
+        super().__init__(name="chaos-batch-killer", daemon=True)
+        self.bootstrap, self.monkey, self.rng, self.all_done = bootstrap, monkey, rng, all_done
+        self.max_kills, self.min_gap_s = kills, min_gap_s
+        topics = AgentTopics.for_agent(agent, DEFAULT_PREFIX)
+        self.turns = topics.turns
+        self.group = f"{DEFAULT_PREFIX}.{agent}.workers"
+        self.kills = 0
+        self.errors: list[str] = []
+        self._seen: set[str] = set()
+        self._halt = threading.Event()
+        self._reader = PartitionReader(
+            bootstrap, topics.journal, client_id=f"chaos-batches-{uuid.uuid4().hex[:6]}"
+        )
+        self._reader.seek_partitions(list(range(partitions)), int(time.time() * 1000))
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set() and self.kills < self.max_kills:
+                try:
+                    records = list(self._reader.poll(0.02))
+                except Exception as exc:  # the broker may be busy: read on
+                    self.errors.append(repr(exc))
+                    self._halt.wait(0.5)
+                    continue
+                for key, value, _, partition, _ in records:
+                    name = (key or b"").decode(errors="replace")
+                    if value is None or not is_batch_key(name) or name in self._seen:
+                        continue
+                    self._seen.add(name)
+                    self._kill_owner(partition, name)
+        finally:
+            self._reader.close()
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.is_alive():
+            self.join(30)
+
+    def _kill_owner(self, partition: int, key: str) -> None:
+        last = self.monkey.kills[-1].wall_ts if self.monkey.kills else 0.0
+        if time.time() - last < self.min_gap_s or self.all_done() or self._halt.is_set():
+            return
+        owners = group_assignment(self.bootstrap, self.group, self.turns, 3.0) or {}
+        workers = self.monkey.workers
+        owner = next((w for w in workers if w.worker_id == owners.get(partition)), None)
+        victim = owner or self.rng.choice([w for w in workers if w.alive()] or workers)
+        self.kills += 1
+        detail = f"{key} journaled at partition {partition}, {'owner' if owner else 'random'}"
+        self.monkey.kill_and_restart(victim, "after_batch_tag", detail)

@@ -35,6 +35,7 @@ from pyrula_stream.chaos.batch_lane import (
     BATCH_KEYS,
     BATCH_URL_ENV,
     MIN_KILLS_DURING_BATCHES,
+    BatchKiller,
     BatchProvider,
     check_batches,
 )
@@ -255,6 +256,7 @@ class _Run:
         self.hostile: HostileSender | None = None
         self.reviewer: Reviewer | None = None
         self.killer: AnswerKiller | None = None
+        self.batch_killer: BatchKiller | None = None
         self.kills: list[KillRecord] = []
         """The monkey's kills (what ``--batch`` checks against the batches' lives)."""
         self.batch_log = run_dir / "batch-calls.jsonl"
@@ -569,6 +571,12 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 if cfg.subagents
                 else None,
             )
+            if cfg.batch:
+                run.batch_killer = BatchKiller(
+                    bootstrap, agent, cfg.partitions, monkey, random.Random(f"{seed}-b"),
+                    lambda: run.finished(mon),
+                )  # fmt: skip
+                run.batch_killer.start()
             if cfg.approvals:
                 run.killer = AnswerKiller(
                     bootstrap, agent, cfg.partitions, monkey, random.Random(f"{seed}-k"),
@@ -617,6 +625,8 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 cleanup.append(run.reviewer.stop)
             if run.killer is not None:
                 cleanup.append(run.killer.stop)
+            if run.batch_killer is not None:
+                cleanup.append(run.batch_killer.stop)
             cleanup += [w.kill for w in workers]
             cleanup.append(lambda: server.stop(5))
             if provider is not None:
