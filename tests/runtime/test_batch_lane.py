@@ -210,3 +210,16 @@ async def test_an_expired_batch_sends_its_calls_live_and_counts_them(
     assert len(batch.submitted) == 2  # each call tried once by batch, then live
     assert f'pyrula_batch_calls_total{{agent="{agent.name}",event="failed"}} 2.0' in metrics
     assert any("sent live" in str(e.data.get("text")) for e in events if e.type == "status")
+
+
+async def test_on_failure_fail_fails_the_turn_when_its_batch_expires(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    batch = FakeBatch(model(), expire=True)
+    agent = lane_agent(batch, on_failure="fail")
+    async with running_worker(agent, kafka_bootstrap_servers, OPTIONS):
+        handle = await client.submit(agent.name, question="Where is order 42?")
+        events = await events_of(client, agent.name, handle.turn_id)
+    assert events[-1].type == "run:error", [(e.type, e.data) for e in events]
+    assert "batch call" in events[-1].data["message"] and "expired" in events[-1].data["message"]
+    assert len(batch.submitted) == 1 and not [e for e in events if e.type == "llm:complete"]
