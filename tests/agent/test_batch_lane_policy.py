@@ -3,6 +3,7 @@ the request for it (no broker: the lane's decisions are plain functions)."""
 
 from __future__ import annotations
 
+import argparse
 from datetime import UTC, datetime
 
 import pytest
@@ -14,6 +15,8 @@ from pyrula_stream.agent.batch import (
     deadline_ms_of,
     lane_metadata,
 )
+from pyrula_stream.cli import build_parser
+from pyrula_stream.cli.turns import _deadline
 from pyrula_stream.context.batch_calls import person_waits
 from pyrula_stream.durable.journal import TurnJournal
 from pyrula_stream.errors import AgentRegistrationError
@@ -85,3 +88,14 @@ def test_a_turn_a_person_answered_stays_live() -> None:
     signalled = TurnJournal("t", signals={"s1": {"name": "go", "answer": False}})
     assert person_waits(asked) and person_waits(answered)
     assert not person_waits(signalled)
+
+
+def test_the_cli_submit_takes_deferrable_and_a_deadline() -> None:
+    def submit(*flags: str) -> argparse.Namespace:
+        return build_parser({}).parse_args(["submit", "enrich", "x=1", *flags])
+
+    assert submit().deferrable is None and submit().deadline is None
+    asked = submit("--deferrable", "--deadline", "1798135200")
+    assert asked.deferrable is True and _deadline(asked.deadline) == 1798135200.0
+    assert submit("--no-deferrable").deferrable is False
+    assert _deadline("2026-12-24T18:00:00+00:00") == "2026-12-24T18:00:00+00:00"
