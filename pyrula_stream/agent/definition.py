@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic.errors import PydanticUserError
 
+from pyrula_stream.agent.batch import BatchLane
 from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.agent.output import OutputSpec
 from pyrula_stream.agent.tenants import (
@@ -165,6 +166,8 @@ class KafkaAgent:
     """Opted in to parking turns for a person (tool approvals, ``ctx.interrupt``)."""
     tenancy: Tenancy = field(default_factory=Tenancy)
     """Where a turn's tenant comes from and what each tenant may use (``tenants.py``)."""
+    batch: BatchLane | None = None
+    """Model calls that may wait for the provider's batch API (``batch.py``)."""
 
     @property
     def shared_prefix(self) -> str:
@@ -229,6 +232,7 @@ def kafka_agent(
     tenant_overrides: Mapping[str, TenantLimits] | None = None,
     on_quota: OnQuota = "defer",
     unknown_tenants: UnknownTenants = "shared",
+    batch: BatchLane | None = None,
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
@@ -260,6 +264,9 @@ def kafka_agent(
     A tenant nobody configured (no override in code or in the tenants topic, no signature
     under the workers' ``tenant_key``) runs as the one shared tenant ``"unknown"``
     (``unknown_tenants="own"`` gives each id its own share). See docs/tenants.md.
+    ``batch=BatchLane(client, when=...)`` lets model calls that may wait go to the
+    provider's batch API at its batch price, the turn parked meanwhile. See
+    docs/batch-lane.md.
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
@@ -296,6 +303,7 @@ def kafka_agent(
                 on_quota,
                 unknown_tenants,
             ),
+            batch=_batch_lane(agent_name, batch),
         )
         for check in _BIND_CHECKS:
             check(agent)
@@ -304,6 +312,14 @@ def kafka_agent(
         return agent
 
     return bind
+
+
+def _batch_lane(agent_name: str, batch: Any) -> BatchLane | None:
+    if batch is None or isinstance(batch, BatchLane):
+        return batch
+    raise AgentRegistrationError(
+        f"agent '{agent_name}': batch= takes a BatchLane(client, ...), not {type(batch).__name__}"
+    )
 
 
 # -- the refusals at bind time: one check a rule, run in order by ``kafka_agent`` ---------

@@ -106,8 +106,15 @@ def price_for(model: str, limits: AgentLimits) -> Any:
     return price
 
 
-def bill(spend: Spend, response: ModelResponse, limits: AgentLimits, default_model: str) -> None:
-    """Add one model call's usage (and its cost, when the model is priced) to ``spend``."""
+def bill(
+    spend: Spend,
+    response: ModelResponse,
+    limits: AgentLimits,
+    default_model: str,
+    factor: float = 1.0,
+) -> None:
+    """Add one model call's usage (and its cost, when the model is priced) to ``spend``;
+    ``factor`` scales the price (``BATCH_PRICE_FACTOR`` for a call that went by batch)."""
     usage = response.usage
     spend.llm_calls += 1
     spend.input_tokens += usage.input_tokens
@@ -116,7 +123,7 @@ def bill(spend: Spend, response: ModelResponse, limits: AgentLimits, default_mod
     spend.cache_read_input_tokens += usage.cache_read_input_tokens
     price = price_for(response.model or default_model, limits)
     if price is not None:
-        spend.cost_usd += cost_usd(usage, price)
+        spend.cost_usd += cost_usd(usage, price) * factor
 
 
 def check_spent(limits: AgentLimits, spend: Spend, before: str = "") -> None:

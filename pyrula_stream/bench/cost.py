@@ -27,6 +27,7 @@ from typing import Any
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.agent.limits import AgentLimits
+from pyrula_stream.bench.cost_batch import FULL_TURNS, QUICK_TURNS, measure_batch
 from pyrula_stream.bench.harness import PREFIX, agent_topics, drop_topics, in_process_worker
 from pyrula_stream.bench.harness import unique as unique_name
 from pyrula_stream.llm.anthropic import AnthropicLLM
@@ -239,4 +240,6 @@ async def run_cost(
     measurements that shrink in a quick run (caching's 20-step turn does not)."""
     results: dict[str, Any] = {}
     results.update(await measure_caching(bootstrap, keep_topics=keep_topics))
+    turns = QUICK_TURNS if quick else FULL_TURNS
+    results.update(await measure_batch(bootstrap, turns=turns, keep_topics=keep_topics))
     return results

@@ -145,6 +145,7 @@ def headline(results: dict[str, Any], json_path: Path | None = None) -> dict[str
         },
         "cache_cost_fraction": cost.get("cache_cost_fraction"),
         "cache_cost_fraction_after_compaction": cost.get("cache_cost_fraction_after_compaction"),
+        "batch_cost_fraction": cost.get("batch_cost_fraction"),
         "baseline_cpu_ms_per_turn": base.get("cpu_ms_per_turn"),
         "baseline_cpu_ms_per_step": base.get("cpu_ms_per_step"),
         "baseline_ratio": base.get("ratio"),

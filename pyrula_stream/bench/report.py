@@ -414,6 +414,20 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str]]:
                 "<= 0.45",
             ),
         ]
+    if cost.get("batch_cost_fraction") is not None:
+        out += [
+            (
+                f"{cost['batch_turns']:,} three-step backlog turns: dollars per 1,000, "
+                "batch lane / live",
+                _fmt(cost["batch_cost_fraction"], 3),
+                "<= 0.55",
+            ),
+            (
+                "  drained in, batch lane / live (s)",
+                f"{cost['batch_drain_s']} / {cost['live_drain_s']}",
+                "",
+            ),
+        ]
     tel = results.get("telemetry")
     if tel:
         what = "metrics + tracing" if tel["tracing_exported"] else "metrics (no OTel SDK)"

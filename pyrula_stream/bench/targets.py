@@ -322,6 +322,12 @@ ISSUE_49 = (
         (_p("cache_cost_fraction_after_compaction", "le", 0.45),),
         49,
     ),
+    Target(
+        "three-step backlog turns, dollars per 1,000 on the batch lane / live "
+        "(`batch_cost_fraction`)",
+        (_p("batch_cost_fraction", "le", 0.55),),
+        49,
+    ),
 )
 """Issue 49's cost rows (the cost phase)."""
 

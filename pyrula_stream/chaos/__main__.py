@@ -9,8 +9,10 @@ also ``worker_crashes``, ``hostile_not_in_dlq``, ``forged_replies_taken``,
 ``valid_turns_stuck``; with ``--approvals`` also ``approved_not_run``, ``rejected_ran``,
 ``answers_lost`` and ``answers_doubled``; with ``--tenants`` also ``quota_overshoot``, and
 at least one deferral; with ``--large`` also ``dangling_refs`` and ``orphans_left``, with
-``large_turns`` at least 50 and at least one kill between object write and commit), else 1.
-``--autoscale`` is a run of its own (``autoscale.py``):
+``large_turns`` at least 50 and at least one kill between object write and commit; with
+``--batch`` also ``batch_calls_submitted_twice``,
+``batch_responses_applied_twice`` and ``cost_counted_twice``, and at least 4
+``kills_during_batches``), else 1. ``--autoscale`` is a run of its own (``autoscale.py``):
 workers scaled on lag as KEDA would, gating also ``parked_not_resumed``.
 
 With ``--hostile`` the run is ``--secured`` by default (its own SASL broker with the
@@ -29,6 +31,7 @@ from typing import Any
 
 from pyrula_stream.chaos.approvals import APPROVAL_KEYS
 from pyrula_stream.chaos.autoscale import AutoscaleConfig, autoscale_summary, run_autoscale
+from pyrula_stream.chaos.batch_lane import BATCH_KEYS, MIN_KILLS_DURING_BATCHES
 from pyrula_stream.chaos.harness import (
     GATE_KEYS,
     THREAD_GATE_KEYS,
@@ -114,6 +117,11 @@ EXPLAIN = {
     "tenant_quota_stops": "running turns stopped at their tenant's quota (--tenants)",
     "dangling_refs": "references whose object is missing or altered, after one sweep (--large)",
     "orphans_left": "stored objects no live record references, after one sweep (--large)",
+    "batch_calls_submitted_twice": "calls the batch provider was given more than once (--batch)",
+    "batch_responses_applied_twice": "batch outcomes journaled (or applied as model steps) "
+    "more than once (--batch)",
+    "cost_counted_twice": "model calls billed more than once (--batch)",
+    "batch_failures": "batch calls journaled without a response (sent live instead)",
 }
 
 
@@ -156,6 +164,7 @@ def summary(result: ChaosResult) -> str:
         gated = gated or (key in APPROVAL_KEYS and "approved_not_run" in c)
         gated = gated or (key in TENANT_KEYS and "quota_overshoot" in c)
         gated = gated or (key in LARGE_KEYS and "dangling_refs" in c)
+        gated = gated or (key in BATCH_KEYS and "batch_calls_submitted_twice" in c)
         mark = "FAIL" if gated and n else ("note" if n else " ok ")
         lines.append(f"[{mark}] {key:<28} {n:>5}  {text}")
         for example in result.examples.get(key, [])[:3]:
@@ -212,6 +221,18 @@ def summary(result: ChaosResult) -> str:
             failed.append(f"large_turns (under {MIN_LARGE_TURNS})")
         if not c.get("kills_after_objects"):
             failed.append("kills_after_objects (none: no kill hit the window)")
+    if "batch_calls_submitted_twice" in c:
+        failed += [k for k in BATCH_KEYS if c.get(k, 1)]
+        if c.get("kills_during_batches", 0) < MIN_KILLS_DURING_BATCHES:
+            failed.append(f"kills_during_batches < {MIN_KILLS_DURING_BATCHES}")
+        lines.append(
+            f"batch lane: {c.get('batches')} batches, {c.get('batch_calls_submitted')} calls "
+            f"submitted, {c.get('batch_steps_journaled')} model steps journaled, "
+            f"{c.get('model_calls_by_batch')} llm:complete by batch, "
+            f"{c.get('kills_during_batches')} kills while a batch was open "
+            f"{c.get('kills_by_batch_phase')}, {c.get('kills_after_batch_tag')} of them right "
+            "after a batch was journaled"
+        )
     lines.append("PASS" if result.ok else "FAIL: " + ", ".join(failed))
     return "\n".join(lines)
 
@@ -346,6 +367,13 @@ def main(argv: list[str] | None = None) -> int:
         "or --approvals asks for another setup)",
     )
     p.add_argument(
+        "--batch",
+        action="store_true",
+        help="the model calls go by the batch lane to an OpenAI batch server of its own "
+        "process; gate batch_calls_submitted_twice, batch_responses_applied_twice and "
+        f"cost_counted_twice, and kills_during_batches >= {MIN_KILLS_DURING_BATCHES}",
+    )
+    p.add_argument(
         "--autoscale",
         action="store_true",
         help="scale worker processes between 1 and --max-workers on the turns topic's lag as "
@@ -428,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         subagents=args.subagents,
         approvals=args.approvals,
         tenants=args.tenants,
+        batch=args.batch,
         secured=args.secured,
         hostile=(
             (args.hostile_records if args.hostile_records is not None else max(20, args.turns // 2))

@@ -17,6 +17,8 @@ it through the environment, so each run gets its own agent name (hence its own t
   small quotas of ``chaos/tenants.py``;
 - ``park="sleep"`` or ``park="signal"`` (``--autoscale``): after its tool call the turn
   parks on a durable timer or a signal (``chaos/parking.py``);
+- ``PYRULA_CHAOS_BATCH_URL``: the model calls go by the batch lane to the provider
+  there (``chaos/batch_lane.py``);
 - ``PYRULA_CHAOS_HOSTILE=1``: a turn with ``ask=True`` (sent by the hostile producer, never
   by the submitter) parks on ``gated_effect`` at once; turns have tenants, a tenant not
   in ``chaos/tenants.py`` held to ``hostile_caps.UNKNOWN_TENANT_LIMITS``.
@@ -32,6 +34,7 @@ from typing import Any
 
 from pyrula_stream.agent.definition import kafka_agent
 from pyrula_stream.agent.limits import DEFAULT_MAX_TOOL_RESULT_BYTES, AgentLimits
+from pyrula_stream.chaos.batch_lane import chaos_lane
 from pyrula_stream.chaos.effects import (
     AGENT_ENV,
     APPROVALS_ENV,
@@ -129,6 +132,7 @@ async def chaos_child(ctx: AgentContext, parent: str, i: int) -> dict[str, Any]:
     partitions=int(os.environ.get(PARTITIONS_ENV, "6")),
     timeout=300.0,
     human_in_the_loop=os.environ.get(APPROVALS_ENV) == "1" or HOSTILE,
+    batch=chaos_lane(),
     **_tenancy(),
 )
 async def chaos(

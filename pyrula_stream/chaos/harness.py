@@ -31,6 +31,14 @@ from pyrula_stream.chaos import hostile, hostile_caps_check, hostile_check, veri
 from pyrula_stream.chaos.answer_kills import AnswerKiller, check_answer_kills
 from pyrula_stream.chaos.approvals import APPROVAL_KEYS, Reviewer, check_approvals, read_answers
 from pyrula_stream.chaos.autoscale_check import AUTOSCALE_KEYS
+from pyrula_stream.chaos.batch_lane import (
+    BATCH_KEYS,
+    BATCH_URL_ENV,
+    MIN_KILLS_DURING_BATCHES,
+    BatchKiller,
+    BatchProvider,
+    check_batches,
+)
 from pyrula_stream.chaos.broker import BrokerRestart, BrokerRestarter, OwnBroker, run_broker
 from pyrula_stream.chaos.cluster import ClusterKiller, cluster_counts
 from pyrula_stream.chaos.effects import (
@@ -147,6 +155,9 @@ class ChaosConfig:
     large_store: str = "local"
     """``--large-store s3``: the store is a real S3 server on loopback
     (``objects/s3_server``), not a local directory."""
+    batch: bool = False
+    """``--batch``: the model calls go by the batch lane to a provider process of their
+    own (``batch_lane.py``)."""
 
 
 @dataclass
@@ -174,6 +185,10 @@ class ChaosResult:
             if self.counts.get("large_turns", 0) < MIN_LARGE_TURNS:
                 return False
             if self.counts.get("kills_after_objects", 0) < 1:
+                return False
+        if "batch_calls_submitted_twice" in self.counts:
+            gated += BATCH_KEYS
+            if self.counts.get("kills_during_batches", 0) < MIN_KILLS_DURING_BATCHES:
                 return False
         # A tenants run proves something only if the quotas really deferred turns.
         tenants_ok = "quota_overshoot" not in self.counts or self.counts.get("deferrals", 0) >= 1
@@ -276,6 +291,10 @@ class _Run:
         self.hostile: HostileSender | None = None
         self.reviewer: Reviewer | None = None
         self.killer: AnswerKiller | None = None
+        self.batch_killer: BatchKiller | None = None
+        self.kills: list[KillRecord] = []
+        """The monkey's kills (what ``--batch`` checks against the batches' lives)."""
+        self.batch_log = run_dir / "batch-calls.jsonl"
         self.control_skips: dict[str, int] = {}
         """Each worker's count of skipped control records once the hostile ones settled."""
         self.store_dir = run_dir / "objects"
@@ -414,7 +433,11 @@ class _Run:
             verify.check_threads(self.threads, events, threads, f)
         journal = self.read(self.topics.journal)
         view = verify.check_journal(ids, journal, f)
-        verify.check_model_calls(ids, verify.read_jsonl(str(self.calls)), view, f)
+        calls = verify.read_jsonl(str(self.calls))
+        if self.cfg.batch:
+            provider = verify.read_jsonl(str(self.batch_log))
+            calls += check_batches(ids, journal, events, provider, self.kills, f)
+        verify.check_model_calls(ids, calls, view, f)
         verify.check_effects(ids, str(self.effects), view, f)
         dlq = self.read(self.topics.dlq)
         f.counts["dead_letters"] = len(dlq)
@@ -526,12 +549,16 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
             max_latency_ms=cfg.max_latency_ms,
             seed=seed,
         )
+        provider = BatchProvider(run_dir, run.batch_log) if cfg.batch else None
         workers: list[Worker] = []
         monitor: EventMonitor | None = None
         monkey: Monkey | None = None
         try:
             url = server.start_and_wait()
             say(f"model server: {url} (pid {server.pid})")
+            batch_url = provider.start_and_wait() if provider is not None else ""
+            if provider is not None:
+                say(f"batch provider: {batch_url} (pid {provider.pid})")
             env = child_env(
                 {
                     AGENT_ENV: agent,
@@ -552,6 +579,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                         if cfg.large
                         else {}
                     ),
+                    BATCH_URL_ENV: batch_url,
                 }
             )
             worker_args = ["--group-protocol", cfg.group_protocol]
@@ -615,6 +643,12 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 if cfg.subagents
                 else None,
             )
+            if cfg.batch:
+                run.batch_killer = BatchKiller(
+                    bootstrap, agent, cfg.partitions, monkey, random.Random(f"{seed}-b"),
+                    lambda: run.finished(mon),
+                )  # fmt: skip
+                run.batch_killer.start()
             if cfg.approvals:
                 run.killer = AnswerKiller(
                     bootstrap, agent, cfg.partitions, monkey, random.Random(f"{seed}-k"),
@@ -663,8 +697,12 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 cleanup.append(run.reviewer.stop)
             if run.killer is not None:
                 cleanup.append(run.killer.stop)
+            if run.batch_killer is not None:
+                cleanup.append(run.batch_killer.stop)
             cleanup += [w.kill for w in workers]
             cleanup.append(lambda: server.stop(5))
+            if provider is not None:
+                cleanup.append(lambda: provider.stop(5))
             if monitor is not None:
                 cleanup.append(monitor.stop)
             for step in cleanup:
@@ -673,6 +711,7 @@ def run_chaos(cfg: ChaosConfig) -> ChaosResult:
                 except Exception as exc:  # keep cleaning up: no process may be left behind
                     say(f"cleanup step failed: {exc!r}")
         say("reading the topics back (read_committed) and checking ...")
+        run.kills = monkey.kills if monkey is not None else []
         f = run.check()
     kills = monkey.kills if monkey is not None else []
     f.counts.update(

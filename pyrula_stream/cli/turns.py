@@ -46,10 +46,22 @@ def no_worker_hint(
     )
 
 
+def _deadline(text: str | None) -> float | str | None:
+    """``--deadline``: epoch seconds or ISO 8601 text (checked by the client)."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from pyrula_stream.client.kafka_client import KafkaAgentClient
 
     params = parse_params(args.params)
+    if args.wait and args.deferrable is None:
+        args.deferrable = False  # someone waits on this turn: it stays live unless told
     bootstrap = bootstrap_from(args)
     settings = kafka_config_from(args)
 
@@ -62,7 +74,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
             serialization=args.serialization,
         ) as client:
             handle = await client.submit(
-                args.agent, idempotency_key=args.idempotency_key, thread_id=args.thread, **params
+                args.agent,
+                idempotency_key=args.idempotency_key,
+                thread_id=args.thread,
+                deferrable=args.deferrable,
+                deadline=_deadline(args.deadline),
+                **params,
             )
             print(handle.turn_id, flush=True)
             if not args.wait:
@@ -251,6 +268,18 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     s.add_argument("--idempotency-key", default=None)
     s.add_argument("--thread", default=None)
     s.add_argument("--wait", action="store_true", help="print the turn's events until it ends")
+    s.add_argument(
+        "--deferrable",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whether the turn's model calls may wait in the agent's batch lane "
+        "(docs/batch-lane.md); --wait submits --no-deferrable unless told",
+    )
+    s.add_argument(
+        "--deadline",
+        default=None,
+        help="until when its calls may wait in a batch: ISO 8601 or epoch seconds",
+    )
     s.add_argument(
         "--timeout",
         type=positive_seconds,

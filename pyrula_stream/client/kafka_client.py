@@ -22,6 +22,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from pyrula_stream.agent.batch import Deadline, lane_metadata
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.client.event_reader import SharedEventReader, Subscription, TurnStream
 from pyrula_stream.client.outgoing_caps import check_request, check_turn_id
@@ -199,9 +200,20 @@ class KafkaAgentClient(SignalsClient):
         idempotency_key: str | None = None,
         metadata: dict[str, Any] | None = None,
         thread_id: str | None = None,
+        deferrable: bool | None = None,
+        deadline: Deadline | None = None,
         **params: Any,
     ) -> TurnHandle:
-        """Produce a turn request; returns once the broker acknowledged it."""
+        """Produce a turn request; returns once the broker acknowledged it.
+
+        ``deferrable`` and ``deadline`` (a ``datetime``, epoch seconds or ISO 8601) say
+        whether the turn's model calls may wait in an agent's batch lane, and until when
+        (see docs/batch-lane.md)."""
+        if deferrable is not None or deadline is not None:
+            try:
+                metadata = {**(metadata or {}), **lane_metadata(deferrable, deadline)}
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
         return await self.submit_request(
             new_request(agent, idempotency_key, metadata, thread_id, params)
         )

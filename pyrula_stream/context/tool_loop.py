@@ -24,6 +24,7 @@ from pyrula_stream.agent.limits import (
     check_wall_time,
 )
 from pyrula_stream.context.approvals import Question, QuestionPending, ask
+from pyrula_stream.context.batch_calls import batch_factor
 from pyrula_stream.context.compaction import compacted_history
 from pyrula_stream.context.tool_calls import MAX_UNKNOWN_NAME, ToolCall, ToolCalls
 from pyrula_stream.durable.journal import model_call_fingerprint, tools_fingerprint
@@ -53,6 +54,7 @@ from pyrula_stream.wire.subagents import TurnParked
 
 if TYPE_CHECKING:
     from pyrula_stream.context.agent_calls import AgentCalls
+    from pyrula_stream.context.batch_calls import BatchCalls
     from pyrula_stream.mcp.discovery import MCPToolbox
 
 PROVIDER_FAILURES = (ProviderStreamTruncated, LLMProviderUnavailable, LLMRateLimited, LLMError)
@@ -79,6 +81,7 @@ class ToolLoop:
     __slots__ = (
         "_last_run",
         "agent_calls",
+        "batch",
         "last_answer",
         "limits",
         "llm",
@@ -110,6 +113,8 @@ class ToolLoop:
         self.tool_calls = tool_calls
         self.agent_calls: AgentCalls | None = None
         """Set by the executor: how a sub-agent offered as a tool is called."""
+        self.batch: BatchCalls | None = None
+        """Set by the executor for an agent with a batch lane: calls that may wait."""
         self.output_instructions = output_instructions
         self.output_format = output_format
         """The output schema for providers that take it natively (then not in the prompt)."""
@@ -330,7 +335,15 @@ class ToolLoop:
                     tokens=tokens,
                     cache_key=conversation_cache_key(turn),
                 )
-                data = await self._live_call(index, request, live_response)
+                batched = None
+                if self.batch is not None and self.batch.applies():
+                    batched = self.batch.call(index, step, input_hash, request, self._checks)
+                    if batched is not None and "response" in batched:
+                        live_response.append(ModelResponse.model_validate(batched["response"]))
+                if batched is None:
+                    data = await self._live_call(index, request, live_response)
+                else:
+                    data = batched
                 records = _LiveCallRecords(self, index, live_response)  # made only now
                 turn.record_step(
                     step, "llm", "llm", input_hash, data, records.events, records.usage
@@ -345,8 +358,25 @@ class ToolLoop:
             failure = {cls.__name__: cls for cls in PROVIDER_FAILURES}[data["error"]["type"]]
             raise failure(data["error"]["message"])
         if replayed:
-            bill(turn.spend, response, self.limits, self.llm.model)
+            bill(turn.spend, response, self.limits, self.llm.model, _price_factor(data))
         return response
+
+    def _checks(self, request: ModelRequest) -> None:
+        """What a live call checks before it goes out, for a call queued on the batch lane
+        instead: the wall time, the turn's budget and its tenant's quotas."""
+        turn = self.turn
+        check_wall_time(self.limits, turn.started_ms)
+        check_model_budget(
+            self.limits,
+            turn.spend,
+            self.llm.model,
+            request.messages,
+            request.system,
+            request.tools,
+            request.tokens,
+        )
+        if turn.meter is not None:
+            turn.meter.before_model_call()
 
     async def _live_call(
         self, index: int, request: ModelRequest, parsed: list[ModelResponse]
@@ -567,7 +597,10 @@ class _LiveCallRecords:
         if "error" in data:
             return []
         loop, turn, response = self.loop, self.loop.turn, self.response[0]
-        bill(turn.spend, response, loop.limits, loop.llm.model)
+        factor = _price_factor(data)
+        bill(turn.spend, response, loop.limits, loop.llm.model, factor)
+        if factor != 1.0:
+            _saved(loop, response, factor)
         turn.telemetry.tenant_prompt(response.usage)  # the tenant's cached fraction
         return [
             LlmComplete(
@@ -580,6 +613,7 @@ class _LiveCallRecords:
                 stop_reason=response.stop_reason,
                 usage=response.usage.as_dict(),
                 total=turn.spend.as_dict(),
+                batch=data.get("batch"),
             )
         ]
 
@@ -588,9 +622,26 @@ class _LiveCallRecords:
         if turn.meter is None or "error" in data:
             return []
         call = Spend()
-        bill(call, self.response[0], loop.limits, loop.llm.model)
+        bill(call, self.response[0], loop.limits, loop.llm.model, _price_factor(data))
         turn.telemetry.tenant_used(call.billed_tokens)
         return turn.meter.model_used(self.index, call.billed_tokens, call.cost_usd)
+
+
+def _price_factor(data: StepData) -> float:
+    """What a model call's step is billed at: its provider's batch price when it went by
+    batch (``batch_factor``)."""
+    batch = data.get("batch")
+    return batch_factor(batch.get("provider")) if isinstance(batch, dict) else 1.0
+
+
+def _saved(loop: ToolLoop, response: ModelResponse, factor: float) -> None:
+    """Count what a batch call saved against its live price (priced models only)."""
+    metrics = loop.turn.telemetry.metrics
+    if metrics is None:
+        return
+    live = Spend()
+    bill(live, response, loop.limits, loop.llm.model)
+    metrics.batch.saved(live.cost_usd * (1.0 - factor))
 
 
 def _append(

@@ -18,9 +18,12 @@ from typing import Any
 from pyrula_stream.durable.idempotency import IdempotencyKeys
 from pyrula_stream.errors import MalformedRecordError, ReplayInputChanged
 from pyrula_stream.kafka.offsets import ConsumedRecord
+from pyrula_stream.wire.batches import BATCH_RESULT_KIND, BatchRecord, is_batch_key
 from pyrula_stream.wire.fingerprint import RunningFingerprint, fingerprint
 from pyrula_stream.wire.guard import bad_record_reason
 from pyrula_stream.wire.journal_keys import (
+    BATCH_PREFIX,
+    BATCH_RESULT,
     CURSOR_KEYS,
     DEAD_LETTERED_PREFIX,
     IDEMPOTENCY_PREFIX,
@@ -128,6 +131,8 @@ class TurnJournal:
     park: dict[str, Any] | None = None
     signals: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Signals and answers taken in for this turn, by signal id (``signals.py``)."""
+    batch_results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Outcomes of the turn's batch calls, by custom id (``wire/batches.py``)."""
 
     @property
     def attempt(self) -> int:
@@ -155,6 +160,7 @@ class TurnJournal:
             or self.terminal_ms is not None
             or self.replies
             or self.signals
+            or self.batch_results
             or self.park is not None
         )
 
@@ -173,6 +179,12 @@ class TurnJournal:
                 self.signals.pop(suffix[len(SIGNAL) :], None)
             else:
                 self.signals[suffix[len(SIGNAL) :]] = signal
+        elif suffix.startswith(BATCH_RESULT):
+            result = _entry_data(key, value)
+            if result is None:
+                self.batch_results.pop(suffix[len(BATCH_RESULT) :], None)
+            else:
+                self.batch_results[suffix[len(BATCH_RESULT) :]] = result
         elif suffix.startswith(REPLY):
             reply = _entry_data(key, value)
             if reply is None:
@@ -227,6 +239,9 @@ class TurnJournal:
             entry = JournalEntry(tid, -1, REPLY_ENTRY_KIND, child, data=data)
             out.append((REPLY + child, encode("journal_entry", entry)))
         out += [signal_row(tid, signal_id, data) for signal_id, data in self.signals.items()]
+        for custom_id, data in self.batch_results.items():
+            entry = JournalEntry(tid, -1, BATCH_RESULT_KIND, custom_id, data=data)
+            out.append((BATCH_RESULT + custom_id, encode("journal_entry", entry)))
         return out
 
     def taken_signals(self) -> set[str]:
@@ -394,6 +409,8 @@ class PartitionJournal:
     """The intake mark's data and write time (``None``: none, or a tombstone)."""
     dead_lettered: set[int] = field(default_factory=set)
     """Input offsets whose record was dead-lettered, until the committed offset passes."""
+    batches: dict[str, BatchRecord] = field(default_factory=dict)
+    """The partition's batches whose results are not journaled yet, by tag."""
     parked: ParkedJournals = field(init=False)
     """Parked turns' journals (not in ``turns``), in a file beside the idempotency keys."""
 
@@ -463,6 +480,14 @@ class PartitionJournal:
             return
         if key.startswith(IDEMPOTENCY_PREFIX):
             self.idempotency.apply(key[len(IDEMPOTENCY_PREFIX) :], value, ts_ms)
+            return
+        if is_batch_key(key):
+            data = _entry_data(key, value)
+            tag = key[len(BATCH_PREFIX) :]
+            if data is None:
+                self.batches.pop(tag, None)
+            else:
+                self.batches[tag] = BatchRecord.from_data(data)
             return
         if key.startswith(DEAD_LETTERED_PREFIX):
             offset = int(key[len(DEAD_LETTERED_PREFIX) :])

@@ -31,6 +31,7 @@ from pyrula_stream.access.api_keys import OWNER_METADATA
 from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
 from pyrula_stream.access.rate_limit import RateLimit
 from pyrula_stream.access.tenant_signature import signed_tenant_headers
+from pyrula_stream.agent.batch import lane_metadata
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.client.kafka_client import KafkaAgentClient, TurnHandle
 from pyrula_stream.errors import (
@@ -257,6 +258,19 @@ class Gateway:
         return handle
 
 
+def _lane_fields(deferrable: Any, deadline: Any) -> dict[str, Any]:
+    """The body's ``deferrable`` and ``deadline`` as the request's batch-lane metadata. A
+    client that submits here reads the turn's stream: without either, the turn stays live
+    (``deferrable`` false), whatever the agent's lane says."""
+    if deferrable is None and deadline is None:
+        deferrable = False
+    try:
+        return lane_metadata(deferrable, deadline)
+    except ValueError as exc:
+        name = "deferrable" if "deferrable" in str(exc) else "deadline"
+        raise invalid(name, str(exc)) from None
+
+
 def end_user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """A caller's metadata without what only the gateway or an operator may set: keys
     under ``pyrula.`` (a branch's original, system prompt and model, ...) and ``owner``."""
@@ -438,6 +452,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         body = await json_body(request, limit)
         metadata = body.pop("metadata", None) or {}
         thread_id = body.pop("thread_id", None)
+        lane = _lane_fields(body.pop("deferrable", None), body.pop("deadline", None))
         if not isinstance(metadata, dict):
             raise invalid("metadata", "must be an object")
         if thread_id is not None and (not isinstance(thread_id, str) or not thread_id):
@@ -461,7 +476,7 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         await gateway.admit(served)
         key = request.headers.get("idempotency-key")
         headers: list[tuple[str, bytes]] = []
-        metadata = end_user_metadata(metadata)
+        metadata = {**end_user_metadata(metadata), **lane}
         if principal is not None:
             metadata = {**metadata, OWNER_METADATA: principal}
             headers.append((OWNER_HEADER, principal.encode()))

@@ -146,12 +146,20 @@ def parameters_model_name(agent: str) -> str:
 
 
 def _request_body(agent: ServedAgent) -> dict[str, Any]:
-    """What ``POST /{agent}/turns`` takes for one agent: its parameters, plus the two
-    keys the gateway reads itself."""
+    """What ``POST /{agent}/turns`` takes for one agent: its parameters, plus the keys
+    the gateway reads itself."""
     params = dict(agent.parameters or {"type": "object", "additionalProperties": True})
     properties = dict(params.get("properties", {}))
     properties["metadata"] = {"type": "object", "description": "passed to ctx.metadata"}
     properties["thread_id"] = {"type": "string", "description": "the conversation"}
+    properties["deferrable"] = {
+        "type": "boolean",
+        "description": "its model calls may wait in the agent's batch lane (default false)",
+    }
+    properties["deadline"] = {
+        "type": ["string", "number"],
+        "description": "until when its calls may wait in a batch (ISO 8601 or epoch seconds)",
+    }
     return {**params, "properties": properties, "title": parameters_model_name(agent.name)}
 
 

@@ -21,6 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 
 from pyrula_stream.llm.base import ModelResponse, Usage
+from pyrula_stream.observability.batch_metrics import BatchMetrics
 from pyrula_stream.observability.series import LoopCounter, LoopGauge, LoopHistogram
 from pyrula_stream.wire.records import OutRecord
 
@@ -276,6 +277,8 @@ class WorkerMetrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.batch = BatchMetrics(agent, r)
+        """The batch lane's series (``batch_metrics.py``)."""
         self._lag_labels: set[tuple[str, str]] = set()
         self._children: dict[tuple[Any, ...], Any] = {}
         self._model_children: dict[tuple[str, str], _ModelChildren] = {}

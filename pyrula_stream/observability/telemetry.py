@@ -291,6 +291,17 @@ class TurnTelemetry:
         log.info("turn deferred: tenant %s reached %s", self.tenant, reason)
         self._tenant_count("deferred", reason)
 
+    def batch_queued(self) -> None:
+        """A model call was queued on the batch lane (its turn parks)."""
+        if self.metrics is not None:
+            self.metrics.batch.call("queued")
+
+    def batch_failed(self) -> None:
+        """A batch call came back without a response (or its deadline passed)."""
+        log.info("batch call failed")
+        if self.metrics is not None:
+            self.metrics.batch.call("failed")
+
     def _tenant_count(self, kind: TenantMetric, *labels: str, amount: int = 1) -> None:
         """The turn's tenant's series of ``kind`` (agents with ``tenant=``) only."""
         if self.metrics is not None and self.tenant is not None:

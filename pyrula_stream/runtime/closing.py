@@ -17,7 +17,7 @@ from pyrula_stream.errors import ErrorCode
 from pyrula_stream.state.history import history_record
 from pyrula_stream.state.threads import closing_writes, offloaded_writes, thread_records
 from pyrula_stream.wire.events import RunError
-from pyrula_stream.wire.journal_keys import park_key, reply_key, signal_key
+from pyrula_stream.wire.journal_keys import batch_result_key, park_key, reply_key, signal_key
 from pyrula_stream.wire.payload_refs import StoredValue
 from pyrula_stream.wire.records import ControlRequest
 from pyrula_stream.wire.subagents import reply_record
@@ -47,6 +47,12 @@ def close_signals(closing: Closing) -> None:
     """Signals: the signals the turn took in are tombstoned."""
     turn = closing.turn
     closing.keys += [signal_key(turn.turn_id, sid) for sid in sorted(turn.journal.signals)]
+
+
+def close_batch(closing: Closing) -> None:
+    """The batch lane: the outcomes of the turn's batch calls are tombstoned."""
+    turn = closing.turn
+    closing.keys += [batch_result_key(turn.turn_id, c) for c in sorted(turn.journal.batch_results)]
 
 
 def close_park(closing: Closing) -> None:
@@ -117,7 +123,7 @@ class ThreadCloser:
         turn.thread_writes = writes
 
 
-OFFLINE_CLOSERS: tuple[TurnCloser, ...] = (close_replies, close_signals, close_park)
+OFFLINE_CLOSERS: tuple[TurnCloser, ...] = (close_replies, close_signals, close_batch, close_park)
 """An offline replay's: it has neither a history nor a threads topic."""
 
 

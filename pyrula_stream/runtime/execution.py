@@ -21,6 +21,7 @@ from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.agent.output import OutputSpec
 from pyrula_stream.context.agent_calls import AgentCalls, inherited_limits
 from pyrula_stream.context.agent_context import AgentContext
+from pyrula_stream.context.batch_calls import BatchCalls
 from pyrula_stream.context.memory_calls import AgentMemory
 from pyrula_stream.context.tool_calls import ToolCalls
 from pyrula_stream.context.tool_loop import ToolLoop
@@ -67,8 +68,11 @@ class TurnExecutor:
         mcp_pool: MCPPool | None = None,
         load_recording: Callable[[str], Awaitable[TurnRecording | None]] | None = None,
         memory: MemoryBackend | None = None,
+        backlog: Callable[[], int] = lambda: 0,
     ) -> None:
         self.topic_exists = topic_exists
+        self.backlog = backlog
+        """Turns read and not finished on this worker: what ``BatchLane(when="lag")`` reads."""
         self.agent = agent
         self.memory = memory
         self.mcp_pool = mcp_pool
@@ -126,7 +130,14 @@ class TurnExecutor:
             await self._finish_body(runtime, loop, result)
         except TurnParked as wait:
             await runtime.park(
-                Park(runtime.request, wait.children, wait.wake_at_ms, wait.signals, wait.question)
+                Park(
+                    runtime.request,
+                    wait.children,
+                    wait.wake_at_ms,
+                    wait.signals,
+                    wait.question,
+                    wait.batch,
+                )
             )
         except asyncio.CancelledError:
             raise
@@ -223,6 +234,8 @@ class TurnExecutor:
             topic_exists=self.topic_exists,
         )
         loop.agent_calls = agent_calls
+        if self.agent.batch is not None:
+            loop.batch = BatchCalls(runtime, self.agent.batch, self.backlog)
         memory = None
         if isinstance(self.memory, KafkaMemory):  # writes ride the turn's transaction
             memory = AgentMemory(runtime, self.memory, record_for=self.memory.record)

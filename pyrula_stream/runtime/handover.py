@@ -23,6 +23,7 @@ from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.kafka.table import PartitionedTable
 from pyrula_stream.kafka.transactions import ProducerFenced
 from pyrula_stream.observability.metrics import WorkerMetrics
+from pyrula_stream.runtime.batch_collector import BatchCollector, batch_owner
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.housekeeping import JournalHousekeeping, keys_owner
 from pyrula_stream.runtime.options import WorkerOptions
@@ -87,6 +88,8 @@ class PartitionHandover:
         self._journal_table = PartitionedTable(topics.journal)
         self._threads_table = PartitionedTable(topics.threads)
         self._callback_error: Exception | None = None
+        self.batches: BatchCollector | None = None
+        """The batch lane's collector (agents with ``batch=``): told of each hand-over."""
 
     # -- rebalance (called in the consumer thread) ----------------------------------------
 
@@ -146,6 +149,8 @@ class PartitionHandover:
         assert session is not None
         session.replies.assign({p: self._cursors(s) for p, s in restored.items()})
         for p in restored:
+            if self.batches is not None:  # its batches first: re-armed turns queue calls
+                self.batches.assigned(p)
             self._scheduler.parked.rearm(p)
 
     def _cursors(self, state: PartitionState) -> dict[str, int | None]:
@@ -199,9 +204,12 @@ class PartitionHandover:
         lost = self._scheduler.stop_partitions(partitions)
         if lost:
             await asyncio.wait(lost.values(), timeout=self._options.cancel_timeout)
+        if self.batches is not None:
+            await self.batches.revoked(partitions)
         # Buffered replies of these partitions are the new owner's to take now (purged
-        # again after the commit in flight: an abort puts its replies back).
-        replies = {replies_owner(p) for p in partitions}
+        # again after the commit in flight: an abort puts its replies back); so are the
+        # batch lane's records.
+        replies = {replies_owner(p) for p in partitions} | {batch_owner(p) for p in partitions}
         # The intake marks, and the expired keys' tombstones: the new owner may take such
         # a key again before a late tombstone of ours would land.
         marks = {intake_owner(p) for p in partitions} | {keys_owner(p) for p in partitions}
@@ -236,6 +244,8 @@ class PartitionHandover:
         """Every partition leaves this worker (its turns, ``stopped``, were stopped): drop
         what the committer holds of them; a clean stop (``clean``) tombstones the intake
         marks and commits what is buffered, within ``cancel_timeout``."""
+        if self.batches is not None:
+            await self.batches.revoked(set(self._parts))
         if self._session() is not None:
             committer = self._committer()
             committer.purge(stopped | {intake_owner(p) for p in self._parts})

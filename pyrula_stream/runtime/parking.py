@@ -36,7 +36,7 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.context.approvals import question_expired
@@ -132,6 +132,9 @@ class ParkedTurns:
         self.failure: SessionLost | None = None
         """Set when a reply could not be decided or applied: no later reply is decided,
         and the worker's poll loop ends the session (``raise_failure``)."""
+        self.batch_parked: Callable[[int, str, dict[str, Any]], None] = lambda p, t, b: None
+        """Told of each turn that parks for its batch call (the lane's collector queues
+        the call): partition, turn id and the park record's ``batch``."""
         self._taking: dict[tuple[int, str], dict[str, int]] = {}
         """Signals taken per (partition, turn) whose commit is not confirmed yet, by id,
         with their size: what the pending-signal caps count beside the journal."""
@@ -176,11 +179,13 @@ class ParkedTurns:
             except Exception as exc:  # a journal record we cannot read: leave it parked
                 log.error("park record of %s unreadable, turn left parked: %s", turn_id, exc)
                 continue
-            ps.parked[turn_id] = ParkedTurn(park.wake_at_ms, park.children, park.signals)
+            ps.parked[turn_id] = parked_turn(park)
             if self._cancelled(turn_id):
                 self.resume(partition, turn_id)
             else:
                 self.arm(partition, turn_id)
+            if park.batch is not None and turn_id in ps.parked:
+                self.batch_parked(partition, turn_id, park.batch)
 
     def arm(self, partition: int, turn_id: str) -> None:
         """A turn just parked: resume it if it can go on now, else move its journal to
@@ -191,7 +196,10 @@ class ParkedTurns:
             return
         journal = ps.journal.turns.get(turn_id)
         if journal is not None and parked.ready(
-            journal.replies, _now_ms(), pending_names(journal) if parked.signals else ()
+            journal.replies,
+            _now_ms(),
+            pending_names(journal) if parked.signals else (),
+            journal.batch_results,
         ):
             self.resume(partition, turn_id)
             return
@@ -546,6 +554,36 @@ class ParkedTurns:
         parked = ps.parked.get(parent)
         if parked is not None and parked.ready(journal.replies, _now_ms()):
             self.resume(partition, parent)
+
+    def batch_committed(self, partition: int, turn_id: str, custom_id: str, data: Any) -> None:
+        """A batch call's outcome is durable in its turn's journal: record it there and
+        resume the turn if it waits for that call."""
+        ps = self._parts.get(partition)
+        if ps is None:
+            return
+        journal = ps.journal.turns.get(turn_id)
+        if journal is not None:
+            journal.batch_results[custom_id] = data
+        elif turn_id in ps.parked:
+            journal = ps.journal.parked.get(turn_id)
+            if journal is None:
+                return
+            journal.batch_results[custom_id] = data
+            ps.journal.parked.put(journal)
+        parked = ps.parked.get(turn_id)
+        if parked is not None and parked.batch == custom_id:
+            self.resume(partition, turn_id)
+
+
+def parked_turn(park: Park) -> ParkedTurn:
+    """What memory keeps of a turn parked by ``park``."""
+    batch = park.batch.get("custom_id") if park.batch is not None else None
+    return ParkedTurn(
+        park.wake_at_ms,
+        park.children,
+        park.signals,
+        str(batch) if batch is not None else None,
+    )
 
 
 def _journal_of(ps: PartitionState, turn_id: str) -> TurnJournal | None:

@@ -83,14 +83,23 @@ class ParkedTurn:
     children: tuple[str, ...] = ()
     signals: tuple[str, ...] = ()
     """The signal names it waits for (one of them is enough)."""
+    batch: str | None = None
+    """The custom id of the batch call it waits for."""
 
     def ready(
-        self, replies: Mapping[str, object], now_ms: int, pending: Collection[str] = ()
+        self,
+        replies: Mapping[str, object],
+        now_ms: int,
+        pending: Collection[str] = (),
+        results: Collection[str] = (),
     ) -> bool:
         """Whether the turn can resume: every awaited reply is in, a signal it waits for
-        is pending (``pending``: the names of the signals no wait took yet), or its time
+        is pending (``pending``: the names of the signals no wait took yet), its batch
+        call's outcome is journaled (``results``: the custom ids that are), or its time
         has come."""
         if self.wake_at_ms is not None and now_ms >= self.wake_at_ms:
+            return True
+        if self.batch is not None and self.batch in results:
             return True
         if self.signals and any(name in pending for name in self.signals):
             return True

@@ -34,8 +34,8 @@ from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.fairness import FairQueue, TenantRoom, tenant_of
 from pyrula_stream.runtime.options import WorkerOptions
-from pyrula_stream.runtime.parking import ParkedTurns
-from pyrula_stream.runtime.partition import ParkedTurn, PartitionState, QueuedTurn
+from pyrula_stream.runtime.parking import ParkedTurns, parked_turn
+from pyrula_stream.runtime.partition import PartitionState, QueuedTurn
 from pyrula_stream.runtime.quotas import TenantQuotas
 from pyrula_stream.runtime.versions import known_versions, missing_version
 from pyrula_stream.wire import serde
@@ -295,9 +295,11 @@ class TurnScheduler:
         if ps is None or runtime.parked is None:
             return
         park = runtime.parked
-        ps.parked[runtime.turn_id] = ParkedTurn(park.wake_at_ms, park.children, park.signals)
+        ps.parked[runtime.turn_id] = parked_turn(park)
         self._release(ps, queued)
         self.parked.arm(ps.partition, runtime.turn_id)
+        if park.batch is not None and runtime.turn_id in ps.parked:
+            self.parked.batch_parked(ps.partition, runtime.turn_id, park.batch)
 
     def _finished(self, runtime: TurnRuntime, queued: QueuedTurn) -> None:
         self._running.pop(runtime.turn_id, None)
@@ -418,6 +420,7 @@ class TurnScheduler:
             replies=old.journal.replies,
             park=old.journal.park,
             signals=old.journal.signals,
+            batch_results=old.journal.batch_results,
         )
         self._parts[running.partition].journal.turns[turn_id] = journal
         queued = QueuedTurn(running.offset, old.request)

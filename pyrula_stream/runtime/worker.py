@@ -41,6 +41,7 @@ from pyrula_stream.objects.resolver import PayloadStores
 from pyrula_stream.observability import logs
 from pyrula_stream.observability.telemetry import WorkerTelemetry
 from pyrula_stream.runtime.background import RunsInBackground
+from pyrula_stream.runtime.batch_collector import BatchCollector
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.execution import TurnExecutor
 from pyrula_stream.runtime.handover import PartitionHandover, keys_file_name
@@ -143,6 +144,18 @@ class KafkaWorker(RunsInBackground):
         )
         self._parked = self._scheduler.parked
         self.metrics.watch_parked(lambda: self._parked.count)
+        self.batches: BatchCollector | None = None
+        """The batch lane's collector (agents with ``batch=``)."""
+        if agent.batch is not None:
+            self.batches = BatchCollector(
+                agent.batch,
+                self._parts,
+                self.topics.journal,
+                committer=lambda: self.committer,
+                parked=self._parked,
+                metrics=self.metrics.batch,
+            )
+            self._parked.batch_parked = self.batches.queue
         self._topic_probe = TopicProbe(bootstrap_servers, self.options.kafka_config)
         self._stop_requested = False
         self._ready = False
@@ -172,6 +185,7 @@ class KafkaWorker(RunsInBackground):
             metrics=self.metrics,
             restarts=self._restarts,
         )
+        self._handover.batches = self.batches
         self._intake = RecordIntake(
             agent,
             self._parts,
@@ -349,6 +363,7 @@ class KafkaWorker(RunsInBackground):
                     mcp_pool=mcp,
                     load_recording=self._load_recording,
                     memory=self.options.memory_backend or self._memory,
+                    backlog=self._backlog,
                 )
                 while not self._stop_requested:
                     try:
@@ -437,6 +452,11 @@ class KafkaWorker(RunsInBackground):
         self._parked.turns_reader = session.consumer
         committer_task = asyncio.create_task(session.committer.run(), name="committer")
         keys_task = asyncio.create_task(self._housekeeping.run(), name="idempotency-keys")
+        batch_task = (
+            asyncio.create_task(self.batches.run(), name="batch-lane")
+            if self.batches is not None
+            else None
+        )
         self._ready = True
         self._joined.set()
         try:
@@ -446,6 +466,10 @@ class KafkaWorker(RunsInBackground):
             keys_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keys_task
+            if batch_task is not None:
+                batch_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await batch_task
             # Where the session stood when it ended: the drain below forgets partitions.
             self._standing = {p: ps.restored_committed for p, ps in self._parts.items()}
             self._parked.turns_reader = None
@@ -473,6 +497,10 @@ class KafkaWorker(RunsInBackground):
         await self._handover.leave_all(stopped, clean=flush and self._stop_requested)
 
     # -- turns ----------------------------------------------------------------------------
+
+    def _backlog(self) -> int:
+        """Turns read and not finished on this worker (``BatchLane(when="lag")``)."""
+        return sum(ps.watermark.unfinished for ps in self._parts.values())
 
     async def _load_recording(self, turn_id: str) -> TurnRecording | None:
         """A branch's original turn, from the history topic (``None`` when it is gone)."""

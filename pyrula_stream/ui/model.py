@@ -209,6 +209,7 @@ def _llm_complete(turn: TurnView, event: Event) -> None:
         stop_reason=data.get("stop_reason"),
         usage=usage,
         ended_ms=event.ts_ms,
+        by_batch=bool(data.get("batch")),
     )
     total = data.get("total") or {}
     turn.model_calls = int(total.get("llm_calls", turn.model_calls + 1))
@@ -288,6 +289,7 @@ def _status(turn: TurnView, event: Event) -> None:
             "state": "done",
             "text": str(event.data.get("text", "")),
             "tool": event.data.get("tool"),
+            "waiting": event.data.get("waiting"),
             "ts_ms": event.ts_ms,
         }
     )

@@ -142,9 +142,12 @@ class LlmComplete:
     stop_reason: str | None
     usage: dict[str, Any]
     total: dict[str, Any]
+    batch: dict[str, Any] | None = None
+    """Set when the call went by batch: its custom id and batch id (priced at the batch
+    price)."""
 
     def data(self) -> dict[str, Any]:
-        return {
+        data = {
             "call": self.call,
             "model": self.model,
             "text": self.text,
@@ -153,6 +156,9 @@ class LlmComplete:
             "usage": self.usage,
             "total": self.total,
         }
+        if self.batch is not None:
+            data["batch"] = self.batch
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +229,10 @@ class Status:
     text: str
     tool: str | None = None
     dropped_events: int | None = None
+    waiting: str | None = None
+    """What a turn that parks waits for (``"batch"``: its model call's batch)."""
+    custom_id: str | None = None
+    """The batch call it waits for."""
 
     def data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"text": self.text}
@@ -230,6 +240,10 @@ class Status:
             data["tool"] = self.tool
         if self.dropped_events is not None:
             data["dropped_events"] = self.dropped_events
+        if self.waiting is not None:
+            data["waiting"] = self.waiting
+        if self.custom_id is not None:
+            data["custom_id"] = self.custom_id
         return data
 
 

@@ -3,8 +3,8 @@
 A turn's records are keyed ``turn_id/<suffix>``: a step index, or one of the kinds below
 (``progress``, ``terminal``, ``park``, ``reply:<child>``, ``signal:<id>``). A few keys
 belong to the partition, not to a turn (``cursor/...``, ``idem/...``,
-``dead-lettered/...``). The journal is compacted by key, so these bytes are wire: every
-journal written so far is read back by them.
+``dead-lettered/...``, ``batch/...``). The journal is compacted by key, so these bytes
+are wire: every journal written so far is read back by them.
 """
 
 from __future__ import annotations
@@ -29,6 +29,12 @@ CURSOR_KINDS = ("replies", "signals", "answers")
 CURSOR_KEYS = {f"cursor/{kind}": kind for kind in CURSOR_KINDS}
 INTAKE_MARK_KEY = "cursor/intake"
 """The partition's intake mark (``runtime/poison.py``): who reads it, from where."""
+BATCH_RESULT = "batch:"
+"""``turn_id/batch:<custom id>``: a batch call's outcome, journaled with its batch's
+tombstone; kept until the turn ends."""
+BATCH_PREFIX = "batch/"
+"""``batch/<tag>``: a batch of the partition's calls, journaled before it is submitted
+(then with the provider's id); tombstoned when its results are journaled."""
 DEAD_LETTERED_PREFIX = "dead-lettered/"
 """``dead-lettered/<offset>``: the turns record at that offset went to the DLQ, committed
 with its dead letter; kept until the committed input offset passes it, so a record read
@@ -58,3 +64,11 @@ def reply_key(parent_turn_id: str, child: str) -> str:
 
 def signal_key(turn_id: str, signal_id: str) -> str:
     return f"{turn_id}/{SIGNAL}{signal_id}"
+
+
+def batch_result_key(turn_id: str, custom_id: str) -> str:
+    return f"{turn_id}/{BATCH_RESULT}{custom_id}"
+
+
+def batch_key(tag: str) -> str:
+    return f"{BATCH_PREFIX}{tag}"

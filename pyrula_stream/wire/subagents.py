@@ -204,6 +204,9 @@ class Park:
     signals: tuple[str, ...] = ()
     question: dict[str, Any] | None = None
     """The question for a person the turn waits on (``approvals.Question``)."""
+    batch: dict[str, Any] | None = None
+    """The model call the turn waits for in a batch: its custom id, provider, model,
+    request and deadline (``context/batch_calls.py``)."""
 
     def data(self) -> dict[str, Any]:
         req = self.request
@@ -227,6 +230,7 @@ class Park:
             "wake_at_ms": self.wake_at_ms,
             "signals": list(self.signals),
             "question": self.question,
+            **({"batch": self.batch} if self.batch is not None else {}),
         }
 
     @classmethod
@@ -253,6 +257,7 @@ class Park:
             int(wake) if wake else None,
             tuple(str(n) for n in data.get("signals") or ()),
             data.get("question") if isinstance(data.get("question"), dict) else None,
+            data.get("batch") if isinstance(data.get("batch"), dict) else None,
         )
 
     def ready(self, replies: dict[str, Any], now_ms: int) -> bool:
@@ -284,9 +289,11 @@ class TurnParked(BaseException):
         wake_at_ms: int | None = None,
         signals: tuple[str, ...] = (),
         question: dict[str, Any] | None = None,
+        batch: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(f"parked for {children or signals or wake_at_ms}")
         self.children = children
         self.wake_at_ms = wake_at_ms
         self.signals = signals
         self.question = question
+        self.batch = batch

@@ -180,7 +180,7 @@ def test_quick_bench_prints_every_figure(kafka_bootstrap_servers: str, tmp_path:
     assert lat["floor_two_commit_transactions"] == 2 * lat["floor_transactions"]
     assert Path(results["plot"]).stat().st_size > 0
     # issue 47's ten rows, issue 27's seven others, issue 49's two
-    assert len(results["targets"]) == 19
+    assert len(results["targets"]) == 20
     tp = results["throughput"]
     assert [r["turns"] for r in tp["floor_runs"]] == [tp["floor_turns"]] * len(tp["floor_runs"])
     assert len(tp["ratio_per_pair"]) == len(tp["framework_runs"])

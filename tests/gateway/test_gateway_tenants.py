@@ -13,6 +13,7 @@ import httpx
 from pyrula_stream import AgentContext, WorkerOptions, kafka_agent
 from pyrula_stream.access.api_keys import APIKeyAuth
 from pyrula_stream.access.tenant_signature import TENANT_SIGNATURE_HEADER, signed_by
+from pyrula_stream.agent.batch import REQUEST_DEFERRABLE
 from pyrula_stream.gateway import AppOptions, create_app
 from pyrula_stream.gateway.options import GATEWAY_TENANT_HEADER
 from pyrula_stream.gateway.serve import running_gateway
@@ -87,7 +88,8 @@ async def test_reserved_metadata_is_dropped_and_the_tenant_is_the_callers(
         request = serde.decode_turn_request(value, headers)
         owner = request.metadata["owner"]
         tenant = {"web": "acme", "ops": "ops"}[owner]  # ops is not mapped: its own tenant
-        assert request.metadata == {"note": "kept", "owner": owner}
+        # A streamed submit stays off the batch lane unless its body says otherwise.
+        assert request.metadata == {"note": "kept", "owner": owner, REQUEST_DEFERRABLE: False}
         assert headers[GATEWAY_TENANT_HEADER] == tenant
         signature = headers[TENANT_SIGNATURE_HEADER]
         assert signed_by(TENANT_KEY, agent.name, request.turn_id, tenant, signature)

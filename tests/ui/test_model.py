@@ -233,3 +233,17 @@ def test_called_by_comes_from_lineage_never_from_submitter_metadata() -> None:
     child = TurnView("t1", "support")
     child.apply(ev(0, "run:start", worker="w1", parent={"agent": "triage", "turn_id": "p1"}))
     assert child.parent == {"agent": "triage", "turn_id": "p1"}
+
+
+def test_a_turn_waiting_for_its_batch_says_so_and_its_call_shows_it_went_by_batch() -> None:
+    turn = TurnView("t1", "support")
+    waiting = {"waiting": "batch", "custom_id": "c0"}
+    for event in [
+        ev(0, "run:start", params={}, worker="w1"),
+        ev(1, "status", text="waiting for batch", **waiting),
+        ev(2, "llm:complete", attempt=2, call=0, text="ok", batch={"custom_id": "c0"}),
+    ]:
+        assert turn.apply(event)
+    status, model = (s for s in turn.steps if s["kind"] in ("status", "model"))
+    assert (status["text"], status["waiting"]) == ("waiting for batch", "batch")
+    assert model["by_batch"] is True

@@ -361,13 +361,13 @@ function step(s, start, span) {
     return `<li class="attempt-mark" data-testid="attempt">Attempt ${esc(s.attempt)} · ${clock(s.ts_ms)} — ${why}; steps recorded before were taken from the journal, not run again</li>`;
   }
   if (s.kind === "status") {
-    return `<li class="step status-step" data-testid="step" data-kind="status"><div class="gutter"></div><div class="body"><div class="line"><span class="kind">status${s.tool ? ` · ${esc(s.tool)}` : ""}</span><span class="dim">${clock(s.ts_ms)}</span></div><p>${esc(s.text)}</p></div></li>`;
+    return `<li class="step status-step" data-testid="step" data-kind="status"><div class="gutter"></div><div class="body"><div class="line"><span class="kind">status${s.tool ? ` · ${esc(s.tool)}` : ""}${s.waiting ? ` · waiting for ${esc(s.waiting)}` : ""}</span><span class="dim">${clock(s.ts_ms)}</span></div><p>${esc(s.text)}</p></div></li>`;
   }
   const took = s.ended_ms ? duration(s.started_ms, s.ended_ms) : s.state === "running" ? duration(s.started_ms) : "";
   let title;
   let body;
   if (s.kind === "model") {
-    title = `Model call ${s.call + 1}${s.model ? ` <span class="dim">· ${esc(s.model)}</span>` : ""}`;
+    title = `Model call ${s.call + 1}${s.model ? ` <span class="dim">· ${esc(s.model)}</span>` : ""}${s.by_batch ? ` <span class="dim">· by batch</span>` : ""}`;
     const calls = (s.tool_calls || []).map((c) => `<li><code>${esc(c.name)}</code><pre>${esc(json(c.input))}</pre></li>`).join("");
     const usage = s.usage ? `<span class="dim">${esc(s.usage.input_tokens ?? 0)} in · ${esc(s.usage.output_tokens ?? 0)} out${s.stop_reason ? ` · ${esc(s.stop_reason)}` : ""}</span>` : "";
     body = `
