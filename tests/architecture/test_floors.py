@@ -49,6 +49,7 @@ FLOORS: dict[str, int] = {
     "runtime": 7,
     # 8 clients
     "client": 8,
+    "comparison": 8,
     # 9 faces
     "": 9,
     "_moved": 9,
