@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic.errors import PydanticUserError
 
+from pyrula_stream.agent.experiments import Experiment, check_experiment
 from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.agent.output import OutputSpec
 from pyrula_stream.agent.tenants import (
@@ -157,6 +158,8 @@ class KafkaAgent:
     version: str | None = None
     version_behavior: VersionBehavior = "auto_upgrade"
     versions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    experiment: Experiment | None = None
+    """Which version a new turn starts on, by a hash of its key (``experiments.py``)."""
     output_type: Any = None
     output_retries: int = 1
     event_format: WireFormat = "avro"
@@ -219,6 +222,7 @@ def kafka_agent(
     version: str | None = None,
     version_behavior: VersionBehavior | None = None,
     versions: Mapping[str, Callable[..., Any]] | None = None,
+    experiment: Experiment | None = None,
     output_type: Any = None,
     output_retries: int = 1,
     event_format: WireFormat = "avro",
@@ -246,6 +250,9 @@ def kafka_agent(
     ``version_behavior`` is ``"pinned"`` (the default with a version: a turn finishes on
     the version it started on, from ``versions={"1": old_body}``) or ``"auto_upgrade"``
     (the default without one: the newest body continues every turn).
+    ``experiment`` starts a share of new turns on each of its variants (versions this
+    code has), keyed by thread so a conversation stays on one version: see
+    docs/evaluation.md.
     ``trust_domain`` gives the agent the memory and tool cache of that domain
     (``<prefix>.<domain>.memory``, ``<prefix>.<domain>.cache``) instead of the shared
     ``<prefix>.memory`` / ``<prefix>.cache``: agents in other domains neither read nor
@@ -284,6 +291,7 @@ def kafka_agent(
             version=version,
             version_behavior=version_behavior or ("pinned" if version else "auto_upgrade"),
             versions=dict(versions or {}),
+            experiment=experiment,
             output_type=output_type,
             output_retries=output_retries,
             event_format=event_format,
@@ -395,6 +403,11 @@ def _check_versions(agent: KafkaAgent) -> None:
     for v, body in agent.versions.items():
         if not inspect.iscoroutinefunction(body):
             raise _refuse(agent, f"versions[{v!r}] must be an async def")
+    why = check_experiment(agent.name, agent.experiment, agent.version, agent.versions)
+    if why is None and agent.experiment is not None and agent.version_behavior != "pinned":
+        why = "an experiment needs version_behavior='pinned': a turn finishes on its variant"
+    if why is not None:
+        raise _refuse(agent, why)
 
 
 def _check_outputs(agent: KafkaAgent) -> None:
