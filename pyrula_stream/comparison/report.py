@@ -64,7 +64,7 @@ class Comparison:
             "candidate": self.candidate,
             "difference": _number(d.value),
             "ci95": [_number(d.interval.low), _number(d.interval.high)],
-            "p_value": _number(d.p_value),
+            "p_value": None if math.isnan(d.p_value) else float(f"{d.p_value:.4g}"),
             "method": d.method,
             "significant": d.significant,
             "verdict": d.verdict,
