@@ -3,21 +3,32 @@
 ``evals report AGENT [--evaluator E] [--since WHEN] [--baseline V] [--json]`` reads
 ``<agent>.scores`` (committed records, each score once) and compares the agent versions'
 pass rates and means with 95% intervals (``comparison/report.py``).
+
+``evals offline MODULE:AGENT (--turns FILE... | --golden CASES.jsonl [--version V ...])
+[--evaluator MODULE:FN ...]`` runs function evaluators over recorded turns, or over a
+golden set run offline on each version, and prints the same report
+(``comparison/offline.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime as dt
+import importlib
 import json
+import os
 import re
+import sys
 import time
+from typing import Any
 
 from pyrula_stream.cli.common import (
     KAFKA_TIMEOUT_S,
     Commands,
     bootstrap_from,
     kafka_config_from,
+    load_agent,
     positive_seconds,
     with_bootstrap,
 )
@@ -67,8 +78,76 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_evaluator(spec: str) -> Any:
+    """``MODULE:NAME`` -> the evaluator (a function of the turn, or a declared one)."""
+    from pyrula_stream.errors import ConfigurationError
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"--evaluator takes MODULE:NAME, got {spec!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--evaluator {spec}: importing {module_name!r} failed: {exc}"
+        ) from None
+    found = getattr(module, attr, None)
+    if found is None:
+        raise ConfigurationError(f"--evaluator {spec}: module {module_name!r} has no {attr!r}")
+    return found
+
+
+def cmd_offline(args: argparse.Namespace) -> int:
+    from pyrula_stream.comparison.offline import (
+        OfflineEvaluator,
+        evaluate,
+        golden_turns,
+        load_golden,
+        recorded_turn,
+    )
+    from pyrula_stream.comparison.report import build_report
+    from pyrula_stream.errors import ConfigurationError
+    from pyrula_stream.state.history import TurnRecording
+
+    agent = load_agent(args.agent)
+    declared = [load_evaluator(e) for e in args.evaluator] or list(getattr(agent, "evaluators", ()))
+    functions = [e for e in declared if getattr(e, "kind", "function") == "function"]
+    if not functions:
+        raise ConfigurationError(
+            f"no function evaluators for {agent.name!r}: name them with --evaluator "
+            "MODULE:FN, or declare them on the agent (evaluators=[...])"
+        )
+    evaluators = [OfflineEvaluator.of(e) for e in functions]
+    if args.golden:
+        versions = args.version or _experiment_versions(agent)
+        turns = asyncio.run(golden_turns(agent, load_golden(args.golden), versions))
+    else:
+        import glob
+
+        paths = sorted({p for pattern in args.turns for p in glob.glob(pattern)})
+        if not paths:
+            raise ConfigurationError(f"no recorded turns match {args.turns}")
+        turns = [recorded_turn(TurnRecording.load(p)) for p in paths]
+    report = build_report(
+        agent.name,
+        evaluate(turns, evaluators),
+        evaluator=args.evaluator_name,
+        baseline=args.baseline,
+    )
+    print(json.dumps(report.as_json()) if args.json else report.text())
+    return 0
+
+
+def _experiment_versions(agent: Any) -> list[str | None]:
+    """The versions a golden set runs on by default: the experiment's variants, else the
+    agent's current version alone."""
+    if agent.experiment is not None:
+        return sorted(agent.experiment.variants)
+    return [agent.version]
+
+
 def _report_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--evaluator", help="only this evaluator's scores")
     p.add_argument(
         "--baseline", help="the version the others are compared with (default: most scores)"
     )
@@ -76,7 +155,7 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Commands[argparse.ArgumentParser]) -> None:
-    """``evals report``."""
+    """``evals report`` and ``evals offline``."""
     e = sub.add_parser("evals", help="compare an agent's versions by their scores")
     e_sub = e.add_subparsers(dest="evals_command", required=True)
     r = with_bootstrap(
@@ -85,5 +164,29 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
     r.add_argument("agent")
     r.add_argument("--since", type=since_ms, help="only scores written since: 24h, 7d, a date")
     r.add_argument("--timeout", type=positive_seconds, default=KAFKA_TIMEOUT_S)
+    r.add_argument("--evaluator", dest="evaluator", help="only this evaluator's scores")
     _report_options(r)
     r.set_defaults(func=cmd_report)
+
+    o = e_sub.add_parser(
+        "offline", help="MODULE:AGENT: evaluators over recorded turns or a golden set"
+    )
+    o.add_argument("agent", help="MODULE:AGENT")
+    source = o.add_mutually_exclusive_group(required=True)
+    source.add_argument("--turns", nargs="+", help="turn files from `turn export` (globs)")
+    source.add_argument("--golden", help='JSON lines: {"id", "params": {...}, "expected"}')
+    o.add_argument(
+        "--version",
+        action="append",
+        default=[],
+        help="with --golden: a version to run (repeatable; default: the experiment's variants)",
+    )
+    o.add_argument(
+        "--evaluator",
+        action="append",
+        default=[],
+        help="MODULE:FN, a function of the turn (repeatable; default: the agent's evaluators)",
+    )
+    o.add_argument("--only", dest="evaluator_name", help="report only this evaluator")
+    _report_options(o)
+    o.set_defaults(func=cmd_offline)

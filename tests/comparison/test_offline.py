@@ -1,0 +1,100 @@
+"""Offline evaluation: function evaluators over a golden set run on two versions (the
+planted difference found without a cluster), and over recorded turns as they ended."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyrula_stream.bench.planted import PLANTED, planted_agent
+from pyrula_stream.cli import main
+from pyrula_stream.comparison.offline import OfflineEvaluator, evaluate, recorded_turn
+from pyrula_stream.state.history import TurnRecording
+from pyrula_stream.wire.serde import JournalEntry, TurnRequest
+
+agent = planted_agent("adder", PLANTED, {"1": 0.5, "2": 0.5})
+"""Version 1 answers 30% of the questions wrongly, version 2 5%."""
+
+
+def correct(turn: Any) -> bool:
+    return bool(turn.result == str(turn.expected))
+
+
+def short(turn: Any) -> dict[str, Any]:
+    return {"number": len(str(turn.result)), "reason": "characters"}
+
+
+def broken(turn: Any) -> bool:
+    raise KeyError("no such field")
+
+
+def test_a_golden_set_finds_the_planted_difference_offline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    golden = tmp_path / "golden.jsonl"
+    cases = [{"id": f"q{n}", "params": {"n": n}, "expected": n + 7} for n in range(100)]
+    golden.write_text("\n".join(json.dumps(c) for c in cases) + "\n")
+    argv = ["evals", "offline", f"{__name__}:agent", "--golden", str(golden), "--json"]
+    argv += ["--evaluator", f"{__name__}:correct", "--evaluator", f"{__name__}:short"]
+    assert main([*argv, "--baseline", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["scores"] == 400  # 100 cases x 2 versions x 2 evaluators
+    correct_rate = next(m for m in report["measures"] if m["evaluator"] == "correct")
+    one, two = correct_rate["versions"]
+    # The same 100 questions on each version: the planted shares, to a question.
+    assert (one["version"], one["n"], two["version"], two["n"]) == ("1", 100, "2", 100)
+    assert one["value"] == pytest.approx(0.7, abs=0.011)
+    assert two["value"] == pytest.approx(0.95, abs=0.011)
+    assert correct_rate["comparisons"][0]["verdict"] == "significantly higher"
+    lengths = next(m for m in report["measures"] if m["evaluator"] == "short")
+    assert lengths["measure"] == "mean"
+
+
+def test_recorded_turns_are_scored_as_they_ended(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for n, (version, answer) in enumerate([("1", "8"), ("2", "9"), ("2", "wrong")]):
+        turn_id = f"t{n}"
+        request = TurnRequest(turn_id=turn_id, agent="adder", params={"n": 1 + n})
+        start = JournalEntry(turn_id, 0, "start", "start", data={"version": version})
+        TurnRecording(request, [start], {"type": "run:complete", "result": answer}, version).dump(
+            tmp_path / f"{turn_id}.json"
+        )
+    turns = [recorded_turn(TurnRecording.load(p)) for p in sorted(tmp_path.glob("*.json"))]
+    assert [(t.agent_version, t.result, t.params) for t in turns] == [
+        ("1", "8", {"n": 1}),
+        ("2", "9", {"n": 2}),
+        ("2", "wrong", {"n": 3}),
+    ]
+    plus_seven = OfflineEvaluator("plus_seven", lambda t: t.result == str(t.params["n"] + 7))
+    scores = evaluate(turns, [plus_seven, OfflineEvaluator.of(broken)])
+    assert [(s.evaluator, s.passed, s.label) for s in scores] == [
+        ("plus_seven", True, None),
+        ("broken", None, "error"),
+        ("plus_seven", True, None),
+        ("broken", None, "error"),
+        ("plus_seven", False, None),
+        ("broken", None, "error"),
+    ]
+    assert "KeyError" in scores[1].reason
+
+    argv = ["evals", "offline", f"{__name__}:agent", "--turns", str(tmp_path / "*.json")]
+    assert main([*argv, "--evaluator", f"{__name__}:correct"]) == 0
+    out = capsys.readouterr().out
+    assert "version 1: n=1" in out and "version 2: n=2" in out
+
+
+def test_judges_are_refused_offline_and_a_missing_evaluator_is_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    class Judge:
+        name, kind = "helpful", "judge"
+
+    with pytest.raises(Exception, match="offline evaluation runs function evaluators only"):
+        OfflineEvaluator.of(Judge())
+    argv = ["evals", "offline", f"{__name__}:agent", "--turns", "nothing*.json"]
+    assert main(argv) == 2
+    assert "no function evaluators for 'adder'" in capsys.readouterr().err
