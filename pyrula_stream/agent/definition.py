@@ -34,6 +34,8 @@ from pyrula_stream.errors import (
     ConfigurationError,
     ToolRegistrationError,
 )
+from pyrula_stream.evals.evaluator import Evaluator
+from pyrula_stream.evals.outcome import OutcomeEvaluator
 from pyrula_stream.kafka.acls import check_name_piece, shared_prefix
 from pyrula_stream.kafka.admin import (
     DEFAULT_PARTITIONS,
@@ -50,6 +52,7 @@ from pyrula_stream.tools.contract import (
 )
 from pyrula_stream.tools.mcp_servers import MCPServer
 from pyrula_stream.wire.events import RESULTS, ROUTABLE, EventRouting
+from pyrula_stream.wire.scores import SCORES_TOPIC_SUFFIX
 from pyrula_stream.wire.serde import WireFormat
 
 _AGENT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
@@ -119,6 +122,16 @@ class AgentTopics:
         """Redriven dead letters, keyed by dlq offset (``pyrula-stream dlq redrive``)."""
         return f"{self.dlq}-redrives"
 
+    @property
+    def scores(self) -> str:
+        """Evaluators' scores of the agent's turns, keyed by turn id (``evals``)."""
+        return f"{self.turns.removesuffix('.turns')}.{SCORES_TOPIC_SUFFIX}"
+
+    @property
+    def outcomes(self) -> str:
+        """Deferred outcomes' waits and early events (compacted; ``evals``)."""
+        return f"{self.turns.removesuffix('.turns')}.outcomes"
+
 
 VersionBehavior = Literal["pinned", "auto_upgrade"]
 
@@ -168,6 +181,8 @@ class KafkaAgent:
     """Opted in to parking turns for a person (tool approvals, ``ctx.interrupt``)."""
     tenancy: Tenancy = field(default_factory=Tenancy)
     """Where a turn's tenant comes from and what each tenant may use (``tenants.py``)."""
+    evaluators: tuple[Evaluator, ...] = ()
+    """What scores the agent's turns (``pyrula-stream evals run`` runs them)."""
 
     @property
     def shared_prefix(self) -> str:
@@ -187,6 +202,7 @@ class KafkaAgent:
             keep_history=self.keep_history,
             history_retention_ms=self.history_retention_ms,
             tenants=self.tenancy.enabled,
+            outcomes=any(isinstance(e, OutcomeEvaluator) for e in self.evaluators),
         )
 
     @cached_property
@@ -233,6 +249,7 @@ def kafka_agent(
     tenant_overrides: Mapping[str, TenantLimits] | None = None,
     on_quota: OnQuota = "defer",
     unknown_tenants: UnknownTenants = "shared",
+    evaluators: Sequence[Evaluator] = (),
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
@@ -267,6 +284,8 @@ def kafka_agent(
     A tenant nobody configured (no override in code or in the tenants topic, no signature
     under the workers' ``tenant_key``) runs as the one shared tenant ``"unknown"``
     (``unknown_tenants="own"`` gives each id its own share). See docs/tenants.md.
+    ``evaluators`` score finished turns onto ``<agent>.scores``, off the turn's path, in
+    their own consumer group (``pyrula-stream evals run``). See docs/evaluation.md.
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
@@ -304,6 +323,7 @@ def kafka_agent(
                 on_quota,
                 unknown_tenants,
             ),
+            evaluators=tuple(evaluators),
         )
         for check in _BIND_CHECKS:
             check(agent)
@@ -453,6 +473,17 @@ def _check_output_type(agent: KafkaAgent) -> None:
         ) from None
 
 
+def _check_evaluators(agent: KafkaAgent) -> None:
+    """Scores are told apart by evaluator name: one name twice would merge two series."""
+    for ev in agent.evaluators:
+        if not isinstance(ev, Evaluator):
+            raise _refuse(agent, f"{ev!r} is not an evaluator (use @evaluator, judge, outcome)")
+    names = [e.name for e in agent.evaluators]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise _refuse(agent, f"evaluator names repeat: {dupes}")
+
+
 def _check_tenancy(agent: KafkaAgent) -> None:
     """A tenant source the worker could not read would put every turn in one tenant."""
     check_tenancy(agent.name, agent.tenancy)
@@ -470,5 +501,6 @@ _BIND_CHECKS: tuple[Callable[[KafkaAgent], None], ...] = (
     _check_trust_domain,
     _check_output_type,
     _check_tenancy,
+    _check_evaluators,
 )
 """What ``@kafka_agent`` refuses, in the order it asks."""

@@ -484,6 +484,7 @@ class TurnRuntime:
             result,
             fmt=routing.format,
             max_bytes=self.max_record_bytes,
+            version=self.version,
         )
 
     def close(self, terminal: Terminal) -> Closing:

@@ -207,12 +207,16 @@ def result_records(
     *,
     fmt: serde.WireFormat = "avro",
     max_bytes: int | None = None,
+    version: str | None = None,
 ) -> list[OutRecord]:
     """A turn's result for each topic: keyed as its request was, the request's
-    correlation id and reply headers echoed as headers."""
+    correlation id and reply headers echoed as headers, and the agent's ``version`` that
+    ran it (``pyrula.agent-version``: an evaluator scores that version, the variant)."""
     headers = [(name, value.encode()) for name, value in request.reply_headers]
     if request.correlation_id is not None:
         headers.append((serde.CORRELATION_HEADER, request.correlation_id.encode()))
+    if version is not None:
+        headers.append((serde.AGENT_VERSION_HEADER, version.encode()))
     value = serde.encode("turn_result", result, fmt)
     key = request.result_key.encode()
     return [

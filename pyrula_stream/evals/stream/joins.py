@@ -1,0 +1,90 @@
+"""One outcomes partition's joins: the waits and early events it holds, and what an
+arriving record or the clock decides.
+
+A wait joins the earliest kept event of its (evaluator, join key) whose timestamp is at
+most its deadline; an event joins every kept wait whose deadline it meets. A joined wait
+is gone (the runner tombstones it with the score); an event stays until it expires, so a
+second turn naming the same key joins it too. ``restore`` rebuilds the state from the
+partition: records before the group's committed offset were decided already (their
+effects, tombstones included, are in the topic), later ones are read again by the group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pyrula_stream.evals.stream.state import Early, Wait, parse
+from pyrula_stream.kafka.offsets import ConsumedRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    wait: Wait
+    event: Early
+
+
+@dataclass
+class Joins:
+    """The state of one partition of ``<agent>.outcomes``."""
+
+    waits: dict[str, Wait] = field(default_factory=dict)
+    events: dict[str, Early] = field(default_factory=dict)
+
+    @classmethod
+    def restore(cls, records: Iterable[ConsumedRecord], committed: int) -> Joins:
+        joins = cls()
+        for rec in records:
+            if rec.value is None:
+                joins.forget(rec.key)
+            elif rec.offset < committed:
+                joins.keep(parse(rec.value))
+        return joins
+
+    def keep(self, item: Wait | Early) -> None:
+        if isinstance(item, Wait):
+            self.waits[item.key] = item
+        else:
+            self.events[item.key] = item
+
+    def forget(self, key: str) -> None:
+        self.waits.pop(key, None)
+        self.events.pop(key, None)
+
+    def arrive(self, item: Wait | Early) -> list[Joined]:
+        """What ``item`` joins now (an item seen before joins nothing again)."""
+        if item.key in self.waits or item.key in self.events:
+            return []
+        if isinstance(item, Wait):
+            matches = [
+                e
+                for e in self.events.values()
+                if e.evaluator == item.evaluator
+                and e.join_key == item.join_key
+                and e.ts_ms <= item.deadline_ms
+            ]
+            if matches:
+                return [Joined(item, min(matches, key=lambda e: (e.ts_ms, e.key)))]
+            self.waits[item.key] = item
+            return []
+        self.events[item.key] = item
+        joined = [
+            Joined(w, item)
+            for w in self.waits.values()
+            if w.evaluator == item.evaluator
+            and w.join_key == item.join_key
+            and item.ts_ms <= w.deadline_ms
+        ]
+        for j in joined:
+            del self.waits[j.wait.key]
+        return joined
+
+    def due(self, now_ms: int) -> tuple[list[Wait], list[Early]]:
+        """Waits whose window (and grace) closed, and events past keeping; both removed."""
+        waits = [w for w in self.waits.values() if w.fire_ms <= now_ms]
+        events = [e for e in self.events.values() if e.expire_ms <= now_ms]
+        for w in waits:
+            del self.waits[w.key]
+        for e in events:
+            del self.events[e.key]
+        return waits, events
