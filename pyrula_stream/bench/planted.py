@@ -4,9 +4,11 @@ wrong answers is reported significant, with the right sign; one without is not.
 Two versions of one agent ask the same scripted model (``FakeLLM``) to add two numbers;
 the model answers version 1's prompt wrongly a planted share of the time and version 2's
 another share. An experiment splits the turns between the versions by key, a function
-evaluator (``correct``: the answer is the sum) scores every finished turn onto
-``<agent>.scores``, and ``evals report``'s reading and report (``comparison/``) compare
-the versions. Turns are submitted with idempotency keys, so their ids, and with them the
+evaluator (``correct``: the answer is the sum) declared on the agent scores every
+finished turn onto ``<agent>.scores`` through the evaluators' own consumer group
+(``EvalStream``, exactly once), and ``evals report``'s reading and report
+(``comparison/``) compare the versions. The evaluators' Prometheus series are fed by the
+same committed batches. Turns are submitted with idempotency keys, so their ids, and with them the
 experiment's split, are the same on every run: the outcome is reproducible.
 
 ``python -m pyrula_stream.bench.planted [--turns 400]`` runs a planted experiment
@@ -22,23 +24,28 @@ import asyncio
 import json
 import re
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from pyrula_stream.agent.definition import KafkaAgent, kafka_agent
 from pyrula_stream.agent.experiments import Experiment
 from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.comparison.report import EvalReport, build_report
-from pyrula_stream.comparison.scores import read_scores, scores_topic
+from pyrula_stream.comparison.scores import read_scores
 from pyrula_stream.context.agent_context import AgentContext
-from pyrula_stream.kafka.admin import TopicSpec, apply_topics
-from pyrula_stream.kafka.io import RecordProducer
+from pyrula_stream.evals.evaluator import evaluator
+from pyrula_stream.evals.stream.runner import EvalStream
+from pyrula_stream.evals.turns import ScoredTurn
+from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.llm.base import ModelResponse, ToolDefinition
 from pyrula_stream.llm.fake import FakeLLM, reply_text
-from pyrula_stream.testing import local_kafka, running_worker, unique_name
+from pyrula_stream.observability.score_metrics import ScoreMetrics
+from pyrula_stream.testing import local_kafka, running_worker, unique_name, wait_for
 from pyrula_stream.wire.events import Event
-from pyrula_stream.wire.scores import Score, score_record
 
 GOLDEN = 0.6180339887498949
 """Question n is answered wrongly when frac(n * GOLDEN) < share: a low-discrepancy
@@ -66,14 +73,24 @@ def planted_model(wrong: Mapping[str, float]) -> FakeLLM:
     return FakeLLM(respond)
 
 
+@evaluator()
+def correct(turn: ScoredTurn) -> bool:
+    """The function evaluator: the answer is the sum."""
+    result = turn.result if isinstance(turn.result, dict) else {}
+    return turn.completed and str(result.get("answer")).strip() == str(
+        int(result.get("n", -1)) + ADDEND
+    )
+
+
 def planted_agent(name: str, wrong: Mapping[str, float], shares: Mapping[str, float]) -> KafkaAgent:
-    """Versions 1 and 2 of an adding agent under the experiment ``planted``."""
+    """Versions 1 and 2 of an adding agent under the experiment ``planted``, scored by
+    ``correct``. A turn's result is ``{"n": n, "answer": "..."}``."""
 
-    async def ask(ctx: AgentContext, version: str, n: int) -> str:
+    async def ask(ctx: AgentContext, version: str, n: int) -> dict[str, Any]:
         question = f"version {version} asks #{n}: what is {n} + {ADDEND}?"
-        return str(await ctx.llm.run([{"role": "user", "content": question}]))
+        return {"n": n, "answer": await ctx.llm.run([{"role": "user", "content": question}])}
 
-    async def version_1(ctx: AgentContext, n: int) -> str:
+    async def version_1(ctx: AgentContext, n: int) -> dict[str, Any]:
         return await ask(ctx, "1", n)
 
     @kafka_agent(
@@ -83,16 +100,12 @@ def planted_agent(name: str, wrong: Mapping[str, float], shares: Mapping[str, fl
         version="2",
         versions={"1": version_1},
         experiment=Experiment("planted", dict(shares)),
+        evaluators=[correct],
     )
-    async def version_2(ctx: AgentContext, n: int) -> str:
+    async def version_2(ctx: AgentContext, n: int) -> dict[str, Any]:
         return await ask(ctx, "2", n)
 
     return version_2
-
-
-def correct(n: int, answer: Any) -> bool:
-    """The function evaluator: the answer is the sum."""
-    return str(answer).strip() == str(n + ADDEND)
 
 
 @dataclass
@@ -101,6 +114,8 @@ class PlantedRun:
     turns: int
     wrong: Mapping[str, float]
     report: EvalReport
+    metrics: CollectorRegistry
+    """The evaluators' Prometheus series, fed by the committed batches."""
 
     def summary(self) -> dict[str, Any]:
         (measure,) = [m for m in self.report.measures if m.measure == "pass_rate"]
@@ -121,43 +136,39 @@ async def run_planted(
     shares: Mapping[str, float] | None = None,
     timeout_s: float = 120.0,
 ) -> PlantedRun:
-    """Run ``turns`` turns through the experiment, score them, and report."""
+    """Run ``turns`` turns through the experiment, score them with the evaluators'
+    stream, and report."""
     name = unique_name("planted")
     agent = planted_agent(name, wrong, shares or {"1": 0.5, "2": 0.5})
-    topic = scores_topic(name)
-    specs = [*agent.topic_specs(), TopicSpec(topic, agent.partitions)]
-    await asyncio.to_thread(apply_topics, bootstrap_servers, specs)
-    async with (
-        KafkaAgentClient(bootstrap_servers) as client,
-        running_worker(agent, bootstrap_servers, all_partitions=True),
-    ):
-        handles = [
-            await client.submit(name, idempotency_key=f"planted-{n}", n=n) for n in range(turns)
-        ]
-        ends = await asyncio.gather(
-            *(asyncio.wait_for(_terminal(client, name, h.turn_id), timeout_s) for h in handles)
-        )
-    producer = RecordProducer(bootstrap_servers)
+    await asyncio.to_thread(apply_topics, bootstrap_servers, agent.topic_specs())
+    registry = CollectorRegistry()
+    stream = EvalStream(
+        agent,
+        bootstrap_servers,
+        instance=f"{name}-proof",
+        on_batch=ScoreMetrics(registry).observe,
+    )
+    stop = threading.Event()
+    scoring = threading.Thread(target=stream.run, args=(stop,), name="planted-evals")
+    scoring.start()
     try:
-        for n, end in enumerate(ends):
-            answer = end.data.get("result")
-            score = Score(
-                turn_id=end.turn_id,
-                agent=name,
-                evaluator="correct",
-                agent_version=str(end.data.get("version") or ""),
-                passed=end.type == "run:complete" and correct(n, answer),
-                inputs={"answer": answer, "expected": n + ADDEND},
+        async with (
+            KafkaAgentClient(bootstrap_servers) as client,
+            running_worker(agent, bootstrap_servers, all_partitions=True),
+        ):
+            handles = [
+                await client.submit(name, idempotency_key=f"planted-{n}", n=n) for n in range(turns)
+            ]
+            await asyncio.gather(
+                *(asyncio.wait_for(_terminal(client, name, h.turn_id), timeout_s) for h in handles)
             )
-            record = score_record(topic, score)
-            await asyncio.to_thread(
-                producer.send_sync, record.topic, record.key, record.value, list(record.headers)
-            )
+        await wait_for(lambda: stream.stats["scores"] >= turns, timeout_s, "every turn scored")
     finally:
-        producer.close()
+        stop.set()
+        await asyncio.to_thread(scoring.join, 60)
     read = await asyncio.to_thread(read_scores, bootstrap_servers, name)
     report = build_report(name, read.scores, baseline="1", duplicates=read.duplicates)
-    return PlantedRun(name, turns, wrong, report)
+    return PlantedRun(name, turns, wrong, report, registry)
 
 
 async def _terminal(client: KafkaAgentClient, agent: str, turn_id: str) -> Event:

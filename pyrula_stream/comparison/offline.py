@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import httpx
 
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.errors import ConfigurationError
+from pyrula_stream.evals.evaluator import ERROR_LABEL, Verdict
 from pyrula_stream.runtime.offline import at_version, run_offline
 from pyrula_stream.runtime.versions import started_version
 from pyrula_stream.state.history import TurnRecording
@@ -39,7 +40,6 @@ from pyrula_stream.wire.events import Event
 from pyrula_stream.wire.scores import Score
 from pyrula_stream.wire.serde import TurnRequest
 
-ERROR_LABEL = "error"
 GOLDEN_NAMESPACE = uuid.UUID("6f1d2c1e-51e0-4f4e-9b0a-0c5a5e0a6d51")
 
 
@@ -131,33 +131,14 @@ def score_turn(evaluator: OfflineEvaluator, turn: OfflineTurn) -> Score | None:
 
 
 def verdict_fields(value: Any) -> dict[str, Any]:
-    """The score fields an evaluator's return value gives."""
-    if isinstance(value, bool):
-        return {"passed": value}
-    if isinstance(value, int | float):
-        return {"number": float(value)}
-    if isinstance(value, str):
-        return {"label": value}
-    if isinstance(value, Mapping):
-        number = value.get("number", value.get("score"))
-        passed = value.get("passed")
-        if number is not None and (isinstance(number, bool) or not isinstance(number, int | float)):
-            raise TypeError(f"verdict 'number' must be a number, got {number!r}")
-        if passed is not None and not isinstance(passed, bool):
-            raise TypeError(f"verdict 'passed' must be true or false, got {passed!r}")
-        label = value.get("label")
-        return {
-            "number": None if number is None else float(number),
-            "passed": passed,
-            "label": None if label is None else str(label),
-            "reason": str(value.get("reason") or ""),
-        }
-    fields = {k: getattr(value, k) for k in ("number", "label", "passed", "reason")}
-    if any(hasattr(value, k) for k in fields):  # a Verdict-like object
-        return fields
-    raise TypeError(
-        f"an evaluator returns a bool, number, label or dict, not {type(value).__name__}"
-    )
+    """The score fields an evaluator's return value gives (as online: ``Verdict.of``)."""
+    verdict = Verdict.of(value)
+    return {
+        "number": verdict.number,
+        "label": verdict.label,
+        "passed": verdict.passed,
+        "reason": verdict.reason,
+    }
 
 
 def evaluate(turns: Iterable[OfflineTurn], evaluators: Sequence[OfflineEvaluator]) -> list[Score]:

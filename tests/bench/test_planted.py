@@ -1,7 +1,8 @@
 """The planted-difference proof (issue 51, done-when 2).
 
 End to end on the broker, small: an experiment between a version that answers wrongly
-30% of the time and one that does 5% is reported significant in favour of the second.
+30% of the time and one that does 5%, scored by a function evaluator in the evaluators'
+own consumer group, is reported significant in favour of the second.
 On score records alone, large: the report's verdicts have the power and the false
 positive rate a 95% interval promises, over many simulated experiments.
 """
@@ -30,7 +31,17 @@ async def test_a_planted_difference_is_reported_significant_with_its_sign(
     assert one["n"] > 50 and two["n"] > 50, "the experiment split the turns"
     assert summary["candidate"] == "2" and summary["verdict"] == "significantly higher", text
     assert summary["ci95"][0] > 0
-    assert "2 is significantly higher than 1" in run.report.text()
+    assert "2 is significantly higher than 1" in text
+    # The evaluators' Prometheus series count the same scores, by version and outcome.
+    for v in (one, two):
+        labels = {"agent": run.agent, "evaluator": "correct", "version": v["version"]}
+        passed = run.metrics.get_sample_value(
+            "pyrula_eval_scores_total", {**labels, "outcome": "pass"}
+        )
+        failed = run.metrics.get_sample_value(
+            "pyrula_eval_scores_total", {**labels, "outcome": "fail"}
+        )
+        assert (passed, (passed or 0) + (failed or 0)) == (round(v["value"] * v["n"]), v["n"])
 
 
 def _experiment(rng: random.Random, wrong: dict[str, float], turns: int) -> list[Score]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pyrula_stream import AgentContext, kafka_agent
 from pyrula_stream.bench.planted import PLANTED, planted_agent
 from pyrula_stream.cli import main
 from pyrula_stream.comparison.offline import OfflineEvaluator, evaluate, recorded_turn
@@ -16,15 +17,20 @@ from pyrula_stream.state.history import TurnRecording
 from pyrula_stream.wire.serde import JournalEntry, TurnRequest
 
 agent = planted_agent("adder", PLANTED, {"1": 0.5, "2": 0.5})
-"""Version 1 answers 30% of the questions wrongly, version 2 5%."""
+"""Version 1 answers 30% of the questions wrongly, version 2 5%; scored by ``correct``."""
 
 
-def correct(turn: Any) -> bool:
-    return bool(turn.result == str(turn.expected))
+@kafka_agent(name="bare")
+async def bare(ctx: AgentContext) -> str:
+    return "no evaluators here"
 
 
 def short(turn: Any) -> dict[str, Any]:
-    return {"number": len(str(turn.result)), "reason": "characters"}
+    return {"number": len(str(turn.result["answer"])), "reason": "characters"}
+
+
+def matches(turn: Any) -> bool:
+    return bool(turn.result == str(turn.expected))
 
 
 def broken(turn: Any) -> bool:
@@ -38,19 +44,23 @@ def test_a_golden_set_finds_the_planted_difference_offline(
     cases = [{"id": f"q{n}", "params": {"n": n}, "expected": n + 7} for n in range(100)]
     golden.write_text("\n".join(json.dumps(c) for c in cases) + "\n")
     argv = ["evals", "offline", f"{__name__}:agent", "--golden", str(golden), "--json"]
-    argv += ["--evaluator", f"{__name__}:correct", "--evaluator", f"{__name__}:short"]
+    # The agent's own evaluator (correct: the answer is the sum), as online.
     assert main([*argv, "--baseline", "1"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["scores"] == 400  # 100 cases x 2 versions x 2 evaluators
-    correct_rate = next(m for m in report["measures"] if m["evaluator"] == "correct")
+    assert report["scores"] == 200  # 100 cases x 2 versions
+    (correct_rate,) = report["measures"]
+    assert correct_rate["evaluator"] == "correct"
     one, two = correct_rate["versions"]
     # The same 100 questions on each version: the planted shares, to a question.
     assert (one["version"], one["n"], two["version"], two["n"]) == ("1", 100, "2", 100)
     assert one["value"] == pytest.approx(0.7, abs=0.011)
     assert two["value"] == pytest.approx(0.95, abs=0.011)
     assert correct_rate["comparisons"][0]["verdict"] == "significantly higher"
-    lengths = next(m for m in report["measures"] if m["evaluator"] == "short")
-    assert lengths["measure"] == "mean"
+    # --evaluator names others instead: a number gives a mean.
+    assert main([*argv, "--evaluator", f"{__name__}:short", "--version", "2"]) == 0
+    (lengths,) = json.loads(capsys.readouterr().out)["measures"]
+    assert (lengths["evaluator"], lengths["measure"]) == ("short", "mean")
+    assert [v["version"] for v in lengths["versions"]] == ["2"]
 
 
 def test_recorded_turns_are_scored_as_they_ended(
@@ -82,7 +92,7 @@ def test_recorded_turns_are_scored_as_they_ended(
     assert "KeyError" in scores[1].reason
 
     argv = ["evals", "offline", f"{__name__}:agent", "--turns", str(tmp_path / "*.json")]
-    assert main([*argv, "--evaluator", f"{__name__}:correct"]) == 0
+    assert main([*argv, "--evaluator", f"{__name__}:matches"]) == 0
     out = capsys.readouterr().out
     assert "version 1: n=1" in out and "version 2: n=2" in out
 
@@ -95,6 +105,6 @@ def test_judges_are_refused_offline_and_a_missing_evaluator_is_named(
 
     with pytest.raises(Exception, match="offline evaluation runs function evaluators only"):
         OfflineEvaluator.of(Judge())
-    argv = ["evals", "offline", f"{__name__}:agent", "--turns", "nothing*.json"]
+    argv = ["evals", "offline", f"{__name__}:bare", "--turns", "nothing*.json"]
     assert main(argv) == 2
-    assert "no function evaluators for 'adder'" in capsys.readouterr().err
+    assert "no function evaluators for 'bare'" in capsys.readouterr().err
