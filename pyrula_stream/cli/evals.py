@@ -1,4 +1,7 @@
-"""``pyrula-stream evals``: how an agent's versions score.
+"""``pyrula-stream evals``: score an agent's turns, and compare its versions by the scores.
+
+``evals run MODULE:AGENT`` runs the agent's evaluators as a consumer group of their own
+(``evals.stream``), until SIGTERM or Ctrl-C.
 
 ``evals report AGENT [--evaluator E] [--since WHEN] [--baseline V] [--json]`` reads
 ``<agent>.scores`` (committed records, each score once) and compares the agent versions'
@@ -19,7 +22,9 @@ import importlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -32,6 +37,36 @@ from pyrula_stream.cli.common import (
     positive_seconds,
     with_bootstrap,
 )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pyrula_stream.errors import ConfigurationError
+    from pyrula_stream.evals.stream.runner import EvalStream
+
+    agent = load_agent(args.agent)
+    if not agent.evaluators:
+        raise ConfigurationError(
+            f"agent '{agent.name}' declares no evaluators: @kafka_agent(evaluators=[...])"
+        )
+    stream = EvalStream(
+        agent,
+        bootstrap_from(args),
+        instance=args.instance,
+        kafka_config=kafka_config_from(args),
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    names = ", ".join(f"{e.name} ({e.kind}, {e.sample_rate:g})" for e in stream.evaluators)
+    print(f"evaluating {agent.name}: {names}; instance {stream.instance}", flush=True)
+    stream.run(stop)
+    print(f"stopped: {dict(stream.stats)}", flush=True)
+    return 0
+
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -155,9 +190,20 @@ def _report_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Commands[argparse.ArgumentParser]) -> None:
-    """``evals report`` and ``evals offline``."""
-    e = sub.add_parser("evals", help="compare an agent's versions by their scores")
+    """``evals run``, ``evals report`` and ``evals offline``."""
+    e = sub.add_parser("evals", help="score an agent's turns; compare its versions by them")
     e_sub = e.add_subparsers(dest="evals_command", required=True)
+    run = with_bootstrap(
+        e_sub.add_parser("run", help="MODULE:AGENT: run its evaluators (their own group)")
+    )
+    run.add_argument("agent", help="MODULE:AGENT, an agent with evaluators=[...]")
+    run.add_argument(
+        "--instance",
+        default=None,
+        help="this member's stable name (its transactional id): a restarted member with "
+        "the same name fences its dead self at once (default: host, pid, random)",
+    )
+    run.set_defaults(func=cmd_run)
     r = with_bootstrap(
         e_sub.add_parser("report", help="AGENT: each evaluator's scores by agent version")
     )

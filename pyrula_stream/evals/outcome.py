@@ -2,10 +2,11 @@
 
 The turn names a key (``key(turn)``: an order id in its result, say); the business topic
 carries events with that key (``event_key(event)``, by default the record key). The first
-event whose timestamp is at most ``window`` after the turn finished is joined and scored
-by ``score(turn, event)``; when the window closes without one the turn is scored
-``timed_out=True`` with ``on_timeout``. An event that arrives before its turn's result
-is kept for the window, so it still joins. ``grace`` is how long past a window's end the
+event whose timestamp is within ``window`` of the turn's finish (after it, or before it:
+the business may act before the result is written, and clocks differ) is joined and
+scored by ``score(turn, event)``; when the window closes without one the turn is scored
+``timed_out=True`` with ``on_timeout``. An event read before its turn's result is kept
+(for its window and the grace), so it still joins. ``grace`` is how long past a window's end the
 stream waits before declaring a timeout, so an event written in time but read late
 (the evaluators were restarting) still joins. The waits and early events are kept in
 ``<agent>.outcomes`` (compacted), so they survive restarts; no worker slot is held.

@@ -9,8 +9,8 @@ from pyrula_stream.evals.stream.state import Early, Wait, record
 from pyrula_stream.kafka.offsets import ConsumedRecord
 
 
-def _wait(turn: str, key: str, deadline: int) -> Wait:
-    return Wait("delivered", "1", key, {"turn_id": turn}, deadline, deadline + 100)
+def _wait(turn: str, key: str, deadline: int, earliest: int = 0) -> Wait:
+    return Wait("delivered", "1", key, {"turn_id": turn}, deadline, deadline + 100, earliest)
 
 
 def _early(key: str, ts: int, offset: int) -> Early:
@@ -55,6 +55,9 @@ def test_an_event_joins_only_waits_whose_window_it_meets() -> None:
     assert [j.wait.turn["turn_id"] for j in joined] == ["late"]
     waits, events = joins.due(1_100)
     assert [w.turn["turn_id"] for w in waits] == ["early"] and events == []
+    # an event stamped before the turn's window opened is not the turn's
+    assert joins.arrive(_wait("much later", "o1", 9_000, earliest=2_500)) == []
+    joins.forget(_wait("much later", "o1", 9_000, earliest=2_500).key)
     # the event stays for a second turn naming the same key, until it expires
     assert [j.wait.turn["turn_id"] for j in joins.arrive(_wait("again", "o1", 4_000))] == ["again"]
     assert joins.due(3_000) == ([], [_early("o1", 2_000, 1)])

@@ -1,8 +1,9 @@
 """One outcomes partition's joins: the waits and early events it holds, and what an
 arriving record or the clock decides.
 
-A wait joins the earliest kept event of its (evaluator, join key) whose timestamp is at
-most its deadline; an event joins every kept wait whose deadline it meets. A joined wait
+A wait joins the earliest kept event of its (evaluator, join key) whose timestamp is
+within its window (the turn's finish, give or take the window); an event joins every
+kept wait whose window it is in. A joined wait
 is gone (the runner tombstones it with the score); an event stays until it expires, so a
 second turn naming the same key joins it too. ``restore`` rebuilds the state from the
 partition: records before the group's committed offset were decided already (their
@@ -56,25 +57,13 @@ class Joins:
         if item.key in self.waits or item.key in self.events:
             return []
         if isinstance(item, Wait):
-            matches = [
-                e
-                for e in self.events.values()
-                if e.evaluator == item.evaluator
-                and e.join_key == item.join_key
-                and e.ts_ms <= item.deadline_ms
-            ]
+            matches = [e for e in self.events.values() if item.meets(e)]
             if matches:
                 return [Joined(item, min(matches, key=lambda e: (e.ts_ms, e.key)))]
             self.waits[item.key] = item
             return []
         self.events[item.key] = item
-        joined = [
-            Joined(w, item)
-            for w in self.waits.values()
-            if w.evaluator == item.evaluator
-            and w.join_key == item.join_key
-            and item.ts_ms <= w.deadline_ms
-        ]
+        joined = [Joined(w, item) for w in self.waits.values() if w.meets(item)]
         for j in joined:
             del self.waits[j.wait.key]
         return joined

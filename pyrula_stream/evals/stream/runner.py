@@ -362,9 +362,16 @@ class EvalStream:
                 error_score(ev, turn, "the turn names no key to join its outcome by", turn.read()),
                 scores,
             )
-        deadline = (turn.finished_ms or _now_ms()) + ev.window_ms
+        finished = turn.finished_ms or _now_ms()
+        deadline = finished + ev.window_ms
         wait = state.Wait(
-            ev.name, ev.version, str(join_key), turn.data(), deadline, deadline + ev.grace_ms
+            ev.name,
+            ev.version,
+            str(join_key),
+            turn.data(),
+            deadline,
+            deadline + ev.grace_ms,
+            finished - ev.window_ms,
         )
         self.stats["waits"] += 1
         return state.record(self.topics.outcomes, wait, self.agent.partitions)

@@ -41,6 +41,16 @@ class Wait:
     """The latest event timestamp that still joins (the turn's finish plus the window)."""
     fire_ms: int
     """When the stream declares the timeout (the deadline plus the grace)."""
+    earliest_ms: int = 0
+    """The earliest event timestamp that joins (the turn's finish less the window)."""
+
+    def meets(self, event: Early) -> bool:
+        """Whether ``event`` is of this join and within the turn's window."""
+        return (
+            event.evaluator == self.evaluator
+            and event.join_key == self.join_key
+            and self.earliest_ms <= event.ts_ms <= self.deadline_ms
+        )
 
     @property
     def key(self) -> str:
@@ -55,6 +65,7 @@ class Wait:
             "turn": self.turn,
             "deadline_ms": self.deadline_ms,
             "fire_ms": self.fire_ms,
+            "earliest_ms": self.earliest_ms,
         }
 
 
@@ -99,6 +110,7 @@ def parse(value: bytes) -> Wait | Early:
                 dict(data["turn"]),
                 int(data["deadline_ms"]),
                 int(data["fire_ms"]),
+                int(data.get("earliest_ms", 0)),
             )
         if data["kind"] == EVENT:
             return Early(
