@@ -48,11 +48,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"agent '{agent.name}' declares no evaluators: @kafka_agent(evaluators=[...])"
         )
+    metrics = None
+    if args.metrics_port is not None:
+        metrics, url = serve_score_metrics(args.metrics_host, args.metrics_port)
+        print(f"metrics on {url}", flush=True)
     stream = EvalStream(
         agent,
         bootstrap_from(args),
         instance=args.instance,
         kafka_config=kafka_config_from(args),
+        on_batch=metrics.observe if metrics is not None else None,
     )
     stop = threading.Event()
 
@@ -66,6 +71,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     stream.run(stop)
     print(f"stopped: {dict(stream.stats)}", flush=True)
     return 0
+
+
+def serve_score_metrics(host: str, port: int) -> tuple[Any, str]:
+    """The evaluators' Prometheus series (``ScoreMetrics``) served on ``host:port``
+    (``/metrics``; port 0 picks a free one), from a thread of their own; and the URL."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from pyrula_stream.observability.score_metrics import ScoreMetrics
+
+    registry = CollectorRegistry()
+    metrics = ScoreMetrics(registry)
+    server, _ = start_http_server(port, addr=host, registry=registry)
+    return metrics, f"http://{host}:{server.server_port}/metrics"
 
 
 _AGO = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -203,6 +221,13 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         help="this member's stable name (its transactional id): a restarted member with "
         "the same name fences its dead self at once (default: host, pid, random)",
     )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve the scores' Prometheus series (pyrula_eval_*) on this port",
+    )
+    run.add_argument("--metrics-host", default="127.0.0.1", help="default 127.0.0.1")
     run.set_defaults(func=cmd_run)
     r = with_bootstrap(
         e_sub.add_parser("report", help="AGENT: each evaluator's scores by agent version")

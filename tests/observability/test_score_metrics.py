@@ -54,3 +54,22 @@ def test_versions_from_records_cannot_blow_up_the_series() -> None:
         if s.name == "pyrula_eval_scores_total"
     }
     assert len(versions) == MAX_LABEL_VALUES + 1 and "other" in versions
+
+
+def test_evals_run_serves_the_series_it_counts() -> None:
+    """``evals run --metrics-port``: what the stream's committed batches count is on
+    ``/metrics``."""
+    import httpx
+
+    from pyrula_stream.cli import build_parser
+    from pyrula_stream.cli.evals import serve_score_metrics
+
+    args = build_parser().parse_args(["evals", "run", "m:a", "--metrics-port", "9109"])
+    assert (args.metrics_port, args.metrics_host) == (9109, "127.0.0.1")
+    metrics, url = serve_score_metrics("127.0.0.1", 0)
+    metrics.observe([_score(agent_version="2", passed=True)])
+    page = httpx.get(url, timeout=10).text
+    assert (
+        'pyrula_eval_scores_total{agent="support",evaluator="correct",outcome="pass",'
+        'version="2"} 1.0'
+    ) in page
