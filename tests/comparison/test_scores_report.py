@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import time
 
 import pytest
 from confluent_kafka import Producer
 
 from pyrula_stream.cli import main
+from pyrula_stream.cli.evals import since_ms
 from pyrula_stream.comparison.scores import read_scores, scores_topic
 from pyrula_stream.kafka.admin import TopicSpec, apply_topics
 from pyrula_stream.testing import unique_name
@@ -97,6 +100,19 @@ def test_evals_report_json_compares_the_versions(
 
     assert main([*argv, "--evaluator", "nobody"]) == 0
     assert "no scores to report" in capsys.readouterr().out
+    assert main([*argv, "--since", "2999-01-01"]) == 0  # written before then: none
+    assert "no scores to report" in capsys.readouterr().out
+    assert main([*argv, "--since", "1h", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scores"] == 100
+
+
+def test_since_takes_an_age_or_a_date() -> None:
+    now_ms = time.time() * 1000
+    assert since_ms("30m") == pytest.approx(now_ms - 1_800_000, abs=5_000)
+    assert since_ms("7d") == pytest.approx(now_ms - 7 * 86_400_000, abs=5_000)
+    assert since_ms("2026-12-01") == 1_796_083_200_000  # midnight UTC
+    with pytest.raises(argparse.ArgumentTypeError, match="an age"):
+        since_ms("yesterday")
 
 
 def test_evals_report_names_a_missing_topic(

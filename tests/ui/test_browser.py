@@ -31,7 +31,6 @@ from pyrula_stream.access.api_keys import APIKeyAuth
 from pyrula_stream.access.http_guard import HTTPAccess
 from pyrula_stream.comparison.scores import scores_topic
 from pyrula_stream.errors import SubAgentError
-from pyrula_stream.kafka.admin import TopicSpec, apply_topics
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import (
     FakeLLM,
@@ -123,8 +122,7 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         return await ctx.llm.run([{"role": "user", "content": question}], system="Be brief.")
 
     feed = FeedOptions(kafka_bootstrap_servers, agents=(agent.name,))
-    scores = scores_topic(agent.name)
-    apply_topics(kafka_bootstrap_servers, [TopicSpec(scores, 1)])
+    scores = scores_topic(agent.name)  # the worker makes it with the agent's other topics
     async with (
         running_worker(agent, kafka_bootstrap_servers),
         running_ui(feed, UIOptions(port=0)) as url,
