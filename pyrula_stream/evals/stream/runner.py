@@ -12,7 +12,8 @@ exactly one score per evaluator version.
 Judges are agents: their requests go to ``<judge>.turns`` under a deterministic turn id
 (``judge.judge_turn_id``) and their results come back on ``<judge>.results``, which this
 group also reads. Deferred outcomes keep their state in ``<agent>.outcomes`` (``joins``),
-restored when a member takes a partition over; timeouts fire when a member is caught up.
+restored when a member takes a partition over; timeouts fire once a second (a member that
+lags behind by less than an outcome's grace still joins the events written in time).
 A record that cannot be read goes to ``<agent>.dlq`` with the reason.
 """
 
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pyrula_stream.agent.definition import KafkaAgent
-from pyrula_stream.errors import ErrorCode, MalformedRecordError
+from pyrula_stream.errors import ConfigurationError, ErrorCode, MalformedRecordError
 from pyrula_stream.evals.evaluator import (
     Evaluator,
     FunctionEvaluator,
@@ -43,6 +44,7 @@ from pyrula_stream.evals.outcome import BusinessEvent, OutcomeEvaluator
 from pyrula_stream.evals.stream import state
 from pyrula_stream.evals.stream.joins import Joined, Joins
 from pyrula_stream.evals.turns import ScoredTurn
+from pyrula_stream.kafka.admin import missing_topics
 from pyrula_stream.kafka.group import ConsumerFenced
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.processor import GroupReader, TopicPartitions, read_partition
@@ -58,6 +60,8 @@ from pyrula_stream.wire.scores import Score, score_record
 
 log = logging.getLogger(__name__)
 
+TIMER_EVERY_S = 1.0
+"""How often a member looks for timeouts while records keep coming (and whenever idle)."""
 SESSION_ERRORS = (TransactionAborted, ProducerFenced, ConsumerFenced)
 """What ends a session: its uncommitted work is dropped and a new one reads it again."""
 
@@ -141,6 +145,15 @@ class EvalStream:
     def run(self, stop: threading.Event) -> None:
         """Sessions until ``stop``: an aborted or fenced batch starts a new session,
         which reads the batch again from the committed offsets."""
+        missing = missing_topics(
+            self.bootstrap_servers, self.input_topics(), kafka_config=self.kafka_config
+        )
+        if missing:
+            raise ConfigurationError(
+                f"evaluators of '{self.agent.name}' read topics that do not exist: "
+                f"{', '.join(missing)}; start them once the agent's (and its judges') "
+                "workers have created their topics, and create the business topics"
+            )
         while not stop.is_set():
             try:
                 self._session(stop)
@@ -166,6 +179,7 @@ class EvalStream:
             kafka_config=self.kafka_config,
         )
         self._joins.clear()
+        timers_at = 0.0
         try:
             writer.start()
             reader.subscribe(lambda tps: self._assigned(reader, tps), self._revoked)
@@ -177,7 +191,8 @@ class EvalStream:
                 for rec in records:
                     out += self._handle(rec, scores)
                     offsets[(rec.topic, rec.partition)] = rec.offset + 1
-                if not records:
+                if not records or time.monotonic() >= timers_at:
+                    timers_at = time.monotonic() + TIMER_EVERY_S
                     out += self._due(_now_ms(), scores)
                 if out or offsets:
                     writer.write(out, offsets, reader.client, reader.group_metadata)
