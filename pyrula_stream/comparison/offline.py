@@ -45,7 +45,8 @@ GOLDEN_NAMESPACE = uuid.UUID("6f1d2c1e-51e0-4f4e-9b0a-0c5a5e0a6d51")
 
 @dataclass(frozen=True)
 class OfflineTurn:
-    """A finished turn as an evaluator reads it offline."""
+    """A finished turn as an evaluator reads it offline: the attributes of the online
+    ``ScoredTurn``, and a golden case's ``params`` and ``expected``."""
 
     turn_id: str
     agent: str
@@ -57,6 +58,7 @@ class OfflineTurn:
     usage: dict[str, Any] = field(default_factory=dict)
     cost_usd: float = 0.0
     duration_ms: int = 0
+    finished_ms: int = 0
     thread_id: str | None = None
     tenant: str | None = None
     agent_version: str = ""

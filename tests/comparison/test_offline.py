@@ -108,3 +108,14 @@ def test_judges_are_refused_offline_and_a_missing_evaluator_is_named(
     argv = ["evals", "offline", f"{__name__}:bare", "--turns", "nothing*.json"]
     assert main(argv) == 2
     assert "no function evaluators for 'bare'" in capsys.readouterr().err
+
+
+def test_an_offline_turn_has_everything_an_online_evaluator_reads() -> None:
+    """An evaluator written for ``ScoredTurn`` runs offline unchanged."""
+    import dataclasses
+
+    from pyrula_stream.comparison.offline import OfflineTurn
+    from pyrula_stream.evals.turns import ScoredTurn
+
+    online = {f.name for f in dataclasses.fields(ScoredTurn)} | {"completed", "read"}
+    assert online <= {f.name for f in dataclasses.fields(OfflineTurn)} | set(dir(OfflineTurn))
