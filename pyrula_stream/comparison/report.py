@@ -133,6 +133,8 @@ class EvalReport:
                     f"95% CI [{_fmt(e.interval.low, m.measure)}, "
                     f"{_fmt(e.interval.high, m.measure)}]{late}"
                 )
+            if len(m.versions) == 1:
+                lines.append("  (one version has scores: nothing to compare yet)")
             for c in m.comparisons:
                 d, cand, base = c.difference, c.candidate or "(none)", c.baseline or "(none)"
                 verdict = f"{cand} is {d.verdict} than {base}" if d.significant else d.verdict

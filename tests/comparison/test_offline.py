@@ -95,6 +95,10 @@ def test_recorded_turns_are_scored_as_they_ended(
     assert main([*argv, "--evaluator", f"{__name__}:matches"]) == 0
     out = capsys.readouterr().out
     assert "version 1: n=1" in out and "version 2: n=2" in out
+    assert "nothing to compare" not in out
+    only_two = ["evals", "offline", f"{__name__}:agent", "--turns", str(tmp_path / "t[12].json")]
+    assert main([*only_two, "--evaluator", f"{__name__}:matches"]) == 0
+    assert "(one version has scores: nothing to compare yet)" in capsys.readouterr().out
 
 
 def test_judges_are_refused_offline_and_a_missing_evaluator_is_named(
