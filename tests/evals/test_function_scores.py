@@ -6,20 +6,17 @@ evaluators' group taking over writes no score twice."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
 from pyrula_stream.evals import ScoredTurn, evaluator, sampled
-from pyrula_stream.evals.stream.runner import EvalStream
 from pyrula_stream.kafka.once import read_raw
 from pyrula_stream.llm import FakeLLM
 from pyrula_stream.testing import running_worker, wait_for
 from pyrula_stream.wire.scores import parse_score
+from tests.evals.streaming import streaming
 
 
 @evaluator(sample_rate=0.5)
@@ -49,19 +46,6 @@ def _agent() -> Any:
         return {"n": n}
 
     return body
-
-
-@contextmanager
-def streaming(agent: Any, bootstrap: str, instance: str) -> Iterator[EvalStream]:
-    stream = EvalStream(agent, bootstrap, instance=instance)
-    stop = threading.Event()
-    thread = threading.Thread(target=stream.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        yield stream
-    finally:
-        stop.set()
-        thread.join(30)
 
 
 async def test_each_sampled_turn_scored_once_across_a_takeover(
