@@ -16,7 +16,7 @@ from typing import Any
 
 from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
 from pyrula_stream.evals import ScoredTurn, judge, outcome
-from pyrula_stream.evals.judge import judge_turn_id
+from pyrula_stream.evals.judges import judge_turn_id
 from pyrula_stream.kafka.admin import TopicSpec, apply_topics
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.once import read_raw

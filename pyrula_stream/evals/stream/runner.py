@@ -32,15 +32,15 @@ from typing import Any
 
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.errors import ConfigurationError, ErrorCode, MalformedRecordError
-from pyrula_stream.evals.evaluator import (
+from pyrula_stream.evals.evaluators import (
     Evaluator,
     FunctionEvaluator,
     Verdict,
     error_score,
     run_function,
 )
-from pyrula_stream.evals.judge import EVAL_REPLY_HEADER, JudgeEvaluator
-from pyrula_stream.evals.outcome import BusinessEvent, OutcomeEvaluator
+from pyrula_stream.evals.judges import EVAL_REPLY_HEADER, JudgeEvaluator
+from pyrula_stream.evals.outcomes import BusinessEvent, OutcomeEvaluator
 from pyrula_stream.evals.stream import state
 from pyrula_stream.evals.stream.joins import Joined, Joins
 from pyrula_stream.evals.turns import ScoredTurn

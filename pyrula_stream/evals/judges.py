@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pyrula_stream.errors import ConfigurationError
-from pyrula_stream.evals.evaluator import Evaluator, Verdict
+from pyrula_stream.evals.evaluators import Evaluator, Verdict
 from pyrula_stream.evals.turns import ScoredTurn
 
 JUDGE_NAMESPACE = uuid.UUID("6f1d6a0e-51e7-4c55-9a51-0a11e7a1d9e5")
