@@ -130,7 +130,10 @@ class EvalStream:
         self._tools: ToolsCalled | None = None
         self._room = writer_record_room(kafka_config, None)
         self.stats: Counter[str] = Counter()
-        """Committed work: ``scores``, ``errors``, ``judge_requests``, ``waits``, ..."""
+        """``scores`` (by kind: ``scores.judge``...) and ``timed_out`` count committed
+        scores; ``judge_requests``, ``waits``, ``events`` and ``dead_letters`` count what
+        was written (a batch aborted is written again); ``restored_partitions``,
+        ``sessions_restarted``."""
 
     # -- topics --------------------------------------------------------------------
 
