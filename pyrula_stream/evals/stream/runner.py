@@ -32,7 +32,13 @@ from dataclasses import replace
 from typing import Any
 
 from pyrula_stream.agent.definition import KafkaAgent
-from pyrula_stream.errors import ConfigurationError, ErrorCode, MalformedRecordError, PyrulaError
+from pyrula_stream.errors import (
+    ConfigurationError,
+    ErrorCode,
+    KafkaAuthorizationError,
+    MalformedRecordError,
+    PyrulaError,
+)
 from pyrula_stream.evals.evaluators import (
     Evaluator,
     FunctionEvaluator,
@@ -164,6 +170,13 @@ class EvalStream:
             try:
                 self._session(stop)
             except SESSION_ERRORS as exc:
+                denied = [f for f in getattr(exc, "failed", ()) if f.denied]
+                if denied:  # every later try fails the same: say so and stop
+                    raise KafkaAuthorizationError(
+                        f"the evaluators of '{self.agent.name}' may not write {denied[0].topic}"
+                        f" ({denied[0].reason}); grant them with `pyrula-stream acls "
+                        "MODULE:AGENT --evaluator-principal User:<name> --apply`"
+                    ) from None
                 self.stats["sessions_restarted"] += 1
                 log.warning(
                     "evaluators of %s: batch not committed (%s); rejoining", self.agent.name, exc
