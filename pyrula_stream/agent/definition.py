@@ -34,8 +34,8 @@ from pyrula_stream.errors import (
     ConfigurationError,
     ToolRegistrationError,
 )
-from pyrula_stream.evals.evaluator import Evaluator
-from pyrula_stream.evals.outcome import OutcomeEvaluator
+from pyrula_stream.evals.evaluators import Evaluator
+from pyrula_stream.evals.outcomes import OutcomeEvaluator
 from pyrula_stream.kafka.acls import check_name_piece, shared_prefix
 from pyrula_stream.kafka.admin import (
     DEFAULT_PARTITIONS,

@@ -45,7 +45,7 @@ from pyrula_stream.chaos.monkey import KillRecord
 from pyrula_stream.chaos.processes import Managed, Worker, child_env
 from pyrula_stream.chaos.verify import Findings
 from pyrula_stream.evals import sampled
-from pyrula_stream.evals.judge import judge_turn_id
+from pyrula_stream.evals.judges import judge_turn_id
 from pyrula_stream.kafka.admin import DEFAULT_PREFIX, TopicSpec, agent_topic_specs, apply_topics
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.kafka.io import RecordProducer, TopicFollower

@@ -7,7 +7,7 @@ for a business event joined by a key the turn named. Each samples turns at its o
 deterministically by turn id. The stream that runs them is ``evals.stream`` (floor 7).
 """
 
-from pyrula_stream.evals.evaluator import (
+from pyrula_stream.evals.evaluators import (
     Evaluator,
     FunctionEvaluator,
     Verdict,
@@ -16,8 +16,8 @@ from pyrula_stream.evals.evaluator import (
     run_function,
     sampled,
 )
-from pyrula_stream.evals.judge import JudgeEvaluator, judge
-from pyrula_stream.evals.outcome import BusinessEvent, OutcomeEvaluator, outcome
+from pyrula_stream.evals.judges import JudgeEvaluator, judge
+from pyrula_stream.evals.outcomes import BusinessEvent, OutcomeEvaluator, outcome
 from pyrula_stream.evals.turns import ScoredTurn
 
 __all__ = [

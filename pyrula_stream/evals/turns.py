@@ -30,6 +30,10 @@ class ScoredTurn:
     tenant: str | None = None
     agent_version: str = ""
     """The version that ran the turn (``@kafka_agent(version=...)``); empty without one."""
+    started_ms: int = 0
+    tools: tuple[str, ...] = ()
+    """The tools it called, in order: read from its events only for an evaluator that
+    asks (``reads_tools=True``), else empty."""
 
     @property
     def completed(self) -> bool:
@@ -51,6 +55,7 @@ class ScoredTurn:
             thread_id=result.thread_id,
             tenant=result.tenant,
             agent_version=agent_version or "",
+            started_ms=result.started_ms,
         )
 
     @classmethod
@@ -76,22 +81,29 @@ class ScoredTurn:
             "thread_id": self.thread_id,
             "tenant": self.tenant,
             "agent_version": self.agent_version,
+            "started_ms": self.started_ms,
+            "tools": list(self.tools),
         }
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> ScoredTurn:
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        fields["tools"] = tuple(fields.get("tools") or ())
         try:
-            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+            return cls(**fields)
         except TypeError as exc:
             raise MalformedRecordError(f"scored turn: {exc}") from None
 
     def read(self) -> dict[str, Any]:
         """What a score says its evaluator read by default (small: no params, no text
         beyond the result)."""
-        return {
+        read = {
             "status": self.status,
             "result": self.result,
             "error_code": self.error_code,
             "cost_usd": self.cost_usd,
             "llm_calls": self.usage.get("llm_calls", 0),
         }
+        if self.tools:
+            read["tools"] = list(self.tools)
+        return read

@@ -2,13 +2,13 @@
 is asked once per sampled turn under its derived id and its verdict becomes the score;
 a business event joins the turn that named its key, also when it arrives before the
 turn's result; a window that closes without one scores ``timed_out``; so does one whose
-event came after the window."""
+event came after the window. The timeouts fire in a second member of the evaluators'
+group, which took the waits over from the first."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -16,16 +16,16 @@ from typing import Any
 
 from pyrula_stream import AgentContext, KafkaAgentClient, kafka_agent
 from pyrula_stream.evals import ScoredTurn, judge, outcome
-from pyrula_stream.evals.judge import judge_turn_id
-from pyrula_stream.evals.stream.runner import EvalStream
+from pyrula_stream.evals.judges import judge_turn_id
 from pyrula_stream.kafka.admin import TopicSpec, apply_topics
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.once import read_raw
 from pyrula_stream.llm import FakeLLM, reply_text
 from pyrula_stream.testing import running_worker, wait_for
 from pyrula_stream.wire.scores import parse_score
+from tests.evals.streaming import streaming
 
-WINDOW = timedelta(seconds=2)
+WINDOW = timedelta(seconds=3)
 
 
 def _grade(messages: list[dict[str, Any]], tools: Any) -> Any:
@@ -56,7 +56,7 @@ async def test_a_judge_and_deferred_outcomes_score_each_turn_once(
         topic=orders,
         key="order_id",
         window=WINDOW,
-        grace=timedelta(milliseconds=500),
+        grace=timedelta(seconds=3),
         score=lambda turn, event: event.value["status"] == "delivered",
     )
 
@@ -70,32 +70,35 @@ async def test_a_judge_and_deferred_outcomes_score_each_turn_once(
         body = json.dumps({"status": status}).encode()
         producer.send_sync(orders, f"o{n}".encode(), body)
 
-    stream = EvalStream(shop, bootstrap, instance="t")
-    stop = threading.Event()
-    runner = threading.Thread(target=stream.run, args=(stop,), daemon=True)
     async with (
         running_worker(grader, bootstrap),
         running_worker(shop, bootstrap),
         KafkaAgentClient(bootstrap) as client,
     ):
-        runner.start()
         try:
-            event(0, "delivered")  # before the turn that names o0 has even run
-            await wait_for(lambda: stream.stats["events"] >= 1, 60, "o0's event kept")
-            turns = []
-            for n in range(4):
-                turns.append((await client.run(shop.name, n=n))[-1].turn_id)
-                if n == 1:
-                    event(1, "lost")  # within the window
-            await asyncio.sleep(WINDOW.total_seconds() + 0.5)
-            event(3, "delivered")  # after the window: o3 times out all the same
-            # o2 never gets an event
-            await wait_for(lambda: stream.stats["scores"] >= 8, 60, "8 scores")
-            await asyncio.sleep(0.5)
+            with streaming(shop, bootstrap, "t1") as first:
+                event(0, "delivered")  # before the turn that names o0 has even run
+                await wait_for(lambda: first.stats["events"] >= 1, 60, "o0's event kept")
+                turns = []
+                for n in range(4):
+                    turns.append((await client.run(shop.name, n=n))[-1].turn_id)
+                    if n == 1:
+                        event(1, "lost")  # within the window
+                await wait_for(
+                    lambda: first.stats["scores"] >= 6 and first.stats["waits"] >= 4,
+                    60,
+                    "4 judged, o0 and o1 joined, o2 and o3 waiting",
+                )
+            with streaming(shop, bootstrap, "t2") as second:
+                await asyncio.sleep(WINDOW.total_seconds())
+                event(3, "delivered")  # after the window: o3 times out all the same
+                # o2 never gets an event
+                await wait_for(lambda: second.stats["scores"] >= 2, 60, "2 timeouts")
+                await asyncio.sleep(0.5)
         finally:
-            stop.set()
-            await asyncio.to_thread(runner.join, 30)
             producer.close()
+    assert second.stats["restored_partitions"] >= 1
+    assert (first.stats["timed_out"], second.stats["timed_out"]) == (0, 2)
     scores = [parse_score(r.value) for r in read_raw(bootstrap, shop.topics.scores)]
     assert Counter((s.turn_id, s.evaluator) for s in scores) == {
         (t, ev): 1 for t in turns for ev in ("quality", "delivered")

@@ -28,21 +28,29 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pyrula_stream.agent.definition import KafkaAgent
-from pyrula_stream.errors import ConfigurationError, ErrorCode, MalformedRecordError
-from pyrula_stream.evals.evaluator import (
+from pyrula_stream.errors import (
+    ConfigurationError,
+    ErrorCode,
+    KafkaAuthorizationError,
+    MalformedRecordError,
+    PyrulaError,
+)
+from pyrula_stream.evals.evaluators import (
     Evaluator,
     FunctionEvaluator,
     Verdict,
     error_score,
     run_function,
 )
-from pyrula_stream.evals.judge import EVAL_REPLY_HEADER, JudgeEvaluator
-from pyrula_stream.evals.outcome import BusinessEvent, OutcomeEvaluator
+from pyrula_stream.evals.judges import EVAL_REPLY_HEADER, JudgeEvaluator
+from pyrula_stream.evals.outcomes import BusinessEvent, OutcomeEvaluator
 from pyrula_stream.evals.stream import state
 from pyrula_stream.evals.stream.joins import Joined, Joins
+from pyrula_stream.evals.stream.tools_called import ToolsCalled
 from pyrula_stream.evals.turns import ScoredTurn
 from pyrula_stream.kafka.admin import missing_topics
 from pyrula_stream.kafka.group import ConsumerFenced
@@ -125,9 +133,13 @@ class EvalStream:
         self._judge_results = {self._judge_topic(j, "results") for j in self.judges.values()}
         self._business = {e.topic for e in self.outcomes}
         self._joins: dict[int, Joins] = {}
+        self._tools: ToolsCalled | None = None
         self._room = writer_record_room(kafka_config, None)
         self.stats: Counter[str] = Counter()
-        """Committed work: ``scores``, ``errors``, ``judge_requests``, ``waits``, ..."""
+        """``scores`` (by kind: ``scores.judge``...) and ``timed_out`` count committed
+        scores; ``judge_requests``, ``waits``, ``events`` and ``dead_letters`` count what
+        was written (a batch aborted is written again); ``restored_partitions``,
+        ``sessions_restarted``."""
 
     # -- topics --------------------------------------------------------------------
 
@@ -158,6 +170,13 @@ class EvalStream:
             try:
                 self._session(stop)
             except SESSION_ERRORS as exc:
+                denied = [f for f in getattr(exc, "failed", ()) if f.denied]
+                if denied:  # every later try fails the same: say so and stop
+                    raise KafkaAuthorizationError(
+                        f"the evaluators of '{self.agent.name}' may not write {denied[0].topic}"
+                        f" ({denied[0].reason}); grant them with `pyrula-stream acls "
+                        "MODULE:AGENT --evaluator-principal User:<name> --apply`"
+                    ) from None
                 self.stats["sessions_restarted"] += 1
                 log.warning(
                     "evaluators of %s: batch not committed (%s); rejoining", self.agent.name, exc
@@ -201,6 +220,9 @@ class EvalStream:
             self._joins.clear()
             reader.close()
             writer.close()
+            if self._tools is not None:
+                self._tools.close()
+                self._tools = None
 
     def _committed(self, scores: list[Score]) -> None:
         for s in scores:
@@ -275,18 +297,36 @@ class EvalStream:
     def _turn(self, turn: ScoredTurn, scores: list[Score]) -> list[OutRecord]:
         """A finished turn: every evaluator that samples it starts its scoring."""
         out: list[OutRecord] = []
-        for fn in self.functions:
-            if fn.samples(turn):
-                score = run_function(fn, turn)
+        sampled = [e for e in (*self.functions, *self.judges.values()) if e.samples(turn)]
+        unread: str | None = None
+        if any(e.reads_tools for e in sampled):
+            try:
+                turn = replace(turn, tools=self._tools_called().of(turn.turn_id, turn.started_ms))
+            except (TimeoutError, PyrulaError) as exc:
+                unread = f"could not read the tools the turn called: {exc}"
+        for ev in sampled:
+            if unread is not None and ev.reads_tools:
+                out.append(self._score(error_score(ev, turn, unread, turn.read()), scores))
+            elif isinstance(ev, FunctionEvaluator):
+                score = run_function(ev, turn)
                 if score is not None:
                     out.append(self._score(score, scores))
-        for judge in self.judges.values():
-            if judge.samples(turn):
-                out.append(self._judge_request(judge, turn, scores))
+            elif isinstance(ev, JudgeEvaluator):
+                out.append(self._judge_request(ev, turn, scores))
         for ev in self.outcomes:
             if ev.samples(turn):
                 out.append(self._wait(ev, turn, scores))
         return out
+
+    def _tools_called(self) -> ToolsCalled:
+        if self._tools is None:
+            self._tools = ToolsCalled(
+                self.bootstrap_servers,
+                self.topics.events,
+                client_id=f"pyrula-evals-tools-{self.instance}",
+                kafka_config=self.kafka_config,
+            )
+        return self._tools
 
     # -- judges --------------------------------------------------------------------
 

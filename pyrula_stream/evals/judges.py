@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pyrula_stream.errors import ConfigurationError
-from pyrula_stream.evals.evaluator import Evaluator, Verdict
+from pyrula_stream.evals.evaluators import Evaluator, Verdict
 from pyrula_stream.evals.turns import ScoredTurn
 
 JUDGE_NAMESPACE = uuid.UUID("6f1d6a0e-51e7-4c55-9a51-0a11e7a1d9e5")
@@ -68,6 +68,7 @@ def judge(
     read: Callable[[Any], Any] | None = None,
     version: str = "1",
     sample_rate: float = 1.0,
+    reads_tools: bool = False,
 ) -> JudgeEvaluator:
     """A judge evaluator; ``agent`` is the judge agent (a ``KafkaAgent``) or its name."""
     agent_name = agent if isinstance(agent, str) else str(getattr(agent, "name", ""))
@@ -76,6 +77,7 @@ def judge(
         name,
         version,
         sample_rate,
+        reads_tools,
         judge=agent_name,
         judge_prefix=prefix,
         params=params or _default_params,

@@ -86,6 +86,9 @@ class Evaluator:
     name: str
     version: str = "1"
     sample_rate: float = 1.0
+    reads_tools: bool = False
+    """Read the turn's events for the tools it called (``ScoredTurn.tools``): a read of
+    the turn's stretch of its events partition per scored turn, so only when asked."""
     kind: ClassVar[str] = "function"
 
     def __post_init__(self) -> None:
@@ -152,11 +155,16 @@ def run_function(ev: FunctionEvaluator, turn: ScoredTurn) -> Score | None:
 
 
 def evaluator(
-    name: str | None = None, *, version: str = "1", sample_rate: float = 1.0
+    name: str | None = None,
+    *,
+    version: str = "1",
+    sample_rate: float = 1.0,
+    reads_tools: bool = False,
 ) -> Callable[[Callable[[ScoredTurn], Any]], FunctionEvaluator]:
-    """Declare a function evaluator: ``@evaluator(sample_rate=0.1) def short(turn): ...``."""
+    """Declare a function evaluator: ``@evaluator(sample_rate=0.1) def short(turn): ...``;
+    ``reads_tools=True`` fills ``turn.tools`` with the tools the turn called."""
 
     def bind(fn: Callable[[ScoredTurn], Any]) -> FunctionEvaluator:
-        return FunctionEvaluator(name or fn.__name__, version, sample_rate, fn=fn)
+        return FunctionEvaluator(name or fn.__name__, version, sample_rate, reads_tools, fn=fn)
 
     return bind

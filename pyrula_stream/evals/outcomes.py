@@ -20,7 +20,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from pyrula_stream.errors import ConfigurationError
-from pyrula_stream.evals.evaluator import Evaluator, Verdict
+from pyrula_stream.evals.evaluators import Evaluator, Verdict
 from pyrula_stream.evals.turns import ScoredTurn
 
 
