@@ -37,7 +37,7 @@ from pyrula_stream.client.kafka_client import KafkaAgentClient
 from pyrula_stream.comparison.report import EvalReport, build_report
 from pyrula_stream.comparison.scores import read_scores
 from pyrula_stream.context.agent_context import AgentContext
-from pyrula_stream.evals.evaluator import evaluator
+from pyrula_stream.evals.evaluators import evaluator
 from pyrula_stream.evals.stream.runner import EvalStream
 from pyrula_stream.evals.turns import ScoredTurn
 from pyrula_stream.kafka.admin import apply_topics

@@ -32,11 +32,11 @@ import httpx
 
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.errors import ConfigurationError
-from pyrula_stream.evals.evaluator import ERROR_LABEL, Verdict
+from pyrula_stream.evals.evaluators import ERROR_LABEL, Verdict
 from pyrula_stream.runtime.offline import at_version, run_offline
 from pyrula_stream.runtime.versions import started_version
 from pyrula_stream.state.history import TurnRecording
-from pyrula_stream.wire.events import Event
+from pyrula_stream.wire.events import Event, EventType
 from pyrula_stream.wire.scores import Score
 from pyrula_stream.wire.serde import TurnRequest
 
@@ -58,10 +58,13 @@ class OfflineTurn:
     usage: dict[str, Any] = field(default_factory=dict)
     cost_usd: float = 0.0
     duration_ms: int = 0
+    started_ms: int = 0
     finished_ms: int = 0
     thread_id: str | None = None
     tenant: str | None = None
     agent_version: str = ""
+    tools: tuple[str, ...] = ()
+    """The tools it called, in order (offline they are always known)."""
     params: dict[str, Any] = field(default_factory=dict)
     expected: Any = None
     """The golden case's expected answer (``None`` for a recorded turn)."""
@@ -154,6 +157,8 @@ def recorded_turn(recording: TurnRecording) -> OfflineTurn:
     kind = terminal.get("type")
     started, version = started_version(_journal_of(recording))
     request = recording.request
+    steps = sorted(recording.steps, key=lambda s: s.step)
+    start = next((s for s in steps if s.kind == "start"), None)
     return OfflineTurn(
         turn_id=recording.turn_id,
         agent=request.agent,
@@ -166,6 +171,8 @@ def recorded_turn(recording: TurnRecording) -> OfflineTurn:
         thread_id=request.thread_id,
         tenant=request.tenant,
         agent_version=(version if started else None) or recording.version or "",
+        started_ms=int((start.data.get("started_ms") or 0) if start is not None else 0),
+        tools=tuple(s.name for s in steps if s.kind == "tool"),
         params=dict(request.params),
     )
 
@@ -239,6 +246,9 @@ def _golden_turn(
         usage=dict(data.get("usage") or {}),
         cost_usd=float(data.get("cost_usd") or 0.0),
         agent_version=agent.version or "",
+        started_ms=events[0].ts_ms if events else 0,
+        finished_ms=end.ts_ms if end is not None else 0,
+        tools=tuple(str(e.data.get("tool", "")) for e in events if e.type == EventType.TOOL_START),
         params=case.params,
         expected=case.expected,
         case=case.id,

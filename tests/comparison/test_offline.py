@@ -69,16 +69,19 @@ def test_recorded_turns_are_scored_as_they_ended(
     for n, (version, answer) in enumerate([("1", "8"), ("2", "9"), ("2", "wrong")]):
         turn_id = f"t{n}"
         request = TurnRequest(turn_id=turn_id, agent="adder", params={"n": 1 + n})
-        start = JournalEntry(turn_id, 0, "start", "start", data={"version": version})
-        TurnRecording(request, [start], {"type": "run:complete", "result": answer}, version).dump(
-            tmp_path / f"{turn_id}.json"
+        start = JournalEntry(
+            turn_id, 0, "start", "start", data={"version": version, "started_ms": 5}
         )
+        tool = JournalEntry(turn_id, 1, "tool", "lookup_order", data={"output": "{}"})
+        ended = {"type": "run:complete", "result": answer}
+        TurnRecording(request, [start, tool], ended, version).dump(tmp_path / f"{turn_id}.json")
     turns = [recorded_turn(TurnRecording.load(p)) for p in sorted(tmp_path.glob("*.json"))]
     assert [(t.agent_version, t.result, t.params) for t in turns] == [
         ("1", "8", {"n": 1}),
         ("2", "9", {"n": 2}),
         ("2", "wrong", {"n": 3}),
     ]
+    assert {(t.tools, t.started_ms) for t in turns} == {(("lookup_order",), 5)}
     plus_seven = OfflineEvaluator("plus_seven", lambda t: t.result == str(t.params["n"] + 7))
     scores = evaluate(turns, [plus_seven, OfflineEvaluator.of(broken)])
     assert [(s.evaluator, s.passed, s.label) for s in scores] == [
