@@ -29,7 +29,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (cluster, running, turns, answers, tenants, dlq, gateway, evals):
+    for module in (cluster, running, turns, answers, tenants, dlq, evals, gateway):
         module.register(sub)
     errors = from_environment(parser, env)
     if errors:
