@@ -8,6 +8,7 @@ deterministically by turn id. The stream that runs them is ``evals.stream`` (flo
 """
 
 from pyrula_stream.evals.evaluators import (
+    ERROR_LABEL,
     Evaluator,
     FunctionEvaluator,
     Verdict,
@@ -21,6 +22,7 @@ from pyrula_stream.evals.outcomes import BusinessEvent, OutcomeEvaluator, outcom
 from pyrula_stream.evals.turns import ScoredTurn
 
 __all__ = [
+    "ERROR_LABEL",
     "BusinessEvent",
     "Evaluator",
     "FunctionEvaluator",
