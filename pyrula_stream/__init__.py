@@ -15,6 +15,7 @@ from pyrula_stream.agent.definition import (
     kafka_agent,
     registered_agents,
 )
+from pyrula_stream.agent.experiments import Experiment
 from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.agent.tenants import TenantLimits
 from pyrula_stream.client.kafka_client import KafkaAgentClient, TurnHandle
@@ -79,6 +80,7 @@ __all__ = [
     "ErrorCode",
     "Event",
     "EventType",
+    "Experiment",
     "Fatal",
     "KafkaAgent",
     "KafkaAgentClient",

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic.errors import PydanticUserError
 
 from pyrula_stream.agent.batch import BatchLane
+from pyrula_stream.agent.experiments import Experiment, check_experiment
 from pyrula_stream.agent.limits import AgentLimits
 from pyrula_stream.agent.output import OutputSpec
 from pyrula_stream.agent.tenants import (
@@ -34,6 +35,8 @@ from pyrula_stream.errors import (
     ConfigurationError,
     ToolRegistrationError,
 )
+from pyrula_stream.evals.evaluators import Evaluator
+from pyrula_stream.evals.outcomes import OutcomeEvaluator
 from pyrula_stream.kafka.acls import check_name_piece, shared_prefix
 from pyrula_stream.kafka.admin import (
     DEFAULT_PARTITIONS,
@@ -50,6 +53,7 @@ from pyrula_stream.tools.contract import (
 )
 from pyrula_stream.tools.mcp_servers import MCPServer
 from pyrula_stream.wire.events import RESULTS, ROUTABLE, EventRouting
+from pyrula_stream.wire.scores import SCORES_TOPIC_SUFFIX
 from pyrula_stream.wire.serde import WireFormat
 
 _AGENT_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
@@ -119,6 +123,16 @@ class AgentTopics:
         """Redriven dead letters, keyed by dlq offset (``pyrula-stream dlq redrive``)."""
         return f"{self.dlq}-redrives"
 
+    @property
+    def scores(self) -> str:
+        """Evaluators' scores of the agent's turns, keyed by turn id (``evals``)."""
+        return f"{self.turns.removesuffix('.turns')}.{SCORES_TOPIC_SUFFIX}"
+
+    @property
+    def outcomes(self) -> str:
+        """Deferred outcomes' waits and early events (compacted; ``evals``)."""
+        return f"{self.turns.removesuffix('.turns')}.outcomes"
+
 
 VersionBehavior = Literal["pinned", "auto_upgrade"]
 
@@ -158,6 +172,8 @@ class KafkaAgent:
     version: str | None = None
     version_behavior: VersionBehavior = "auto_upgrade"
     versions: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    experiment: Experiment | None = None
+    """Which version a new turn starts on, by a hash of its key (``experiments.py``)."""
     output_type: Any = None
     output_retries: int = 1
     event_format: WireFormat = "avro"
@@ -168,6 +184,8 @@ class KafkaAgent:
     """Where a turn's tenant comes from and what each tenant may use (``tenants.py``)."""
     batch: BatchLane | None = None
     """Model calls that may wait for the provider's batch API (``batch.py``)."""
+    evaluators: tuple[Evaluator, ...] = ()
+    """What scores the agent's turns (``pyrula-stream evals run`` runs them)."""
 
     @property
     def shared_prefix(self) -> str:
@@ -187,6 +205,7 @@ class KafkaAgent:
             keep_history=self.keep_history,
             history_retention_ms=self.history_retention_ms,
             tenants=self.tenancy.enabled,
+            outcomes=any(isinstance(e, OutcomeEvaluator) for e in self.evaluators),
         )
 
     @cached_property
@@ -222,6 +241,7 @@ def kafka_agent(
     version: str | None = None,
     version_behavior: VersionBehavior | None = None,
     versions: Mapping[str, Callable[..., Any]] | None = None,
+    experiment: Experiment | None = None,
     output_type: Any = None,
     output_retries: int = 1,
     event_format: WireFormat = "avro",
@@ -233,6 +253,7 @@ def kafka_agent(
     on_quota: OnQuota = "defer",
     unknown_tenants: UnknownTenants = "shared",
     batch: BatchLane | None = None,
+    evaluators: Sequence[Evaluator] = (),
 ) -> Callable[[Callable[..., Any]], KafkaAgent]:
     """Bind an ``async def body(ctx, **params)`` as a Kafka agent.
 
@@ -250,6 +271,9 @@ def kafka_agent(
     ``version_behavior`` is ``"pinned"`` (the default with a version: a turn finishes on
     the version it started on, from ``versions={"1": old_body}``) or ``"auto_upgrade"``
     (the default without one: the newest body continues every turn).
+    ``experiment`` starts a share of new turns on each of its variants (versions this
+    code has), keyed by thread so a conversation stays on one version: see
+    docs/evaluation.md.
     ``trust_domain`` gives the agent the memory and tool cache of that domain
     (``<prefix>.<domain>.memory``, ``<prefix>.<domain>.cache``) instead of the shared
     ``<prefix>.memory`` / ``<prefix>.cache``: agents in other domains neither read nor
@@ -267,6 +291,8 @@ def kafka_agent(
     ``batch=BatchLane(client, when=...)`` lets model calls that may wait go to the
     provider's batch API at its batch price, the turn parked meanwhile. See
     docs/batch-lane.md.
+    ``evaluators`` score finished turns onto ``<agent>.scores``, off the turn's path, in
+    their own consumer group (``pyrula-stream evals run``). See docs/evaluation.md.
     """
 
     def bind(fn: Callable[..., Any]) -> KafkaAgent:
@@ -291,6 +317,7 @@ def kafka_agent(
             version=version,
             version_behavior=version_behavior or ("pinned" if version else "auto_upgrade"),
             versions=dict(versions or {}),
+            experiment=experiment,
             output_type=output_type,
             output_retries=output_retries,
             event_format=event_format,
@@ -304,6 +331,7 @@ def kafka_agent(
                 unknown_tenants,
             ),
             batch=_batch_lane(agent_name, batch),
+            evaluators=tuple(evaluators),
         )
         for check in _BIND_CHECKS:
             check(agent)
@@ -411,6 +439,11 @@ def _check_versions(agent: KafkaAgent) -> None:
     for v, body in agent.versions.items():
         if not inspect.iscoroutinefunction(body):
             raise _refuse(agent, f"versions[{v!r}] must be an async def")
+    why = check_experiment(agent.name, agent.experiment, agent.version, agent.versions)
+    if why is None and agent.experiment is not None and agent.version_behavior != "pinned":
+        why = "an experiment needs version_behavior='pinned': a turn finishes on its variant"
+    if why is not None:
+        raise _refuse(agent, why)
 
 
 def _check_outputs(agent: KafkaAgent) -> None:
@@ -456,6 +489,17 @@ def _check_output_type(agent: KafkaAgent) -> None:
         ) from None
 
 
+def _check_evaluators(agent: KafkaAgent) -> None:
+    """Scores are told apart by evaluator name: one name twice would merge two series."""
+    for ev in agent.evaluators:
+        if not isinstance(ev, Evaluator):
+            raise _refuse(agent, f"{ev!r} is not an evaluator (use @evaluator, judge, outcome)")
+    names = [e.name for e in agent.evaluators]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise _refuse(agent, f"evaluator names repeat: {dupes}")
+
+
 def _check_tenancy(agent: KafkaAgent) -> None:
     """A tenant source the worker could not read would put every turn in one tenant."""
     check_tenancy(agent.name, agent.tenancy)
@@ -473,5 +517,6 @@ _BIND_CHECKS: tuple[Callable[[KafkaAgent], None], ...] = (
     _check_trust_domain,
     _check_output_type,
     _check_tenancy,
+    _check_evaluators,
 )
 """What ``@kafka_agent`` refuses, in the order it asks."""

@@ -13,7 +13,11 @@ at least one deferral; with ``--large`` also ``dangling_refs`` and ``orphans_lef
 ``--batch`` also ``batch_calls_submitted_twice``,
 ``batch_responses_applied_twice`` and ``cost_counted_twice``, and at least 4
 ``kills_during_batches``), else 1. ``--autoscale`` is a run of its own (``autoscale.py``):
-workers scaled on lag as KEDA would, gating also ``parked_not_resumed``.
+workers scaled on lag as KEDA would, gating also ``parked_not_resumed``. ``--evals`` is
+a run of its own too (``evals.py``): turns scored by a function, a judge agent and a
+deferred outcome while workers and evaluator members are SIGKILLed, gating
+``missing_scores``, ``doubled_scores``, ``outcomes_missing`` and ``outcomes_doubled``
+beside ``lost``, ``duplicate_terminal`` and ``duplicate_events``.
 
 With ``--hostile`` the run is ``--secured`` by default (its own SASL broker with the
 chaos agent's generated ACLs, see ``secured.py``) unless another broker setup is asked for.
@@ -32,6 +36,7 @@ from typing import Any
 from pyrula_stream.chaos.approvals import APPROVAL_KEYS
 from pyrula_stream.chaos.autoscale import AutoscaleConfig, autoscale_summary, run_autoscale
 from pyrula_stream.chaos.batch_lane import BATCH_KEYS, MIN_KILLS_DURING_BATCHES
+from pyrula_stream.chaos.evals import EvalsConfig, evals_ok, evals_summary, run_evals
 from pyrula_stream.chaos.harness import (
     GATE_KEYS,
     THREAD_GATE_KEYS,
@@ -265,6 +270,35 @@ def run_autoscale_mode(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def run_evals_mode(args: argparse.Namespace) -> int:
+    """``--evals``: its own run (``evals.py``), its summary, the JSON line."""
+    cfg = EvalsConfig(
+        turns=args.turns,
+        workers=args.workers,
+        evaluators=args.evaluators,
+        kills=args.kills,
+        rate=args.rate,
+        partitions=args.partitions,
+        seed=args.seed,
+        bootstrap_servers=args.bootstrap_servers,
+        timeout_s=args.timeout,
+        run_dir=args.run_dir,
+        keep_run_dir=args.keep,
+        log=lambda text: print(text, flush=True),
+    )
+    try:
+        result = run_evals(cfg)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'SIGINT'}); every process was stopped", flush=True)
+        return 130
+    except PyrulaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(evals_summary(result), flush=True)
+    print(json.dumps(result.counts, default=str), flush=True)
+    return 0 if evals_ok(result) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pyrula_stream.chaos", description=__doc__)
     p.add_argument(
@@ -381,6 +415,14 @@ def main(argv: list[str] | None = None) -> int:
         "signals; gate parked_not_resumed, and scale_ups and scale_downs >= 3 and "
         "parked_handed_over >= 1 (see chaos/autoscale.py)",
     )
+    p.add_argument(
+        "--evals",
+        action="store_true",
+        help="turns scored by a function, a judge agent and a deferred outcome while "
+        "workers and evaluator members are SIGKILLed; gate missing_scores, doubled_scores, "
+        "outcomes_missing and outcomes_doubled (see chaos/evals.py; default 80 turns)",
+    )
+    p.add_argument("--evaluators", type=int, default=2, help="--evals: evaluator members")
     p.add_argument("--quick", action="store_true", help="--autoscale: the test suite's size")
     p.add_argument(
         "--waves", type=int, default=None, help="--autoscale: bursts (default 4, 3 --quick)"
@@ -408,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the run files even on success")
     args = p.parse_args(argv)
     if args.turns is None:
-        args.turns = DEFAULT_TURNS if args.tenants else 300
+        args.turns = DEFAULT_TURNS if args.tenants else (80 if args.evals else 300)
     if args.timeout is None:
         args.timeout = DEFAULT_TIMEOUT_S if args.tenants else 180.0
     if args.turns < 1 or args.workers < 1 or min(args.kills, args.broker_restarts) < 0:
@@ -436,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     if args.autoscale:
         return run_autoscale_mode(args)
+    if args.evals:
+        return run_evals_mode(args)
     cfg = ChaosConfig(
         turns=args.turns,
         workers=args.workers,

@@ -10,7 +10,17 @@ import sys
 from collections.abc import Mapping
 
 from pyrula_stream._version import __version__
-from pyrula_stream.cli import answers, cluster, dlq, gateway, objects, running, tenants, turns
+from pyrula_stream.cli import (
+    answers,
+    cluster,
+    dlq,
+    evals,
+    gateway,
+    objects,
+    running,
+    tenants,
+    turns,
+)
 from pyrula_stream.cli.common import format_event, load_agent
 from pyrula_stream.cli.env import from_environment
 from pyrula_stream.errors import BrokerUnavailableError, ConfigurationError, PyrulaError, UserError
@@ -29,7 +39,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (cluster, running, turns, answers, tenants, dlq, gateway, objects):
+    for module in (cluster, running, turns, answers, tenants, dlq, evals, gateway, objects):
         module.register(sub)
     errors = from_environment(parser, env)
     if errors:

@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from pyrula_stream.cli.common import (
     Commands,
@@ -187,11 +188,23 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def evaluated_topics(agent: Any) -> tuple[list[str], list[str]]:
+    """The judges an agent's evaluators ask, and the business topics they read."""
+    from pyrula_stream.evals import JudgeEvaluator, OutcomeEvaluator
+
+    evaluators = getattr(agent, "evaluators", ())
+    judges = sorted({e.judge for e in evaluators if isinstance(e, JudgeEvaluator)})
+    topics = sorted({e.topic for e in evaluators if isinstance(e, OutcomeEvaluator)})
+    return judges, topics
+
+
 def cmd_acls(args: argparse.Namespace) -> int:
     from pyrula_stream.kafka.acls import agent_acls, apply_acls, describe
 
     name, prefix, outputs, keep_history, trust_domain = agent_from(args)
-    tenants = ":" in args.agent and load_agent(args.agent).tenancy.enabled
+    loaded = load_agent(args.agent) if ":" in args.agent else None
+    tenants = loaded is not None and loaded.tenancy.enabled
+    judges, outcome_topics = evaluated_topics(loaded)
     rules = agent_acls(
         name,
         prefix=prefix,
@@ -208,6 +221,9 @@ def cmd_acls(args: argparse.Namespace) -> int:
         called_by=args.called_by,
         trust_domain=trust_domain,
         idempotent_write=args.idempotent_write,
+        evaluator_principal=args.evaluator_principal,
+        judges=judges,
+        outcome_topics=outcome_topics,
     )
     print(describe(rules))
     if args.apply:
@@ -295,6 +311,12 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         default=None,
         help="writes the tenants' limits (pyrula-stream tenants set) and redrives dead "
         "letters to turns and signals (pyrula-stream dlq), e.g. User:ops",
+    )
+    a.add_argument(
+        "--evaluator-principal",
+        default=None,
+        help="runs the agent's evaluators (pyrula-stream evals run): reads results, "
+        "writes <agent>.scores, asks its judges, e.g. User:evals",
     )
     a.add_argument(
         "--tenants",

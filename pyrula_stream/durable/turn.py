@@ -508,6 +508,7 @@ class TurnRuntime:
             fmt=routing.format,
             max_bytes=self.max_record_bytes,
             offload=self.offload,
+            version=self.version,
         )
 
     @property

@@ -91,6 +91,9 @@ def agent_acls(
     called_by: Iterable[str] = (),
     trust_domain: str | None = None,
     idempotent_write: bool = False,
+    evaluator_principal: str | None = None,
+    judges: Iterable[str] = (),
+    outcome_topics: Iterable[str] = (),
 ) -> list[Acl]:
     """The ACLs a worker of ``agent`` (and optionally its clients) need on the cluster.
 
@@ -118,6 +121,11 @@ def agent_acls(
     outcome).
     ``idempotent_write`` adds CLUSTER IDEMPOTENT_WRITE, which only
     brokers before Kafka 3.0 need (since KIP-679, WRITE on a topic implies it).
+    The evaluators (``evaluator_principal``, ``pyrula-stream evals run``) read results
+    and write ``<agent>.scores`` in their own group ``<agent>.evals``; with ``judges``
+    they submit to those agents' turns topics and read their results, and with
+    ``outcome_topics`` (deferred outcomes) they read those business topics and keep
+    their joins in ``<agent>.outcomes``. Clients and status readers read the scores.
     """
     principals = (
         worker_principal,
@@ -127,11 +135,11 @@ def agent_acls(
         reviewer_principal,
         operator_principal,
     )
-    for principal in principals:
+    for principal in (*principals, evaluator_principal):
         if principal is not None and not principal.startswith("User:"):
             raise ConfigurationError(f"a principal looks like User:name, got {principal!r}")
     check_name_piece("prefix", prefix)
-    for name in (agent, *calls, *called_by):
+    for name in (agent, *calls, *called_by, *judges):
         check_name_piece("agent", name)
     if trust_domain is not None:
         check_name_piece("trust domain", trust_domain)
@@ -141,7 +149,10 @@ def agent_acls(
     cache = f"{shared}.cache"
     memory = f"{shared}.memory"
     own = ["turns", "events", "journal", "replies", "signals", "answers", "threads"]
-    own += ["control", "dlq", "results"]
+    own += ["control", "dlq", "results", "scores"]
+    outcome_topics = sorted(set(outcome_topics))
+    if outcome_topics:
+        own.append("outcomes")
     if keep_history:
         own.append("history")
     if tenants:
@@ -167,6 +178,11 @@ def agent_acls(
         *[
             Acl(w, "TOPIC", f"{base}.{t}", "DESCRIBE_CONFIGS", why="check topics at start")
             for t in own
+        ],
+        *[
+            Acl(w, "TOPIC", f"{base}.{t}", "DESCRIBE", why="evaluators' topic: seen at start")
+            for t in own
+            if t in ("scores", "outcomes")
         ],
         Acl(w, "TOPIC", cache, "DESCRIBE_CONFIGS", why="check the cache topic at start"),
         Acl(w, "TOPIC", memory, "DESCRIBE_CONFIGS", why="check the memory topic at start"),
@@ -212,6 +228,10 @@ def agent_acls(
         rules.append(
             Acl(w, "TOPIC", f"{prefix}.{parent}.replies", "WRITE", why=f"reply to {parent}")
         )
+    if evaluator_principal is not None:
+        rules += _evaluator_acls(
+            evaluator_principal, prefix, base, sorted(set(judges)), outcome_topics
+        )
     clients = [p for p in (client_principal, gateway_principal) if p is not None]
     for c in clients:
         rules += [
@@ -219,6 +239,7 @@ def agent_acls(
             Acl(c, "TOPIC", f"{base}.control", "WRITE", why="cancel / terminate"),
             Acl(c, "TOPIC", f"{base}.events", "READ", why="stream a turn's events"),
             Acl(c, "TOPIC", f"{base}.results", "READ", why="read turn results"),
+            Acl(c, "TOPIC", f"{base}.scores", "READ", why="read evaluators' scores"),
             Acl(c, "TOPIC", f"{base}.threads", "DESCRIBE", why="delete_thread: topic check"),
             Acl(c, "TOPIC", f"{base}.signals", "WRITE", why="signals to its waiting turns"),
             Acl(c, "GROUP", readers, "DESCRIBE", why="event readers"),
@@ -236,6 +257,7 @@ def agent_acls(
             Acl(s, "TOPIC", f"{base}.journal", "READ", why="status of a turn"),
             Acl(s, "TOPIC", f"{base}.turns", "READ", why="status: a queued turn's request"),
             Acl(s, "TOPIC", f"{base}.results", "READ", why="status: a finished turn's result"),
+            Acl(s, "TOPIC", f"{base}.scores", "READ", why="a turn's scores, evals report"),
             Acl(s, "TOPIC", f"{base}.threads", "READ", why="get_thread"),
             Acl(s, "GROUP", readers, "DESCRIBE", why="status readers"),
             Acl(s, "GROUP", f"{base}.workers", "DESCRIBE", why="status: the workers' offset"),
@@ -250,7 +272,13 @@ def agent_acls(
     if idempotent_write:
         rules += [
             Acl(p, "CLUSTER", CLUSTER, "IDEMPOTENT_WRITE", why="idempotent producer (Kafka < 3.0)")
-            for p in (worker_principal, *clients, reviewer_principal, operator_principal)
+            for p in (
+                worker_principal,
+                *clients,
+                reviewer_principal,
+                operator_principal,
+                evaluator_principal,
+            )
             if p is not None
         ]
     # One principal may be both worker and client; the admin API refuses duplicate bindings.
@@ -262,6 +290,31 @@ def agent_acls(
             seen.add(binding)
             unique.append(rule)
     return unique
+
+
+def _evaluator_acls(
+    e: str, prefix: str, base: str, judges: Sequence[str], outcome_topics: Sequence[str]
+) -> list[Acl]:
+    """What ``pyrula-stream evals run`` needs (``evals/stream``)."""
+    rules = [
+        Acl(e, "TOPIC", f"{base}.results", "READ", why="evals: the finished turns"),
+        Acl(e, "TOPIC", f"{base}.scores", "WRITE", why="evals: one score per turn"),
+        Acl(e, "TOPIC", f"{base}.dlq", "WRITE", why="evals: records it cannot read"),
+        Acl(e, "GROUP", f"{base}.evals", "READ", why="the evaluators' consumer group"),
+        Acl(e, "TRANSACTIONAL_ID", f"{base}.evals-", "WRITE", "PREFIXED", "one per member"),
+    ]
+    for judge in judges:
+        rules += [
+            Acl(e, "TOPIC", f"{prefix}.{judge}.turns", "WRITE", why=f"evals: ask judge {judge}"),
+            Acl(e, "TOPIC", f"{prefix}.{judge}.results", "READ", why="evals: the judge's verdict"),
+        ]
+    if outcome_topics:
+        rules += [
+            Acl(e, "TOPIC", f"{base}.outcomes", "READ", why="evals: deferred outcomes' joins"),
+            Acl(e, "TOPIC", f"{base}.outcomes", "WRITE", why="evals: deferred outcomes' joins"),
+            *[Acl(e, "TOPIC", t, "READ", why="evals: business events") for t in outcome_topics],
+        ]
+    return rules
 
 
 def _redrive_acls(o: str, base: str, readers: str, transactional_id: str) -> list[Acl]:

@@ -109,13 +109,20 @@ def agent_topic_specs(
     history_retention_ms: int | None = None,
     tenants: bool = False,
     dlq_redrives: bool = False,
+    outcomes: bool = False,
 ) -> list[TopicSpec]:
     """The agent's topics from ``topics/agent.yaml`` (``<agent>.history`` only with
     ``keep_history``, its ``retention.ms`` overridden by ``history_retention_ms``; the
     tenants and tenant-usage topics only with ``tenants``; ``<agent>.dlq-redrives``, which
-    only operators use, only with ``dlq_redrives``)."""
+    only operators use, only with ``dlq_redrives``; ``<agent>.outcomes`` only with
+    ``outcomes``: an agent with a deferred-outcome evaluator)."""
     fill = {"prefix": prefix, "agent": agent, "partitions": str(partitions)}
-    chosen = {"keep_history": keep_history, "tenants": tenants, "dlq_redrives": dlq_redrives}
+    chosen = {
+        "keep_history": keep_history,
+        "tenants": tenants,
+        "dlq_redrives": dlq_redrives,
+        "outcomes": outcomes,
+    }
     specs = topic_specs("agent.yaml", fill, options=chosen)
     if history_retention_ms is not None:
         for spec in specs:

@@ -171,7 +171,7 @@ class TurnExecutor:
     ) -> tuple[Callable[..., Awaitable[Any]], AgentContext, ToolLoop]:
         """Journal the start; the body to run, its context and the turn's tool loop."""
         request = runtime.request
-        version = runtime.version = turn_version(self.agent, runtime.journal)
+        version = runtime.version = turn_version(self.agent, runtime.journal, request)
         body = body_for(self.agent, version)
         if body is None:  # the worker hands such turns on; this is the last line of defence
             raise VersionUnavailable(

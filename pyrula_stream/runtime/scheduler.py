@@ -198,7 +198,7 @@ class TurnScheduler:
         turn_id = queued.request.turn_id
         restored = ps.journal.turns.get(turn_id)
         journal = restored.materialize() if restored else TurnJournal(turn_id)
-        version = missing_version(self.agent, journal)
+        version = missing_version(self.agent, journal, queued.request)
         if version is not None:  # pinned elsewhere: not started, offset not committed
             log.warning(
                 "turn %s is pinned to version %s, which this worker lacks (it has %s); "

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyrula_stream.agent.definition import AgentTopics
+from pyrula_stream.comparison.scores import scores_topic
 from pyrula_stream.errors import MalformedRecordError
 from pyrula_stream.kafka.config import registry_config, resolve
 from pyrula_stream.kafka.consumers import read_key
@@ -27,7 +28,9 @@ from pyrula_stream.kafka.io import TopicFollower, TopicRecord
 from pyrula_stream.objects.resolver import PayloadStores, has_refs
 from pyrula_stream.objects.urls import store_from_environment
 from pyrula_stream.ui.model import TurnView, UIState, turn_from_events
+from pyrula_stream.ui.scores import ScoreBoard
 from pyrula_stream.wire.events import Event, decode_event
+from pyrula_stream.wire.scores import parse_score
 from pyrula_stream.wire.serde import ValueCodec
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class EventFeed:
     def __init__(self, options: FeedOptions, state: UIState) -> None:
         self.options = options
         self.state = state
+        self.scores = ScoreBoard()
         self.undecodable = 0
         self.unshowable = 0  # decoded events the timeline could not fold (odd data)
         self.error: str | None = None
@@ -158,7 +162,9 @@ class EventFeed:
             topics = AgentTopics.for_agent(agent, self.options.prefix)
             self._topic_agent[topics.events] = (agent, "events")
             self._topic_agent[topics.dlq] = (agent, "dlq")
-            wanted += [topics.events, topics.dlq]
+            scores = scores_topic(agent, self.options.prefix)
+            self._topic_agent[scores] = (agent, "scores")
+            wanted += [topics.events, topics.dlq, scores]
         since = int((time.time() - self.options.history_s) * 1000)
         for topic in follower.follow(wanted, since, self._resume):
             agent, _ = self._topic_agent[topic]
@@ -181,6 +187,8 @@ class EventFeed:
                     record.headers,
                 )
                 changed = True
+            elif kind == "scores":
+                changed = self._score(agent, record) or changed
             elif kind == "events" and record.value is not None:
                 try:
                     event = decode_event(record.value, record.headers, self._codec)
@@ -212,6 +220,25 @@ class EventFeed:
                         exc,
                     )
         return changed
+
+    def _score(self, agent: str, record: TopicRecord) -> bool:
+        """Keep a score; the scored turn's page is sent again with it."""
+        try:
+            score = parse_score(record.value)
+        except MalformedRecordError as exc:
+            self.undecodable += 1
+            log.warning(
+                "%s[%d]@%d is not a score: %s", record.topic, record.partition, record.offset, exc
+            )
+            self.state.touch()
+            return True
+        if not self.scores.add(agent, score):
+            return False
+        self.state.touch()
+        turn = self.state.find(agent, score.turn_id)
+        if turn is not None:
+            turn.version = self.state.version
+        return True
 
     async def load_turn(self, agent: str, turn_id: str) -> TurnView | None:
         """Read one turn's events by id from its partition (a turn the feed does not hold,

@@ -46,6 +46,7 @@ class TurnView:
     last_ms: int = 0
     thread_id: str | None = None
     tenant: str | None = None  # agents with tenant=: every event names it
+    agent_version: str | None = None  # agents with version=: every event names it
     worker: str | None = None
     parent: dict[str, str] | None = None  # a sub-agent's caller, from its lineage only
     params: dict[str, Any] | None = None
@@ -75,6 +76,9 @@ class TurnView:
         tenant = event.data.get("tenant")
         if isinstance(tenant, str):
             self.tenant = tenant
+        agent_version = event.data.get("version")
+        if isinstance(agent_version, str):
+            self.agent_version = agent_version
         if event.attempt > self.attempt:
             self._new_attempt(event)
         handler = _HANDLERS.get(event.type)
@@ -155,6 +159,7 @@ class TurnView:
             "last_ms": self.last_ms,
             "thread_id": self.thread_id,
             "tenant": self.tenant,
+            "agent_version": self.agent_version,
             "model_calls": self.model_calls,
             "tool_calls": self.tool_calls,
             "tokens": self.input_tokens + self.output_tokens,

@@ -46,7 +46,7 @@ from pyrula_stream.client.redrive import DeadLetters
 from pyrula_stream.errors import PyrulaError
 from pyrula_stream.objects.resolver import has_refs
 from pyrula_stream.ui.feed import EventFeed, FeedOptions
-from pyrula_stream.ui.model import UIState
+from pyrula_stream.ui.model import TurnView, UIState
 from pyrula_stream.ui.questions import QuestionBoard
 
 STATIC = Path(__file__).parent / "static"
@@ -103,6 +103,7 @@ class UIApp:
                 Route("/api/turns/{agent}/{turn_id}", self.turn),
                 Route("/api/turns/{agent}/{turn_id}/{action}", self.action, methods=["POST"]),
                 Route("/api/waiting", self.waiting),
+                Route("/api/evals", self.evals),
                 Route("/api/questions/{agent}/{turn_id}/{answer}", self.answer, methods=["POST"]),
                 Route("/api/dlq/{agent}/{offset:int}/redrive", self.redrive, methods=["POST"]),
                 Mount("/static", StaticFiles(directory=STATIC), name="static"),
@@ -177,7 +178,7 @@ class UIApp:
                 }
                 turn = self.state.find(agent, turn_id) if turn_id else None
                 if turn is not None and turn.version > sent:
-                    body["turn"] = turn.detail()
+                    body["turn"] = self._detail(turn)
                 yield f"event: update\ndata: {json.dumps(body, default=str)}\n\n"
                 sent, snapshot = version, False
 
@@ -199,7 +200,18 @@ class UIApp:
             return JSONResponse(
                 {"error": f"no events for turn {turn_id} of agent {agent}"}, status_code=404
             )
-        return JSONResponse(turn.detail())
+        return JSONResponse(self._detail(turn))
+
+    def _detail(self, turn: TurnView) -> dict[str, Any]:
+        """A turn's page: its timeline and the scores evaluators gave it."""
+        return {**turn.detail(), "scores": self.feed.scores.of_turn(turn.agent, turn.turn_id)}
+
+    async def evals(self, request: Request) -> Response:
+        """Per agent, its versions compared by the scores the UI read (``evals report``)."""
+        board = self.feed.scores
+        return JSONResponse(
+            {"agents": [board.summary(agent) for agent in board.agents()]}, headers=NO_STORE
+        )
 
     async def action(self, request: Request) -> Response:
         if not self.options.allow_actions:

@@ -36,6 +36,7 @@ from pyrula_stream.wire.records import (
     DLQ_WORKER_HEADER,
     ControlRequest,
 )
+from pyrula_stream.wire.scores import SCORE_RECORD_TYPE, Score
 from pyrula_stream.wire.signals import RECORD_TYPE_HEADER, SIGNAL_ID_HEADER, Signal
 from pyrula_stream.wire.subagents import CHILD_TURN_HEADER, Reply
 
@@ -258,6 +259,31 @@ def payload_ref_schema() -> dict[str, Any]:
     }
 
 
+def score_schema() -> dict[str, Any]:
+    """An evaluator's score of one turn on ``<agent>.scores`` (the evaluators write it)."""
+    schema = _dataclass_schema(Score)
+    schema.pop("description", None)
+    schema["properties"] = {
+        "score_id": {
+            "type": "string",
+            "description": "the same for every copy of one evaluator version's score of "
+            "one turn: (turn_id, evaluator, evaluator_version) hashed",
+        },
+        **schema["properties"],
+    }
+    schema["properties"]["kind"] = {"enum": ["function", "judge", "outcome"]}
+    schema["required"] = sorted({"score_id", *schema["required"]})
+    return {
+        "$schema": DIALECT,
+        "$id": "score.schema.json",
+        "title": "Score",
+        "description": " ".join((Score.__doc__ or "").split())
+        + " Keyed by the scored turn's id; an error score has label 'error' and the "
+        "reason; a deferred outcome whose window closed has timed_out true.",
+        **schema,
+    }
+
+
 def json_schemas() -> dict[str, dict[str, Any]]:
     """Every JSON Schema, by file name."""
     return {
@@ -268,6 +294,7 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         "control.schema.json": control_schema(),
         "signal.schema.json": signal_schema(),
         "reply.schema.json": reply_schema(),
+        "score.schema.json": score_schema(),
     }
 
 
@@ -351,7 +378,14 @@ def asyncapi() -> dict[str, Any]:
             serde.content_type("turn_result"),
             _avro("turn_result"),
             headers=_headers(
-                **{serde.CONTENT_TYPE_HEADER: ctype, serde.CORRELATION_HEADER: correlation}
+                **{
+                    serde.CONTENT_TYPE_HEADER: ctype,
+                    serde.CORRELATION_HEADER: correlation,
+                    serde.AGENT_VERSION_HEADER: {
+                        "type": "string",
+                        "description": "the agent's version that ran the turn (if it has one)",
+                    },
+                }
             ),
         ),
         "turnResultJson": _message(
@@ -380,6 +414,18 @@ def asyncapi() -> dict[str, Any]:
                 **{
                     serde.CONTENT_TYPE_HEADER: {"const": serde.JSON_CONTENT_TYPE},
                     CHILD_TURN_HEADER: {"type": "string", "description": "the called turn"},
+                }
+            ),
+        ),
+        "score": _message(
+            "Score",
+            "An evaluator's score of one turn; key: the scored turn's id (evaluators write it)",
+            serde.JSON_CONTENT_TYPE,
+            _json("score"),
+            headers=_headers(
+                **{
+                    serde.CONTENT_TYPE_HEADER: {"const": serde.JSON_CONTENT_TYPE},
+                    RECORD_TYPE_HEADER: {"const": SCORE_RECORD_TYPE},
                 }
             ),
         ),
@@ -413,6 +459,7 @@ def asyncapi() -> dict[str, Any]:
         "signals": (["signal"], "clients' signals to waiting turns"),
         "answers": (["signal"], "reviewers' answers to questions (approvals, interrupts)"),
         "dlq": (["deadLetter"], "dead letters, with the reason"),
+        "scores": (["score"], "evaluators' scores: one per sampled turn and evaluator version"),
     }
     for topic, (names, description) in topics.items():
         channels[topic] = {

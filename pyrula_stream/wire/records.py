@@ -214,13 +214,17 @@ def result_records(
     fmt: serde.WireFormat = "avro",
     max_bytes: int | None = None,
     offload: Offload | None = None,
+    version: str | None = None,
 ) -> list[OutRecord]:
     """A turn's result for each topic: keyed as its request was, the request's
-    correlation id and reply headers echoed as headers; a result past ``offload``'s
-    threshold is stored by reference."""
+    correlation id and reply headers echoed as headers, and the agent's ``version`` that
+    ran it (``pyrula.agent-version``: an evaluator scores that version, the variant); a
+    result past ``offload``'s threshold is stored by reference."""
     headers = [(name, value.encode()) for name, value in request.reply_headers]
     if request.correlation_id is not None:
         headers.append((serde.CORRELATION_HEADER, request.correlation_id.encode()))
+    if version is not None:
+        headers.append((serde.AGENT_VERSION_HEADER, version.encode()))
     stored: list[StoredValue] = []
     if offload is not None and result.result is not None:
         smaller, stored = offload.apply(result.result, f"the result of turn {result.turn_id}")

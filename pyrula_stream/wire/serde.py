@@ -43,6 +43,8 @@ the record's topic, partition and offset."""
 CORRELATION_HEADER = "pyrula.correlation-id"
 REPLY_HEADER_PREFIX = "pyrula.reply."
 """Request headers echoed on the turn's result record (without this prefix)."""
+AGENT_VERSION_HEADER = "pyrula.agent-version"
+"""On a result record: the agent's version that ran the turn (absent without one)."""
 
 WireFormat = Literal["avro", "json"]
 

@@ -40,6 +40,7 @@ FLOORS: dict[str, int] = {
     "state": 4,
     "access": 4,
     "kafka.stores": 4,
+    "evals": 4,
     # 5 the step kernel: one turn's journal, replay decisions, step recording
     "durable": 5,
     # 6 the operations an agent body calls
@@ -47,8 +48,10 @@ FLOORS: dict[str, int] = {
     "mcp": 6,
     # 7 the worker
     "runtime": 7,
+    "evals.stream": 7,
     # 8 clients
     "client": 8,
+    "comparison": 8,
     # 9 faces
     "": 9,
     "_moved": 9,

@@ -310,7 +310,7 @@ def test_submit_to_a_wrong_address_fails_at_its_timeout_with_one_clear_line() ->
 
 def test_each_cli_module_registers_its_commands() -> None:
     """The command list is the union of what cluster, running, turns, answers, tenants, dlq,
-    gateway and objects register."""
+    evals, gateway and objects register."""
     parser = build_parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert list(commands.choices) == [
@@ -320,6 +320,7 @@ def test_each_cli_module_registers_its_commands() -> None:
         *["signal", "approve", "reject", "pending"],
         "tenants",
         "dlq",
+        "evals",
         "gateway",
         "objects",
     ]

@@ -29,6 +29,7 @@ def test_exported_names_are_pinned() -> None:
             "ErrorCode",
             "Event",
             "EventType",
+            "Experiment",
             "Fatal",
             "KafkaAgent",
             "KafkaAgentClient",

@@ -32,6 +32,7 @@ SECURED_USERS = (
     "worker_child",
     "operator_t",
     "operator_x",
+    "evals_x",
     # test_forged_lineage.py
     "worker_f",
     "client_f",

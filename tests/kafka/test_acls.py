@@ -65,6 +65,7 @@ def test_a_plain_client_asks_but_neither_answers_nor_replies_nor_reads_the_journ
         ("p.a.control", "WRITE"),
         ("p.a.events", "READ"),
         ("p.a.results", "READ"),
+        ("p.a.scores", "READ"),
         ("p.a.threads", "DESCRIBE"),
         ("p.a.signals", "WRITE"),  # signals to waiting turns; answers are the reviewer's
     }
@@ -243,3 +244,29 @@ def test_an_agent_with_a_dotted_prefix_is_refused_at_binding() -> None:
     with pytest.raises(AgentRegistrationError, match=r"prefix 'acme\.prod' .*\(no dot\)"):
         kafka_agent(name="a", llm=FakeLLM(["x"]), prefix="acme.prod")(body)
     assert kafka_agent(name="a", llm=FakeLLM(["x"]), prefix="acme-prod")(body).prefix == "acme-prod"
+
+
+def test_the_evaluators_read_results_write_scores_and_ask_only_their_judges() -> None:
+    rules = agent_acls(
+        "a",
+        prefix="p",
+        worker_principal="User:w",
+        evaluator_principal="User:e",
+        judges=["j"],
+        outcome_topics=["shop.orders"],
+    )
+    ev = {(r.resource, r.name, r.operation, r.pattern) for r in rules if r.principal == "User:e"}
+    assert ev == {
+        ("TOPIC", "p.a.results", "READ", "LITERAL"),
+        ("TOPIC", "p.a.scores", "WRITE", "LITERAL"),
+        ("TOPIC", "p.a.dlq", "WRITE", "LITERAL"),
+        ("TOPIC", "p.j.turns", "WRITE", "LITERAL"),
+        ("TOPIC", "p.j.results", "READ", "LITERAL"),
+        ("TOPIC", "p.a.outcomes", "READ", "LITERAL"),
+        ("TOPIC", "p.a.outcomes", "WRITE", "LITERAL"),
+        ("TOPIC", "shop.orders", "READ", "LITERAL"),
+        ("GROUP", "p.a.evals", "READ", "LITERAL"),
+        ("TRANSACTIONAL_ID", "p.a.evals-", "WRITE", "PREFIXED"),
+    }
+    worker = {(r.name, r.operation) for r in rules if r.principal == "User:w"}
+    assert ("p.a.scores", "WRITE") not in worker  # only the evaluators score

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ from pyrula_stream.cli import main as cli_main
 from pyrula_stream.client.kafka_client import new_request
 from pyrula_stream.client.redrive import REDRIVE_OF_HEADER, DeadLetters
 from pyrula_stream.errors import KafkaAuthorizationError
+from pyrula_stream.evals import ScoredTurn, evaluator
+from pyrula_stream.evals.stream.runner import EvalStream
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.local.broker import LocalBroker
@@ -347,3 +350,48 @@ async def test_the_operator_redrives_dead_letters_and_a_client_cannot(
         await asyncio.to_thread(client.redrive, by="client_x", offsets=[answer.offset])
     (still,) = await asyncio.to_thread(operator.find, offsets=[answer.offset])
     assert still.redrive is None
+
+
+async def test_the_evaluators_score_with_the_acls_granted_and_no_more(
+    roles: Roles, tmp_path: Path
+) -> None:
+    """``--evaluator-principal``: the evaluators read results and write scores in their
+    own group and transactions, and may not write the agent's results."""
+    name = unique_name("scored")
+
+    @evaluator()
+    def answered(turn: ScoredTurn) -> bool:
+        return turn.completed
+
+    @kafka_agent(name=name, llm=FakeLLM(["ok"]), partitions=1, evaluators=[answered])
+    async def agent(ctx: AgentContext) -> str:
+        return await ctx.llm.run([{"role": "user", "content": "hi"}])
+
+    admin = roles.broker.admin_settings()
+    assert apply_topics(roles.bootstrap, agent.topic_specs(), kafka_config=admin).ok
+    with_admin = tmp_path / "admin.properties"
+    with_admin.write_text("".join(f"{k}={v}\n" for k, v in admin.items()))
+    grant = ["acls", name, "--worker-principal", "User:worker_x"]
+    grant += ["--client-principal", "User:client_x", "--evaluator-principal", "User:evals_x"]
+    common = ["--bootstrap-servers", roles.bootstrap, "--kafka-config", str(with_admin)]
+    assert cli_main([*grant, "--apply", *common]) == 0
+    options = WorkerOptions(shutdown_grace=0.2, kafka_config=roles.settings("worker_x"))
+    async with running_worker(agent, roles.bootstrap, options), roles.client("client_x") as c:
+        turn = (await c.submit(name)).turn_id
+        stream = EvalStream(agent, roles.bootstrap, kafka_config=roles.settings("evals_x"))
+        stop = threading.Event()
+        runner = threading.Thread(target=stream.run, args=(stop,), daemon=True)
+        runner.start()
+        try:
+            await wait_for(lambda: stream.stats["scores"] >= 1 or not runner.is_alive(), 60, "")
+        finally:
+            stop.set()
+            await asyncio.to_thread(runner.join, 30)
+    assert stream.stats["scores"] == 1
+    scores = read_topic(roles.bootstrap, agent.topics.scores, kafka_config=admin)
+    assert [json.loads(value or b"{}")["turn_id"] for _, value, _ in scores] == [turn]
+    forged = OutRecord(agent.topics.results, b"k", b"{}", [])
+    with pytest.raises(
+        KafkaAuthorizationError, match=rf"User:evals_x .* WRITE topic {agent.topics.results}"
+    ):
+        await _send(roles, "evals_x", forged)

@@ -28,6 +28,7 @@ def test_apply_creates_then_matches(kafka_bootstrap_servers: str) -> None:
         f"pyrula.{agent}.control",
         f"pyrula.{agent}.dlq",
         f"pyrula.{agent}.results",
+        f"pyrula.{agent}.scores",
     ]
     journal = specs[2]
     assert journal.config["cleanup.policy"] == "compact"

@@ -29,6 +29,7 @@ from pyrula_stream import (
 )
 from pyrula_stream.access.api_keys import APIKeyAuth
 from pyrula_stream.access.http_guard import HTTPAccess
+from pyrula_stream.comparison.scores import scores_topic
 from pyrula_stream.errors import SubAgentError
 from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.llm import (
@@ -44,6 +45,7 @@ from pyrula_stream.llm.fake import count_model_calls
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 from pyrula_stream.ui.feed import FeedOptions
 from pyrula_stream.ui.server import UIOptions, running_ui
+from pyrula_stream.wire.scores import Score, score_record
 from tests.browsers import WAIT_MS, system_chromium
 
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "ui-turn.png"
@@ -120,6 +122,7 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
         return await ctx.llm.run([{"role": "user", "content": question}], system="Be brief.")
 
     feed = FeedOptions(kafka_bootstrap_servers, agents=(agent.name,))
+    scores = scores_topic(agent.name)  # the worker makes it with the agent's other topics
     async with (
         running_worker(agent, kafka_bootstrap_servers),
         running_ui(feed, UIOptions(port=0)) as url,
@@ -225,6 +228,24 @@ async def test_ui_shows_live_turns_timelines_failures_and_dead_letters(
             "1 event could not be shown (see the UI's log)", timeout=WAIT_MS
         )
         await expect(page.get_by_test_id("turn-row")).to_have_count(2)
+
+        # Evaluators' scores: on the scored turn's page, and per version on Evaluation.
+        producer = RecordProducer(kafka_bootstrap_servers)
+        try:
+            for turn_id, passed in ((handle.turn_id, True), (failed[0].turn_id, False)):
+                why = "answered" if passed else "failed"
+                out = score_record(
+                    scores, Score(turn_id, agent.name, "answered", passed=passed, reason=why)
+                )
+                await producer.send(out.topic, out.key, out.value, list(out.headers))
+        finally:
+            producer.close()
+        await page.goto(f"{url}/#/turn/{agent.name}/{handle.turn_id}")
+        score = page.get_by_test_id("score")
+        await expect(score).to_contain_text("answered", timeout=WAIT_MS)
+        await expect(score).to_contain_text("pass")
+        await page.goto(f"{url}/#/evals")
+        await expect(page.get_by_test_id("eval-version")).to_contain_text("50.0%", timeout=WAIT_MS)
 
 
 async def test_ui_with_allow_actions_cancels_and_terminates_running_turns(

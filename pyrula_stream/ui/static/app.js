@@ -1,5 +1,5 @@
-// pyrula-stream ui: one page, four views (turns, a turn's timeline, the questions
-// waiting for a person, dead letters),
+// pyrula-stream ui: one page, five views (turns, a turn's timeline and scores, the
+// questions waiting for a person, dead letters, evaluation by agent version),
 // kept current by one server-sent-events stream. Everything read from Kafka is escaped.
 "use strict";
 
@@ -14,6 +14,7 @@ const state = {
   paramsOpen: false,
   waiting: { questions: [], errors: [], loaded: false },
   reasons: new Map(), // "turn_id/key" -> the reason typed so far (survives re-renders)
+  evals: { agents: [], loaded: false }, // per agent: its versions compared by their scores
 };
 
 const view = document.getElementById("view");
@@ -140,11 +141,13 @@ function route() {
     connect();
     if (m) load(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
   }
-  const other = hash.startsWith("#/dlq") || hash.startsWith("#/waiting");
+  const other = hash.startsWith("#/dlq") || hash.startsWith("#/waiting") || hash.startsWith("#/evals");
   document.getElementById("nav-turns").classList.toggle("on", !other);
   document.getElementById("nav-waiting").classList.toggle("on", hash.startsWith("#/waiting"));
   document.getElementById("nav-dlq").classList.toggle("on", hash.startsWith("#/dlq"));
+  document.getElementById("nav-evals").classList.toggle("on", hash.startsWith("#/evals"));
   if (hash.startsWith("#/waiting")) loadWaiting();
+  if (hash.startsWith("#/evals")) loadEvals();
   render();
 }
 
@@ -166,6 +169,7 @@ function render() {
   document.getElementById("dlq-count").textContent = count ? String(count) : "";
   if (hash.startsWith("#/dlq")) renderDeadLetters();
   else if (hash.startsWith("#/waiting")) renderWaiting();
+  else if (hash.startsWith("#/evals")) renderEvals();
   else if (state.watched) renderTurn();
   else renderTurns();
 }
@@ -298,6 +302,7 @@ function renderTurn() {
     ["cost", cost(t.cost_usd)],
   ];
   if (t.tenant) facts.push(["tenant", esc(t.tenant)]);
+  if (t.agent_version) facts.push(["version", `<span data-testid="agent-version">${esc(t.agent_version)}</span>`]);
   if (t.thread_id) facts.push(["thread", `<span class="mono">${esc(t.thread_id)}</span>`]);
   if (t.worker) facts.push(["worker", `<span class="mono">${esc(t.worker)}</span>`]);
   if (t.parent) {
@@ -324,7 +329,8 @@ function renderTurn() {
       ${t.started_ms ? `<li class="started"><div class="gutter"></div><div class="body"><span class="kind">Started</span> <span class="dim">${clock(t.started_ms)}${t.worker ? ` on worker <span class="mono">${esc(t.worker)}</span>` : ""}</span></div></li>` : ""}
       ${t.steps.map((s) => step(s, start, span)).join("")}
       ${outcome(t)}
-    </ol>`;
+    </ol>
+    ${scores(t.scores || [])}`;
   // The same turn's buttons survive a re-render (a busy turn re-renders many times a
   // second): a button replaced under the pointer would swallow the click.
   const fresh = view.querySelector(".turn-head .actions");
@@ -401,6 +407,54 @@ function step(s, start, span) {
         ${body}
       </div>
     </li>`;
+}
+
+function scoreValue(s) {
+  const parts = [];
+  if (s.passed !== null && s.passed !== undefined) parts.push(`<span class="badge ${s.passed ? "completed" : "failed"}">${s.passed ? "pass" : "fail"}</span>`);
+  if (s.number !== null && s.number !== undefined) parts.push(`<span class="mono">${esc(s.number)}</span>`);
+  if (s.label) parts.push(`<code>${esc(s.label)}</code>`);
+  if (s.timed_out) parts.push(`<span class="dim">timed out</span>`);
+  return parts.join(" ");
+}
+
+function scores(list) {
+  if (!list.length) return "";
+  return `<h2>Scores</h2>
+    <table class="scores" data-testid="scores"><thead><tr><th>evaluator</th><th>kind</th><th>version</th><th>score</th><th>reason</th></tr></thead><tbody>
+    ${list.map((s) => `<tr data-testid="score"><td>${esc(s.evaluator)} <span class="dim">v${esc(s.evaluator_version)}</span></td><td>${esc(s.kind)}</td><td>${esc(s.agent_version)}</td><td>${scoreValue(s)}</td><td>${esc(s.reason)}</td></tr>`).join("")}
+    </tbody></table>`;
+}
+
+async function loadEvals() {
+  const res = await fetch("/api/evals");
+  const body = await res.json();
+  state.evals = { agents: body.agents || [], loaded: true };
+  if ((location.hash || "").startsWith("#/evals")) renderEvals();
+}
+
+function figure(value, measure) {
+  if (value === null || value === undefined) return "n/a";
+  return measure === "pass_rate" ? `${(100 * value).toFixed(1)}%` : Number(value).toPrecision(4);
+}
+
+function renderEvals() {
+  const e = state.evals;
+  const agents = e.agents.filter((a) => a.measures.length);
+  const body = agents.map((a) => a.measures.map((m) => `
+    <section class="evals" data-testid="evals">
+      <h2>${esc(a.agent)} · ${esc(m.evaluator)} <span class="dim">v${esc(m.evaluator_version)} · ${m.measure === "pass_rate" ? "pass rate" : "mean"}</span></h2>
+      <table><thead><tr><th>version</th><th>n</th><th>${m.measure === "pass_rate" ? "pass rate" : "mean"}</th><th>95% interval</th></tr></thead><tbody>
+      ${m.versions.map((v) => `<tr data-testid="eval-version"><td>${esc(v.version || "(none)")}</td><td>${esc(v.n)}</td><td>${figure(v.value, m.measure)}</td><td>${figure(v.ci95[0], m.measure)} – ${figure(v.ci95[1], m.measure)}</td></tr>`).join("")}
+      </tbody></table>
+      ${m.comparisons.map((c) => `<p class="${c.significant ? "" : "dim"}" data-testid="eval-verdict">${esc(c.candidate || "(none)")} vs ${esc(c.baseline || "(none)")}: ${c.significant ? `<strong>${esc(c.verdict)}</strong>` : esc(c.verdict)} (difference ${figure(c.difference, m.measure)}, 95% interval ${figure(c.ci95[0], m.measure)} – ${figure(c.ci95[1], m.measure)}, p=${esc(c.p_value)})</p>`).join("")}
+    </section>`).join("")).join("");
+  view.innerHTML = `
+    <section class="page-head">
+      <h1>Evaluation</h1>
+      <p class="sub">each agent version's scores, from the scores this UI has read</p>
+    </section>
+    ${body || `<div class="empty">${e.loaded ? "No scores yet: declare evaluators on an agent." : "Loading…"}</div>`}`;
 }
 
 function outcome(t) {
@@ -490,6 +544,7 @@ async function answer(q, verdict, reason) {
 }
 
 setInterval(() => { if ((location.hash || "").startsWith("#/waiting")) loadWaiting(); }, 2000);
+setInterval(() => { if ((location.hash || "").startsWith("#/evals")) loadEvals(); }, 5000);
 
 // -- dead letters ---------------------------------------------------------------------
 
