@@ -24,7 +24,7 @@ from pyrula_stream import (
 from pyrula_stream.llm import FakeLLM, reply_text, reply_tool_call
 from pyrula_stream.llm.base import ModelResponse, ToolDefinition
 from pyrula_stream.llm.fake import count_model_calls
-from pyrula_stream.objects import LocalObjectStore, PayloadStores
+from pyrula_stream.objects import LocalObjectStore, ObjectStore, PayloadStores
 from pyrula_stream.runtime.replay import replay_turn
 from pyrula_stream.state.history import load_recording
 from pyrula_stream.testing import read_topic, running_worker, unique_name, wait_for
@@ -41,11 +41,13 @@ def store(tmp_path: Path) -> LocalObjectStore:
 
 
 async def test_a_turn_far_past_a_record_completes_and_reads_back_whole(
-    kafka_bootstrap_servers: str, store: LocalObjectStore
+    kafka_bootstrap_servers: str, object_store: ObjectStore
 ) -> None:
-    """A 20 MB request, a 5 MB tool result, a 2 MB result: read back whole by the client
-    (stream and result), replayed offline from its history, and branched after the tool
-    (whose recorded result the branch reads from the store instead of running it)."""
+    """A 20 MB request, a 5 MB tool result, a 2 MB result, on each store: read back whole
+    by the client (stream and result), replayed offline from its history, and branched
+    after the tool (whose recorded result the branch reads from the store instead of
+    running it)."""
+    store = object_store
     log_reads: list[int] = []
 
     @tool(read_only=True)

@@ -3,7 +3,6 @@ back whole, through the same resolver as the client."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,7 +11,7 @@ from pyrula_stream import AgentContext, AgentLimits, ToolContext, WorkerOptions,
 from pyrula_stream.gateway import AgentClient, AppOptions, create_app
 from pyrula_stream.gateway.serve import running_gateway
 from pyrula_stream.llm import FakeLLM, reply_tool_call
-from pyrula_stream.objects import LocalObjectStore
+from pyrula_stream.objects import ObjectStore
 from pyrula_stream.testing import running_worker, unique_name
 from pyrula_stream.ui.feed import FeedOptions
 from pyrula_stream.ui.server import UIOptions, running_ui
@@ -22,9 +21,10 @@ RESULT = 400_000
 
 
 async def test_the_gateway_and_the_ui_read_a_large_turn_back_whole(
-    kafka_bootstrap_servers: str, tmp_path: Path
+    kafka_bootstrap_servers: str, object_store: ObjectStore
 ) -> None:
-    store = LocalObjectStore(tmp_path / "objects")
+    """On each store."""
+    store = object_store
 
     @tool(read_only=True)
     async def read_log(ctx: ToolContext) -> str:
