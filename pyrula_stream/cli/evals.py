@@ -28,6 +28,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         bootstrap_from(args),
         instance=args.instance,
         kafka_config=kafka_config_from(args),
+        static=args.static_membership,
     )
     stop = threading.Event()
 
@@ -56,5 +57,11 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         default=None,
         help="this member's stable name (its transactional id): a restarted member with "
         "the same name fences its dead self at once (default: host, pid, random)",
+    )
+    r.add_argument(
+        "--static-membership",
+        action="store_true",
+        help="join as a static member (group.instance.id = --instance): a restarted member "
+        "gets its partitions back at once (a pod restarted in place)",
     )
     r.set_defaults(func=cmd_run)
