@@ -3,11 +3,12 @@ workers of both agents and the evaluators' members are SIGKILLed.
 
 The shop and judge agents run in ``workers`` worker processes (each runs both), their
 evaluators in ``evaluators`` processes of ``pyrula-stream evals run`` (stable
-``--instance`` names). Turns go in at ``rate``; each names order ``o<n>``. The harness
-plays the business: order ``n % 4 == 0`` is delivered before its turn is even submitted,
-``1`` right after its result appears (within the window), ``2`` after the window has
-closed, ``3`` never. Kills land on random processes over the submission window and the
-outcomes' windows, each followed at once by a restart under the same id.
+``--instance`` names, static members). Turns go in at ``rate``; each names order
+``o<n>``. The harness plays the business: order ``n % 4 == 0`` is delivered before its
+turn is even submitted, ``1`` right after its result appears (within the window),
+``2`` after the window has closed, ``3`` never. Kills alternate between worker processes
+and evaluator members over the submission window and the outcomes' windows, each
+followed at once by a restart under the same id.
 
 Then, from the topics alone: every sampled turn has exactly one score per evaluator
 (``missing_scores``, ``doubled_scores`` for the function and the judge;
@@ -98,6 +99,7 @@ class EvalMember(Managed):
         self.worker_id = f"evals-{index}"
         argv = [sys.executable, "-m", "pyrula_stream.cli", "evals", "run", SHOP_SPEC]
         argv += ["--bootstrap-servers", bootstrap, "--instance", self.worker_id]
+        argv.append("--static-membership")
         super().__init__(self.worker_id, argv, env, run_dir / f"{self.worker_id}.log")
 
 

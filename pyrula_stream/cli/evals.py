@@ -58,6 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         instance=args.instance,
         kafka_config=kafka_config_from(args),
         on_batch=metrics.observe if metrics is not None else None,
+        static=args.static_membership,
     )
     stop = threading.Event()
 
@@ -228,6 +229,12 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         help="serve the scores' Prometheus series (pyrula_eval_*) on this port",
     )
     run.add_argument("--metrics-host", default="127.0.0.1", help="default 127.0.0.1")
+    run.add_argument(
+        "--static-membership",
+        action="store_true",
+        help="join as a static member (group.instance.id = --instance): a restarted member "
+        "gets its partitions back at once (a pod restarted in place)",
+    )
     run.set_defaults(func=cmd_run)
     r = with_bootstrap(
         e_sub.add_parser("report", help="AGENT: each evaluator's scores by agent version")

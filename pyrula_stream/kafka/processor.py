@@ -38,7 +38,11 @@ class GroupReader:
         group_id: str,
         client_id: str,
         kafka_config: Mapping[str, Any] | None = None,
+        group_instance_id: str | None = None,
     ) -> None:
+        """``group_instance_id`` makes the member static (KIP-345): restarted under the
+        same id, it gets its partitions back at once instead of after the session
+        timeout and a rebalance."""
         self.topics = list(topics)
         self._who = {
             "bootstrap.servers": bootstrap_servers,
@@ -50,6 +54,7 @@ class GroupReader:
             group_id,
             client_id=client_id,
             exactly_once=True,
+            group_instance_id=group_instance_id,
             kafka_config=kafka_config,
         )
         self._metadata: Any = self._consumer.consumer_group_metadata()

@@ -102,7 +102,8 @@ class EvalStream:
     """Runs ``agent``'s evaluators (or ``evaluators``) until ``stop`` is set.
 
     ``instance`` names this member (its transactional id); give a restarted member the
-    same one. ``on_batch`` sees each committed batch's scores (tests, metrics).
+    same one (with ``static=True`` it also keeps its partitions across the restart).
+    ``on_batch`` sees each committed batch's scores (tests, metrics).
     """
 
     def __init__(
@@ -114,7 +115,14 @@ class EvalStream:
         instance: str | None = None,
         kafka_config: Mapping[str, Any] | None = None,
         on_batch: Callable[[list[Score]], None] | None = None,
+        static: bool = False,
     ) -> None:
+        if static and instance is None:
+            raise ConfigurationError("a static evaluators' member needs its instance name")
+        self.static = static
+        """Static membership (KIP-345, ``group.instance.id`` = ``instance``): restarted
+        under its name, the member resumes at once, without a rebalance; one that stops
+        for good holds its partitions until the session times out (10 s)."""
         self.agent = agent
         self.bootstrap_servers = bootstrap_servers
         self.kafka_config = kafka_config
@@ -196,6 +204,7 @@ class EvalStream:
             group_id=evals_group_id(self.agent.prefix, self.agent.name),
             client_id=f"pyrula-evals-{self.instance}",
             kafka_config=self.kafka_config,
+            group_instance_id=self.instance if self.static else None,
         )
         self._joins.clear()
         timers_at = 0.0
