@@ -33,6 +33,7 @@ import httpx
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.evals.evaluators import ERROR_LABEL, Verdict
+from pyrula_stream.evals.turns import ScoredTurn
 from pyrula_stream.runtime.offline import at_version, run_offline
 from pyrula_stream.runtime.versions import started_version
 from pyrula_stream.state.history import TurnRecording
@@ -44,35 +45,15 @@ GOLDEN_NAMESPACE = uuid.UUID("6f1d2c1e-51e0-4f4e-9b0a-0c5a5e0a6d51")
 
 
 @dataclass(frozen=True)
-class OfflineTurn:
-    """A finished turn as an evaluator reads it offline: the attributes of the online
-    ``ScoredTurn``, and a golden case's ``params`` and ``expected``."""
+class OfflineTurn(ScoredTurn):
+    """A finished turn as an evaluator reads it offline: the online ``ScoredTurn`` (so an
+    online evaluator runs offline unchanged; offline its ``tools`` are always known), and
+    a golden case's ``params``, ``expected`` answer (``None`` for a recorded turn) and
+    ``case`` id."""
 
-    turn_id: str
-    agent: str
-    status: str
-    """``completed`` or ``failed``."""
-    result: Any = None
-    error_code: str | None = None
-    error_message: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
-    cost_usd: float = 0.0
-    duration_ms: int = 0
-    started_ms: int = 0
-    finished_ms: int = 0
-    thread_id: str | None = None
-    tenant: str | None = None
-    agent_version: str = ""
-    tools: tuple[str, ...] = ()
-    """The tools it called, in order (offline they are always known)."""
     params: dict[str, Any] = field(default_factory=dict)
     expected: Any = None
-    """The golden case's expected answer (``None`` for a recorded turn)."""
     case: str | None = None
-
-    @property
-    def completed(self) -> bool:
-        return self.status == "completed"
 
     def read(self) -> dict[str, Any]:
         """What a score says its evaluator read."""
