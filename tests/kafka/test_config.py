@@ -38,6 +38,9 @@ MAY_OMIT = {
     ("runtime/worker.py", "WorkerOptions"),
     ("runtime/execution.py", "load_recording"),  # self.load_recording, a callback
     ("gateway/app.py", "AppOptions"),  # the default options: the environment's settings
+    ("runtime/offline.py", "WorkerOptions"),  # a turn run offline: no Kafka at all
+    ("objects/local.py", "resolve"),  # Path.resolve: the store's directory
+    ("objects/s3_server.py", "resolve"),  # Path.resolve: where the server binary is built
 }
 # The benchmark and chaos harnesses run on the environment's settings (PYRULA_KAFKA_CONFIG),
 # which is what every client falls back to without an explicit kafka_config.
