@@ -23,7 +23,7 @@ $(QUIX_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(QUIX_VENV)
 	$(QUIX_VENV)/bin/python -m pip install -q --upgrade pip
 	$(QUIX_VENV)/bin/python -m pip install -q -e '.[quix]' 'pytest>=9.2.0' \
-	  'pytest-asyncio>=1.5.0' 'pytest-timeout>=2.4.0' 'hypothesis>=6.170'
+	  'pytest-asyncio>=1.5.0' 'pytest-timeout>=2.4.0' 'pytest-xdist>=3.8.0' 'hypothesis>=6.170'
 	touch $(QUIX_STAMP)
 
 setup: $(STAMP) $(QUIX_STAMP) broker-jars s3-server
@@ -101,7 +101,7 @@ test-fast: $(STAMP)
 
 # The core suite on the lowest confluent-kafka and pydantic we support (.venv-quix).
 test-lowest: setup
-	$(QUIX_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TESTS)
+	$(QUIX_VENV)/bin/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(LOWEST_TESTS)
 
 chaos: setup
 	$(BIN)/python -m pyrula_stream.chaos $(ARGS)
