@@ -648,7 +648,7 @@ def expected_minutes(config: BenchConfig) -> float:
         "gateway": 40,
         "fairness": 30,
         "payloads": 60,
-        "cost": 60,
+        "cost": 240,
         "telemetry": 120,
     }
     seconds = (rounds if "throughput" in config.phases else 0) + (
