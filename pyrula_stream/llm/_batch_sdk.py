@@ -1,14 +1,16 @@
-"""What both batch clients share: SDK errors as ours, and a lookup's time window."""
+"""What both batch clients share: their settings, SDK errors as ours, and a lookup's time
+window."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from pyrula_stream.llm._adapter import SDKAdapter
 from pyrula_stream.llm._retry import ProviderFailure, failure_to_error
 
 T = TypeVar("T")
+L = TypeVar("L", bound=SDKAdapter)
 
 FIND_WINDOW = 100
 """Without a submit time, ``find`` looks at this many of the newest batches."""
@@ -47,3 +49,32 @@ def outside_window(created_at: float, submitted_at: float | None, margin_s: floa
     if created_at > submitted_at + margin_s:
         return "newer"
     return None
+
+
+class SDKBatchClient(Generic[L]):
+    """The batch API of the live adapter ``llm`` (its SDK client, key and model): how many
+    calls a batch may hold and how far ``find`` looks."""
+
+    def __init__(
+        self,
+        llm: L,
+        *,
+        max_calls: int,
+        find_window: int = FIND_WINDOW,
+        find_margin_s: float = FIND_MARGIN_S,
+    ) -> None:
+        self.llm = llm
+        self._max_calls = max_calls
+        self._find_window = find_window
+        self._find_margin_s = find_margin_s
+
+    @property
+    def model(self) -> str:
+        return str(self.llm.model)
+
+    @property
+    def max_calls(self) -> int:
+        return self._max_calls
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.llm!r})"

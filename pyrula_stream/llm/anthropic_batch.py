@@ -21,7 +21,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyrula_stream.errors import LLMError
-from pyrula_stream.llm._batch_sdk import FIND_MARGIN_S, FIND_WINDOW, guarded, outside_window
+from pyrula_stream.llm._batch_sdk import (
+    FIND_MARGIN_S,
+    FIND_WINDOW,
+    SDKBatchClient,
+    guarded,
+    outside_window,
+)
 from pyrula_stream.llm.batch import (
     BatchCall,
     BatchLookupPending,
@@ -42,7 +48,7 @@ if TYPE_CHECKING:
 MAX_CALLS = 100_000
 
 
-class AnthropicBatchClient:
+class AnthropicBatchClient(SDKBatchClient["AnthropicLLM"]):
     """Message Batches for the model of ``llm``, through the SDK client ``llm`` uses
     (same key, ``base_url`` and request building).
 
@@ -59,24 +65,12 @@ class AnthropicBatchClient:
         find_window: int = FIND_WINDOW,
         find_margin_s: float = FIND_MARGIN_S,
     ) -> None:
-        self.llm = llm
-        self._max_calls = max_calls
-        self._find_window = find_window
-        self._find_margin_s = find_margin_s
-
-    @property
-    def model(self) -> str:
-        return self.llm.model
-
-    @property
-    def max_calls(self) -> int:
-        return self._max_calls
+        super().__init__(
+            llm, max_calls=max_calls, find_window=find_window, find_margin_s=find_margin_s
+        )
 
     def _sdk(self) -> AsyncAnthropic:
         return self.llm._sdk_client()
-
-    def __repr__(self) -> str:
-        return f"AnthropicBatchClient({self.llm!r})"
 
     async def submit(self, calls: Sequence[BatchCall], *, tag: str) -> str:
         check_calls(calls, tag, self._max_calls)

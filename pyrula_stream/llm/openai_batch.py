@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pyrula_stream.errors import LLMError
-from pyrula_stream.llm._batch_sdk import FIND_MARGIN_S, FIND_WINDOW, guarded, outside_window
+from pyrula_stream.llm._batch_sdk import (
+    FIND_MARGIN_S,
+    FIND_WINDOW,
+    SDKBatchClient,
+    guarded,
+    outside_window,
+)
 from pyrula_stream.llm.base import ModelRequest
 from pyrula_stream.llm.batch import (
     BatchCall,
@@ -64,7 +70,7 @@ _NO_REQUEST = ModelRequest(messages=[])
 """What a result is parsed against: the calls are not kept, and a result has usage."""
 
 
-class OpenAIBatchClient:
+class OpenAIBatchClient(SDKBatchClient["OpenAILLM"]):
     """The Batch API for the model of ``llm``, through the SDK client ``llm`` uses (same
     key, ``base_url`` and request building).
 
@@ -81,24 +87,12 @@ class OpenAIBatchClient:
         find_window: int = FIND_WINDOW,
         find_margin_s: float = FIND_MARGIN_S,
     ) -> None:
-        self.llm = llm
-        self._max_calls = max_calls
-        self._find_window = find_window
-        self._find_margin_s = find_margin_s
-
-    @property
-    def model(self) -> str:
-        return self.llm.model
-
-    @property
-    def max_calls(self) -> int:
-        return self._max_calls
+        super().__init__(
+            llm, max_calls=max_calls, find_window=find_window, find_margin_s=find_margin_s
+        )
 
     def _sdk(self) -> AsyncOpenAI:
         return self.llm._sdk_client()
-
-    def __repr__(self) -> str:
-        return f"OpenAIBatchClient({self.llm!r})"
 
     async def submit(self, calls: Sequence[BatchCall], *, tag: str) -> str:
         check_calls(calls, tag, self._max_calls)
