@@ -97,7 +97,7 @@ class EvalMember(Managed):
 
     def __init__(self, index: int, run_dir: Path, bootstrap: str, env: dict[str, str]) -> None:
         self.worker_id = f"evals-{index}"
-        argv = [sys.executable, "-m", "pyrula_stream.cli", "evals", "run", SHOP_SPEC]
+        argv = [sys.executable, "-m", "pyrula_stream.cli", "-v", "evals", "run", SHOP_SPEC]
         argv += ["--bootstrap-servers", bootstrap, "--instance", self.worker_id]
         argv.append("--static-membership")
         super().__init__(self.worker_id, argv, env, run_dir / f"{self.worker_id}.log")

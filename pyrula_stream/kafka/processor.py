@@ -62,12 +62,12 @@ class GroupReader:
     def subscribe(self, on_assign: TopicHook, on_revoke: TopicHook) -> None:
         """Join the group; the hooks run on the polling thread, during ``poll``."""
 
+        # The group metadata is taken after each poll, not here: during close() the
+        # consumer revokes with no metadata to give, and asking for it would raise.
         def assigned(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            self._metadata = consumer.consumer_group_metadata()
             on_assign([(str(tp.topic), tp.partition) for tp in partitions])
 
         def revoked(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            self._metadata = consumer.consumer_group_metadata()
             on_revoke([(str(tp.topic), tp.partition) for tp in partitions])
 
         self._consumer.subscribe(

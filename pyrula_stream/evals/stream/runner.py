@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from pyrula_stream.agent.definition import KafkaAgent
 from pyrula_stream.errors import (
     ConfigurationError,
@@ -87,6 +89,21 @@ def evals_transactional_id(prefix: str, agent: str, instance: str) -> str:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _named(tps: TopicPartitions) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(tps)) or "nothing"
+
+
+def _close_quietly(client: Any) -> None:
+    """End a session's client; a failure to close is logged, never raised over the
+    error that ended the session (the client is dropped either way)."""
+    if client is None:
+        return
+    try:
+        client.close()
+    except (KafkaException, RuntimeError) as exc:
+        log.warning("closing %s: %s", type(client).__name__, exc)
 
 
 def _event_value(value: bytes | None) -> Any:
@@ -227,11 +244,9 @@ class EvalStream:
                     self._committed(scores)
         finally:
             self._joins.clear()
-            reader.close()
-            writer.close()
-            if self._tools is not None:
-                self._tools.close()
-                self._tools = None
+            self._tools, tools = None, self._tools
+            for client in (reader, writer, tools):
+                _close_quietly(client)
 
     def _committed(self, scores: list[Score]) -> None:
         for s in scores:
@@ -244,6 +259,7 @@ class EvalStream:
 
     def _assigned(self, reader: GroupReader, tps: TopicPartitions) -> None:
         """Rebuild the joins of each outcomes partition taken (before reading it)."""
+        log.info("evaluators of %s: took %s", self.agent.name, _named(tps))
         for topic, partition in tps:
             if topic != self.topics.outcomes:
                 continue
@@ -259,6 +275,7 @@ class EvalStream:
             self.stats["restored_partitions"] += 1
 
     def _revoked(self, tps: TopicPartitions) -> None:
+        log.info("evaluators of %s: released %s", self.agent.name, _named(tps))
         for topic, partition in tps:
             if topic == self.topics.outcomes:
                 self._joins.pop(partition, None)
