@@ -25,6 +25,11 @@ TopicPartitions = list[tuple[str, int]]
 TopicHook = Callable[[TopicPartitions], None]
 
 MAX_BATCH = 500
+EAGER = {"partition.assignment.strategy": "range"}
+"""Processors rebalance eagerly. Cooperative rebalancing moves partitions in two rounds,
+and a static member replaced between them (a crash, or a new session after an aborted
+batch) never learns that it gave partitions up, so the second round that hands them to
+the other members never comes: they stay with nobody until the next rebalance."""
 
 
 class GroupReader:
@@ -56,6 +61,7 @@ class GroupReader:
             exactly_once=True,
             group_instance_id=group_instance_id,
             kafka_config=kafka_config,
+            extra=EAGER,
         )
         self._metadata: Any = self._consumer.consumer_group_metadata()
 
