@@ -24,8 +24,9 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from confluent_kafka import KafkaException
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from starlette.types import ASGIApp
 
 from pyrula_stream.access.api_keys import OWNER_METADATA
 from pyrula_stream.access.http_guard import HTTPAccess, HTTPGuard, check_bind, principal_of
@@ -49,10 +50,15 @@ from pyrula_stream.gateway.errors import (
     refusal_of,
     refusal_response,
 )
+from pyrula_stream.gateway.event_route import (
+    CLOCK_SKEW_MS,
+    EventStreams,
+    EventStreamsFirst,
+    PlainASGIRoute,
+)
 from pyrula_stream.gateway.options import GATEWAY_TENANT_HEADER, AppOptions
 from pyrula_stream.gateway.owners import NOBODY, StreamSlots, TurnOwners
 from pyrula_stream.gateway.pending import PendingStreams
-from pyrula_stream.gateway.sse import last_event_id, sse_frames
 from pyrula_stream.gateway.uploads import check_references, receive_upload, upload_space
 from pyrula_stream.kafka.admin import broker_answers
 from pyrula_stream.kafka.connection_log import is_connection_failure
@@ -67,8 +73,6 @@ OWNER_HEADER = "pyrula-owner"
 
 GATEWAY_EXPOSES = "submit, read and stop turns of every agent it serves"
 READY_CACHE_S = 1.0
-CLOCK_SKEW_MS = 60_000
-"""A stream reads events from a minute before its turn was submitted (clocks differ)."""
 
 
 @dataclass(frozen=True)
@@ -352,16 +356,18 @@ def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None
         api, lambda: list(gateway.agents.values()), options.prefix
     )
     browser = options.static_dir is not None  # a page's EventSource carries a cookie
-    if options.rate_limit is not None:  # added first: inside the guard, which names the key
-        api.add_middleware(RateLimit, policy=options.rate_limit)
-    api.add_middleware(
-        HTTPGuard,
-        access=access,
+    streams = EventStreams(gateway)
+    _routes(api, gateway, streams)
+    guarded_api: ASGIApp = EventStreamsFirst(api, streams=streams)
+    if options.rate_limit is not None:  # inside the guard, which names the key
+        guarded_api = RateLimit(guarded_api, policy=options.rate_limit)
+    guarded_api = HTTPGuard(
+        guarded_api,
+        access,
         bind_host=bind_host,
         exposes=GATEWAY_EXPOSES,
         browser_login=browser,
     )
-    _routes(api, gateway)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -402,7 +408,9 @@ def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None
                 headers={"Retry-After": str(options.retry_after_s)},
             )
 
-    app.mount(options.prefix, api)
+    app.mount(options.prefix, guarded_api)
+    # An open stream's request skips the app's own layers too, straight to the guard.
+    app.add_middleware(EventStreamsFirst, streams=guarded_api, prefix=options.prefix)
     if options.static_dir is not None:
         from fastapi.staticfiles import StaticFiles
 
@@ -418,7 +426,7 @@ def create_app(*, agents: Sequence[KafkaAgent | str], options: AppOptions | None
     return app
 
 
-def _routes(api: FastAPI, gateway: Gateway) -> None:
+def _routes(api: FastAPI, gateway: Gateway, streams: EventStreams) -> None:
     """The routes of issue 24 (their paths are kept: tools outside the repo use them)."""
     options = gateway.options
 
@@ -510,33 +518,18 @@ def _routes(api: FastAPI, gateway: Gateway) -> None:
         ref = await receive_upload(request, gateway.store, space, limit, principal)
         return JSONResponse(ref.data(), status_code=201)
 
-    @api.get("/{agent}/turns/{turn_id}/events")
-    async def events(agent: str, turn_id: str, request: Request) -> Response:
-        served = gateway.agent(agent)
-        principal = principal_of(request.scope)
-        after = last_event_id(request)
-        thread_id = request.query_params.get("thread_id")
-        owner = await gateway.check_owner(served, turn_id, thread_id, principal)
-        since = request.query_params.get("since_ms")
-        since_ms = int(since) if since is not None and since.isdigit() else None
-        if since_ms is None and (seen := gateway.owners.submitted_ms(agent, turn_id)):
-            since_ms = seen - CLOCK_SKEW_MS
-        gateway.slots.take(owner)
-        try:  # subscribed before the answer starts: Kafka errors are still HTTP errors
-            stream = gateway.pending.take(agent, turn_id) if after is None else None
-            if stream is None:
-                stream = await gateway.client(served).open_stream(
-                    agent, turn_id, since_ms=since_ms, after_seq=after
-                )
-        except BaseException:
-            gateway.slots.give_back(owner)
-            raise
-        frames = sse_frames(stream, options, lambda: gateway.slots.give_back(owner))
-        return StreamingResponse(
-            frames,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+    async def events(
+        agent: str,
+        turn_id: str,
+        thread_id: str | None = None,
+        since_ms: int | None = None,
+        last_event_id: int | None = Query(None, description="or the Last-Event-ID header"),
+    ) -> None:
+        """The turn's committed events as Server-Sent Events (served by ``EventStreams``)."""
+
+    api.router.routes.append(
+        PlainASGIRoute("/{agent}/turns/{turn_id}/events", events, app=streams, methods=["GET"])
+    )
 
     @api.get("/{agent}/turns/{turn_id}")
     async def status(agent: str, turn_id: str, request: Request) -> dict[str, Any]:

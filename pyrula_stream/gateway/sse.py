@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from asyncio import FIRST_COMPLETED
+from collections.abc import Callable
 
 from fastapi import Request
+from starlette.types import Receive, Send
 
 from pyrula_stream.client.event_reader import TurnStream
 from pyrula_stream.errors import ErrorCode
@@ -55,48 +57,64 @@ def last_event_id(request: Request) -> int | None:
     return value
 
 
-async def sse_frames(
-    events: TurnStream, options: AppOptions, done: Callable[[], None]
-) -> AsyncIterator[bytes]:
-    """The stream's SSE frames: one per event, a comment every keepalive interval while
-    none comes, a ``stream:error`` event if Kafka fails mid-stream; ends after the terminal
-    event or ``sse_max_duration_s`` (the client resumes with ``Last-Event-ID``)."""
+async def write_frames(
+    events: TurnStream, options: AppOptions, send: Send, receive: Receive, done: Callable[[], None]
+) -> None:
+    """Send the stream's SSE frames (the response is started): one per event, a comment
+    every keepalive interval while none comes, a ``stream:error`` event if Kafka fails
+    mid-stream; ends after the terminal event, after ``sse_max_duration_s`` (the client
+    resumes with ``Last-Event-ID``) or when the client goes away. ``done`` runs last."""
     limit = options.sse_max_duration_s
     deadline = None if limit is None else time.monotonic() + limit
+    gone = asyncio.ensure_future(_disconnect(receive))
     pending: asyncio.Future[Event] | None = None
+
+    async def frame(body: bytes, more: bool = True) -> None:
+        await send({"type": "http.response.body", "body": body, "more_body": more})
+
     try:
-        yield b": stream open\n\n"
+        await frame(b": stream open\n\n")
         while True:
             wait = options.sse_keepalive_interval
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())
                 if wait <= 0:
-                    yield b": sse_max_duration_s reached; reconnect with Last-Event-ID\n\n"
-                    return
+                    await frame(b": sse_max_duration_s reached; reconnect with Last-Event-ID\n\n")
+                    break
             if pending is None:
                 pending = asyncio.ensure_future(anext(events))
-            done_now, _ = await asyncio.wait({pending}, timeout=wait)
-            if not done_now:
-                yield b": keepalive\n\n"
+            await asyncio.wait((pending, gone), timeout=wait, return_when=FIRST_COMPLETED)
+            if gone.done():
+                return  # nobody to end the response for
+            if not pending.done():
+                await frame(b": keepalive\n\n")
                 continue
             finished, pending = pending, None
             try:
                 event = finished.result()
             except StopAsyncIteration:
-                return
+                break
             except Exception as exc:
                 refusal = refusal_of(exc, options)
                 body = error_body(refusal.message, refusal.code or ErrorCode.INTERNAL)
-                yield f"event: {STREAM_ERROR}\ndata: {json.dumps(body)}\n\n".encode()
-                return
-            yield sse_frame(event)
+                await frame(f"event: {STREAM_ERROR}\ndata: {json.dumps(body)}\n\n".encode())
+                break
+            await frame(sse_frame(event))
             if event.is_terminal:
-                return
+                break
+        await frame(b"", more=False)
     finally:
         done()
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
+        for task in (pending, gone):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
         with contextlib.suppress(Exception):
             await events.aclose()
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Returns when the client has gone (a stream's request has no body left to read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
