@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaException
 from fastapi import Request
@@ -24,10 +24,8 @@ from pyrula_stream.access.http_guard import principal_of
 from pyrula_stream.client.event_reader import TurnStream
 from pyrula_stream.errors import PyrulaError
 from pyrula_stream.gateway.errors import refusal_of, refusal_response
+from pyrula_stream.gateway.served import Gateway
 from pyrula_stream.gateway.sse import last_event_id, write_frames
-
-if TYPE_CHECKING:
-    from pyrula_stream.gateway.app import Gateway
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import httpx
 
 from pyrula_stream.access.api_keys import APIKeyAuth
 from pyrula_stream.gateway import AppOptions, create_app
-from pyrula_stream.gateway.app import Gateway
 from pyrula_stream.gateway.serve import running_gateway
+from pyrula_stream.gateway.served import Gateway
 from pyrula_stream.kafka.admin import agent_topic_specs, apply_topics
 from pyrula_stream.runtime.health import start_health_server
 from pyrula_stream.testing import unique_name

@@ -13,8 +13,8 @@ import httpx
 
 from pyrula_stream.chaos.processes import free_port
 from pyrula_stream.gateway import AppOptions, create_app
-from pyrula_stream.gateway.app import Gateway
 from pyrula_stream.gateway.serve import running_gateway
+from pyrula_stream.gateway.served import Gateway
 from pyrula_stream.testing import running_worker, unique_name
 from tests.agents.echo import echo
 
