@@ -15,24 +15,19 @@ responder for both.
 from __future__ import annotations
 
 import json
-import os
 import re
-import threading
-import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 from pyrula_stream.testing_servers._http import (
-    CallLog,
     Request,
     Response,
-    RoutedServer,
     json_response,
-    sse_response,
 )
-from pyrula_stream.testing_servers.answers import CallError, Prompt, Responder, ScriptedResponder
-from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult, call_digest
+from pyrula_stream.testing_servers.answers import Answer, CallError, Prompt
+from pyrula_stream.testing_servers.batch_provider import BatchProviderServer
+from pyrula_stream.testing_servers.batches import Batch, CallResult
 from pyrula_stream.testing_servers.wire import anthropic_error, anthropic_message, anthropic_stream
 
 MODEL = "claude-sonnet-4-6"
@@ -55,7 +50,7 @@ def _rfc3339(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
-class AnthropicBatchServer(RoutedServer):
+class AnthropicBatchServer(BatchProviderServer):
     """Anthropic's message batches and messages on a loopback port.
 
     ``responder`` answers every call, live or batched (a ``ScriptedResponder`` when not
@@ -63,54 +58,27 @@ class AnthropicBatchServer(RoutedServer):
     ``expire``); ``log`` (a path) appends one JSON line per call submitted.
     """
 
-    def __init__(
-        self,
-        responder: Responder | None = None,
-        *,
-        delay_s: float = 0.2,
-        log: str | os.PathLike[str] | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-    ) -> None:
-        super().__init__(host, port)
-        self.responder: Responder = responder if responder is not None else ScriptedResponder()
-        self._log = CallLog(log) if log is not None else None
-        self.book = BatchBook(
-            "anthropic", self.responder, delay_s=delay_s, id_prefix="msgbatch_", log=self._log
-        )
-        self.live_calls = 0
-        self._lock = threading.Lock()
-        self._render_lock = threading.Lock()  # one rendering of a batch's results
-        self.route("POST", r"/v1/messages", self._messages)
+    provider = "anthropic"
+    batch_id_prefix = "msgbatch_"
+
+    def add_routes(self) -> None:
+        self.route("POST", r"/v1/messages", self.live)
         self.route("POST", _BATCHES, self._create)
         self.route("GET", _BATCHES, self._list)
         self.route("GET", _BATCHES + r"/(?P<id>[\w-]+)", self._retrieve)
         self.route("POST", _BATCHES + r"/(?P<id>[\w-]+)/cancel", self._cancel)
         self.route("GET", _BATCHES + r"/(?P<id>[\w-]+)/results", self._results)
 
-    def stop(self) -> None:
-        super().stop()
-        if self._log is not None:
-            self._log.close()
+    # -- wire shapes -------------------------------------------------------------------
 
-    # -- live ----------------------------------------------------------------------------
+    def wire_error(self, error: CallError) -> dict[str, Any]:
+        return anthropic_error(error)
 
-    def _messages(self, request: Request) -> Response:
-        body = request.json()
-        if not isinstance(body, dict):
-            return _error(400, "body is not a JSON object")
-        with self._lock:
-            self.live_calls += 1
-        if self._log is not None:
-            record = {"via": "live", "provider": "anthropic", "digest": call_digest(body)}
-            self._log.append({**record, "ts": time.time(), "pid": os.getpid()})
-        prompt = Prompt("anthropic", body)
-        reply = self.responder(prompt)
-        if isinstance(reply, CallError):
-            return json_response(reply.status, anthropic_error(reply))
-        if body.get("stream"):
-            return sse_response(anthropic_stream(reply, prompt))
-        return json_response(200, anthropic_message(reply, prompt))
+    def wire_reply(self, answer: Answer, prompt: Prompt) -> dict[str, Any]:
+        return anthropic_message(answer, prompt)
+
+    def wire_stream(self, answer: Answer, prompt: Prompt) -> list[bytes]:
+        return anthropic_stream(answer, prompt)
 
     # -- batches -------------------------------------------------------------------------
 

@@ -20,8 +20,6 @@ file makes it ``failed`` with ``errors``. ``POST /chat/completions`` answers liv
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 import uuid
 from email.parser import BytesParser
@@ -29,15 +27,13 @@ from email.policy import HTTP
 from typing import Any
 
 from pyrula_stream.testing_servers._http import (
-    CallLog,
     Request,
     Response,
-    RoutedServer,
     json_response,
-    sse_response,
 )
-from pyrula_stream.testing_servers.answers import CallError, Prompt, Responder, ScriptedResponder
-from pyrula_stream.testing_servers.batches import Batch, BatchBook, CallResult, Ending, call_digest
+from pyrula_stream.testing_servers.answers import Answer, CallError, Prompt
+from pyrula_stream.testing_servers.batch_provider import BatchProviderServer
+from pyrula_stream.testing_servers.batches import Batch, CallResult, Ending
 from pyrula_stream.testing_servers.wire import openai_completion, openai_error, openai_stream
 
 MODEL = "gpt-5.4-mini"
@@ -51,7 +47,7 @@ def _error(status: int, message: str, error_type: str = "invalid_request_error")
     return json_response(status, openai_error(CallError(status, error_type, message)))
 
 
-class OpenAIBatchServer(RoutedServer):
+class OpenAIBatchServer(BatchProviderServer):
     """OpenAI's files, batches and chat completions on a loopback port.
 
     ``responder`` answers every call, live or batched (a ``ScriptedResponder`` when not
@@ -60,26 +56,12 @@ class OpenAIBatchServer(RoutedServer):
     per call submitted, batched or live.
     """
 
-    def __init__(
-        self,
-        responder: Responder | None = None,
-        *,
-        delay_s: float = 0.2,
-        log: str | os.PathLike[str] | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-    ) -> None:
-        super().__init__(host, port)
-        self.responder: Responder = responder if responder is not None else ScriptedResponder()
-        self._log = CallLog(log) if log is not None else None
-        self.book = BatchBook(
-            "openai", self.responder, delay_s=delay_s, id_prefix="batch_", log=self._log
-        )
-        self.live_calls = 0
+    provider = "openai"
+    batch_id_prefix = "batch_"
+
+    def add_routes(self) -> None:
         self._files: dict[str, tuple[dict[str, Any], bytes]] = {}
-        self._lock = threading.Lock()
-        self._render_lock = threading.Lock()  # one set of result files per batch
-        self.route("POST", _V1 + r"/chat/completions", self._chat)
+        self.route("POST", _V1 + r"/chat/completions", self.live)
         self.route("POST", _V1 + r"/files", self._upload)
         self.route("GET", _V1 + r"/files/(?P<id>[\w-]+)", self._file)
         self.route("GET", _V1 + r"/files/(?P<id>[\w-]+)/content", self._content)
@@ -88,29 +70,16 @@ class OpenAIBatchServer(RoutedServer):
         self.route("GET", _V1 + r"/batches/(?P<id>[\w-]+)", self._retrieve)
         self.route("POST", _V1 + r"/batches/(?P<id>[\w-]+)/cancel", self._cancel)
 
-    def stop(self) -> None:
-        super().stop()
-        if self._log is not None:
-            self._log.close()
+    # -- wire shapes -------------------------------------------------------------------
 
-    # -- live ----------------------------------------------------------------------------
+    def wire_error(self, error: CallError) -> dict[str, Any]:
+        return openai_error(error)
 
-    def _chat(self, request: Request) -> Response:
-        body = request.json()
-        if not isinstance(body, dict):
-            return _error(400, "body is not a JSON object")
-        with self._lock:
-            self.live_calls += 1
-        if self._log is not None:
-            record = {"via": "live", "provider": "openai", "digest": call_digest(body)}
-            self._log.append({**record, "ts": time.time(), "pid": os.getpid()})
-        prompt = Prompt("openai", body)
-        reply = self.responder(prompt)
-        if isinstance(reply, CallError):
-            return json_response(reply.status, openai_error(reply))
-        if body.get("stream"):
-            return sse_response(openai_stream(reply, prompt))
-        return json_response(200, openai_completion(reply, prompt))
+    def wire_reply(self, answer: Answer, prompt: Prompt) -> dict[str, Any]:
+        return openai_completion(answer, prompt)
+
+    def wire_stream(self, answer: Answer, prompt: Prompt) -> list[bytes]:
+        return openai_stream(answer, prompt)
 
     # -- files ---------------------------------------------------------------------------
 
