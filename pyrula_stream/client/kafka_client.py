@@ -1,5 +1,6 @@
-"""``KafkaAgentClient``: submit turns, stream a turn's events, run to completion, cancel,
-ask a turn's status; signals and answers come from ``client_signals``.
+"""``KafkaAgentClient``: submit turns, stream a turn's events, run to completion, read
+and delete threads; cancel, terminate and status come from ``control``, signals and
+answers from ``signals``.
 
 Every method talks to Kafka only: a turn request goes to ``<prefix>.<agent>.turns`` and the
 events are read back from ``<prefix>.<agent>.events`` under ``read_committed`` (one
@@ -24,10 +25,10 @@ from typing import Any, Literal
 
 from pyrula_stream.agent.batch import Deadline, lane_metadata
 from pyrula_stream.agent.definition import AgentTopics
+from pyrula_stream.client.control import ControlClient
 from pyrula_stream.client.event_reader import SharedEventReader, Subscription, TurnStream
-from pyrula_stream.client.outgoing_caps import check_request, check_turn_id
+from pyrula_stream.client.outgoing_caps import check_request
 from pyrula_stream.client.signals import SignalsClient
-from pyrula_stream.client.turn_status import TurnStatus, read_turn_status
 from pyrula_stream.durable.branch import branch_metadata, check_from_step
 from pyrula_stream.errors import (
     ConfigurationError,
@@ -47,7 +48,6 @@ from pyrula_stream.kafka.config import (
 from pyrula_stream.kafka.consumers import read_key_partition, reader_group_id
 from pyrula_stream.kafka.io import PartitionReader, RecordProducer
 from pyrula_stream.kafka.local.bootstrap import find_bootstrap
-from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.objects.resolver import PayloadStores, has_refs
 from pyrula_stream.objects.store import ObjectStore
 from pyrula_stream.objects.sweep import object_prefix
@@ -62,11 +62,9 @@ from pyrula_stream.state.threads import (
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import Event, EventType, decode_event
 from pyrula_stream.wire.payload_refs import DEFAULT_THRESHOLD, Offload
-from pyrula_stream.wire.records import ControlRequest
 from pyrula_stream.wire.serde import TurnRequest
 
 IDEMPOTENT_TURN_NAMESPACE = uuid.UUID("8f4b1c52-7a0e-4d1e-9a7e-5f2f3c6d9b10")
-MAX_REASON = 500
 REMEMBERED_SUBMITS = 10_000
 """Turns this client submitted, remembered with their key so ``status`` finds them."""
 
@@ -100,7 +98,7 @@ def missing_agent_topic(agent: str, prefix: str, topic: str) -> UnknownTopicErro
     )
 
 
-class KafkaAgentClient(SignalsClient):
+class KafkaAgentClient(SignalsClient, ControlClient):
     """Async client for agents served by ``pyrula-stream worker``. Use as ``async with``.
 
     ``bootstrap_servers`` defaults as the CLI's does (``kafka.local.bootstrap``):
@@ -589,84 +587,6 @@ class KafkaAgentClient(SignalsClient):
             raise self._no_topic(agent, exc) from None
         finally:
             reader.close()
-
-    async def cancel(self, agent: str, turn_id: str, *, reason: str | None = None) -> None:
-        """Ask the owning worker to stop the turn at its next step boundary."""
-        await self._control(agent, turn_id, "cancel", reason)
-
-    async def terminate(
-        self,
-        agent: str,
-        turn_id: str,
-        *,
-        reason: str | None = None,
-        timeout: float = 60.0,  # noqa: ASYNC109 (seconds to wait for the turn to end)
-    ) -> TurnStatus:
-        """End the turn now (its worker does not wait for a step boundary); return what
-        was stopped: the turn's attempt and last step, and how it ended.
-
-        A turn that had already ended is returned as it ended (nothing was stopped); a
-        turn nothing is known of yet is returned ``unknown`` (workers remember the
-        request and stop the turn when it arrives).
-        """
-        before = await self.status(agent, turn_id)
-        if before.state in ("completed", "failed"):
-            return before
-        await self._control(agent, turn_id, "terminate", reason)
-        if before.state == "unknown":
-            return before
-        async with asyncio.timeout(timeout):
-            async for _ in self.stream(agent, turn_id):
-                pass
-        after = await self.status(agent, turn_id)
-        return replace(after, attempt=before.attempt, last_step=before.last_step)
-
-    async def status(self, agent: str, turn_id: str, *, key: str | None = None) -> TurnStatus:
-        """Where the turn stands (see ``TurnStatus``), whoever submitted it.
-
-        Reads only the partition of the request's key: the journal partition (running,
-        or ended while its terminal record is kept), then the results partition, then the
-        turns partition past the committed offset of ``<prefix>.<agent>.workers``
-        (queued). ``key`` is the key the request was produced with, when it is not the
-        turn id: the thread id of a turn in a thread, or a key a non-Python producer
-        chose. Turns this client submitted need none.
-        """
-        key = key or self._submitted.get((agent, turn_id)) or turn_id
-        return await asyncio.to_thread(self._read_status, agent, turn_id, key)
-
-    def _read_status(self, agent: str, turn_id: str, key: str) -> TurnStatus:
-        topics = self._topics(agent)
-        with TurnLookup(
-            self.bootstrap_servers,
-            client_id=f"pyrula-status-{uuid.uuid4().hex[:8]}",
-            group_id=reader_group_id(self.prefix, agent),
-            kafka_config=self.kafka_config,
-            timeout_s=self.timeout,
-        ) as lookup:
-            status = read_turn_status(
-                lookup,
-                agent,
-                topics,
-                turn_id,
-                key,
-                workers_group=f"{self.prefix}.{agent}.workers",
-                codec=self._reader_codec(),
-            )
-        if status is None:
-            raise missing_agent_topic(agent, self.prefix, topics.turns)
-        return status
-
-    async def _control(self, agent: str, turn_id: str, action: str, reason: str | None) -> None:
-        check_turn_id(turn_id)
-        if reason is not None and len(reason) > MAX_REASON:
-            raise ConfigurationError(f"reason is {len(reason)} characters; at most {MAX_REASON}")
-        record = ControlRequest(turn_id, action, reason).record(self._topics(agent).control)
-        try:
-            await self._get_producer().send(
-                record.topic, record.key, record.value, list(record.headers)
-            )
-        except UnknownTopicError as exc:
-            raise self._no_topic(agent, exc) from None
 
 
 def new_request(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from abc import abstractmethod
 from typing import Any
 
 from pyrula_stream.testing_servers._http import (
@@ -65,9 +66,9 @@ class BatchProviderServer(RoutedServer):
         self._render_lock = threading.Lock()  # one rendering of a batch's results
         self.add_routes()
 
+    @abstractmethod
     def add_routes(self) -> None:
         """The provider's routes (and the state they keep beside the book)."""
-        raise NotImplementedError
 
     def stop(self) -> None:
         super().stop()
@@ -76,14 +77,17 @@ class BatchProviderServer(RoutedServer):
 
     # -- the provider's wire shapes --------------------------------------------------------
 
+    @abstractmethod
     def wire_error(self, error: CallError) -> dict[str, Any]:
-        raise NotImplementedError
+        """A call's error in the provider's JSON."""
 
+    @abstractmethod
     def wire_reply(self, answer: Answer, prompt: Prompt) -> dict[str, Any]:
-        raise NotImplementedError
+        """An answer as the provider's JSON response."""
 
+    @abstractmethod
     def wire_stream(self, answer: Answer, prompt: Prompt) -> list[bytes]:
-        raise NotImplementedError
+        """An answer as the provider's SSE frames."""
 
     def error(self, status: int, message: str, kind: str = "invalid_request_error") -> Response:
         return json_response(status, self.wire_error(CallError(status, kind, message)))

@@ -15,7 +15,8 @@ from confluent_kafka.admin import (
 )
 
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
-from pyrula_stream.client.kafka_client import TurnHandle, TurnStatus
+from pyrula_stream.client.kafka_client import TurnHandle
+from pyrula_stream.client.turn_status import TurnStatus
 from pyrula_stream.kafka.admin import apply_topics
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.testing import running_worker, unique_name
