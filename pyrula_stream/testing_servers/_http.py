@@ -12,6 +12,7 @@ import json
 import os
 import re
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -73,12 +74,15 @@ class CallLog:
             os.close(self._fd)
 
 
-class RoutedServer:
-    """A loopback HTTP server answering from a route table; subclasses add routes."""
+class LoopbackServer(ABC):
+    """A threaded HTTP/1.1 server on a loopback port, in a daemon thread; one reply per
+    connection. Subclasses answer each request in ``answer``."""
+
+    poll_interval_s = 0.05
+    """How soon ``stop`` is noticed."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
-        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
+        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._httpd.request_queue_size = 256
         self._thread: threading.Thread | None = None
@@ -92,12 +96,10 @@ class RoutedServer:
         host = self._httpd.server_address[0]
         return f"http://{host!s}:{self.port}"
 
-    def route(self, method: str, pattern: str, handler: Handler) -> None:
-        """Answer ``method`` on paths matching ``pattern`` (anchored at both ends)."""
-        self._routes.append((method, re.compile(pattern + r"/?"), handler))
-
     def start(self) -> Self:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(self.poll_interval_s,), daemon=True
+        )
         self._thread.start()
         return self
 
@@ -117,6 +119,50 @@ class RoutedServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @abstractmethod
+    def answer(self, request: BaseHTTPRequestHandler, raw: bytes) -> None:
+        """Write the reply to ``request`` (its body read: ``raw``)."""
+
+
+def _handler_for(server: LoopbackServer) -> type[BaseHTTPRequestHandler]:
+    class _Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # small SSE writes must not wait for ACKs
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # keep test output clean
+
+        def do_GET(self) -> None:
+            self._serve()
+
+        def do_POST(self) -> None:
+            self._serve()
+
+        def do_DELETE(self) -> None:
+            self._serve()
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            self.close_connection = True
+            # The client may give up first (timeouts, aborted streams); nothing to report.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                server.answer(self, raw)
+
+    return _Handler
+
+
+class RoutedServer(LoopbackServer):
+    """A loopback HTTP server answering from a route table; subclasses add routes."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        super().__init__(host, port)
+
+    def route(self, method: str, pattern: str, handler: Handler) -> None:
+        """Answer ``method`` on paths matching ``pattern`` (anchored at both ends)."""
+        self._routes.append((method, re.compile(pattern + r"/?"), handler))
+
     def not_found(self, method: str, path: str) -> Response:
         return json_response(404, {"error": {"message": f"no route {method} {path}"}})
 
@@ -129,50 +175,22 @@ class RoutedServer:
                 return handler(Request(method, parts.path, query, content_type, raw, match))
         return self.not_found(method, parts.path)
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class _Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self._serve()
-
-            def do_POST(self) -> None:
-                self._serve()
-
-            def do_DELETE(self) -> None:
-                self._serve()
-
-            def _serve(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                content_type = self.headers.get("content-type") or ""
-                try:
-                    reply = server.dispatch(self.command, self.path, content_type, raw)
-                except Exception as exc:  # a server bug must reach the test as a 500
-                    reply = json_response(500, {"error": {"message": repr(exc)}})
-                self.close_connection = True
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self._write(reply)
-
-            def _write(self, reply: Response) -> None:
-                self.send_response(reply.status)
-                self.send_header("content-type", reply.content_type)
-                self.send_header("connection", "close")
-                if reply.frames is None:
-                    self.send_header("content-length", str(len(reply.body)))
-                    self.end_headers()
-                    self.wfile.write(reply.body)
-                    return
-                self.send_header("cache-control", "no-cache")
-                self.end_headers()
-                for frame in reply.frames:
-                    self.wfile.write(frame)
-                    self.wfile.flush()
-
-        return _Handler
+    def answer(self, request: BaseHTTPRequestHandler, raw: bytes) -> None:
+        content_type = request.headers.get("content-type") or ""
+        try:
+            reply = self.dispatch(request.command, request.path, content_type, raw)
+        except Exception as exc:  # a server bug must reach the test as a 500
+            reply = json_response(500, {"error": {"message": repr(exc)}})
+        request.send_response(reply.status)
+        request.send_header("content-type", reply.content_type)
+        request.send_header("connection", "close")
+        if reply.frames is None:
+            request.send_header("content-length", str(len(reply.body)))
+            request.end_headers()
+            request.wfile.write(reply.body)
+            return
+        request.send_header("cache-control", "no-cache")
+        request.end_headers()
+        for frame in reply.frames:
+            request.wfile.write(frame)
+            request.wfile.flush()

@@ -1,4 +1,5 @@
-"""A scripted local HTTP server: the common part of the provider wire servers.
+"""A scripted local HTTP server: the common part of the provider wire servers (on
+``_http.LoopbackServer``, as the routed batch servers).
 
 Each test queues the replies it wants (``enqueue``) and reads back what the SDK sent
 (``requests``). The server runs on a free loopback port in a daemon thread and closes
@@ -7,15 +8,16 @@ every connection after one reply, so no state leaks between requests through kee
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from pyrula_stream.testing_servers._http import LoopbackServer
 
 
 @dataclass(frozen=True)
@@ -91,42 +93,20 @@ Scripted = Reply | Callable[[RecordedRequest], Reply]
 caches' usage depends on the request)."""
 
 
-class WireServer:
+class WireServer(LoopbackServer):
     """A loopback HTTP server that answers from a queue of ``Reply`` objects.
 
     With an empty queue it answers 418 with a body saying so, which the adapters surface
     as a non-retriable ``LLMError``, so a test that forgot a reply fails loudly.
     """
 
+    poll_interval_s = 0.02
+
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self._replies: deque[Scripted] = deque()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> Self:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__()
 
     def enqueue(self, *replies: Scripted) -> None:
         """Queue replies, answered in order, one per request."""
@@ -154,51 +134,24 @@ class WireServer:
     def no_script_reply(self) -> Reply:
         return json_reply(NO_SCRIPT_STATUS, {"error": {"message": "wire server: no reply left"}})
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # small SSE writes must not wait for ACKs
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # keep test output clean
-
-            def do_GET(self) -> None:
-                self._serve()
-
-            def do_POST(self) -> None:
-                self._serve()
-
-            def _serve(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                path = self.path
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                reply = server._next(RecordedRequest(self.command, path, headers, raw))
-                self.close_connection = True
-                # The client may give up first (timeouts, aborted streams); nothing to report.
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self._write(reply)
-
-            def _write(self, reply: Reply) -> None:
-                self.send_response(reply.status)
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.send_header("connection", "close")
-                if reply.chunks is None:
-                    self.send_header("content-length", str(len(reply.body)))
-                    self.end_headers()
-                    self.wfile.write(reply.body)
-                    return
-                if reply.abort:
-                    promised = sum(len(c) for c in reply.chunks) + 1024
-                    self.send_header("content-length", str(promised))
-                self.end_headers()
-                for chunk in reply.chunks:
-                    if reply.delay_s:
-                        time.sleep(reply.delay_s)
-                    self.wfile.write(chunk)
-                    self.wfile.flush()
-
-        return Handler
+    def answer(self, request: BaseHTTPRequestHandler, raw: bytes) -> None:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        reply = self._next(RecordedRequest(request.command, request.path, headers, raw))
+        request.send_response(reply.status)
+        for name, value in reply.headers.items():
+            request.send_header(name, value)
+        request.send_header("connection", "close")
+        if reply.chunks is None:
+            request.send_header("content-length", str(len(reply.body)))
+            request.end_headers()
+            request.wfile.write(reply.body)
+            return
+        if reply.abort:
+            promised = sum(len(c) for c in reply.chunks) + 1024
+            request.send_header("content-length", str(promised))
+        request.end_headers()
+        for chunk in reply.chunks:
+            if reply.delay_s:
+                time.sleep(reply.delay_s)
+            request.wfile.write(chunk)
+            request.wfile.flush()
