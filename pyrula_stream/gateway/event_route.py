@@ -31,15 +31,11 @@ log = logging.getLogger(__name__)
 
 CLOCK_SKEW_MS = 60_000
 """A stream reads events from a minute before its turn was submitted (clocks differ)."""
-_START = {
-    "type": "http.response.start",
-    "status": 200,
-    "headers": [
-        (b"content-type", b"text/event-stream; charset=utf-8"),
-        (b"cache-control", b"no-cache"),
-        (b"x-accel-buffering", b"no"),
-    ],
-}
+SSE_HEADERS = (
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+)
 _ANSWERED = (PyrulaError, KafkaException, TimeoutError)
 """What a stream that cannot open answers with its own status; anything else is a
 logged 500."""
@@ -78,7 +74,9 @@ class EventStreams:
                 log.exception("opening the stream of %s failed", scope.get("path"))
             await refusal_response(refusal_of(exc, gateway.options))(scope, receive, send)
             return
-        await send(_START)
+        # A new message each time: middleware may add headers to the one it is given.
+        start = {"type": "http.response.start", "status": 200, "headers": list(SSE_HEADERS)}
+        await send(start)
         await write_frames(
             stream, gateway.options, send, receive, lambda: gateway.slots.give_back(owner)
         )

@@ -114,6 +114,9 @@ async def test_submit_stream_idempotency_owners_and_keys(
         async with http.stream("GET", first.events_url, headers=AS_WEB) as response:
             frames = [f async for f in sse_events(response)]
             content_type = response.headers["content-type"]
+        async with http.stream("GET", first.events_url, headers=AS_WEB) as again:
+            again_frames = [f async for f in sse_events(again)]
+            answered = [response.headers, again.headers]
         status = await web.status(agent.name, first.turn_id)
         # another principal: as if the turn did not exist
         base = f"/agents/{agent.name}/turns/{first.turn_id}"
@@ -142,6 +145,11 @@ async def test_submit_stream_idempotency_owners_and_keys(
     assert [e.seq for e in events] == list(range(len(events)))
     assert first.turn_id == second.turn_id  # one Idempotency-Key, one turn
     assert content_type.startswith("text/event-stream")
+    assert again_frames == frames  # a finished turn's stream is read again whole
+    for headers in answered:  # the guard's headers, once each, on every stream
+        assert headers.get_list("x-frame-options") == ["DENY"]
+        assert headers.get_list("x-accel-buffering") == ["no"]
+        assert headers.get_list("cache-control") == ["no-cache"]
     assert [int(i) for i, _, _ in frames] == list(range(len(frames)))
     assert [kind for _, kind, _ in frames][-1] == "run:complete"
     assert frames[0][2]["data"]["metadata"]["owner"] == "web"
