@@ -12,15 +12,14 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.client.outgoing_caps import check_turn_id
+from pyrula_stream.client.parts import ClientParts
 from pyrula_stream.client.turn_status import TurnStatus, read_turn_status
 from pyrula_stream.errors import ConfigurationError, UnknownTopicError
-from pyrula_stream.kafka.config import KafkaSettings
 from pyrula_stream.kafka.consumers import reader_group_id
-from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.wire import serde
 from pyrula_stream.wire.events import Event
@@ -30,21 +29,11 @@ MAX_REASON = 500
 """The longest ``reason`` a cancel or terminate carries."""
 
 
-class ControlClient:
+class ControlClient(ClientParts):
     """The control methods of ``KafkaAgentClient`` (a mixin: it supplies the connection
     settings, the producer, the topics and the turn's stream)."""
 
-    bootstrap_servers: str
-    prefix: str
-    timeout: float
-    kafka_config: KafkaSettings
-    _submitted: Any
-
     if TYPE_CHECKING:  # supplied by KafkaAgentClient
-
-        def _get_producer(self) -> RecordProducer: ...
-
-        def _no_topic(self, agent: str, exc: UnknownTopicError) -> UnknownTopicError: ...
 
         def _topics(self, agent: str) -> AgentTopics: ...
 

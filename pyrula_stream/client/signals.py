@@ -20,19 +20,18 @@ import getpass
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyrula_stream.agent.definition import AgentTopics
 from pyrula_stream.client.outgoing_caps import check_signal
+from pyrula_stream.client.parts import ClientParts
 from pyrula_stream.errors import (
     KafkaAuthorizationError,
     MalformedRecordError,
     SignalRefused,
     UnknownTopicError,
 )
-from pyrula_stream.kafka.config import KafkaSettings
 from pyrula_stream.kafka.consumers import read_topic, reader_group_id
-from pyrula_stream.kafka.io import RecordProducer
 from pyrula_stream.kafka.offsets import ConsumedRecord
 from pyrula_stream.kafka.turn_lookup import TurnLookup
 from pyrula_stream.wire.journal_keys import PARK, SIGNAL, TERMINAL, signal_key
@@ -64,21 +63,9 @@ class SignalReceipt:
     watched: bool = True
 
 
-class SignalsClient:
+class SignalsClient(ClientParts):
     """The signal and answer methods of ``KafkaAgentClient`` (a mixin: it supplies the
     connection settings and the producer)."""
-
-    bootstrap_servers: str
-    prefix: str
-    timeout: float
-    kafka_config: KafkaSettings
-    _submitted: Any
-
-    if TYPE_CHECKING:  # supplied by KafkaAgentClient
-
-        def _get_producer(self) -> RecordProducer: ...
-
-        def _no_topic(self, agent: str, exc: UnknownTopicError) -> UnknownTopicError: ...
 
     def _sender(self, sender: str | None) -> str:
         """Who is answering: the given name, else the client's principal (its SASL user),

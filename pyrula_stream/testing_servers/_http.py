@@ -12,6 +12,7 @@ import json
 import os
 import re
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,16 +182,39 @@ class RoutedServer(LoopbackServer):
             reply = self.dispatch(request.command, request.path, content_type, raw)
         except Exception as exc:  # a server bug must reach the test as a 500
             reply = json_response(500, {"error": {"message": repr(exc)}})
-        request.send_response(reply.status)
-        request.send_header("content-type", reply.content_type)
-        request.send_header("connection", "close")
-        if reply.frames is None:
-            request.send_header("content-length", str(len(reply.body)))
-            request.end_headers()
-            request.wfile.write(reply.body)
-            return
-        request.send_header("cache-control", "no-cache")
+        headers = {"content-type": reply.content_type}
+        if reply.frames is not None:
+            headers["cache-control"] = "no-cache"
+        write_reply(request, reply.status, headers, reply.body, reply.frames)
+
+
+def write_reply(
+    request: BaseHTTPRequestHandler,
+    status: int,
+    headers: dict[str, str],
+    body: bytes,
+    chunks: tuple[bytes, ...] | None,
+    *,
+    promised: int | None = None,
+    delay_s: float = 0.0,
+) -> None:
+    """Write one reply and close: ``body`` with its length, or each of ``chunks`` flushed
+    on its own (after ``delay_s``) until the connection closes. ``promised`` declares a
+    longer body than the chunks hold (a transfer the client sees broken)."""
+    request.send_response(status)
+    for name, value in headers.items():
+        request.send_header(name, value)
+    request.send_header("connection", "close")
+    if chunks is None:
+        request.send_header("content-length", str(len(body)))
         request.end_headers()
-        for frame in reply.frames:
-            request.wfile.write(frame)
-            request.wfile.flush()
+        request.wfile.write(body)
+        return
+    if promised is not None:
+        request.send_header("content-length", str(promised))
+    request.end_headers()
+    for chunk in chunks:
+        if delay_s:
+            time.sleep(delay_s)
+        request.wfile.write(chunk)
+        request.wfile.flush()

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from pyrula_stream.testing_servers._http import LoopbackServer
+from pyrula_stream.testing_servers._http import LoopbackServer, write_reply
 
 
 @dataclass(frozen=True)
@@ -137,21 +136,15 @@ class WireServer(LoopbackServer):
     def answer(self, request: BaseHTTPRequestHandler, raw: bytes) -> None:
         headers = {k.lower(): v for k, v in request.headers.items()}
         reply = self._next(RecordedRequest(request.command, request.path, headers, raw))
-        request.send_response(reply.status)
-        for name, value in reply.headers.items():
-            request.send_header(name, value)
-        request.send_header("connection", "close")
-        if reply.chunks is None:
-            request.send_header("content-length", str(len(reply.body)))
-            request.end_headers()
-            request.wfile.write(reply.body)
-            return
-        if reply.abort:
+        promised = None
+        if reply.abort and reply.chunks is not None:
             promised = sum(len(c) for c in reply.chunks) + 1024
-            request.send_header("content-length", str(promised))
-        request.end_headers()
-        for chunk in reply.chunks:
-            if reply.delay_s:
-                time.sleep(reply.delay_s)
-            request.wfile.write(chunk)
-            request.wfile.flush()
+        write_reply(
+            request,
+            reply.status,
+            reply.headers,
+            reply.body,
+            reply.chunks,
+            promised=promised,
+            delay_s=reply.delay_s,
+        )
