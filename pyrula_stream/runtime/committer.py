@@ -15,6 +15,12 @@ writes, in its ending, a dead letter in place of each record bound there (a forg
 sub-agent lineage names a parent's replies topic this worker may not write: its ending
 must not try the same topic again). Either way the partition moves on.
 
+A turn's terminal records carry its input offset: ``finished_offsets`` gives the offsets
+as if the turns finishing in the batch were done, so the end of a turn and the end of its
+input are one transaction (as a hand-written read-process-write loop commits them), not a
+commit for the records and a second one for the offset. Offsets sent only ever move
+forward: until the worker marks such a turn done, its own watermark still holds it.
+
 The buffer is bounded: past ``max_pending_records`` a turn whose slow model call returned
 waits (``room``) before it writes its deltas and response, in arrival order, until a commit
 takes the buffer. Thousands of turns whose model calls return together would otherwise
@@ -30,7 +36,7 @@ import random
 import signal
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 
 from pyrula_stream.durable.turn import TurnRuntime
@@ -117,7 +123,9 @@ class GroupCommitter:
     """Buffers turn records and commits them in batches, one batch in flight at a time.
 
     ``on_committed`` hears the input offsets each successful commit made durable (what a
-    crash can no longer re-read), so the worker can forget what lies below them.
+    crash can no longer re-read), so the worker can forget what lies below them, and the
+    turns whose terminal records the commit held (``finished_offsets`` may have passed
+    their inputs too).
     """
 
     def __init__(
@@ -129,14 +137,17 @@ class GroupCommitter:
         interval_s: float = 0.0,
         linger_s: float = 0.0,
         telemetry: WorkerTelemetry,
-        on_committed: Callable[[Offsets], None] | None = None,
+        on_committed: Callable[[Offsets, Collection[str]], None] | None = None,
         on_undeliverable: Callable[[str, str], None] | None = None,
         dead_letter: Callable[[OutRecord, str], OutRecord | None] | None = None,
         max_delivery_attempts: int = 5,
         max_pending_records: int = 0,
         payloads: PayloadStores | None = None,
+        finished_offsets: Callable[[Collection[str]], Offsets] | None = None,
     ) -> None:
         self._write = write
+        self._finished_offsets = finished_offsets
+        """``offsets`` as if the given finishing turns were done (``None``: ``offsets``)."""
         self._payloads = payloads
         """Where values records carry by reference are put before their commit."""
         self._kill_share = _chaos_kill_share()
@@ -283,7 +294,10 @@ class GroupCommitter:
         return fut
 
     def offsets_changed(self) -> None:
-        self._wake.set()
+        """A turn's input is done: commit its offset, unless a commit already sent it
+        (the turn's terminal commit, which carries it)."""
+        if self._offsets_dirty():
+            self._wake.set()
 
     def purge(self, turn_ids: set[str]) -> None:
         """Drop buffered records of turns this worker no longer owns (never committed)."""
@@ -314,7 +328,14 @@ class GroupCommitter:
         await self._idle.wait()
 
     def _offsets_dirty(self) -> bool:
-        return any(self._last_offsets.get(k) != v for k, v in self._offsets().items())
+        last = self._last_offsets
+        return any(k not in last or v > last[k] for k, v in self._offsets().items())
+
+    def _forward(self, offsets: Offsets) -> Offsets:
+        """``offsets``, none behind what a commit already sent: a terminal commit sends its
+        turn's offset before the worker's watermark counts the turn done."""
+        last = self._last_offsets
+        return {k: max(v, last[k]) if k in last else v for k, v in offsets.items()}
 
     def forget_offsets(self, keys: set[tuple[str, int]]) -> None:
         """Partitions we lost: commit their offsets afresh if they come back."""
@@ -343,9 +364,13 @@ class GroupCommitter:
         A method of its own so that nothing of a committed batch (its records, its turns'
         runtimes) stays referenced by the loop while the worker waits for the next one.
         """
-        offsets = self._offsets()
-        changed = {k: v for k, v in offsets.items() if self._last_offsets.get(k) != v}
         batch, self._pending = self._pending, _Batch()
+        finishing = [t for t, turn in batch.turns.items() if turn.finished]
+        if finishing and self._finished_offsets is not None:
+            offsets = self._forward(self._finished_offsets(finishing))
+        else:
+            offsets = self._forward(self._offsets())
+        changed = {k: v for k, v in offsets.items() if self._last_offsets.get(k) != v}
         if self._room_waiters or self._released:
             self._took(batch)
         if self._linger is not None:  # what lingered rides this commit
@@ -432,8 +457,8 @@ class GroupCommitter:
         self.stats.seconds += took
         self._commit_s += (took - self._commit_s) / 4
         self._last_offsets.update(changed)
-        if changed and self._on_committed is not None:
-            self._on_committed(changed)
+        if (changed or finishing) and self._on_committed is not None:
+            self._on_committed(changed, finishing)
         for t, turn in batch.turns.items():
             turn.committed_seq = seqs[t]
         for _, fut in batch.waiters:

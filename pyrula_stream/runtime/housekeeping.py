@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from pyrula_stream.durable.idempotency import FLUSH_BATCH, IdempotencyKeys
 from pyrula_stream.kafka.table import PartitionedTable
@@ -29,7 +29,7 @@ from pyrula_stream.kafka.transactions import Offsets
 from pyrula_stream.runtime.committer import GroupCommitter
 from pyrula_stream.runtime.options import WorkerOptions
 from pyrula_stream.runtime.partition import PartitionState
-from pyrula_stream.wire.journal_keys import IDEMPOTENCY_PREFIX
+from pyrula_stream.wire.journal_keys import IDEMPOTENCY_PREFIX, TERMINAL, journal_key
 from pyrula_stream.wire.records import OutRecord, content_type_header
 
 log = logging.getLogger(__name__)
@@ -95,14 +95,21 @@ class JournalHousekeeping:
             self._committer().add_records([self.tombstone(partition, key) for key in expired])
         self._next_expiry = 0.0
 
-    def on_committed(self, offsets: Offsets) -> None:
+    def on_committed(self, offsets: Offsets, ended: Collection[tuple[str, int, int]] = ()) -> None:
         """Input offsets committed: forget the finished turns they passed, tombstone their
-        terminal records (a later commit carries them)."""
+        terminal records (a later commit carries them). ``ended``: the turns (id,
+        partition, input offset) whose terminal records were in the commit; one whose
+        input the commit passed too is never read again, so its terminal record goes
+        at once."""
         records: list[OutRecord] = []
         for (_, p), offset in offsets.items():
             ps = self._parts.get(p)
             if ps is not None:
                 records += [self.tombstone(p, key) for key in ps.committed(offset)]
+        for turn_id, p, offset in ended:
+            ps = self._parts.get(p)
+            if ps is not None and offset < ps.committed_to:
+                records.append(self.tombstone(p, journal_key(turn_id, -1, TERMINAL)))
         if records:
             self._committer().add_records(records, wake=False)  # cleanup rides the next commit
 

@@ -130,6 +130,9 @@ class PartitionState:
     _finished_order: list[tuple[int, str]] = field(default_factory=list, repr=False)
     """A heap of ``finished`` by request offset: a commit pops only the turns its offset
     passed, never walks those a long-running turn holds behind it."""
+    committed_to: int = -1
+    """The highest input offset committed so far: a turn below it that finishes now (its
+    offset rode its own terminal commit) is never read again, so it is not remembered."""
     running_keys: dict[str, str] = field(default_factory=dict)
     queued_ids: set[str] = field(default_factory=set)
     threads: PartitionThreads = field(default_factory=PartitionThreads)
@@ -165,9 +168,12 @@ class PartitionState:
         return original if original != request.turn_id else None
 
     def turn_finished(self, request: TurnRequest, offset: int, ts_ms: int) -> None:
-        """The turn's terminal record committed: remember it until the watermark passes."""
-        self.finished[request.turn_id] = offset
-        heapq.heappush(self._finished_order, (offset, request.turn_id))
+        """The turn's terminal record committed: remember it until the watermark passes
+        (not at all when its own commit passed it; that commit's ``on_committed`` swept
+        its terminal record)."""
+        if offset >= self.committed_to:
+            self.finished[request.turn_id] = offset
+            heapq.heappush(self._finished_order, (offset, request.turn_id))
         self.journal.turns.pop(request.turn_id, None)
         key = request.idempotency_key
         if key and self.running_keys.get(key) == request.turn_id:
@@ -180,6 +186,7 @@ class PartitionState:
         Returns their terminal journal keys: nothing reads those requests again, so the
         records can be tombstoned (by a later commit, never by this one).
         """
+        self.committed_to = max(self.committed_to, offset)
         passed: list[str] = []
         order = self._finished_order
         while order and order[0][0] < offset:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from pyrula_stream.agent.definition import KafkaAgent
@@ -139,6 +139,16 @@ class TurnScheduler:
         """The turn's runtime if it has a task here now."""
         running = self._running.get(turn_id)
         return running.runtime if running is not None else None
+
+    def inputs_of(self, turn_ids: Collection[str]) -> list[tuple[str, int, int]]:
+        """``(turn id, partition, input offset)`` of those of ``turn_ids`` that run here
+        (a resumed turn, whose offset was released when it parked, has none)."""
+        out: list[tuple[str, int, int]] = []
+        for turn_id in turn_ids:
+            running = self._running.get(turn_id)
+            if running is not None and running.offset >= 0:
+                out.append((turn_id, running.partition, running.offset))
+        return out
 
     def is_active(self, turn_id: str) -> bool:
         """Whether the turn has a task here now."""

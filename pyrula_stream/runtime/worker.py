@@ -20,7 +20,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -426,7 +426,7 @@ class KafkaWorker(RunsInBackground):
             interval_s=self.options.commit_interval_s,
             linger_s=self.options.commit_linger_s,
             telemetry=self.telemetry,
-            on_committed=self._housekeeping.on_committed,
+            on_committed=self._on_committed,
             on_undeliverable=self._scheduler.end_undeliverable,
             dead_letter=partial(
                 undeliverable_letter,
@@ -437,6 +437,7 @@ class KafkaWorker(RunsInBackground):
             max_delivery_attempts=self.options.max_delivery_attempts,
             max_pending_records=self.options.max_pending_records,
             payloads=self._scheduler.payloads,
+            finished_offsets=self._committable_offsets,
         )
         session = self._session = await open_session(
             self.agent,
@@ -532,10 +533,19 @@ class KafkaWorker(RunsInBackground):
         )
         consumer.note_committed({p: o for (_, p), o in offsets.items()})
 
-    def _committable_offsets(self) -> Offsets:
+    def _on_committed(self, offsets: Offsets, ended: Collection[str]) -> None:
+        """A commit succeeded: what it moved, and the turns whose terminal records it held."""
+        self._housekeeping.on_committed(offsets, self._scheduler.inputs_of(ended))
+
+    def _committable_offsets(self, finishing: Collection[str] = ()) -> Offsets:
+        """Each owned partition's committable input offset, counting the input of each of
+        the ``finishing`` turns (their terminal records are in the commit) as done."""
+        done: dict[int, set[int]] = {}
+        for _, p, input_offset in self._scheduler.inputs_of(finishing):
+            done.setdefault(p, set()).add(input_offset)
         out: Offsets = {}
         for p, ps in self._parts.items():
-            offset = ps.watermark.committable()
+            offset = ps.watermark.committable_past(done.get(p, ()))
             if offset is not None:
                 out[(self.topics.turns, p)] = offset
         return out

@@ -4,6 +4,7 @@
   entry and its tombstone that meet in one commit are not sent at all.
 - A ``read_only`` tool runs before the model response that asked for it is committed; a
   tool with effects waits for that commit.
+- A turn's terminal records and its input offset commit in one transaction.
 - Past ``max_pending_records``, a turn whose model call was slow waits for a commit to take
   the buffer before it journals its model's response; a quick one does not.
 """
@@ -18,13 +19,14 @@ import pytest
 
 from pyrula_stream import AgentContext, KafkaAgentClient, ToolContext, kafka_agent, tool
 from pyrula_stream.errors import PayloadTooLarge
+from pyrula_stream.kafka.admin import committed_offsets
 from pyrula_stream.kafka.consumers import read_topic
 from pyrula_stream.llm import FakeLLM, reply_tool_call
 from pyrula_stream.llm.base import ModelResponse, StreamItem
 from pyrula_stream.runtime.options import WorkerOptions
 from pyrula_stream.testing import running_worker, unique_name, wait_for
 from pyrula_stream.wire import serde
-from pyrula_stream.wire.events import decode_event
+from pyrula_stream.wire.events import Event, decode_event
 from pyrula_stream.wire.records import (
     OutRecord,
     _size,
@@ -34,6 +36,10 @@ from pyrula_stream.wire.records import (
     wire_record,
 )
 from pyrula_stream.wire.serde import JournalEntry, decode_journal_entry
+
+
+async def _all(stream: AsyncIterator[Event]) -> list[Event]:
+    return [e async for e in stream]
 
 
 def entry(key: bytes, value: bytes = b"v", *, topic: str = "j") -> OutRecord:
@@ -129,6 +135,27 @@ async def test_a_read_only_tool_runs_before_the_response_is_committed_and_others
         events = await client.run(agent.name, q="read, then write", timeout=60)
     assert events[-1].type == "run:complete"
     assert seen == {"read_only": False, "effect": True}
+
+
+async def test_the_end_of_a_turn_commits_its_input_offset_in_the_same_transaction(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """Once a turn's terminal event can be read, its request's offset is committed: the
+    worker does not wait for a second commit to move it (commits are 5 s apart here)."""
+
+    @kafka_agent(name=unique_name("endoffset"), llm=FakeLLM(["done"] * 3), partitions=1)
+    async def agent(ctx: AgentContext, q: str) -> str:
+        return await ctx.llm.run([{"role": "user", "content": q}])
+
+    options = WorkerOptions(commit_interval_s=5.0, shutdown_grace=1.0)
+    async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+        for q in ("one", "two"):
+            handle = await client.submit(agent.name, q=q)
+            stream = client.stream(agent.name, handle.turn_id, since_ms=handle.submitted_ms)
+            events = await asyncio.wait_for(_all(stream), 30)
+            assert events[-1].type == "run:complete"
+            done = committed_offsets(kafka_bootstrap_servers, worker.group_id, agent.topics.turns)
+            assert done.get(0) == handle.offset + 1, (q, done, handle.offset)
 
 
 async def test_records_no_one_waits_for_linger_and_ride_the_commit_someone_waits_for(
