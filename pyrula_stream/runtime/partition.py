@@ -170,8 +170,9 @@ class PartitionState:
     def turn_finished(self, request: TurnRequest, offset: int, ts_ms: int) -> None:
         """The turn's terminal record committed: remember it until the watermark passes
         (not at all when its own commit passed it; that commit's ``on_committed`` swept
-        its terminal record)."""
-        if offset >= self.committed_to:
+        its terminal record). A resumed turn (offset -1) is remembered until the next
+        commit that moves the offset."""
+        if not 0 <= offset < self.committed_to:
             self.finished[request.turn_id] = offset
             heapq.heappush(self._finished_order, (offset, request.turn_id))
         self.journal.turns.pop(request.turn_id, None)

@@ -227,3 +227,27 @@ async def test_what_a_worker_holds_does_not_grow_with_the_turns_it_finished(
     # One entry kept per finished turn would add 300; the slack is the moment-to-moment
     # bookkeeping of the event loop and the clients (about 20 seen).
     assert after - before < 50, f"the worker holds {after - before} more entries"
+
+
+async def test_a_resumed_turns_terminal_record_goes_once_a_later_turn_moves_the_offset(
+    kafka_bootstrap_servers: str, client: KafkaAgentClient
+) -> None:
+    """A turn that parked and resumed has no input offset of its own any more (it let go
+    of it when it parked): its terminal record goes with the next commit that moves the
+    partition's offset, and neither turn leaves a live journal key."""
+
+    @kafka_agent(name=unique_name("resumed"), llm=FakeLLM(["ok"] * 4), partitions=1)
+    async def agent(ctx: AgentContext, name: str) -> str:
+        if name == "sleeper":
+            await ctx.sleep(1.0)  # past durable_timer_after_s: the turn parks, then resumes
+        return name
+
+    options = WorkerOptions(shutdown_grace=0.2, durable_timer_after_s=0.2)
+    async with running_worker(agent, kafka_bootstrap_servers, options) as worker:
+        sleeper = await client.submit(agent.name, name="sleeper")
+        events = await asyncio.wait_for(collect(client, agent.name, sleeper.turn_id), 60)
+        assert events[-1].type == "run:complete" and events[-1].attempt >= 2
+        later = await client.run(agent.name, name="later", timeout=60)
+        assert later[-1].type == "run:complete"
+        await wait_for(lambda: worker.remembered_turns == 0, 30, "finished turns forgotten")
+    assert live_journal_keys(kafka_bootstrap_servers, agent.topics.journal) == set()
