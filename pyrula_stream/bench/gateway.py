@@ -1,12 +1,13 @@
 """The HTTP gateway's cost: what it adds to an event's way to a client, and its memory per
 open Server-Sent-Events stream.
 
-One gateway process (``create_app`` under uvicorn, as ``pyrula-stream gateway`` serves it)
-and one worker process run on this machine; reader processes (one per 1,250 streams, at
-most four: ``sse_readers.py``) submit ``streams`` turns through the gateway, spread over
-``open_s`` seconds, and follow each over SSE as soon as it is submitted (one HTTP
-connection per turn, as browsers do), while another process follows the same turns with
-``KafkaAgentClient.stream`` (its one shared reader), at the same time.
+One gateway process (``create_app`` under uvicorn, on the loop ``pyrula-stream gateway``
+chooses: ``gateway_event_loop``) and one worker process run on this machine; reader
+processes (one per 1,250 streams, at most four: ``sse_readers.py``) submit ``streams``
+turns through the gateway, spread over ``open_s`` seconds, and follow each over SSE as
+soon as it is submitted (one HTTP connection per turn, as browsers do), while another
+process follows the same turns with ``KafkaAgentClient.stream`` (its one shared reader),
+at the same time.
 A turn is the one-tool workload with a model that takes ``model_s`` per call, longer than
 the opening, so every stream is open before the turns' later events are written.
 
@@ -45,7 +46,8 @@ def _gateway_process(bootstrap: str, agent: str, streams: int, url: Any, stop: A
     """The spawned gateway: serves ``agent`` by name until ``stop``; ``url`` gets its URL."""
     from pyrula_stream.bench.harness import PREFIX as TOPIC_PREFIX
     from pyrula_stream.gateway import AppOptions, create_app
-    from pyrula_stream.gateway.serve import running_gateway
+    from pyrula_stream.gateway.serve import gateway_event_loop, running_gateway
+    from pyrula_stream.runtime import event_loop
 
     app = create_app(
         agents=[agent],
@@ -64,7 +66,7 @@ def _gateway_process(bootstrap: str, agent: str, streams: int, url: Any, stop: A
             url.put(served)
             await asyncio.to_thread(stop.wait)
 
-    asyncio.run(main())
+    event_loop.run(main(), gateway_event_loop())  # the loop `pyrula-stream gateway` runs on
 
 
 def _worker_process(bootstrap: str, name: str, model_s: float, slots: int, stop: Any) -> None:
@@ -232,6 +234,8 @@ async def run_gateway(
 
     sse, direct = lags(via_sse), lags(via_client)
     added = added_per_turn(via_sse, via_client, all_open_ms)
+    from pyrula_stream.gateway.serve import gateway_event_loop
+
     p = {
         (name, q): round(percentile(values, q), 1)
         for name, values in (("sse", sse), ("client", direct))
@@ -239,6 +243,7 @@ async def run_gateway(
     }
     return {
         "streams": streams,
+        "event_loop": gateway_event_loop(),
         "open_s": round(open_s, 2),
         "model_latency_s": model_s,
         "turns_paired": len(added),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 
@@ -20,6 +19,7 @@ from pyrula_stream.cli.common import (
 )
 from pyrula_stream.errors import ConfigurationError
 from pyrula_stream.gateway.options import MAX_UPLOAD_BYTES
+from pyrula_stream.runtime.event_loop import EVENT_LOOPS
 
 API_KEYS_ENV = "PYRULA_API_KEYS"
 """``name=key`` lines (or ``name=key,name=key``) when ``--api-keys`` is not given."""
@@ -29,7 +29,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     try:
         from pyrula_stream.gateway.app import GATEWAY_EXPOSES, create_app
         from pyrula_stream.gateway.options import AppOptions
-        from pyrula_stream.gateway.serve import serve_gateway
+        from pyrula_stream.gateway.serve import run_gateway_server
     except ImportError as exc:
         raise ConfigurationError(
             f"the gateway needs the gateway extra: pip install 'pyrula-stream[gateway]' ({exc})"
@@ -76,7 +76,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(f"pyrula-stream gateway on http://{shown}:{args.port}{args.prefix}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn stops gracefully, then re-raises
-        asyncio.run(serve_gateway(app, args.host, args.port))
+        run_gateway_server(app, args.host, args.port, args.event_loop)
     return 0
 
 
@@ -179,6 +179,13 @@ def register(sub: Commands[argparse.ArgumentParser]) -> None:
         default=[],
         metavar="NAME=BYTES",
         help="the API key NAME's own upload limit instead of --max-upload-bytes; repeatable",
+    )
+    g.add_argument(
+        "--event-loop",
+        default=None,
+        choices=list(EVENT_LOOPS),
+        help="the gateway's event loop (default: $PYRULA_EVENT_LOOP, else uvloop when "
+        "installed, else asyncio)",
     )
     add_access_arguments(g)
     g.set_defaults(func=cmd_gateway)

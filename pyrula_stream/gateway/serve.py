@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 import uvicorn
 from fastapi import FastAPI
 
+from pyrula_stream.runtime import event_loop
+
 MAX_CONNECTIONS = 1024
 """Open connections (streams included) past which uvicorn answers 503: slow or idle
 clients cannot exhaust the process's sockets."""
@@ -17,6 +19,20 @@ KEEP_ALIVE_S = 5
 """An idle kept-alive connection is closed after this."""
 MAX_HEADER_BYTES = 16 * 1024
 """h11's limit on a request's headers (a bigger request is refused)."""
+
+
+def gateway_event_loop(name: str | None = None) -> str:
+    """The gateway's event loop: ``name``, else ``$PYRULA_EVENT_LOOP``, else uvloop when it
+    is installed (the gateway extra installs it), as uvicorn itself chooses.
+
+    A worker's default stays asyncio's loop (uvloop costs more per step of a long turn:
+    ``runtime.event_loop``); the gateway runs no turns, only sockets, where uvloop's
+    transports are lighter and their callbacks cheaper. Measured (bench ``gateway`` phase,
+    5,000 SSE streams, three alternating runs each): 30.3, 31.3 and 35.2 KB per stream
+    against 34.9, 33.0 and 35.4 on asyncio's loop; an added p50 of 1.3, 0.8 and 1.3 ms
+    against 1.7, 1.8 and 1.0. A small gain, within the runs' spread, in the direction
+    uvicorn already chooses."""
+    return event_loop.chosen(name, default=event_loop.fastest_installed())
 
 
 def _uvicorn_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
@@ -39,6 +55,12 @@ def _uvicorn_server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
 async def serve_gateway(app: FastAPI, host: str, port: int) -> None:
     """Serve until interrupted (Ctrl-C)."""
     await _uvicorn_server(app, host, port).serve()
+
+
+def run_gateway_server(app: FastAPI, host: str, port: int, loop: str | None = None) -> None:
+    """``serve_gateway`` in a loop of its own (``gateway_event_loop(loop)``), as
+    ``pyrula-stream gateway`` runs it."""
+    event_loop.run(serve_gateway(app, host, port), gateway_event_loop(loop))
 
 
 @contextlib.asynccontextmanager

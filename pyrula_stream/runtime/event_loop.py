@@ -15,6 +15,7 @@ spawns) chooses uvloop for short turns at high rates.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar, get_args
@@ -30,16 +31,23 @@ ENV = "PYRULA_EVENT_LOOP"
 T = TypeVar("T")
 
 
-def chosen(name: str | None = None) -> str:
-    """``name``, else ``PYRULA_EVENT_LOOP``, else asyncio; refuses a name it does not know."""
-    name = name or os.environ.get(ENV) or DEFAULT_EVENT_LOOP
+def chosen(name: str | None = None, default: str = DEFAULT_EVENT_LOOP) -> str:
+    """``name``, else ``PYRULA_EVENT_LOOP``, else ``default``; refuses a name it does not
+    know."""
+    name = name or os.environ.get(ENV) or default
     if name not in EVENT_LOOPS:
         raise ConfigurationError(f"event loop {name!r}: choose one of {', '.join(EVENT_LOOPS)}")
     return name
 
 
+def fastest_installed() -> str:
+    """uvloop when it is installed, else asyncio: the default of a process whose loop only
+    moves bytes between sockets (the gateway), where uvloop's trade does not apply."""
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
 def loop_factory(name: str | None = None) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The factory of the chosen loop; ``None``: asyncio's default loop."""
+    """The factory of the loop named (``chosen``); ``None``: asyncio's default loop."""
     if chosen(name) == "asyncio":
         return None
     try:
